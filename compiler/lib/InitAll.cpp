@@ -1,0 +1,22 @@
+//===- InitAll.cpp - Register every Weft dialect and pass -----------------===//
+#include "weft/Compiler/InitAll.h"
+
+#include "Weft/IR/WeftDialect.h"
+#include "Weft/Transforms/Passes.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+void weft::registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<mlir::weft::WeftDialect, mlir::arith::ArithDialect,
+                  mlir::func::FuncDialect, mlir::tensor::TensorDialect>();
+}
+
+void weft::registerAllPasses() {
+  mlir::weft::registerWeftPasses();
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  mlir::registerSymbolDCEPass();
+}

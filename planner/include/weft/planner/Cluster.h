@@ -1,0 +1,70 @@
+//===- Cluster.h - GPU cluster description, JSON schema and presets -*- C++
+//-*-//
+//
+// Schema (every field required, no others allowed; bandwidths in GB/s =
+// 1e9 bytes/s, unidirectional; the inter-node bandwidth is per GPU):
+//   {"name", "nodes", "gpus_per_node",
+//    "gpu": {"model", "memory_gib", "peak_tflops": {"bf16", "fp16", "fp32"},
+//            "memory_bandwidth_gb_s"},
+//    "intra_node_bandwidth_gb_s", "inter_node_bandwidth_gb_s",
+//    "intra_node_latency_us", "inter_node_latency_us"}
+// Peak TFLOP/s are dense (no sparsity).
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_PLANNER_CLUSTER_H
+#define WEFT_PLANNER_CLUSTER_H
+
+#include "weft/planner/Config.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft::planner {
+
+struct GpuSpec {
+  std::string model;
+  double memoryGib = 0;
+  double peakTflopsBf16 = 0;
+  double peakTflopsFp16 = 0;
+  double peakTflopsFp32 = 0;
+  double memoryBandwidthGBs = 0;
+};
+
+struct Cluster {
+  std::string name;
+  int64_t nodes = 0;
+  int64_t gpusPerNode = 0;
+  GpuSpec gpu;
+  double intraNodeBandwidthGBs = 0; // per GPU, per direction (NVLink)
+  double interNodeBandwidthGBs = 0; // per GPU, per direction (NIC share)
+  double intraNodeLatencyUs = 0;
+  double interNodeLatencyUs = 0;
+
+  int64_t worldSize() const { return nodes * gpusPerNode; }
+  double memoryBytes() const { return gpu.memoryGib * 1073741824.0; }
+  /// Dense peak FLOP/s of the matrix units for `precision`.
+  double peakFlops(Precision precision) const;
+};
+
+/// Parse and validate `json`; `source` (usually the file name) prefixes every
+/// error: "cluster.json: field 'gpu.memory_gib': must be a positive number,
+/// got -4".
+Cluster parseCluster(const nlohmann::json &json, const std::string &source);
+/// Read and parse a cluster file.
+Cluster loadClusterFile(const std::string &path);
+/// A built-in cluster: "name" or "name:nodes" (node-count override).
+Cluster clusterPreset(const std::string &spec);
+/// Names accepted by clusterPreset, in a stable order.
+std::vector<std::string> clusterPresetNames();
+/// `spec` names a file when one exists at that path or it ends in ".json";
+/// otherwise it is a preset.
+Cluster loadCluster(const std::string &spec);
+/// The cluster in the file schema (round-trips through parseCluster).
+nlohmann::json toJson(const Cluster &cluster);
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_CLUSTER_H

@@ -1,0 +1,87 @@
+//===- Config.h - Training configuration and the parallel plan --*- C++ -*-===//
+//
+// TrainingConfig is what the user asks for (batch, sequence, precision),
+// ParallelConfig is one point of the search space, and Constraints fixes any
+// subset of its dimensions (an unset optional leaves the dimension free).
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_PLANNER_CONFIG_H
+#define WEFT_PLANNER_CONFIG_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace weft::planner {
+
+/// bf16/fp16: mixed precision (half-precision weights, gradients and
+/// activations, fp32 master weights and AdamW moments). fp32: everything fp32.
+enum class Precision { BF16, FP16, FP32 };
+/// Activation recomputation (Korthikanti et al. 2022): none, selective (core
+/// attention only), full (only each layer's input is kept).
+enum class Recompute { None, Selective, Full };
+/// Pipeline schedule: GPipe (all forwards, then all backwards), 1F1B
+/// (PipeDream-Flush), interleaved 1F1B with virtual stages (Megatron-LM).
+enum class Schedule { GPipe, OneFOneB, Interleaved };
+
+std::string_view toString(Precision precision);
+std::string_view toString(Recompute recompute);
+std::string_view toString(Schedule schedule);
+/// Parse "bf16|fp16|fp32", "none|selective|full", "gpipe|1f1b|interleaved";
+/// throw Error naming the value and the accepted spellings otherwise.
+Precision parsePrecision(std::string_view text);
+Recompute parseRecompute(std::string_view text);
+Schedule parseSchedule(std::string_view text);
+
+/// Bytes of one activation/weight element in the compute precision.
+int64_t computeElementBytes(Precision precision);
+
+struct TrainingConfig {
+  int64_t globalBatch = 0; // sequences per optimizer step
+  int64_t seqLen = 0;
+  Precision precision = Precision::BF16;
+};
+
+/// One fully specified plan. Invariants (checked by checkParallelConfig):
+/// tp * pp * dp == world size, microBatch * gradAccum * dp == global batch.
+struct ParallelConfig {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = 1;
+  int zero = 0; // ZeRO stage over the DP group: 0, 1, 2, 3
+  int64_t microBatch = 1;
+  int64_t gradAccum = 1; // micro-batches per step and DP rank
+  Recompute recompute = Recompute::None;
+  Schedule schedule = Schedule::OneFOneB;
+  int64_t virtualStages = 1; // model chunks per pipeline rank (interleaved)
+  bool sequenceParallel = false;
+  int64_t prefetchDepth = 0; // ZeRO-3: all-gather buckets issued ahead
+  int64_t bucketBytes = 0;   // ZeRO-3: all-gather bucket size
+
+  /// Compact one-line form, e.g. "TP=8 PP=8 DP=1 ZeRO-0 mb=1 ga=64 ...".
+  std::string describe() const;
+};
+
+/// Any set field fixes that dimension of the search.
+struct Constraints {
+  std::optional<int64_t> tp, pp, dp;
+  std::optional<int> zero;
+  std::optional<int64_t> microBatch, gradAccum;
+  std::optional<Recompute> recompute;
+  std::optional<Schedule> schedule;
+  std::optional<int64_t> virtualStages;
+  std::optional<bool> sequenceParallel;
+  std::optional<int64_t> prefetchDepth, bucketBytes;
+  /// Let TP groups span nodes (off: TP <= GPUs per node, the usual choice).
+  bool allowTpAcrossNodes = false;
+
+  /// True when the constraints pin exactly one configuration (up to the
+  /// ZeRO-3 prefetch settings, which the search still tunes). gradAccum and
+  /// dp follow from the others; virtual stages matter only when interleaved.
+  bool allFixed() const;
+};
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_CONFIG_H

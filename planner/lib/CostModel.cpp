@@ -1,0 +1,590 @@
+//===- CostModel.cpp - Analytic time and memory model ---------------------===//
+//
+// Notation in comments: s sequence length, b micro-batch, h hidden, a heads,
+// f ffn size, t TP, p PP, d DP, v virtual stages, m micro-batches per step,
+// e bytes per compute-precision element.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/planner/CostModel.h"
+#include "weft/planner/Error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace weft::planner {
+
+double MemoryBreakdown::total() const {
+  return weights + gradients + optimizer + activations + recomputeWorkspace +
+         logits + zero3Buffers + commBuffers + workspace;
+}
+
+double TimeBreakdown::total() const {
+  return compute + recompute + tpComm + ppComm + dpComm + zeroComm + bubble +
+         optimizer;
+}
+
+double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
+                            int64_t microBatch, int64_t tp,
+                            bool sequenceParallel, Recompute recompute,
+                            int64_t elementBytes) {
+  double sbh = double(seqLen) * microBatch * model.hiddenSize;
+  double h = double(model.hiddenSize);
+  double e = double(elementBytes);
+  double spShard = sequenceParallel ? double(tp) : 1.0;
+  if (recompute == Recompute::Full)
+    return sbh * e / spShard; // only the layer input
+  // Korthikanti et al. 2022, Sec. 4.1, per layer (e = 2 gives 34sbh + 5as^2b):
+  // kept whole on every TP rank unless SP: both norm inputs, the QKV and MLP
+  // inputs (4 elements) and two dropout masks (1 byte each);
+  double replicated = sbh * (4 * e + 2);
+  // split by TP: Q, K, V, attention context and the MLP's hidden activations
+  // (input and output of GELU: 2f; SwiGLU keeps gate, up and product: 3f).
+  double qRatio = double(model.numHeads * model.headDim) / h;
+  double kvRatio = double(model.numKvHeads * model.headDim) / h;
+  double mlpRatio = (model.gatedMlp ? 3.0 : 2.0) * model.ffnSize / h;
+  double sharded = sbh * e * (2 * qRatio + 2 * kvRatio + mlpRatio);
+  double bytes = replicated / spShard + sharded / tp;
+  if (recompute == Recompute::None) {
+    // Softmax output (e), its dropout mask (1) and dropout output (e) per
+    // score: a*s*s*b scores, split by TP over heads.
+    double scores = double(model.numHeads) * seqLen * seqLen * microBatch;
+    bytes += scores * (2 * e + 1) / tp;
+  }
+  return bytes;
+}
+
+double activationsInFlight(Schedule schedule, int64_t pp, int64_t stage,
+                           int64_t microBatches, int64_t virtualStages) {
+  if (pp == 1)
+    return 1; // plain gradient accumulation: one micro-batch at a time
+  switch (schedule) {
+  case Schedule::GPipe:
+    return double(microBatches);
+  case Schedule::OneFOneB:
+    return double(std::min(microBatches, pp - stage));
+  case Schedule::Interleaved: {
+    // Megatron-LM's warm-up depth in model chunks, plus the one in steady
+    // state; stage 0 holds p + (p-1)/v stage-equivalents (Korthikanti
+    // Sec. 4.2).
+    int64_t chunks =
+        std::min(microBatches * virtualStages,
+                 2 * (pp - stage - 1) + (virtualStages - 1) * pp + 1);
+    return double(chunks) / virtualStages;
+  }
+  }
+  return 1;
+}
+
+double bubbleFraction(Schedule schedule, int64_t pp, int64_t microBatches,
+                      int64_t virtualStages) {
+  if (pp == 1)
+    return 0;
+  int64_t v = schedule == Schedule::Interleaved ? virtualStages : 1;
+  return double(pp - 1) / double(microBatches * v);
+}
+
+StateBytes stateBytesPerParam(Precision precision, int zero, int64_t dp) {
+  // Mixed precision: half weights and gradients, fp32 master + Adam m + v.
+  // fp32: fp32 weights and gradients, Adam m + v.
+  bool mixed = precision != Precision::FP32;
+  StateBytes bytes{mixed ? 2.0 : 4.0, mixed ? 2.0 : 4.0, mixed ? 12.0 : 8.0};
+  if (zero >= 1)
+    bytes.optimizer /= dp;
+  if (zero >= 2)
+    bytes.gradients /= dp;
+  if (zero >= 3)
+    bytes.weights /= dp;
+  return bytes;
+}
+
+GroupSpan spanOfGroup(const Cluster &cluster, int64_t size, int64_t stride) {
+  if (size <= 1)
+    return GroupSpan{};
+  int64_t perNode =
+      stride >= cluster.gpusPerNode
+          ? 1
+          : std::min(size, std::max<int64_t>(1, cluster.gpusPerNode / stride));
+  return GroupSpan{size, perNode, (size + perNode - 1) / perNode};
+}
+
+double collectiveTime(Collective kind, const Cluster &cluster,
+                      const CostConstants &constants, const GroupSpan &span,
+                      double bytes) {
+  int64_t n = span.size;
+  if (n <= 1 || bytes <= 0)
+    return 0;
+  double intraBw =
+      cluster.intraNodeBandwidthGBs * 1e9 * constants.intraNodeBusEfficiency;
+  double bandwidth = intraBw;
+  double latency = cluster.intraNodeLatencyUs * 1e-6;
+  if (span.nodes > 1) {
+    // Rings cross nodes through the NICs of the group's ranks on each node.
+    double nicBw = span.ranksPerNode * cluster.interNodeBandwidthGBs * 1e9 *
+                   constants.interNodeBusEfficiency;
+    bandwidth = std::min(intraBw, nicBw);
+    latency = cluster.interNodeLatencyUs * 1e-6;
+  }
+  double steps = double(n - 1);
+  double perRankShare = steps / n * bytes / bandwidth;
+  if (kind != Collective::AllReduce)
+    return perRankShare + steps * latency;
+  double ring = 2 * perRankShare + 2 * steps * latency;
+  if (n < constants.treeMinRanks)
+    return ring;
+  double tree =
+      2 * perRankShare + 2 * std::ceil(std::log2(double(n))) * latency;
+  return std::min(ring, tree);
+}
+
+double pointToPointTime(const Cluster &cluster, const CostConstants &constants,
+                        bool crossesNodes, double bytes) {
+  if (bytes <= 0)
+    return 0;
+  if (crossesNodes)
+    return bytes / (cluster.interNodeBandwidthGBs * 1e9 *
+                    constants.interNodeBusEfficiency) +
+           cluster.interNodeLatencyUs * 1e-6;
+  return bytes / (cluster.intraNodeBandwidthGBs * 1e9 *
+                  constants.intraNodeBusEfficiency) +
+         cluster.intraNodeLatencyUs * 1e-6;
+}
+
+// Seconds of one micro-batch on one rank.
+struct CostModel::PerMicroBatch {
+  double layerForward = 0, layerBackward = 0, layerRecompute = 0;
+  double layerTpForward = 0, layerTpBackward = 0, layerTpRecompute = 0;
+  double firstStageExtra = 0; // embedding, forward + backward
+  double lastStageExtra = 0;  // final norm, LM head and loss
+  double pointToPoint = 0;    // one activation transfer between stages
+  double layerTotal() const {
+    return layerForward + layerBackward + layerRecompute + layerTpForward +
+           layerTpBackward + layerTpRecompute;
+  }
+};
+
+// Layers per stage: `first` on stage 0, `middle` on stages 1..p-2, `last` on
+// stage p-1 (p == 1: everything on `first`).
+struct CostModel::Layout {
+  int64_t pp = 1;
+  int64_t first = 0, middle = 0, last = 0;
+  int64_t layersOn(int64_t stage) const {
+    if (stage == 0)
+      return first;
+    return stage == pp - 1 ? last : middle;
+  }
+};
+
+CostModel::CostModel(ModelSpec model, Cluster cluster, TrainingConfig training,
+                     CostConstants constants)
+    : spec(std::move(model)), hardware(std::move(cluster)), train(training),
+      consts(constants) {
+  peak = hardware.peakFlops(train.precision);
+  hbm = hardware.gpu.memoryBandwidthGBs * 1e9 * consts.memoryBandwidthFraction;
+  elem = computeElementBytes(train.precision);
+}
+
+double CostModel::usableMemoryBytes() const {
+  return hardware.memoryBytes() * (1 - consts.memoryMarginFraction);
+}
+
+double CostModel::modelFlopsPerStep() const {
+  return 3 * spec.forwardFlopsPerToken(train.seqLen) *
+         double(train.globalBatch) * double(train.seqLen);
+}
+
+std::string CostModel::check(const ParallelConfig &c) const {
+  std::ostringstream why;
+  int64_t world = hardware.worldSize();
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.microBatch < 1 || c.gradAccum < 1 ||
+      c.virtualStages < 1)
+    why << "TP, PP, DP, micro-batch, accumulation and virtual stages must be "
+           "positive";
+  else if (c.tp * c.pp * c.dp != world)
+    why << "TP x PP x DP = " << c.tp * c.pp * c.dp << ", but the cluster has "
+        << world << " GPUs";
+  else if (c.zero < 0 || c.zero > 3)
+    why << "ZeRO stage " << c.zero << " does not exist (expected 0-3)";
+  else if (spec.numHeads % c.tp != 0)
+    why << "TP=" << c.tp << " does not divide " << spec.numHeads
+        << " attention heads";
+  else if (spec.numKvHeads % c.tp != 0 && c.tp % spec.numKvHeads != 0)
+    why << "TP=" << c.tp << " and " << spec.numKvHeads
+        << " KV heads: neither divides the other";
+  else if (spec.ffnSize % c.tp != 0)
+    why << "TP=" << c.tp << " does not divide the FFN size " << spec.ffnSize;
+  else if (c.pp > spec.numLayers)
+    why << "PP=" << c.pp << " exceeds the " << spec.numLayers << " layers";
+  else if (c.microBatch * c.gradAccum * c.dp != train.globalBatch)
+    why << "micro-batch " << c.microBatch << " x accumulation " << c.gradAccum
+        << " x DP " << c.dp << " != global batch " << train.globalBatch;
+  else if (c.sequenceParallel && c.tp == 1)
+    why << "sequence parallelism needs TP > 1";
+  else if (c.schedule == Schedule::Interleaved &&
+           (c.pp == 1 || c.virtualStages < 2))
+    why << "the interleaved schedule needs PP > 1 and at least 2 virtual "
+           "stages";
+  else if (c.schedule != Schedule::Interleaved && c.virtualStages != 1)
+    why << "virtual stages need the interleaved schedule";
+  else if (c.schedule == Schedule::Interleaved &&
+           spec.numLayers % (c.pp * c.virtualStages) != 0)
+    why << "interleaved: " << spec.numLayers
+        << " layers do not split into PP=" << c.pp << " x " << c.virtualStages
+        << " equal chunks";
+  else if (c.schedule == Schedule::Interleaved && c.gradAccum % c.pp != 0)
+    why << "interleaved: " << c.gradAccum
+        << " micro-batches per step are not a multiple of PP=" << c.pp;
+  else if (c.zero == 3 && (c.prefetchDepth < 1 || c.bucketBytes <= 0))
+    why << "ZeRO-3 needs a prefetch depth >= 1 and a positive bucket size";
+  return why.str();
+}
+
+double CostModel::gemmSeconds(double m, double n, double k) const {
+  auto saturation = [&](double dim) {
+    return dim / (dim + consts.matmulHalfDim);
+  };
+  double efficiency =
+      consts.matmulPeakFraction * saturation(m) * saturation(n) * saturation(k);
+  return 2 * m * n * k / (peak * efficiency);
+}
+
+CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
+  const ModelSpec &ms = spec;
+  double t = double(c.tp);
+  double s = double(train.seqLen);
+  double tokens = s * c.microBatch;
+  double h = double(ms.hiddenSize);
+  double e = double(elem);
+
+  // Linear layers: FLOPs from the IR; the GEMM shapes only set efficiency.
+  double qkvOut = double(ms.numHeads + 2 * ms.numKvHeads) * ms.headDim / t;
+  double attnOut = double(ms.numHeads) * ms.headDim / t;
+  double mlpOut = (ms.gatedMlp ? 2.0 : 1.0) * ms.ffnSize / t;
+  double shapeSeconds =
+      gemmSeconds(tokens, qkvOut, h) + gemmSeconds(tokens, h, attnOut) +
+      gemmSeconds(tokens, mlpOut, h) + gemmSeconds(tokens, h, ms.ffnSize / t);
+  double shapeFlops =
+      2 * tokens * (h * qkvOut + attnOut * h + h * mlpOut + ms.ffnSize / t * h);
+  double linear =
+      ms.layerMatmulFlopsPerToken * tokens / t * (shapeSeconds / shapeFlops);
+
+  // Core attention: per (sequence, head) an s x s x headDim score GEMM and an
+  // s x headDim x s context GEMM.
+  double headsHere = c.microBatch * ms.numHeads / t;
+  double attnShapeSeconds = headsHere * (gemmSeconds(s, s, double(ms.headDim)) +
+                                         gemmSeconds(s, double(ms.headDim), s));
+  double attnShapeFlops = headsHere * 4 * s * s * ms.headDim;
+  double attention = ms.layerAttentionFlopsPerTokenPerPosition * s * tokens /
+                     t * (attnShapeSeconds / attnShapeFlops);
+
+  // Elementwise traffic per token in the forward pass, in elements: two norms
+  // (read + write: 4h), two bias-dropout-residual adds (read 2h, write h: 6h)
+  // -- done redundantly on every TP rank unless SP --, the fused
+  // scale-mask-softmax and attention dropout (4 a s), the MLP activation
+  // (GELU: read + write f; SwiGLU: read 2f, write f). Backward moves twice as
+  // much.
+  double spShard = c.sequenceParallel ? t : 1.0;
+  double softmaxElems = 4.0 * ms.numHeads * s / t;
+  double elementwiseElems = 10 * h / spShard + softmaxElems +
+                            (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t;
+  double elementwise = tokens * elementwiseElems * e / hbm;
+
+  PerMicroBatch costs;
+  double forward = linear + attention + elementwise;
+  costs.layerForward = forward;
+  costs.layerBackward = 2 * forward; // input and weight gradients
+  if (c.recompute == Recompute::Full)
+    costs.layerRecompute = costs.layerForward;
+  else if (c.recompute == Recompute::Selective)
+    costs.layerRecompute = attention + tokens * softmaxElems * e / hbm;
+
+  // Megatron TP: two all-reduces of the s*b*h activations per pass (with SP:
+  // an all-gather and a reduce-scatter each, the same volume).
+  GroupSpan tpSpan = spanOfGroup(hardware, c.tp, 1);
+  double activationBytes = tokens * h * e;
+  double tpCollective =
+      c.sequenceParallel
+          ? collectiveTime(Collective::AllGather, hardware, consts, tpSpan,
+                           activationBytes) +
+                collectiveTime(Collective::ReduceScatter, hardware, consts,
+                               tpSpan, activationBytes)
+          : collectiveTime(Collective::AllReduce, hardware, consts, tpSpan,
+                           activationBytes);
+  costs.layerTpForward = 2 * tpCollective;
+  costs.layerTpBackward = 2 * tpCollective;
+  if (c.recompute == Recompute::Full)
+    costs.layerTpRecompute = costs.layerTpForward;
+
+  // Embedding: gather + position add forward, scatter-add backward (3h
+  // elements each way); the vocabulary-parallel lookup ends in one TP
+  // collective.
+  costs.firstStageExtra = tokens * 6 * h * e / hbm + tpCollective;
+  // Final norm (forward + backward), LM head GEMM (3 passes), vocabulary-
+  // parallel cross-entropy over fp32 logits (read half, write fp32, and back),
+  // one TP collective for the head input's gradient.
+  double vocabHere = double(ms.vocabSize) / t;
+  double headShapeFlops = 2 * tokens * vocabHere * h;
+  double head = ms.headFlopsPerToken * tokens / t *
+                (gemmSeconds(tokens, vocabHere, h) / headShapeFlops);
+  costs.lastStageExtra = 3 * head + tokens * 12 * h * e / hbm +
+                         tokens * vocabHere * 2 * (e + 4) / hbm + tpCollective;
+
+  // Stage boundaries carry s*b*h/t (Megatron's scatter/gather optimisation);
+  // a boundary crosses nodes when a pipeline spans more than one node.
+  bool crossesNodes = c.tp * c.pp > hardware.gpusPerNode;
+  costs.pointToPoint =
+      pointToPointTime(hardware, consts, crossesNodes, activationBytes / t);
+  return costs;
+}
+
+CostModel::Layout CostModel::layout(const ParallelConfig &c,
+                                    const PerMicroBatch &costs) const {
+  Layout result;
+  result.pp = c.pp;
+  int64_t layers = spec.numLayers;
+  if (c.pp == 1) {
+    result.first = result.last = layers;
+    return result;
+  }
+  if (c.schedule == Schedule::Interleaved) {
+    result.first = result.middle = result.last = layers / c.pp;
+    return result;
+  }
+  // Balance stage time: stages 0 and p-1 also carry the embedding and the
+  // head, measured in layer-equivalents; the middle stages hold K layers each
+  // and the ends split the rest. Minimise the bottleneck over K.
+  double layerTime = costs.layerTotal();
+  double firstExtra = costs.firstStageExtra / layerTime;
+  double lastExtra = costs.lastStageExtra / layerTime;
+  double best = INFINITY;
+  int64_t middleStages = c.pp - 2;
+  for (int64_t k = std::max<int64_t>(1, layers / c.pp);
+       middleStages * k <= layers - 2 && k < best; ++k) {
+    int64_t rest = layers - middleStages * k;
+    int64_t first = std::clamp<int64_t>(
+        std::llround((rest + lastExtra - firstExtra) / 2), 1, rest - 1);
+    double bottleneck =
+        std::max({double(middleStages > 0 ? k : 0), first + firstExtra,
+                  (rest - first) + lastExtra});
+    if (bottleneck < best) {
+      best = bottleneck;
+      result.first = first;
+      result.middle = k;
+      result.last = rest - first;
+    }
+    if (middleStages == 0)
+      break;
+  }
+  return result;
+}
+
+double CostModel::stageParams(const Layout &layout, int64_t stage) const {
+  double params = double(layout.layersOn(stage)) * spec.layerParams;
+  if (stage == 0)
+    params += spec.embeddingParams;
+  if (stage == layout.pp - 1) {
+    params += spec.headParams;
+    // A tied head on a separate stage keeps its own copy of the embedding.
+    if (spec.tiedHead && layout.pp > 1)
+      params += double(spec.vocabSize) * spec.hiddenSize;
+  }
+  return params;
+}
+
+MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
+                                       const Layout &layout,
+                                       int64_t stage) const {
+  MemoryBreakdown memory;
+  double params = stageParams(layout, stage) / c.tp;
+  StateBytes state = stateBytesPerParam(train.precision, c.zero, c.dp);
+  memory.weights = params * state.weights;
+  memory.gradients = params * state.gradients;
+  memory.optimizer = params * state.optimizer;
+
+  double perLayer = layerActivationBytes(spec, train.seqLen, c.microBatch, c.tp,
+                                         c.sequenceParallel, c.recompute, elem);
+  double inFlight = activationsInFlight(c.schedule, c.pp, stage, c.gradAccum,
+                                        c.virtualStages);
+  memory.activations = perLayer * layout.layersOn(stage) * inFlight;
+  if (c.recompute != Recompute::None) {
+    // Backward re-materialises one layer at a time: full keeps that layer's
+    // whole activation set, selective its attention scores.
+    double whole =
+        layerActivationBytes(spec, train.seqLen, c.microBatch, c.tp,
+                             c.sequenceParallel, Recompute::None, elem);
+    memory.recomputeWorkspace =
+        c.recompute == Recompute::Full
+            ? whole
+            : whole - layerActivationBytes(spec, train.seqLen, c.microBatch,
+                                           c.tp, c.sequenceParallel,
+                                           Recompute::Selective, elem);
+  }
+  if (stage == layout.pp - 1) {
+    // s*b*V/t logits: the fp32 softmax saved for backward (one micro-batch,
+    // or all of them under GPipe), plus one half-precision logits buffer and
+    // its fp32 gradient while the loss runs.
+    double logitElems =
+        double(train.seqLen) * c.microBatch * spec.vocabSize / c.tp;
+    double saved =
+        (c.pp > 1 && c.schedule == Schedule::GPipe) ? double(c.gradAccum) : 1.0;
+    memory.logits = logitElems * (4 * saved + elem + 4);
+  }
+  if (c.zero == 3) {
+    // The gathered working unit (a layer, or the embedding on the end
+    // stages) and its unreduced gradient, plus the buckets fetched ahead.
+    double unit = double(spec.layerParams);
+    if (stage == 0)
+      unit = std::max(unit, double(spec.embeddingParams));
+    if (stage == layout.pp - 1 && spec.tiedHead)
+      unit = std::max(unit, double(spec.vocabSize) * spec.hiddenSize);
+    memory.zero3Buffers =
+        unit / c.tp * elem * 2 + double(c.prefetchDepth) * c.bucketBytes;
+  } else if (c.dp > 1) {
+    memory.commBuffers = 2 * consts.dpBucketBytes; // one filling, one in flight
+  }
+  memory.workspace = consts.workspaceBytes;
+  return memory;
+}
+
+double CostModel::peakMemoryBytes(const ParallelConfig &c) const {
+  Layout stages = layout(c, stageCosts(c));
+  double peakBytes = stageMemory(c, stages, 0).total();
+  if (c.pp > 2)
+    peakBytes = std::max(peakBytes, stageMemory(c, stages, 1).total());
+  if (c.pp > 1)
+    peakBytes = std::max(peakBytes, stageMemory(c, stages, c.pp - 1).total());
+  return peakBytes;
+}
+
+Estimate CostModel::evaluate(const ParallelConfig &c) const {
+  if (std::string why = check(c); !why.empty())
+    throw Error("invalid plan " + c.describe() + ": " + why);
+  PerMicroBatch costs = stageCosts(c);
+  Layout stages = layout(c, costs);
+
+  Estimate est;
+  est.config = c;
+  for (int64_t stage = 0; stage < c.pp; ++stage)
+    est.layersPerStage.push_back(stages.layersOn(stage));
+
+  // Memory: the stages that can be the most loaded (first: deepest in-flight
+  // queue and the embedding; second: most in flight among middle stages;
+  // last: head and logits).
+  for (int64_t stage : {int64_t(0), int64_t(1), c.pp - 1}) {
+    if (stage >= c.pp)
+      continue;
+    MemoryBreakdown memory = stageMemory(c, stages, stage);
+    if (stage == 0 || memory.total() > est.memory.total()) {
+      est.memory = memory;
+      est.peakStage = stage;
+    }
+  }
+  est.peakMemoryBytes = est.memory.total();
+  est.usableMemoryBytes = usableMemoryBytes();
+  est.fits = est.peakMemoryBytes <= est.usableMemoryBytes;
+  est.shortfallBytes =
+      est.fits ? 0 : est.peakMemoryBytes - est.usableMemoryBytes;
+
+  // Time: the slowest stage sets the pipeline's pace.
+  int64_t slowest = 0;
+  double slowestTime = 0;
+  for (int64_t stage : {int64_t(0), int64_t(1), c.pp - 1}) {
+    if (stage >= c.pp)
+      continue;
+    double extra = (stage == 0 ? costs.firstStageExtra : 0) +
+                   (stage == c.pp - 1 ? costs.lastStageExtra : 0);
+    double time = stages.layersOn(stage) * costs.layerTotal() + extra;
+    if (time > slowestTime) {
+      slowestTime = time;
+      slowest = stage;
+    }
+  }
+  double m = double(c.gradAccum);
+  double layers = double(stages.layersOn(slowest));
+  double extra = slowestTime - layers * costs.layerTotal();
+  TimeBreakdown &time = est.time;
+  time.compute =
+      m * (layers * (costs.layerForward + costs.layerBackward) + extra);
+  time.recompute = m * layers * costs.layerRecompute;
+  time.tpComm =
+      m * layers *
+      (costs.layerTpForward + costs.layerTpBackward + costs.layerTpRecompute);
+  time.bubble = bubbleFraction(c.schedule, c.pp, c.gradAccum, c.virtualStages) *
+                m * slowestTime;
+  if (c.pp > 1) {
+    // Each micro-batch enters and leaves every model chunk once per direction
+    // (blocking transfers), plus the fill of the pipeline.
+    int64_t v = c.schedule == Schedule::Interleaved ? c.virtualStages : 1;
+    time.ppComm = (2 * m * v + 2 * (c.pp - 1)) * costs.pointToPoint;
+  }
+
+  // Data parallelism.
+  double rankParams = stageParams(stages, slowest) / c.tp;
+  double overlap = consts.commOverlapFraction;
+  double forwardWindow = overlap * layers * costs.layerForward;
+  double backwardWindow =
+      overlap * layers * (costs.layerBackward + costs.layerRecompute);
+  GroupSpan dpSpan = spanOfGroup(hardware, c.dp, c.tp * c.pp);
+  if (c.dp > 1 && c.zero < 3) {
+    double gradBytes = rankParams * elem;
+    double buckets = std::max(1.0, std::ceil(gradBytes / consts.dpBucketBytes));
+    Collective reduce =
+        c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
+    double reduceTime =
+        collectiveTime(reduce, hardware, consts, dpSpan, gradBytes);
+    // Buckets reduce while backward continues; the last one cannot hide.
+    double exposed =
+        std::max(reduceTime / buckets, reduceTime - backwardWindow);
+    // ZeRO-2 keeps only its gradient shard, so every micro-batch reduces.
+    time.dpComm = (c.zero == 2 ? m : 1.0) * exposed;
+    if (c.zero >= 1) {
+      // Updated parameter shards are all-gathered under the next forward.
+      double gather = collectiveTime(Collective::AllGather, hardware, consts,
+                                     dpSpan, rankParams * elem);
+      time.dpComm += std::max(0.0, gather - forwardWindow);
+    }
+  } else if (c.dp > 1) {
+    // ZeRO-3: every layer's parameters are gathered before its forward and
+    // again before its backward, and its gradients reduce-scattered after.
+    // Prefetching `depth` buckets ahead hides a gather under the previous
+    // layer's compute, up to the share of a layer the prefetch covers.
+    double layerBytes = double(spec.layerParams) / c.tp * elem;
+    double calls = std::ceil(layerBytes / c.bucketBytes);
+    double latency = (c.dp - 1) *
+                     (dpSpan.nodes > 1 ? hardware.interNodeLatencyUs
+                                       : hardware.intraNodeLatencyUs) *
+                     1e-6;
+    double gather = collectiveTime(Collective::AllGather, hardware, consts,
+                                   dpSpan, layerBytes) +
+                    (calls - 1) * latency;
+    double scatter = collectiveTime(Collective::ReduceScatter, hardware, consts,
+                                    dpSpan, layerBytes) +
+                     (calls - 1) * latency;
+    double coverage =
+        std::min(1.0, double(c.prefetchDepth) * c.bucketBytes / layerBytes);
+    double forwardExposed =
+        std::max(0.0, gather - coverage * overlap *
+                                   (costs.layerForward + costs.layerTpForward));
+    double backwardExposed =
+        std::max(0.0, gather + scatter -
+                          coverage * overlap *
+                              (costs.layerBackward + costs.layerRecompute +
+                               costs.layerTpBackward + costs.layerTpRecompute));
+    // The first gather of each micro-batch has nothing to hide behind.
+    time.zeroComm = m * (layers * (forwardExposed + backwardExposed) + gather);
+  }
+
+  double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;
+  time.optimizer = optimizerParams * consts.optimizerBytesPerParam / hbm;
+
+  est.stepTimeS = time.total();
+  double tokens = double(train.globalBatch) * train.seqLen;
+  est.tokensPerS = tokens / est.stepTimeS;
+  double world = double(hardware.worldSize());
+  est.modelTflopsPerGpu = modelFlopsPerStep() / est.stepTimeS / world / 1e12;
+  est.mfu = modelFlopsPerStep() / (est.stepTimeS * world * peak);
+  return est;
+}
+
+} // namespace weft::planner

@@ -1,0 +1,334 @@
+//===- Search.cpp - Pruned exhaustive search over parallel plans ----------===//
+
+#include "weft/planner/Search.h"
+#include "weft/planner/Error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace weft::planner {
+namespace {
+
+std::vector<int64_t> divisorsOf(int64_t n) {
+  std::vector<int64_t> small, large;
+  for (int64_t i = 1; i * i <= n; ++i) {
+    if (n % i != 0)
+      continue;
+    small.push_back(i);
+    if (i != n / i)
+      large.push_back(n / i);
+  }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
+}
+
+template <typename T>
+std::vector<T> fixedOr(const std::optional<T> &fixed, std::vector<T> all) {
+  if (fixed)
+    return {*fixed};
+  return all;
+}
+
+// ZeRO-3 tuning grid: prefetch depth in buckets, and bucket sizes around
+// DeepSpeed's default stage3_prefetch_bucket_size (5e7 elements = 100 MB).
+const std::vector<int64_t> kPrefetchDepths = {1, 2, 4};
+const std::vector<int64_t> kBucketBytes = {25'000'000, 100'000'000,
+                                           400'000'000};
+
+struct ScheduleChoice {
+  Schedule schedule;
+  int64_t virtualStages;
+};
+
+std::vector<ScheduleChoice> scheduleChoices(const Constraints &fixed,
+                                            int64_t pp, int64_t layers) {
+  if (pp == 1 && !fixed.schedule)
+    return {{Schedule::OneFOneB, 1}}; // no pipeline: the schedule is moot
+  std::vector<ScheduleChoice> choices;
+  for (Schedule schedule :
+       fixedOr<Schedule>(fixed.schedule, {Schedule::GPipe, Schedule::OneFOneB,
+                                          Schedule::Interleaved})) {
+    if (schedule != Schedule::Interleaved) {
+      choices.push_back({schedule, 1});
+      continue;
+    }
+    std::vector<int64_t> depths;
+    if (fixed.virtualStages)
+      depths = {*fixed.virtualStages};
+    else if (layers % pp == 0)
+      for (int64_t v : divisorsOf(layers / pp))
+        if (v >= 2)
+          depths.push_back(v);
+    for (int64_t v : depths)
+      choices.push_back({schedule, v});
+  }
+  return choices;
+}
+
+/// Keeps the `capacity` fastest estimates, sorted.
+class Leaderboard {
+public:
+  explicit Leaderboard(size_t capacity) : capacity(capacity) {}
+  void offer(Estimate estimate) {
+    if (plans.size() == capacity &&
+        estimate.stepTimeS >= plans.back().stepTimeS)
+      return;
+    auto at = std::upper_bound(plans.begin(), plans.end(), estimate.stepTimeS,
+                               [](double time, const Estimate &plan) {
+                                 return time < plan.stepTimeS;
+                               });
+    plans.insert(at, std::move(estimate));
+    if (plans.size() > capacity)
+      plans.pop_back();
+  }
+  std::vector<Estimate> plans;
+
+private:
+  size_t capacity;
+};
+
+std::string gib(double bytes) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << bytes / 1073741824.0 << " GiB";
+  return os.str();
+}
+
+std::vector<std::string> remediesFor(const Estimate &closest,
+                                     const CostModel &model) {
+  std::vector<std::string> remedies;
+  const ParallelConfig &c = closest.config;
+  const MemoryBreakdown &memory = closest.memory;
+  if (c.zero < 3 && c.dp > 1)
+    remedies.push_back("ZeRO-3 shards weights, gradients and optimizer state "
+                       "over the DP group");
+  if (c.recompute != Recompute::Full)
+    remedies.push_back("full recompute keeps only each layer's input");
+  if (c.microBatch > 1)
+    remedies.push_back("a smaller micro-batch shrinks activations and logits");
+  if (c.tp > 1 && !c.sequenceParallel)
+    remedies.push_back(
+        "sequence parallelism splits the replicated activations");
+  // Model states shrink with the world size under ZeRO-3; the rest does not.
+  const Cluster &cluster = model.cluster();
+  double states = 16.0 * model.model().totalParams;
+  double perGpuRest =
+      memory.total() - memory.weights - memory.gradients - memory.optimizer;
+  double room = closest.usableMemoryBytes - perGpuRest;
+  std::ostringstream more;
+  more << "more GPUs";
+  if (room > 0) {
+    int64_t gpus = int64_t(std::ceil(states / room));
+    int64_t nodes = (gpus + cluster.gpusPerNode - 1) / cluster.gpusPerNode;
+    if (nodes > cluster.nodes)
+      more << " (about " << nodes << " nodes of " << cluster.gpusPerNode
+           << " to hold the " << gib(states) << " of model states)";
+  }
+  more << ", or GPUs with more than " << gib(closest.peakMemoryBytes)
+       << " usable";
+  remedies.push_back(more.str());
+  return remedies;
+}
+
+} // namespace
+
+SearchResult search(const CostModel &model, const Constraints &fixed,
+                    const SearchOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  const ModelSpec &spec = model.model();
+  const Cluster &cluster = model.cluster();
+  const TrainingConfig &training = model.training();
+  if (training.globalBatch <= 0)
+    throw Error("global batch must be positive, got " +
+                std::to_string(training.globalBatch));
+  if (training.seqLen <= 0)
+    throw Error("sequence length must be positive, got " +
+                std::to_string(training.seqLen));
+  if (options.topK < 1)
+    throw Error("top-K must be positive, got " + std::to_string(options.topK));
+
+  SearchResult result;
+  int64_t world = cluster.worldSize();
+  Leaderboard leaderboard(size_t(options.topK));
+  struct RegionState {
+    bool anyFits = false;
+    double leanest = INFINITY;
+  };
+  std::map<std::tuple<int, int64_t, int64_t>, RegionState> regions;
+  std::string lastInvalid;
+  int64_t validConfigs = 0;
+
+  auto considerClosest = [&](const ParallelConfig &config, double peak) {
+    if (result.closest && peak >= result.closest->peakMemoryBytes)
+      return;
+    result.closest = model.evaluate(config);
+  };
+
+  // Evaluates one configuration (tuning the ZeRO-3 knobs left free); returns
+  // false when even its leanest variant does not fit.
+  auto tryConfig = [&](ParallelConfig config) -> bool {
+    std::vector<int64_t> depths = {0}, buckets = {0};
+    if (config.zero == 3) {
+      depths = fixedOr(fixed.prefetchDepth, kPrefetchDepths);
+      buckets = fixedOr(fixed.bucketBytes, kBucketBytes);
+    }
+    config.prefetchDepth = depths.front();
+    config.bucketBytes = buckets.front();
+    if (std::string why = model.check(config); !why.empty()) {
+      lastInvalid = why;
+      return true; // invalid, not memory-bound: keep growing the micro-batch
+    }
+    ++validConfigs;
+    ++result.configsEvaluated;
+    RegionState &region = regions[{config.zero, config.tp, config.pp}];
+    double leanPeak = model.peakMemoryBytes(config);
+    if (leanPeak > model.usableMemoryBytes()) {
+      region.leanest = std::min(region.leanest, leanPeak);
+      considerClosest(config, leanPeak);
+      return false;
+    }
+    region.anyFits = true;
+    std::optional<Estimate> best;
+    for (int64_t depth : depths) {
+      for (int64_t bucket : buckets) {
+        config.prefetchDepth = depth;
+        config.bucketBytes = bucket;
+        if (depth != depths.front() || bucket != buckets.front()) {
+          ++result.configsEvaluated;
+          if (model.peakMemoryBytes(config) > model.usableMemoryBytes())
+            continue;
+        }
+        ++result.timeEvaluations;
+        Estimate estimate = model.evaluate(config);
+        if (!best || estimate.stepTimeS < best->stepTimeS)
+          best = std::move(estimate);
+      }
+    }
+    ++result.candidatesFitting;
+    if (options.referenceStepTimeS &&
+        best->stepTimeS < *options.referenceStepTimeS)
+      ++result.fasterThanReference;
+    leaderboard.offer(std::move(*best));
+    return true;
+  };
+
+  if (fixed.allFixed()) {
+    ParallelConfig config;
+    config.tp = *fixed.tp;
+    config.pp = *fixed.pp;
+    config.dp = fixed.dp ? *fixed.dp : world / (config.tp * config.pp);
+    config.zero = *fixed.zero;
+    config.microBatch = *fixed.microBatch;
+    config.gradAccum =
+        fixed.gradAccum
+            ? *fixed.gradAccum
+            : training.globalBatch /
+                  std::max<int64_t>(1, config.microBatch * config.dp);
+    config.recompute = *fixed.recompute;
+    config.schedule = fixed.schedule ? *fixed.schedule : Schedule::OneFOneB;
+    config.virtualStages =
+        config.schedule == Schedule::Interleaved ? *fixed.virtualStages : 1;
+    config.sequenceParallel = fixed.sequenceParallel.value_or(false);
+    tryConfig(config);
+    if (validConfigs == 0)
+      throw Error("fixed configuration " + config.describe() + ": " +
+                  lastInvalid);
+    result.outcome = SearchResult::Outcome::Fixed;
+    if (!leaderboard.plans.empty()) {
+      result.plans = std::move(leaderboard.plans);
+    } else {
+      result.plans.push_back(*result.closest);
+      result.remedies = remediesFor(*result.closest, model);
+    }
+    result.searchTimeS =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    return result;
+  }
+
+  std::vector<int64_t> tps;
+  for (int64_t tp : fixedOr<int64_t>(fixed.tp, divisorsOf(world)))
+    if (fixed.tp || fixed.allowTpAcrossNodes || tp <= cluster.gpusPerNode)
+      tps.push_back(tp);
+
+  for (int64_t tp : tps) {
+    if (world % tp != 0)
+      continue;
+    for (int64_t pp : fixedOr<int64_t>(fixed.pp, divisorsOf(world / tp))) {
+      if ((world / tp) % pp != 0 || pp > spec.numLayers)
+        continue;
+      int64_t dp = world / (tp * pp);
+      if ((fixed.dp && *fixed.dp != dp) || training.globalBatch % dp != 0)
+        continue;
+      std::vector<int64_t> microBatches;
+      int64_t perReplica = training.globalBatch / dp;
+      for (int64_t mb : divisorsOf(perReplica))
+        if ((!fixed.microBatch || mb == *fixed.microBatch) &&
+            (!fixed.gradAccum || perReplica / mb == *fixed.gradAccum))
+          microBatches.push_back(mb);
+      // Without data parallelism every ZeRO stage is plain training.
+      std::vector<int> zeros =
+          fixedOr<int>(fixed.zero, dp == 1 ? std::vector<int>{0}
+                                           : std::vector<int>{0, 1, 2, 3});
+      std::vector<bool> sps = fixedOr<bool>(
+          fixed.sequenceParallel,
+          tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false});
+      for (int zero : zeros)
+        for (bool sp : sps)
+          for (ScheduleChoice schedule :
+               scheduleChoices(fixed, pp, spec.numLayers))
+            for (Recompute recompute : fixedOr<Recompute>(
+                     fixed.recompute,
+                     {Recompute::None, Recompute::Selective, Recompute::Full}))
+              for (int64_t mb : microBatches) {
+                ParallelConfig config;
+                config.tp = tp;
+                config.pp = pp;
+                config.dp = dp;
+                config.zero = zero;
+                config.microBatch = mb;
+                config.gradAccum = perReplica / mb;
+                config.recompute = recompute;
+                config.schedule = schedule.schedule;
+                config.virtualStages = schedule.virtualStages;
+                config.sequenceParallel = sp;
+                // Memory never shrinks with a larger micro-batch.
+                if (!tryConfig(config))
+                  break;
+              }
+    }
+  }
+  if (validConfigs == 0) {
+    std::ostringstream why;
+    why << "no valid plan for " << world << " GPUs (" << cluster.nodes << "x"
+        << cluster.gpusPerNode << "), global batch " << training.globalBatch
+        << ", " << spec.numHeads << " heads, " << spec.numLayers << " layers";
+    if (!lastInvalid.empty())
+      why << ": " << lastInvalid;
+    throw Error(why.str());
+  }
+
+  for (const auto &[key, region] : regions)
+    if (!region.anyFits)
+      result.rejected.push_back({std::get<0>(key), std::get<1>(key),
+                                 std::get<2>(key), region.leanest,
+                                 model.usableMemoryBytes()});
+  result.plans = std::move(leaderboard.plans);
+  if (result.plans.empty()) {
+    result.outcome = SearchResult::Outcome::NothingFits;
+    result.remedies = remediesFor(*result.closest, model);
+  } else {
+    result.outcome = SearchResult::Outcome::Found;
+  }
+  result.searchTimeS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+} // namespace weft::planner

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Everything Weft checks and times on a GPU, in one call (the device machine is
+# lent briefly and starts bare). Writes logs and JSON under ${OUT:-gpu-out}/ and
+# prints a short table last.
+#   scripts/gpu-check.sh [--quick]
+# Stages: machine facts, GPU ceilings (copy bandwidth, bf16 GEMM), the PyTorch
+# GPT-2 baseline (eager and torch.compile), and the Hugging Face parameter
+# counts of every preset (the reference the importer's tests pin).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
+status=0
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  nvcc --version | tail -1
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+} 2>&1 | tee "$OUT/machine.txt"
+
+echo "== HF parameter counts"
+python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1
+
+echo "== GPU ceilings"
+python3 bench/gpu/ceilings.py | tee "$OUT/ceilings.json" || status=1
+
+echo "== PyTorch GPT-2 baseline"
+sizes=124m,350m,1.5b; [ $QUICK = 1 ] && sizes=124m
+python3 bench/gpu/torch_gpt2_baseline.py --sizes "$sizes" | tee "$OUT/torch_baseline.jsonl" || status=1
+
+echo "== summary"
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+c = json.load(open(f"{out}/ceilings.json"))
+print(f"{c['gpu']}: copy {c['copy_gb_s']} GB/s, bf16 GEMM 8192^3 {c['bf16_gemm_8192_tflops']} TFLOP/s")
+print(f"{'model':6s} {'mode':9s} {'batch':>5s} {'step ms':>8s} {'tok/s':>9s} {'TFLOP/s':>8s} {'MFU':>6s} {'mem GiB':>7s}")
+for line in open(f"{out}/torch_baseline.jsonl"):
+    r = json.loads(line)
+    print(f"{r['size']:6s} {r['mode']:9s} {r['batch']:5d} {r['step_ms']:8.1f} {r['tokens_per_s']:9d} "
+          f"{r['model_tflops']:8.1f} {r['mfu']*100:5.1f}% {r['peak_mem_gib']:7.2f}")
+PY
+exit $status

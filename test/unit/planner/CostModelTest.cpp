@@ -1,0 +1,250 @@
+//===- CostModelTest.cpp - Memory, FLOP and time formulas -----------------===//
+
+#include "TestModels.h"
+
+#include "weft/planner/CostModel.h"
+#include "weft/planner/Error.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace weft::planner;
+using weft::planner::test::gpt1p3b;
+
+namespace {
+
+// s = 2048, b = 4, h = 2048, a = 16: s*b*h = 2^24.
+constexpr double kSbh = 2048.0 * 4 * 2048;
+
+ParallelConfig dataParallel(int zero, int64_t dp, int64_t globalBatch) {
+  ParallelConfig c;
+  c.dp = dp;
+  c.zero = zero;
+  c.microBatch = 1;
+  c.gradAccum = globalBatch / dp;
+  c.recompute = Recompute::Full;
+  if (zero == 3) {
+    c.prefetchDepth = 1;
+    c.bucketBytes = 25'000'000;
+  }
+  return c;
+}
+
+} // namespace
+
+TEST(Memory, KorthikantiActivationsPerLayer) {
+  ModelSpec m = gpt1p3b();
+  // TP=1, no recompute: sbh (34 + 5 a s / h) with 5 a s / h = 80.
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 1, false, Recompute::None, 2),
+      kSbh * (34 + 80));
+  // TP=8: sbh (10 + 24/t + 5as/(ht)).
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 8, false, Recompute::None, 2),
+      kSbh * (10 + 3 + 10));
+  // TP=8 + SP: sbh (34/t + 5as/(ht)).
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 8, true, Recompute::None, 2),
+      kSbh * (34.0 / 8 + 10));
+  // Selective: the attention-score term goes.
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 8, false, Recompute::Selective, 2),
+      kSbh * 13);
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 8, true, Recompute::Selective, 2),
+      kSbh * 34 / 8);
+  // Full: the layer input only, 2sbh (split by SP).
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 8, false, Recompute::Full, 2), 2 * kSbh);
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 8, true, Recompute::Full, 2),
+      2 * kSbh / 8);
+  // fp32 doubles the element bytes but not the 1-byte dropout masks:
+  // replicated 4*4 + 2, split 4*(2+2+8), scores a*s*(2*4+1)/h = 144.
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 1, false, Recompute::None, 4),
+      kSbh * (18 + 48 + 144));
+}
+
+TEST(Memory, GqaAndSwiGluActivations) {
+  ModelSpec m = gpt1p3b();
+  m.numKvHeads = 4; // K and V are a quarter of Q
+  m.gatedMlp = true;
+  m.ffnSize = 5632; // 2.75 h; SwiGLU keeps gate, up and their product
+  // 10 + 2 * (2 + 2 * 0.25 + 3 * 2.75) + 80 = 111.5
+  EXPECT_DOUBLE_EQ(
+      layerActivationBytes(m, 2048, 4, 1, false, Recompute::None, 2),
+      kSbh * 111.5);
+}
+
+TEST(Memory, ZeroStateBytes) {
+  StateBytes z0 = stateBytesPerParam(Precision::BF16, 0, 8);
+  EXPECT_DOUBLE_EQ(z0.weights + z0.gradients + z0.optimizer, 16);
+  StateBytes z1 = stateBytesPerParam(Precision::BF16, 1, 8);
+  EXPECT_DOUBLE_EQ(z1.optimizer, 1.5);
+  EXPECT_DOUBLE_EQ(z1.gradients, 2);
+  StateBytes z2 = stateBytesPerParam(Precision::FP16, 2, 8);
+  EXPECT_DOUBLE_EQ(z2.gradients, 0.25);
+  EXPECT_DOUBLE_EQ(z2.weights, 2);
+  StateBytes z3 = stateBytesPerParam(Precision::BF16, 3, 8);
+  EXPECT_DOUBLE_EQ(z3.weights + z3.gradients + z3.optimizer, 2.0);
+  StateBytes fp32 = stateBytesPerParam(Precision::FP32, 0, 8);
+  EXPECT_DOUBLE_EQ(fp32.weights, 4);
+  EXPECT_DOUBLE_EQ(fp32.gradients, 4);
+  EXPECT_DOUBLE_EQ(fp32.optimizer, 8);
+}
+
+TEST(Memory, ModelStatesOfOneGpu) {
+  // One GPU, no sharding: 16 bytes per parameter exactly.
+  ModelSpec m = gpt1p3b();
+  CostModel model(m, clusterPreset("h100-1gpu"), {8, 2048, Precision::BF16});
+  Estimate e = model.evaluate(dataParallel(0, 1, 8));
+  EXPECT_EQ(m.totalParams, 1317654528); // hand-counted GPT-3 XL
+  EXPECT_DOUBLE_EQ(e.memory.weights + e.memory.gradients + e.memory.optimizer,
+                   16.0 * m.totalParams);
+  EXPECT_DOUBLE_EQ(e.memory.activations, 24 * 2 * 2048.0 * 2048);
+  // fp32 logits saved + half logits + fp32 gradient: s*b*V*(4+2+4).
+  EXPECT_DOUBLE_EQ(e.memory.logits, 2048.0 * 51200 * 10);
+  EXPECT_DOUBLE_EQ(e.memory.commBuffers, 0);
+}
+
+TEST(Memory, NonIncreasingInZeroStage) {
+  CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g"),
+                  {64, 2048, Precision::BF16});
+  double previous = INFINITY;
+  for (int zero = 0; zero <= 3; ++zero) {
+    double peak = model.peakMemoryBytes(dataParallel(zero, 8, 64));
+    EXPECT_LE(peak, previous) << "ZeRO-" << zero;
+    previous = peak;
+  }
+}
+
+TEST(Memory, PipelineInFlight) {
+  EXPECT_EQ(activationsInFlight(Schedule::OneFOneB, 8, 0, 64, 1), 8);
+  EXPECT_EQ(activationsInFlight(Schedule::OneFOneB, 8, 7, 64, 1), 1);
+  EXPECT_EQ(activationsInFlight(Schedule::OneFOneB, 8, 0, 4, 1), 4);
+  EXPECT_EQ(activationsInFlight(Schedule::GPipe, 8, 5, 64, 1), 64);
+  EXPECT_EQ(activationsInFlight(Schedule::GPipe, 1, 0, 64, 1), 1);
+  // Interleaved stage 0: p + (p - 1) / v stage-equivalents.
+  EXPECT_DOUBLE_EQ(activationsInFlight(Schedule::Interleaved, 8, 0, 64, 3),
+                   8 + 7.0 / 3);
+}
+
+TEST(Time, BubbleFractions) {
+  EXPECT_DOUBLE_EQ(bubbleFraction(Schedule::OneFOneB, 8, 64, 1), 7.0 / 64);
+  EXPECT_DOUBLE_EQ(bubbleFraction(Schedule::GPipe, 8, 64, 1), 7.0 / 64);
+  EXPECT_DOUBLE_EQ(bubbleFraction(Schedule::Interleaved, 8, 64, 3), 7.0 / 192);
+  EXPECT_DOUBLE_EQ(bubbleFraction(Schedule::OneFOneB, 1, 64, 1), 0);
+}
+
+TEST(Time, CollectivesFollowTheTopology) {
+  Cluster c = clusterPreset("dgx-a100-80g:4");
+  CostConstants k;
+  GroupSpan tp = spanOfGroup(c, 8, 1);
+  EXPECT_EQ(tp.nodes, 1);
+  EXPECT_EQ(tp.ranksPerNode, 8);
+  GroupSpan dp = spanOfGroup(c, 4, 8); // one rank per node
+  EXPECT_EQ(dp.nodes, 4);
+  EXPECT_EQ(dp.ranksPerNode, 1);
+  double bytes = 1e9;
+  EXPECT_DOUBLE_EQ(collectiveTime(Collective::AllReduce, c, k, tp, bytes),
+                   2 * 7.0 / 8 * bytes / (300e9 * k.intraNodeBusEfficiency) +
+                       14 * 2e-6);
+  EXPECT_DOUBLE_EQ(collectiveTime(Collective::AllGather, c, k, dp, bytes),
+                   3.0 / 4 * bytes / (25e9 * k.interNodeBusEfficiency) +
+                       3 * 5e-6);
+  // A group spread one per node is slower than one packed into nodes.
+  GroupSpan packed = spanOfGroup(c, 32, 1);
+  EXPECT_EQ(packed.ranksPerNode, 8);
+  EXPECT_GT(
+      collectiveTime(Collective::AllReduce, c, k, spanOfGroup(c, 4, 8), bytes),
+      collectiveTime(Collective::AllReduce, c, k, spanOfGroup(c, 4, 1), bytes));
+  EXPECT_EQ(
+      collectiveTime(Collective::AllReduce, c, k, spanOfGroup(c, 1, 1), bytes),
+      0);
+}
+
+TEST(Time, ModelFlopsAndThroughputIdentities) {
+  ModelSpec m = gpt1p3b();
+  CostModel model(m, clusterPreset("dgx-a100-80g"),
+                  {64, 2048, Precision::BF16});
+  // Forward per token: 2hV + L (24h^2 + 4hs).
+  double perToken =
+      2.0 * 2048 * 51200 + 24 * (24.0 * 2048 * 2048 + 4.0 * 2048 * 2048);
+  EXPECT_DOUBLE_EQ(model.modelFlopsPerStep(), 3 * perToken * 64 * 2048);
+  Estimate e = model.evaluate(dataParallel(1, 8, 64));
+  EXPECT_NEAR(e.time.total(), e.stepTimeS, 1e-12);
+  EXPECT_NEAR(e.tokensPerS * e.stepTimeS, 64.0 * 2048, 1e-6);
+  EXPECT_NEAR(e.mfu * 312, e.modelTflopsPerGpu, 1e-9);
+  EXPECT_GT(e.time.recompute, 0);
+  EXPECT_EQ(e.time.bubble, 0);
+}
+
+TEST(Time, RecomputeAndPipelineCostTime) {
+  CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g"),
+                  {64, 2048, Precision::BF16});
+  ParallelConfig c;
+  c.tp = 2;
+  c.pp = 4;
+  c.microBatch = 1;
+  c.gradAccum = 64;
+  c.schedule = Schedule::OneFOneB;
+  double none = model.evaluate(c).stepTimeS;
+  c.recompute = Recompute::Selective;
+  double selective = model.evaluate(c).stepTimeS;
+  c.recompute = Recompute::Full;
+  double full = model.evaluate(c).stepTimeS;
+  EXPECT_LT(none, selective);
+  EXPECT_LT(selective, full);
+  // Interleaving shrinks the bubble by v.
+  Estimate plain = model.evaluate(c);
+  c.schedule = Schedule::Interleaved;
+  c.virtualStages = 2;
+  Estimate interleaved = model.evaluate(c);
+  EXPECT_NEAR(interleaved.time.bubble * 2, plain.time.bubble,
+              1e-9 * plain.time.bubble);
+  EXPECT_GT(interleaved.time.ppComm, plain.time.ppComm);
+  int64_t layers = 0;
+  for (int64_t n : plain.layersPerStage)
+    layers += n;
+  EXPECT_EQ(layers, 24);
+}
+
+TEST(Time, UnevenLayerSplitsBalanceTheHead) {
+  // 25 layers over 4 stages: the last stage, which also runs the LM head,
+  // never gets more layers than a middle stage.
+  ModelSpec m = gpt1p3b();
+  m.numLayers = 25;
+  CostModel model(m, clusterPreset("dgx-a100-80g"), {8, 2048, Precision::BF16});
+  ParallelConfig c;
+  c.tp = 2;
+  c.pp = 4;
+  c.gradAccum = 8;
+  Estimate e = model.evaluate(c);
+  ASSERT_EQ(e.layersPerStage.size(), 4u);
+  EXPECT_EQ(e.layersPerStage[0] + e.layersPerStage[1] + e.layersPerStage[2] +
+                e.layersPerStage[3],
+            25);
+  EXPECT_LE(e.layersPerStage[3], e.layersPerStage[1]);
+}
+
+TEST(CostModel, InvalidPlansAreRejectedWithReasons) {
+  CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g"),
+                  {64, 2048, Precision::BF16});
+  ParallelConfig c = dataParallel(0, 8, 64);
+  c.gradAccum = 4;
+  EXPECT_EQ(model.check(c),
+            "micro-batch 1 x accumulation 4 x DP 8 != global batch 64");
+  c = dataParallel(0, 8, 64);
+  c.dp = 4;
+  EXPECT_EQ(model.check(c), "TP x PP x DP = 4, but the cluster has 8 GPUs");
+  c = dataParallel(0, 8, 64);
+  c.sequenceParallel = true;
+  EXPECT_EQ(model.check(c), "sequence parallelism needs TP > 1");
+  c.sequenceParallel = false;
+  c.zero = 3;
+  EXPECT_EQ(model.check(c), "ZeRO-3 needs a prefetch depth >= 1 and a "
+                            "positive bucket size");
+  EXPECT_THROW(model.evaluate(c), Error);
+}
