@@ -14,9 +14,18 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Weft/Analysis/ModelAnalysis.h"
+#include "weft/Compiler/Import.h"
+#include "weft/Compiler/InitAll.h"
+#include "weft/Compiler/ModelSpecBuilder.h"
 #include "weft/planner/Cluster.h"
 #include "weft/planner/Error.h"
 #include "weft/planner/Search.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -31,39 +40,30 @@ using namespace weft::planner;
 
 namespace {
 
-/// STAND-IN until the compiler's IR analysis is wired in: parameter and FLOP
-/// counts of a GPT-style decoder (learned positions, LayerNorm, GELU MLP,
-/// biases on every linear layer, head tied to the token embedding) computed
-/// from its shapes. The real path fills ModelSpec from the model dialect.
+/// The row's model through the compiler's real path: its shape written as a
+/// GPT-2 config.json (learned positions, LayerNorm, GELU MLP, biases, tied
+/// head), imported into the weft dialect and counted by the IR analysis.
 ModelSpec gptLikeSpec(const std::string &name, int64_t hidden, int64_t ffn,
                       int64_t layers, int64_t heads, int64_t kvHeads,
                       int64_t vocab, int64_t positions) {
-  ModelSpec spec;
-  spec.name = name;
-  spec.family = "gpt2";
-  spec.vocabSize = vocab;
-  spec.hiddenSize = hidden;
-  spec.ffnSize = ffn;
-  spec.numLayers = layers;
-  spec.numHeads = heads;
-  spec.numKvHeads = kvHeads;
-  spec.headDim = hidden / heads;
-  spec.maxPositions = positions;
-  int64_t kvWidth = kvHeads * spec.headDim;
-  int64_t attention = hidden * (hidden + 2 * kvWidth) + (hidden + 2 * kvWidth) +
-                      hidden * hidden + hidden;
-  int64_t mlp = 2 * hidden * ffn + ffn + hidden;
-  int64_t norms = 2 * 2 * hidden;
-  spec.layerParams = attention + mlp + norms;
-  spec.embeddingParams = vocab * hidden + positions * hidden;
-  spec.headParams = 2 * hidden; // final LayerNorm; the projection is tied
-  spec.totalParams =
-      spec.embeddingParams + layers * spec.layerParams + spec.headParams;
-  spec.layerMatmulFlopsPerToken = 2.0 * (hidden * (hidden + 2 * kvWidth) +
-                                         hidden * hidden + 2 * hidden * ffn);
-  spec.layerAttentionFlopsPerTokenPerPosition = 4.0 * hidden; // QK^T and AV
-  spec.headFlopsPerToken = 2.0 * hidden * vocab;
-  return spec;
+  if (kvHeads != heads)
+    throw Error(name +
+                ": a gpt-architecture row cannot have kv_heads != heads");
+  nlohmann::json config = {{"model_type", "gpt2"},     {"vocab_size", vocab},
+                           {"n_positions", positions}, {"n_embd", hidden},
+                           {"n_inner", ffn},           {"n_layer", layers},
+                           {"n_head", heads}};
+  mlir::DialectRegistry registry;
+  weft::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  auto module = weft::importHFConfig(config.dump(), name, context);
+  if (!module)
+    throw Error(llvm::toString(module.takeError()));
+  auto spec =
+      weft::buildModelSpec(mlir::weft::getModels(**module).front(), name);
+  if (!spec)
+    throw Error(llvm::toString(spec.takeError()));
+  return *spec;
 }
 
 using Row = std::map<std::string, std::string>;

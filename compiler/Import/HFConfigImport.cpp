@@ -35,21 +35,16 @@ public:
   FieldReader(const Object &object, StringRef origin)
       : object(object), origin(origin) {}
 
-  /// A required positive integer.
-  int64_t positiveInt(StringRef key) {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null) {
-      fail(key, "missing (expected a positive integer)");
-      return 1;
-    }
-    return readPositiveInt(key, *value);
-  }
+  /// A required positive integer (a size, at most kMaxDimension).
+  int64_t positiveInt(StringRef key) { return required(key, kMaxDimension); }
+  /// A required layer count (at most kMaxLayers).
+  int64_t layerCount(StringRef key) { return required(key, kMaxLayers); }
   /// An optional positive integer; absent or null gives `fallback`.
   int64_t positiveInt(StringRef key, int64_t fallback) {
     const llvm::json::Value *value = object.get(key);
     if (!value || value->kind() == llvm::json::Value::Null)
       return fallback;
-    return readPositiveInt(key, *value);
+    return readPositiveInt(key, *value, kMaxDimension);
   }
   int64_t integer(StringRef key, int64_t fallback) {
     const llvm::json::Value *value = object.get(key);
@@ -99,12 +94,33 @@ public:
   }
 
 private:
-  int64_t readPositiveInt(StringRef key, const llvm::json::Value &value) {
+  // Bounds keep element counts far from int64 overflow and the IR (one block
+  // per layer) small enough to build.
+  static constexpr int64_t kMaxDimension = int64_t(1) << 24;
+  static constexpr int64_t kMaxLayers = 4096;
+
+  int64_t required(StringRef key, int64_t limit) {
+    const llvm::json::Value *value = object.get(key);
+    if (!value || value->kind() == llvm::json::Value::Null) {
+      fail(key, "missing (expected a positive integer)");
+      return 1;
+    }
+    return readPositiveInt(key, *value, limit);
+  }
+
+  int64_t readPositiveInt(StringRef key, const llvm::json::Value &value,
+                          int64_t limit) {
     std::optional<int64_t> result = value.getAsInteger();
-    if (result && *result > 0)
-      return *result;
-    fail(key, llvm::formatv("expected a positive integer, got {0}", value));
-    return 1;
+    if (!result || *result <= 0) {
+      fail(key, llvm::formatv("expected a positive integer, got {0}", value));
+      return 1;
+    }
+    if (*result > limit) {
+      fail(key, llvm::formatv("{0} exceeds the supported maximum {1}", *result,
+                              limit));
+      return 1;
+    }
+    return *result;
   }
 
   const Object &object;
@@ -144,7 +160,8 @@ public:
               bool hfTransposed = false, double std = 0) {
     auto op = ParamOp::create(
         builder, loc, RankedTensorType::get(shape, f32),
-        builder.getStringAttr(name), InitKindAttr::get(builder.getContext(), init),
+        builder.getStringAttr(name),
+        InitKindAttr::get(builder.getContext(), init),
         init == InitKind::normal ? builder.getF64FloatAttr(std) : FloatAttr(),
         StringAttr(), hfTransposed ? builder.getUnitAttr() : UnitAttr());
     return op.getResult();
@@ -169,8 +186,8 @@ public:
   Value layerNorm(Value input, StringRef prefix) {
     Value gamma = ones((prefix + ".weight").str(), dims.hidden);
     Value beta = zeros((prefix + ".bias").str(), dims.hidden);
-    return LayerNormOp::create(builder, loc, input.getType(), input, gamma, beta,
-                               builder.getF64FloatAttr(dims.normEps));
+    return LayerNormOp::create(builder, loc, input.getType(), input, gamma,
+                               beta, builder.getF64FloatAttr(dims.normEps));
   }
   Value rmsNorm(Value input, StringRef name) {
     Value gamma = ones(name, dims.hidden);
@@ -246,7 +263,8 @@ void buildGPT2(ModelBuilder &b, func::FuncOp func) {
   const Dims &d = b.dims;
   Value tokens = func.getArgument(0), labels = func.getArgument(1);
   Value wte = b.weight("transformer.wte.weight", {d.vocab, d.hidden}, false);
-  Value wpe = b.weight("transformer.wpe.weight", {d.positions, d.hidden}, false);
+  Value wpe =
+      b.weight("transformer.wpe.weight", {d.positions, d.hidden}, false);
   Value x = EmbeddingOp::create(b.builder, b.loc, b.hiddenType(d.hidden),
                                 tokens, wte, wpe, Value(), 0);
   // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
@@ -255,8 +273,8 @@ void buildGPT2(ModelBuilder &b, func::FuncOp func) {
     std::string p = layerPrefix("transformer.h", l);
     x = b.block(l, x, [&](Value in) {
       Value n1 = b.layerNorm(in, p + ".ln_1");
-      Value qkv = b.weight(p + ".attn.c_attn.weight", {d.hidden, 3 * d.hidden},
-                           false);
+      Value qkv =
+          b.weight(p + ".attn.c_attn.weight", {d.hidden, 3 * d.hidden}, false);
       Value qkvBias = b.zeros(p + ".attn.c_attn.bias", 3 * d.hidden);
       Value proj = b.weight(p + ".attn.c_proj.weight", {d.hidden, d.hidden},
                             false, residualStd);
@@ -276,8 +294,8 @@ void buildGPT2(ModelBuilder &b, func::FuncOp func) {
     });
   }
   Value final = b.layerNorm(x, "transformer.ln_f");
-  Value head = d.tied ? wte
-                      : b.weight("lm_head.weight", {d.vocab, d.hidden}, false);
+  Value head =
+      d.tied ? wte : b.weight("lm_head.weight", {d.vocab, d.hidden}, false);
   Value logits = LMHeadOp::create(b.builder, b.loc, b.hiddenType(d.vocab),
                                   final, head, Value());
   b.finish(b.lossOf(logits, labels));
@@ -291,7 +309,8 @@ struct LlamaOptions {
 void buildLlama(ModelBuilder &b, func::FuncOp func, const LlamaOptions &opt) {
   const Dims &d = b.dims;
   Value tokens = func.getArgument(0), labels = func.getArgument(1);
-  Value embed = b.weight("model.embed_tokens.weight", {d.vocab, d.hidden}, false);
+  Value embed =
+      b.weight("model.embed_tokens.weight", {d.vocab, d.hidden}, false);
   Value x = EmbeddingOp::create(b.builder, b.loc, b.hiddenType(d.hidden),
                                 tokens, embed, Value(), Value(), 0);
   int64_t headDim = d.hidden / d.heads;
@@ -348,13 +367,13 @@ void buildEncoder(ModelBuilder &b, func::FuncOp func,
   std::string emb = (opt.prefix + ".embeddings.").str();
   Value words =
       b.weight(emb + "word_embeddings.weight", {d.vocab, d.hidden}, false);
-  Value positions =
-      b.weight(emb + "position_embeddings.weight", {d.positions, d.hidden}, false);
+  Value positions = b.weight(emb + "position_embeddings.weight",
+                             {d.positions, d.hidden}, false);
   Value types = b.weight(emb + "token_type_embeddings.weight",
                          {opt.typeVocab, d.hidden}, false);
-  Value x = EmbeddingOp::create(b.builder, b.loc, b.hiddenType(d.hidden),
-                                tokens, words, positions, types,
-                                opt.positionOffset);
+  Value x =
+      EmbeddingOp::create(b.builder, b.loc, b.hiddenType(d.hidden), tokens,
+                          words, positions, types, opt.positionOffset);
   x = b.layerNorm(x, emb + "LayerNorm");
   for (int64_t l = 0; l < d.layers; ++l) {
     std::string p = layerPrefix((opt.prefix + ".encoder.layer").str(), l);
@@ -362,8 +381,8 @@ void buildEncoder(ModelBuilder &b, func::FuncOp func,
       std::string self = p + ".attention.self.";
       SmallVector<Value> weights, biases;
       for (StringRef proj : {"query", "key", "value"}) {
-        weights.push_back(
-            b.weight(self + proj.str() + ".weight", {d.hidden, d.hidden}, true));
+        weights.push_back(b.weight(self + proj.str() + ".weight",
+                                   {d.hidden, d.hidden}, true));
         biases.push_back(b.zeros(self + proj.str() + ".bias", d.hidden));
       }
       Value out = b.weight(p + ".attention.output.dense.weight",
@@ -373,8 +392,8 @@ void buildEncoder(ModelBuilder &b, func::FuncOp func,
                             /*causal=*/false, std::nullopt);
       // Post-LN: normalize after each residual add.
       Value n1 = b.layerNorm(b.add(in, a), p + ".attention.output.LayerNorm");
-      Value up = b.weight(p + ".intermediate.dense.weight", {d.hidden, d.ffn},
-                          true);
+      Value up =
+          b.weight(p + ".intermediate.dense.weight", {d.hidden, d.ffn}, true);
       Value upBias = b.zeros(p + ".intermediate.dense.bias", d.ffn);
       Value down =
           b.weight(p + ".output.dense.weight", {d.ffn, d.hidden}, true);
@@ -387,7 +406,8 @@ void buildEncoder(ModelBuilder &b, func::FuncOp func,
   // Masked-LM head: transform (dense + activation + LayerNorm), then the
   // decoder tied to the word embeddings with its own bias.
   bool isBert = opt.headPrefix == "cls.predictions";
-  std::string transform = (opt.headPrefix + (isBert ? ".transform." : ".")).str();
+  std::string transform =
+      (opt.headPrefix + (isBert ? ".transform." : ".")).str();
   Value dense =
       b.weight(transform + "dense.weight", {d.hidden, d.hidden}, true);
   Value denseBias = b.zeros(transform + "dense.bias", d.hidden);
@@ -420,13 +440,12 @@ std::string symbolFor(StringRef origin, StringRef family) {
 namespace weft {
 
 llvm::Expected<OwningOpRef<ModuleOp>>
-importHFConfig(StringRef jsonText, StringRef origin,
-                     MLIRContext &context) {
+importHFConfig(StringRef jsonText, StringRef origin, MLIRContext &context) {
   context.loadDialect<WeftDialect, arith::ArithDialect, func::FuncDialect>();
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(jsonText);
   if (!parsed)
-    return llvm::createStringError(origin + ": invalid JSON: " +
-                                   llvm::toString(parsed.takeError()));
+    return llvm::createStringError(
+        origin + ": invalid JSON: " + llvm::toString(parsed.takeError()));
   const Object *object = parsed->getAsObject();
   if (!object)
     return llvm::createStringError(origin +
@@ -451,7 +470,7 @@ importHFConfig(StringRef jsonText, StringRef origin,
   StringRef activationKey = isGPT2 ? "activation_function" : "hidden_act";
   d.vocab = read.positiveInt("vocab_size");
   d.hidden = read.positiveInt(hiddenKey);
-  d.layers = read.positiveInt(isGPT2 ? "n_layer" : "num_hidden_layers");
+  d.layers = read.layerCount(isGPT2 ? "n_layer" : "num_hidden_layers");
   d.heads = read.positiveInt(headsKey);
   d.initStd = read.positiveNumber("initializer_range", 0.02);
   if (isGPT2) {
@@ -462,14 +481,15 @@ importHFConfig(StringRef jsonText, StringRef origin,
   } else {
     d.positions = read.positiveInt("max_position_embeddings");
     d.ffn = read.positiveInt("intermediate_size");
-    d.kvHeads = isLlama ? read.positiveInt("num_key_value_heads", d.heads)
-                        : d.heads;
+    d.kvHeads =
+        isLlama ? read.positiveInt("num_key_value_heads", d.heads) : d.heads;
     d.normEps = isLlama ? read.positiveNumber("rms_norm_eps", 1e-6)
                         : read.positiveNumber("layer_norm_eps", 1e-12);
   }
   d.tied = read.boolean("tie_word_embeddings", !isLlama);
-  std::string hfActivation =
-      read.string(activationKey, isGPT2 ? "gelu_new" : isLlama ? "silu" : "gelu");
+  std::string hfActivation = read.string(activationKey, isGPT2    ? "gelu_new"
+                                                        : isLlama ? "silu"
+                                                                  : "gelu");
   if (read.failed())
     return read.takeError();
 
@@ -519,12 +539,13 @@ importHFConfig(StringRef jsonText, StringRef origin,
     options.headPrefix = isRoberta ? "lm_head" : "cls.predictions";
     options.typeVocab = read.positiveInt("type_vocab_size", 2);
     // RoBERTa numbers positions from padding_idx + 1.
-    options.positionOffset = isRoberta ? read.integer("pad_token_id", 1) + 1 : 0;
-    if (options.positionOffset < 0 || options.positionOffset >= d.positions)
+    int64_t padding = isRoberta ? read.integer("pad_token_id", 1) : -1;
+    if (isRoberta && (padding < 0 || padding >= d.positions - 1))
       read.fail("pad_token_id",
-                llvm::formatv("position offset {0} leaves no positions in "
-                              "max_position_embeddings = {1}",
-                              options.positionOffset, d.positions));
+                llvm::formatv("positions start at pad_token_id + 1 = {0}, "
+                              "leaving none of max_position_embeddings = {1}",
+                              padding + 1, d.positions));
+    options.positionOffset = padding + 1;
     if (read.failed())
       return read.takeError();
     buildEncoder(builder, func, options);
@@ -539,15 +560,16 @@ importHFConfig(StringRef jsonText, StringRef origin,
       return success();
     });
     if (failed(verify(*module)))
-      return llvm::createStringError(origin + ": imported model does not "
-                                              "verify: " +
+      return llvm::createStringError(origin +
+                                     ": imported model does not "
+                                     "verify: " +
                                      diagnostics);
   }
   return module;
 }
 
-llvm::Expected<OwningOpRef<ModuleOp>>
-importModel(StringRef source, MLIRContext &context) {
+llvm::Expected<OwningOpRef<ModuleOp>> importModel(StringRef source,
+                                                  MLIRContext &context) {
   if (std::optional<StringRef> preset = ::weft::presetConfig(source))
     return importHFConfig(*preset, source, context);
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
@@ -574,8 +596,7 @@ importModel(StringRef source, MLIRContext &context) {
   });
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
     return llvm::createStringError(source + ":" + diagnostics);
   auto isModel = [](func::FuncOp func) {

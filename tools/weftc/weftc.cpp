@@ -3,7 +3,9 @@
 // weftc import   <config.json|preset|model.mlir> [-o model.mlir]
 // weftc presets  [--json]
 // weftc summary  <config.json|preset|model.mlir> [--seq-len N] [--json]
+// weftc plan     --model M --cluster C --global-batch B --seq-len S [...]
 //
+// Exit status: 0 success, 2 bad input, 3 no plan fits (plan).
 // Bad input gets one line on stderr naming the file, the field and the
 // reason, and exit status 2.
 //
@@ -12,6 +14,8 @@
 #include "weft/Compiler/Import.h"
 #include "weft/Compiler/InitAll.h"
 #include "weft/Compiler/ModelSpecBuilder.h"
+
+#include "PlanCommand.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
@@ -27,7 +31,7 @@ namespace cl = llvm::cl;
 using llvm::StringRef;
 
 namespace {
-constexpr int kExitBadInput = 2;
+using weft::kExitBadInput;
 
 cl::SubCommand importCmd("import", "Import a Hugging Face config.json or "
                                    "preset as weft model IR");
@@ -35,9 +39,70 @@ cl::SubCommand presetsCmd("presets", "List the built-in model presets");
 cl::SubCommand summaryCmd("summary", "Import a model and summarize its "
                                      "parameters, shapes and FLOPs");
 
-cl::opt<std::string> modelSource(cl::Positional, cl::Required,
+cl::SubCommand planCmd("plan", "Search parallel configurations for a model "
+                               "on a cluster and explain the choice");
+
+cl::opt<std::string> modelSource(cl::Positional,
                                  cl::desc("<config.json|preset|model.mlir>"),
                                  cl::sub(importCmd), cl::sub(summaryCmd));
+
+// `weftc plan` (and, later, `weftc compile`) options.
+cl::OptionCategory planCategory("Planning options");
+cl::opt<std::string> planModel("model",
+                               cl::desc("Model: config.json, preset or .mlir"),
+                               cl::value_desc("model"), cl::sub(planCmd),
+                               cl::cat(planCategory));
+cl::opt<std::string>
+    planCluster("cluster", cl::desc("Cluster: JSON file or preset[:nodes]"),
+                cl::value_desc("cluster"), cl::sub(planCmd),
+                cl::cat(planCategory));
+cl::opt<int64_t> planGlobalBatch("global-batch",
+                                 cl::desc("Sequences per optimizer step"),
+                                 cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<int64_t> planSeqLen("seq-len", cl::desc("Tokens per sequence"),
+                            cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<std::string> planPrecision("precision", cl::desc("bf16|fp16|fp32"),
+                                   cl::init("bf16"), cl::sub(planCmd),
+                                   cl::cat(planCategory));
+cl::opt<int64_t> planTp("tp", cl::desc("Fix the tensor-parallel degree"),
+                        cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<int64_t> planPp("pp", cl::desc("Fix the pipeline-parallel degree"),
+                        cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<int64_t> planDp("dp", cl::desc("Fix the data-parallel degree"),
+                        cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<int64_t> planZero("zero", cl::desc("Fix the ZeRO stage (0-3)"),
+                          cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<int64_t> planMicroBatch("micro-batch",
+                                cl::desc("Fix the micro-batch size"),
+                                cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<std::string>
+    planRecompute("recompute", cl::desc("Fix recompute: none|selective|full"),
+                  cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<std::string>
+    planSchedule("schedule",
+                 cl::desc("Fix the schedule: gpipe|1f1b|interleaved"),
+                 cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<int64_t>
+    planVirtualStages("virtual-stages",
+                      cl::desc("Fix the model chunks per pipeline rank"),
+                      cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<std::string>
+    planSequenceParallel("sequence-parallel",
+                         cl::desc("Fix sequence parallelism: on|off"),
+                         cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<bool> planTpAcrossNodes("allow-tp-across-nodes",
+                                cl::desc("Let TP groups span nodes"),
+                                cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<std::string> planFromDeepSpeed(
+    "from-deepspeed",
+    cl::desc("Evaluate a DeepSpeed config and compare with Weft's best plan"),
+    cl::value_desc("ds_config.json"), cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<int> planTop("top", cl::desc("Plans to list (default 5)"), cl::init(5),
+                     cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<bool> planExplain("explain",
+                          cl::desc("Explain the winner, runner-ups and "
+                                   "rejected regions"),
+                          cl::sub(planCmd), cl::cat(planCategory));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::sub(importCmd));
@@ -46,7 +111,8 @@ cl::opt<int64_t> seqLen("seq-len",
                                  "(default: the model's maximum positions)"),
                         cl::init(0), cl::sub(summaryCmd));
 cl::opt<bool> jsonOutput("json", cl::desc("Print JSON for scripts"),
-                         cl::sub(presetsCmd), cl::sub(summaryCmd));
+                         cl::sub(presetsCmd), cl::sub(summaryCmd),
+                         cl::sub(planCmd));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weftc") << message << "\n";
@@ -65,7 +131,14 @@ std::string withCommas(int64_t value) {
   return out;
 }
 
+int requireModelSource() {
+  return fail("expected a model: a config.json, a preset (`weftc presets`) "
+              "or a .mlir file");
+}
+
 int runImport(mlir::MLIRContext &context) {
+  if (modelSource.empty())
+    return requireModelSource();
   auto module = weft::importModel(modelSource, context);
   if (!module)
     return fail(module.takeError());
@@ -106,8 +179,8 @@ llvm::json::Object specToJson(const weft::planner::ModelSpec &spec,
   };
 }
 
-llvm::Expected<weft::planner::ModelSpec>
-loadSpec(mlir::MLIRContext &context, StringRef source) {
+llvm::Expected<weft::planner::ModelSpec> loadSpec(mlir::MLIRContext &context,
+                                                  StringRef source) {
   auto module = weft::importModel(source, context);
   if (!module)
     return module.takeError();
@@ -115,19 +188,22 @@ loadSpec(mlir::MLIRContext &context, StringRef source) {
 }
 
 int runSummary(mlir::MLIRContext &context) {
+  if (modelSource.empty())
+    return requireModelSource();
   auto spec = loadSpec(context, modelSource);
   if (!spec)
     return fail(spec.takeError());
   int64_t seq = seqLen > 0 ? seqLen.getValue()
                            : (spec->maxPositions ? spec->maxPositions : 2048);
   if (jsonOutput) {
-    llvm::outs() << llvm::formatv("{0:2}\n", llvm::json::Value(specToJson(*spec, seq)));
+    llvm::outs() << llvm::formatv("{0:2}\n",
+                                  llvm::json::Value(specToJson(*spec, seq)));
     return 0;
   }
   llvm::raw_ostream &os = llvm::outs();
   double forward = spec->forwardFlopsPerToken(seq);
-  os << "model " << spec->name << " (" << spec->family << "): "
-     << withCommas(spec->totalParams) << " parameters\n";
+  os << "model " << spec->name << " (" << spec->family
+     << "): " << withCommas(spec->totalParams) << " parameters\n";
   os << llvm::formatv("  {0,-10} {1,18}\n", "embedding",
                       withCommas(spec->embeddingParams));
   os << llvm::formatv("  {0,-10} {1,18}   ({2} x {3})\n", "blocks",
@@ -153,6 +229,53 @@ int runSummary(mlir::MLIRContext &context) {
   return 0;
 }
 
+template <typename T> std::optional<T> optionalFlag(const cl::opt<T> &flag) {
+  if (flag.getNumOccurrences() == 0)
+    return std::nullopt;
+  return flag.getValue();
+}
+
+int runPlan(mlir::MLIRContext &context) {
+  if (planModel.empty())
+    return fail("plan: --model is required");
+  if (planCluster.empty())
+    return fail("plan: --cluster is required");
+  auto spec = loadSpec(context, planModel);
+  if (!spec)
+    return fail(spec.takeError());
+  weft::PlanOptions options;
+  options.cluster = planCluster;
+  options.globalBatch = optionalFlag(planGlobalBatch);
+  options.seqLen = optionalFlag(planSeqLen);
+  options.precision = planPrecision;
+  options.tp = optionalFlag(planTp);
+  options.pp = optionalFlag(planPp);
+  options.dp = optionalFlag(planDp);
+  options.zero = optionalFlag(planZero);
+  options.microBatch = optionalFlag(planMicroBatch);
+  options.virtualStages = optionalFlag(planVirtualStages);
+  options.recompute = optionalFlag(planRecompute);
+  options.schedule = optionalFlag(planSchedule);
+  options.sequenceParallel = optionalFlag(planSequenceParallel);
+  options.allowTpAcrossNodes = planTpAcrossNodes;
+  options.fromDeepSpeed = optionalFlag(planFromDeepSpeed);
+  options.top = planTop;
+  options.explain = planExplain;
+  options.json = jsonOutput;
+  for (auto [flag, value] :
+       {std::pair{"--global-batch", options.globalBatch},
+        std::pair{"--seq-len", options.seqLen}, std::pair{"--tp", options.tp},
+        std::pair{"--pp", options.pp}, std::pair{"--dp", options.dp},
+        std::pair{"--micro-batch", options.microBatch},
+        std::pair{"--virtual-stages", options.virtualStages}})
+    if (value && *value <= 0)
+      return fail(llvm::Twine("plan: ") + flag +
+                  ": expected a positive integer, got " + llvm::Twine(*value));
+  if (planTop <= 0)
+    return fail("plan: --top: expected a positive integer");
+  return weft::runPlan(*spec, options);
+}
+
 int runPresets(mlir::MLIRContext &context) {
   llvm::json::Array presets;
   for (StringRef name : weft::presetNames()) {
@@ -167,7 +290,8 @@ int runPresets(mlir::MLIRContext &context) {
                                   spec->family, withCommas(spec->totalParams));
   }
   if (jsonOutput)
-    llvm::outs() << llvm::formatv("{0:2}\n", llvm::json::Value(std::move(presets)));
+    llvm::outs() << llvm::formatv("{0:2}\n",
+                                  llvm::json::Value(std::move(presets)));
   return 0;
 }
 } // namespace
@@ -182,7 +306,9 @@ int main(int argc, char **argv) {
                                    "weftc: the Weft compiler\n\n"
                                    "  weftc import <model> [-o out.mlir]\n"
                                    "  weftc presets\n"
-                                   "  weftc summary <model>\n",
+                                   "  weftc summary <model>\n"
+                                   "  weftc plan --model M --cluster C "
+                                   "--global-batch B --seq-len S\n",
                                    &llvm::errs()))
     return kExitBadInput;
   if (importCmd)
@@ -191,5 +317,7 @@ int main(int argc, char **argv) {
     return runPresets(context);
   if (summaryCmd)
     return runSummary(context);
+  if (planCmd)
+    return runPlan(context);
   return fail("no command given; run `weftc --help`");
 }

@@ -2,8 +2,8 @@
 #include "Weft/IR/WeftDialect.h"
 #include "Weft/IR/WeftOps.h"
 
-#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
 using namespace mlir::weft;
@@ -29,8 +29,8 @@ static bool isKnownFamily(StringRef family) {
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   if (attr.getName() != kModelAttrName)
-    return op->emitError() << "unknown weft attribute '" << attr.getName()
-                           << "'";
+    return op->emitError() << "unknown weft attribute '"
+                           << attr.getName().getValue() << "'";
   auto func = dyn_cast<func::FuncOp>(op);
   if (!func)
     return op->emitError() << "'" << kModelAttrName
@@ -69,8 +69,7 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
   }
 
   FunctionType type = func.getFunctionType();
-  if (type.getNumResults() != 1 ||
-      !isa<RankedTensorType>(type.getResult(0)) ||
+  if (type.getNumResults() != 1 || !isa<RankedTensorType>(type.getResult(0)) ||
       cast<RankedTensorType>(type.getResult(0)).getRank() != 0)
     return op->emitError() << "a weft model must return one scalar loss "
                               "tensor, got "

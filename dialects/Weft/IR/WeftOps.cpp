@@ -19,8 +19,8 @@ using namespace mlir::weft;
 #include "Weft/IR/WeftOps.cpp.inc"
 
 bool mlir::weft::isKnownActivation(StringRef name) {
-  static constexpr StringLiteral kActivations[] = {"gelu", "gelu_tanh",
-                                                   "relu", "silu"};
+  static constexpr StringLiteral kActivations[] = {"gelu", "gelu_tanh", "relu",
+                                                   "silu"};
   return llvm::is_contained(kActivations, name);
 }
 
@@ -52,8 +52,9 @@ static LogicalResult verifyShape(Operation *op, Value value, StringRef what,
   auto type = cast<RankedTensorType>(value.getType());
   if (type.getShape() == expected)
     return success();
-  return op->emitOpError() << what << " has shape " << shapeString(type.getShape())
-                           << ", expected " << shapeString(expected);
+  return op->emitOpError() << what << " has shape "
+                           << shapeString(type.getShape()) << ", expected "
+                           << shapeString(expected);
 }
 
 /// Checks that `value` is a `[batch, seq, width]` hidden state and returns its
@@ -70,8 +71,8 @@ static FailureOr<int64_t> verifyHiddenState(Operation *op, Value value,
 }
 
 /// Checks that `result` is `input`'s batch and sequence with a new width.
-static LogicalResult verifyResultWidth(Operation *op, Value input,
-                                       Value result, int64_t width) {
+static LogicalResult verifyResultWidth(Operation *op, Value input, Value result,
+                                       int64_t width) {
   auto in = cast<RankedTensorType>(input.getType());
   auto out = cast<RankedTensorType>(result.getType());
   SmallVector<int64_t> expected = {in.getDimSize(0), in.getDimSize(1), width};
@@ -145,9 +146,11 @@ LogicalResult EmbeddingOp::verify() {
       return emitOpError() << what << " must be [rows, " << hidden
                            << "] like the token table, got " << type;
   }
-  if (getPositionOffset() < 0)
+  // I64Attr accessors return unsigned values; read the signed one.
+  int64_t offset = getPositionOffsetAttr().getInt();
+  if (offset < 0)
     return emitOpError() << "position_offset must not be negative";
-  if (getPositionOffset() != 0 && !getPositions())
+  if (offset != 0 && !getPositions())
     return emitOpError() << "position_offset needs a position table";
   return success();
 }
@@ -181,7 +184,8 @@ LogicalResult AttentionOp::verify() {
   FailureOr<int64_t> hidden = verifyHiddenState(*this, getInput(), "input");
   if (failed(hidden))
     return failure();
-  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads();
+  int64_t heads = getNumHeadsAttr().getInt();
+  int64_t kvHeads = getNumKvHeadsAttr().getInt();
   if (heads <= 0 || kvHeads <= 0)
     return emitOpError() << "num_heads and num_kv_heads must be positive, got "
                          << heads << " and " << kvHeads;
@@ -191,7 +195,7 @@ LogicalResult AttentionOp::verify() {
   if (heads % kvHeads != 0)
     return emitOpError() << "num_heads " << heads
                          << " is not divisible by num_kv_heads " << kvHeads;
-  int64_t headDim = getHeadDim();
+  int64_t headDim = getHeadDimAttr().getInt();
   if (headDim != *hidden / heads)
     return emitOpError() << "head_dim " << headDim
                          << " does not equal hidden size / num_heads = "
@@ -221,8 +225,8 @@ LogicalResult AttentionOp::verify() {
   if (!getQkvBiases().empty()) {
     if (getQkvBiases().size() != widths.size())
       return emitOpError() << "has " << getQkvBiases().size()
-                           << " query/key/value biases for "
-                           << widths.size() << " weights";
+                           << " query/key/value biases for " << widths.size()
+                           << " weights";
     for (auto [bias, width, name] :
          llvm::zip_equal(getQkvBiases(), widths, names))
       if (failed(verifyShape(*this, bias, (name + " bias").str(), {width})))
@@ -247,18 +251,16 @@ LogicalResult MLPOp::verify() {
     return failure();
   auto up = cast<RankedTensorType>(getUpWeight().getType());
   if (up.getRank() != 2 || up.getDimSize(0) != *hidden)
-    return emitOpError() << "up weight must be [" << *hidden
-                         << ", ffn], got " << up;
+    return emitOpError() << "up weight must be [" << *hidden << ", ffn], got "
+                         << up;
   int64_t ffn = up.getDimSize(1);
-  if (getGateWeight() &&
-      failed(verifyShape(*this, getGateWeight(), "gate weight",
-                         {*hidden, ffn})))
+  if (getGateWeight() && failed(verifyShape(*this, getGateWeight(),
+                                            "gate weight", {*hidden, ffn})))
     return failure();
-  if (getUpBias() &&
-      failed(verifyShape(*this, getUpBias(), "up bias", {ffn})))
+  if (getUpBias() && failed(verifyShape(*this, getUpBias(), "up bias", {ffn})))
     return failure();
-  if (failed(verifyShape(*this, getDownWeight(), "down weight",
-                         {ffn, *hidden})))
+  if (failed(
+          verifyShape(*this, getDownWeight(), "down weight", {ffn, *hidden})))
     return failure();
   if (getDownBias() &&
       failed(verifyShape(*this, getDownBias(), "down bias", {*hidden})))
@@ -320,7 +322,7 @@ LogicalResult CrossEntropyOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult BlockOp::verifyRegions() {
-  if (getLayer() < 0)
+  if (getLayerAttr().getInt() < 0)
     return emitOpError() << "layer index must not be negative";
   Block &body = getBody().front();
   if (body.getNumArguments() != 1 ||

@@ -22,8 +22,8 @@ struct PrintModelStatsPass
     llvm::raw_ostream &os = llvm::outs();
     for (func::FuncOp model : getModels(getOperation())) {
       ModelAnalysis analysis(model);
-      os << "model @" << model.getSymName() << " ("
-         << analysis.shape.family << ")\n";
+      os << "model @" << model.getSymName() << " (" << analysis.shape.family
+         << ")\n";
       os << "  params: " << analysis.totalParams << "\n";
       os << "  embedding params: " << analysis.embeddingParams << "\n";
       os << "  blocks: " << analysis.blockParams.size();
@@ -32,8 +32,7 @@ struct PrintModelStatsPass
            << (analysis.blocksAreUniform() ? "" : " (not uniform)");
       os << "\n  head params: " << analysis.headParams << "\n";
       os << "  forward flops/token at seq " << seqLen << ": "
-         << llvm::format("%.0f", analysis.forwardFlopsPerToken(seqLen))
-         << "\n";
+         << llvm::format("%.0f", analysis.forwardFlopsPerToken(seqLen)) << "\n";
     }
     markAllAnalysesPreserved();
   }

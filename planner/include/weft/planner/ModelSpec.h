@@ -29,10 +29,10 @@ struct ModelSpec {
   int64_t maxPositions = 0;
   bool causal = true;
   bool rotary = false;
-  bool gatedMlp = false;   // SwiGLU: three MLP matrices instead of two
-  bool tiedHead = true;    // LM head shares the token embedding
-  bool rmsNorm = false;    // RMSNorm (one vector) instead of LayerNorm (two)
-  bool linearBias = true;  // linear layers carry biases
+  bool gatedMlp = false;  // SwiGLU: three MLP matrices instead of two
+  bool tiedHead = true;   // LM head shares the token embedding
+  bool rmsNorm = false;   // RMSNorm (one vector) instead of LayerNorm (two)
+  bool linearBias = true; // linear layers carry biases
 
   // Exact parameter counts from the IR (unique parameters; a tied head is
   // counted once, with the embedding).

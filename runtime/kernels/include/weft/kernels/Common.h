@@ -1,0 +1,126 @@
+//===- Common.h - Host/device portability and bf16 storage ------*- C++ -*-===//
+//
+// Every kernel header in this directory is single-source: the math is written
+// once as WEFT_HD functions over one element or one row, and both the CPU
+// backend (host loops) and the CUDA backend (one thread per element/row) call
+// it. Nothing here may use the C++ standard library at run time, because
+// device code cannot.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_KERNELS_COMMON_H
+#define WEFT_KERNELS_COMMON_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifdef __CUDACC__
+#define WEFT_HD __host__ __device__
+#else
+#define WEFT_HD
+#endif
+
+namespace weft::kernels {
+
+/// Label value that cross-entropy skips (the PyTorch/Hugging Face default).
+constexpr std::int32_t kIgnoreIndex = -100;
+
+/// Overloads resolving to the C math library on the host and to CUDA's math
+/// functions on the device, so templates pick the float or double variant.
+namespace math {
+WEFT_HD inline float exp(float x) { return ::expf(x); }
+WEFT_HD inline double exp(double x) { return ::exp(x); }
+WEFT_HD inline float log(float x) { return ::logf(x); }
+WEFT_HD inline double log(double x) { return ::log(x); }
+WEFT_HD inline float sqrt(float x) { return ::sqrtf(x); }
+WEFT_HD inline double sqrt(double x) { return ::sqrt(x); }
+WEFT_HD inline float erf(float x) { return ::erff(x); }
+WEFT_HD inline double erf(double x) { return ::erf(x); }
+WEFT_HD inline float tanh(float x) { return ::tanhf(x); }
+WEFT_HD inline double tanh(double x) { return ::tanh(x); }
+WEFT_HD inline float cos(float x) { return ::cosf(x); }
+WEFT_HD inline double cos(double x) { return ::cos(x); }
+WEFT_HD inline float sin(float x) { return ::sinf(x); }
+WEFT_HD inline double sin(double x) { return ::sin(x); }
+WEFT_HD inline float pow(float x, float y) { return ::powf(x, y); }
+WEFT_HD inline double pow(double x, double y) { return ::pow(x, y); }
+template <typename T> WEFT_HD inline bool isFinite(T x) {
+#ifdef __CUDA_ARCH__
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+template <typename T> WEFT_HD inline T max(T a, T b) { return a > b ? a : b; }
+template <typename T> WEFT_HD inline T infinity() {
+  return static_cast<T>(HUGE_VAL);
+}
+} // namespace math
+
+/// Adds `value` to `*dst`. On the device several threads may scatter into the
+/// same element (embedding and attention gradients), so this is atomic there;
+/// host loops are sequential and use a plain add.
+template <typename T> WEFT_HD inline void accumulate(T *dst, T value) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(dst, value);
+#else
+  *dst += value;
+#endif
+}
+
+/// Sum of x[i] * y[i] over one contiguous row.
+template <typename T>
+WEFT_HD inline T dot(std::int64_t n, const T *x, const T *y) {
+  T sum = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    sum += x[i] * y[i];
+  return sum;
+}
+
+//===----------------------------------------------------------------------===//
+// bf16 storage: the upper 16 bits of an IEEE float. Compute is always fp32.
+//===----------------------------------------------------------------------===//
+
+struct BF16 {
+  std::uint16_t bits;
+};
+
+WEFT_HD inline std::uint32_t floatToBits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+WEFT_HD inline float bitsToFloat(std::uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+/// Rounds to the nearest bf16, ties to even; finite values too large round
+/// to infinity. NaNs stay NaN (quieted, sign kept) instead of being rounded
+/// into the infinity encoding.
+WEFT_HD inline BF16 floatToBf16(float f) {
+  std::uint32_t u = floatToBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return BF16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
+  std::uint32_t roundingBias = 0x7fffu + ((u >> 16) & 1u);
+  return BF16{static_cast<std::uint16_t>((u + roundingBias) >> 16)};
+}
+
+WEFT_HD inline float bf16ToFloat(BF16 h) {
+  return bitsToFloat(static_cast<std::uint32_t>(h.bits) << 16);
+}
+
+} // namespace weft::kernels
+
+#endif // WEFT_KERNELS_COMMON_H

@@ -1,0 +1,105 @@
+//===- CudaKernels.h - Launch wrappers of the CUDA backend ------*- C++ -*-===//
+//
+// fp32 kernels over device buffers with the layouts and semantics of the CPU
+// kernels of the same name (CpuKernels.h); they run the same WEFT_HD row and
+// element functions, one GPU thread per element or row. Every wrapper is
+// asynchronous on `stream` and returns the launch status (cudaGetLastError),
+// so configuration errors surface at the call; execution errors surface at
+// the next synchronization as usual. Empty inputs launch nothing.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_KERNELS_CUDAKERNELS_H
+#define WEFT_KERNELS_CUDAKERNELS_H
+
+#include "weft/kernels/Activations.h"
+#include "weft/kernels/Attention.h"
+#include "weft/kernels/Optimizer.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace weft::kernels::gpu {
+
+using std::int64_t;
+
+cudaError_t biasAdd(int64_t rows, int64_t width, const float *bias, float *y,
+                    cudaStream_t stream);
+cudaError_t biasGrad(int64_t rows, int64_t width, const float *dy, float *dBias,
+                     cudaStream_t stream);
+cudaError_t residualAdd(int64_t n, const float *a, const float *b, float *out,
+                        cudaStream_t stream);
+cudaError_t activationForward(Activation act, int64_t n, const float *x,
+                              float *y, cudaStream_t stream);
+cudaError_t activationBackward(Activation act, int64_t n, const float *x,
+                               const float *dy, float *dx, cudaStream_t stream);
+cudaError_t gatedForward(Activation act, int64_t n, const float *gate,
+                         const float *up, float *out, cudaStream_t stream);
+cudaError_t gatedBackward(Activation act, int64_t n, const float *gate,
+                          const float *up, const float *dOut, float *dGate,
+                          float *dUp, cudaStream_t stream);
+
+cudaError_t layerNormForward(int64_t rows, int64_t width, const float *x,
+                             const float *gamma, const float *beta, float eps,
+                             float *y, float *mean, float *rstd,
+                             cudaStream_t stream);
+cudaError_t layerNormBackward(int64_t rows, int64_t width, const float *x,
+                              const float *gamma, const float *mean,
+                              const float *rstd, const float *dy, float *dx,
+                              float *dGamma, float *dBeta, cudaStream_t stream);
+cudaError_t rmsNormForward(int64_t rows, int64_t width, const float *x,
+                           const float *gamma, float eps, float *y, float *rstd,
+                           cudaStream_t stream);
+cudaError_t rmsNormBackward(int64_t rows, int64_t width, const float *x,
+                            const float *gamma, const float *rstd,
+                            const float *dy, float *dx, float *dGamma,
+                            cudaStream_t stream);
+
+cudaError_t embeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                             const std::int32_t *ids, const float *wte,
+                             const float *wpe, const float *tokenType,
+                             int64_t positionOffset, float *out,
+                             cudaStream_t stream);
+cudaError_t embeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
+                              const std::int32_t *ids, const float *dOut,
+                              int64_t positionOffset, float *dWte, float *dWpe,
+                              float *dTokenType, cudaStream_t stream);
+cudaError_t rotaryForward(int64_t batch, int64_t seq, int64_t heads,
+                          int64_t headDim, int64_t positionOffset, float theta,
+                          const float *x, float *y, cudaStream_t stream);
+cudaError_t rotaryBackward(int64_t batch, int64_t seq, int64_t heads,
+                           int64_t headDim, int64_t positionOffset, float theta,
+                           const float *dy, float *dx, cudaStream_t stream);
+
+cudaError_t attentionForward(const AttentionDims &dims, const float *q,
+                             const float *k, const float *v, float *out,
+                             float *lse, cudaStream_t stream);
+/// `delta` is a [batch, heads, seq] workspace.
+cudaError_t attentionBackward(const AttentionDims &dims, const float *q,
+                              const float *k, const float *v, const float *out,
+                              const float *lse, const float *dOut, float *dq,
+                              float *dk, float *dv, float *delta,
+                              cudaStream_t stream);
+
+/// Fused softmax cross-entropy: lse[rows] receives each row's log-sum-exp,
+/// *validCount the number of non-ignored targets, *loss their mean loss, and
+/// dLogits (nullable, may alias logits) d(mean loss)/d(logits).
+cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
+                                        const float *logits,
+                                        const std::int32_t *targets, float *lse,
+                                        int *validCount, float *loss,
+                                        float *dLogits, cudaStream_t stream);
+
+cudaError_t adamwStep(const AdamWStep &step, int64_t n, const float *grad,
+                      float *param, float *m, float *v, cudaStream_t stream);
+/// *result = sum x[i]^2, accumulated in double.
+cudaError_t sumOfSquares(int64_t n, const float *x, double *result,
+                         cudaStream_t stream);
+/// *flag = 1 if any element is inf or NaN, else 0.
+cudaError_t hasNonFinite(int64_t n, const float *x, int *flag,
+                         cudaStream_t stream);
+
+} // namespace weft::kernels::gpu
+
+#endif // WEFT_KERNELS_CUDAKERNELS_H

@@ -1,0 +1,303 @@
+//===- Bundle.h - The plan bundle's in-memory data model --------*- C++ -*-===//
+//
+// A Bundle is everything `weftc compile` decides ahead of time and `weft-run`
+// replays: the mesh and communication groups, one program per role (ranks
+// doing the same work share a program, so a bundle does not grow with DP),
+// buffers with static offsets, parameter shards, kernels, training settings
+// and the planner's prediction. docs/plan-format.md is the specification;
+// field comments here give units only.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_PLAN_BUNDLE_H
+#define WEFT_PLAN_BUNDLE_H
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weft::plan {
+
+/// The manifest version this library reads and writes.
+inline constexpr int64_t kFormatVersion = 1;
+
+enum class DType { F32, F16, BF16, F64, I32, I64, U16, U8 };
+enum class Region { Persistent, Arena };
+enum class GroupKind { TP, PP, DP, World, Custom };
+enum class ReduceOp { Sum, Max, Min };
+
+enum class Opcode {
+  // Compute.
+  Kernel,
+  Gemm,
+  // Data.
+  LoadBatch,
+  Copy,
+  Fill,
+  // Communication.
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
+  Send,
+  Recv,
+  // Synchronization between streams of one rank.
+  RecordEvent,
+  WaitEvent,
+  // Optimizer.
+  OptimizerStep,
+  GradNorm,
+  Clip,
+  // Memory.
+  Release,
+};
+
+std::string_view toString(DType dtype);
+std::string_view toString(Region region);
+std::string_view toString(GroupKind kind);
+std::string_view toString(ReduceOp op);
+std::string_view toString(Opcode opcode);
+/// Parse the spellings toString produces; nullopt for anything else.
+std::optional<DType> parseDType(std::string_view text);
+std::optional<Region> parseRegion(std::string_view text);
+std::optional<GroupKind> parseGroupKind(std::string_view text);
+std::optional<ReduceOp> parseReduceOp(std::string_view text);
+std::optional<Opcode> parseOpcode(std::string_view text);
+
+int64_t elementBytes(DType dtype);
+bool isCollective(Opcode opcode);   // all_reduce .. broadcast
+bool isPointToPoint(Opcode opcode); // send, recv
+
+//===----------------------------------------------------------------------===//
+// Metadata
+//===----------------------------------------------------------------------===//
+
+struct ModelInfo {
+  std::string name;
+  std::string family; // e.g. "gpt2", "llama"
+};
+
+struct LossScale {
+  bool dynamic = false;
+  double initial = 1.0;       // initial (or static) loss scale
+  int64_t growthInterval = 0; // steps without overflow before doubling
+  double backoff = 0.5;       // factor applied on overflow
+};
+
+struct TrainingInfo {
+  int64_t globalBatch = 0; // sequences per optimizer step
+  int64_t seqLen = 0;      // tokens
+  std::string precision;   // "bf16" | "fp16" | "fp32"
+  int64_t microBatch = 0;  // sequences per micro-batch and DP rank
+  int64_t gradAccum = 0;   // micro-batches per step and DP rank
+  int64_t stepsPerPlan = 1;
+  double lr = 0;
+  int64_t warmupSteps = 0;
+  int64_t decaySteps = 0;
+  double minLr = 0;
+  double weightDecay = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double gradClip = 0; // max global gradient norm; 0 disables clipping
+  LossScale lossScale;
+};
+
+struct Prediction {
+  double stepTimeS = 0;
+  /// Planned peak bytes (arena + persistent), indexed by role id.
+  std::vector<int64_t> peakMemoryBytes;
+  double mfu = 0; // model FLOP utilization, 0..1
+};
+
+//===----------------------------------------------------------------------===//
+// Mesh and groups
+//===----------------------------------------------------------------------===//
+
+struct MeshCoord {
+  int64_t dp = 0;
+  int64_t pp = 0;
+  int64_t tp = 0;
+};
+
+/// dp x pp x tp; rank = (dp * PP + pp) * TP + tp (TP fastest, so a TP group
+/// is contiguous and stays inside a node).
+struct Mesh {
+  int64_t dp = 1;
+  int64_t pp = 1;
+  int64_t tp = 1;
+
+  int64_t worldSize() const { return dp * pp * tp; }
+  int64_t rankOf(MeshCoord coord) const {
+    return (coord.dp * pp + coord.pp) * tp + coord.tp;
+  }
+  MeshCoord coordOf(int64_t rank) const {
+    return {rank / (pp * tp), rank / tp % pp, rank % tp};
+  }
+};
+
+struct Group {
+  int64_t id = 0; // == index in Bundle::groups
+  GroupKind kind = GroupKind::Custom;
+  std::vector<int64_t> ranks; // global ranks; group-relative index = position
+};
+
+//===----------------------------------------------------------------------===//
+// Programs
+//===----------------------------------------------------------------------===//
+
+struct Buffer {
+  int64_t id = 0; // == index in Program::buffers
+  std::string name;
+  Region region = Region::Arena;
+  int64_t offset = 0; // bytes from the start of the region
+  int64_t size = 0;   // bytes
+  DType dtype = DType::F32;
+  int64_t alignment = 256; // bytes, a power of two
+};
+
+/// A byte range [offset, offset + bytes) of one buffer.
+struct BufferRange {
+  int64_t buffer = 0;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+
+  bool operator==(const BufferRange &other) const {
+    return buffer == other.buffer && offset == other.offset &&
+           bytes == other.bytes;
+  }
+};
+
+struct GemmParams {
+  bool transA = false;
+  bool transB = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  double alpha = 1.0;
+  double beta = 0.0;
+};
+
+/// One instruction. Which fields are meaningful depends on the opcode (see
+/// docs/plan-format.md, "Opcode reference"); the others keep their defaults
+/// and are not serialized.
+struct Instruction {
+  Opcode opcode = Opcode::Kernel;
+  std::vector<BufferRange> reads;
+  std::vector<BufferRange> writes;
+  std::string phase; // free-form label for inspection, e.g. "fwd L3 mb2"
+
+  int64_t kernel = -1;       // kernel
+  std::vector<int64_t> args; // kernel: scalar arguments
+  GemmParams gemm;           // gemm
+  int64_t microbatch = 0;    // load_batch
+  double value = 0;          // fill
+  int64_t group = -1;        // collectives, send, recv
+  int64_t peer = -1;         // send/recv: group-relative peer; broadcast: root
+  ReduceOp reduce = ReduceOp::Sum; // all_reduce, reduce_scatter
+  int64_t count = 0;        // elements (per rank for reduce_scatter output and
+                            // all_gather input)
+  DType dtype = DType::F32; // element type of count, fill, gemm, optimizer
+  int64_t event = -1;       // record_event, wait_event
+};
+
+struct Stream {
+  std::string name; // unique within the program, e.g. "compute", "allgather"
+  std::vector<Instruction> instructions;
+};
+
+/// The program of one role, with its buffers and planned region sizes.
+struct Program {
+  int64_t role = 0; // == index in Bundle::programs
+  int64_t numEvents = 0;
+  int64_t arenaBytes = 0;
+  int64_t persistentBytes = 0;
+  std::vector<Buffer> buffers;
+  std::vector<Stream> streams;
+};
+
+//===----------------------------------------------------------------------===//
+// Parameters and kernels
+//===----------------------------------------------------------------------===//
+
+struct ParamInit {
+  std::string kind; // "normal" | "zeros" | "ones"
+  double std = 0;
+};
+
+/// Where a role keeps its part of one parameter. The role's slice is
+/// [start, start + length) along `dim` of the global tensor (dim = -1: the
+/// whole tensor). Flattened row-major and padded to paddedElements, the slice
+/// is split evenly over zeroShards ranks by their DP index; the buffer holds
+/// this rank's part of paddedElements / zeroShards elements at `offset`.
+struct ShardSpec {
+  int64_t role = 0;
+  int64_t buffer = 0;
+  int64_t offset = 0; // bytes into the buffer
+  int64_t dim = -1;
+  int64_t start = 0;
+  int64_t length = 0;
+  int64_t zeroShards = 1;
+  int64_t paddedElements = 0;
+};
+
+struct Parameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  ParamInit init;
+  std::string hfName;
+  bool hfTransposed = false; // stored transposed relative to Hugging Face
+  std::vector<ShardSpec> shards;
+};
+
+struct Kernel {
+  int64_t id = 0; // == index in Bundle::kernels
+  std::string name;
+  std::string source; // side-file path, e.g. "kernels/<name>.cu"
+  std::map<std::string, int64_t> constants; // specialization constants
+};
+
+//===----------------------------------------------------------------------===//
+// Bundle
+//===----------------------------------------------------------------------===//
+
+struct Bundle {
+  int64_t formatVersion = kFormatVersion;
+  ModelInfo model;
+  TrainingInfo training;
+  Prediction prediction;
+  nlohmann::json config = nlohmann::json::object();
+  Mesh mesh;
+  std::vector<Group> groups;
+  std::vector<int64_t> rankRoles; // rank -> role id
+  std::vector<Program> programs;  // indexed by role id
+  std::vector<Parameter> parameters;
+  std::vector<Kernel> kernels;
+  /// Side files by bundle-relative path (kernel sources), with their bytes.
+  std::map<std::string, std::string> files;
+};
+
+/// The role id of `rank`; throws Error if the rank is out of range.
+int64_t rankToRole(const Bundle &bundle, int64_t rank);
+
+/// What one rank executes: its role's program seen from that rank.
+struct RankProgram {
+  int64_t rank = 0;
+  int64_t role = 0;
+  MeshCoord coord;
+  const Program *program = nullptr;
+};
+
+/// Expand `rank` to its program; throws Error if the rank is out of range.
+RankProgram expandRankProgram(const Bundle &bundle, int64_t rank);
+
+/// Position of `rank` in `group`, or -1 if it is not a member.
+int64_t groupIndexOf(const Group &group, int64_t rank);
+
+} // namespace weft::plan
+
+#endif // WEFT_PLAN_BUNDLE_H

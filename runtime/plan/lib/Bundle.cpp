@@ -1,0 +1,149 @@
+//===- Bundle.cpp - Enum spellings and rank/role helpers ------------------===//
+
+#include "weft/plan/Bundle.h"
+#include "weft/plan/Error.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+using namespace weft::plan;
+
+namespace {
+
+template <typename Enum, size_t N>
+using SpellingTable = std::array<std::pair<Enum, std::string_view>, N>;
+
+constexpr SpellingTable<DType, 8> kDTypes = {{{DType::F32, "f32"},
+                                              {DType::F16, "f16"},
+                                              {DType::BF16, "bf16"},
+                                              {DType::F64, "f64"},
+                                              {DType::I32, "i32"},
+                                              {DType::I64, "i64"},
+                                              {DType::U16, "u16"},
+                                              {DType::U8, "u8"}}};
+constexpr SpellingTable<Region, 2> kRegions = {
+    {{Region::Persistent, "persistent"}, {Region::Arena, "arena"}}};
+constexpr SpellingTable<GroupKind, 5> kGroupKinds = {
+    {{GroupKind::TP, "tp"},
+     {GroupKind::PP, "pp"},
+     {GroupKind::DP, "dp"},
+     {GroupKind::World, "world"},
+     {GroupKind::Custom, "custom"}}};
+constexpr SpellingTable<ReduceOp, 3> kReduceOps = {
+    {{ReduceOp::Sum, "sum"}, {ReduceOp::Max, "max"}, {ReduceOp::Min, "min"}}};
+constexpr SpellingTable<Opcode, 17> kOpcodes = {
+    {{Opcode::Kernel, "kernel"},
+     {Opcode::Gemm, "gemm"},
+     {Opcode::LoadBatch, "load_batch"},
+     {Opcode::Copy, "copy"},
+     {Opcode::Fill, "fill"},
+     {Opcode::AllReduce, "all_reduce"},
+     {Opcode::ReduceScatter, "reduce_scatter"},
+     {Opcode::AllGather, "all_gather"},
+     {Opcode::Broadcast, "broadcast"},
+     {Opcode::Send, "send"},
+     {Opcode::Recv, "recv"},
+     {Opcode::RecordEvent, "record_event"},
+     {Opcode::WaitEvent, "wait_event"},
+     {Opcode::OptimizerStep, "optimizer_step"},
+     {Opcode::GradNorm, "grad_norm"},
+     {Opcode::Clip, "clip"},
+     {Opcode::Release, "release"}}};
+
+template <typename Enum, size_t N>
+std::string_view spell(const SpellingTable<Enum, N> &table, Enum value) {
+  for (const auto &[entry, text] : table)
+    if (entry == value)
+      return text;
+  return "?";
+}
+
+template <typename Enum, size_t N>
+std::optional<Enum> parse(const SpellingTable<Enum, N> &table,
+                          std::string_view text) {
+  for (const auto &[entry, spelling] : table)
+    if (spelling == text)
+      return entry;
+  return std::nullopt;
+}
+
+} // namespace
+
+std::string_view weft::plan::toString(DType dtype) {
+  return spell(kDTypes, dtype);
+}
+std::string_view weft::plan::toString(Region region) {
+  return spell(kRegions, region);
+}
+std::string_view weft::plan::toString(GroupKind kind) {
+  return spell(kGroupKinds, kind);
+}
+std::string_view weft::plan::toString(ReduceOp op) {
+  return spell(kReduceOps, op);
+}
+std::string_view weft::plan::toString(Opcode opcode) {
+  return spell(kOpcodes, opcode);
+}
+std::optional<DType> weft::plan::parseDType(std::string_view text) {
+  return parse(kDTypes, text);
+}
+std::optional<Region> weft::plan::parseRegion(std::string_view text) {
+  return parse(kRegions, text);
+}
+std::optional<GroupKind> weft::plan::parseGroupKind(std::string_view text) {
+  return parse(kGroupKinds, text);
+}
+std::optional<ReduceOp> weft::plan::parseReduceOp(std::string_view text) {
+  return parse(kReduceOps, text);
+}
+std::optional<Opcode> weft::plan::parseOpcode(std::string_view text) {
+  return parse(kOpcodes, text);
+}
+
+int64_t weft::plan::elementBytes(DType dtype) {
+  switch (dtype) {
+  case DType::F64:
+  case DType::I64:
+    return 8;
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F16:
+  case DType::BF16:
+  case DType::U16:
+    return 2;
+  case DType::U8:
+    return 1;
+  }
+  return 0;
+}
+
+bool weft::plan::isCollective(Opcode opcode) {
+  return opcode == Opcode::AllReduce || opcode == Opcode::ReduceScatter ||
+         opcode == Opcode::AllGather || opcode == Opcode::Broadcast;
+}
+
+bool weft::plan::isPointToPoint(Opcode opcode) {
+  return opcode == Opcode::Send || opcode == Opcode::Recv;
+}
+
+int64_t weft::plan::rankToRole(const Bundle &bundle, int64_t rank) {
+  if (rank < 0 || rank >= int64_t(bundle.rankRoles.size()))
+    throw Error("rank " + std::to_string(rank) + " is outside the world of " +
+                std::to_string(bundle.rankRoles.size()) + " ranks");
+  return bundle.rankRoles[rank];
+}
+
+RankProgram weft::plan::expandRankProgram(const Bundle &bundle, int64_t rank) {
+  int64_t role = rankToRole(bundle, rank);
+  if (role < 0 || role >= int64_t(bundle.programs.size()))
+    throw Error("rank " + std::to_string(rank) + " has unknown role " +
+                std::to_string(role));
+  return {rank, role, bundle.mesh.coordOf(rank), &bundle.programs[role]};
+}
+
+int64_t weft::plan::groupIndexOf(const Group &group, int64_t rank) {
+  auto it = std::find(group.ranks.begin(), group.ranks.end(), rank);
+  return it == group.ranks.end() ? -1 : int64_t(it - group.ranks.begin());
+}

@@ -1,0 +1,612 @@
+//===- Json.cpp - Bundle <-> manifest JSON --------------------------------===//
+//
+// The manifest is read through ObjectReader, which tracks the JSON path of
+// every field so each error names exactly what is wrong, and rejects fields it
+// did not consume (a misspelled or misplaced field is an error, not silently
+// ignored data).
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/plan/Error.h"
+#include "weft/plan/Serialize.h"
+
+#include <set>
+
+using namespace weft::plan;
+using nlohmann::json;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+json rangesToJson(const std::vector<BufferRange> &ranges) {
+  json array = json::array();
+  for (const BufferRange &range : ranges)
+    array.push_back({{"buffer", range.buffer},
+                     {"offset", range.offset},
+                     {"bytes", range.bytes}});
+  return array;
+}
+
+json instructionToJson(const Instruction &inst) {
+  json out = {{"op", toString(inst.opcode)}};
+  if (!inst.reads.empty())
+    out["reads"] = rangesToJson(inst.reads);
+  if (!inst.writes.empty())
+    out["writes"] = rangesToJson(inst.writes);
+  if (!inst.phase.empty())
+    out["phase"] = inst.phase;
+  auto putCommunication = [&] {
+    out["group"] = inst.group;
+    out["count"] = inst.count;
+    out["dtype"] = toString(inst.dtype);
+  };
+  switch (inst.opcode) {
+  case Opcode::Kernel:
+    out["kernel"] = inst.kernel;
+    if (!inst.args.empty())
+      out["args"] = inst.args;
+    break;
+  case Opcode::Gemm:
+    out["trans_a"] = inst.gemm.transA;
+    out["trans_b"] = inst.gemm.transB;
+    out["m"] = inst.gemm.m;
+    out["n"] = inst.gemm.n;
+    out["k"] = inst.gemm.k;
+    out["lda"] = inst.gemm.lda;
+    out["ldb"] = inst.gemm.ldb;
+    out["ldc"] = inst.gemm.ldc;
+    out["alpha"] = inst.gemm.alpha;
+    out["beta"] = inst.gemm.beta;
+    out["dtype"] = toString(inst.dtype);
+    break;
+  case Opcode::LoadBatch:
+    out["microbatch"] = inst.microbatch;
+    break;
+  case Opcode::Fill:
+    out["value"] = inst.value;
+    out["dtype"] = toString(inst.dtype);
+    break;
+  case Opcode::AllReduce:
+  case Opcode::ReduceScatter:
+    putCommunication();
+    out["reduce"] = toString(inst.reduce);
+    break;
+  case Opcode::AllGather:
+    putCommunication();
+    break;
+  case Opcode::Broadcast:
+    putCommunication();
+    out["root"] = inst.peer;
+    break;
+  case Opcode::Send:
+  case Opcode::Recv:
+    putCommunication();
+    out["peer"] = inst.peer;
+    break;
+  case Opcode::RecordEvent:
+  case Opcode::WaitEvent:
+    out["event"] = inst.event;
+    break;
+  case Opcode::OptimizerStep:
+    out["count"] = inst.count;
+    out["dtype"] = toString(inst.dtype);
+    break;
+  case Opcode::GradNorm:
+  case Opcode::Clip:
+    out["dtype"] = toString(inst.dtype);
+    break;
+  case Opcode::Copy:
+  case Opcode::Release:
+    break;
+  }
+  return out;
+}
+
+json programToJson(const Program &program) {
+  json buffers = json::array();
+  for (const Buffer &buffer : program.buffers)
+    buffers.push_back({{"id", buffer.id},
+                       {"name", buffer.name},
+                       {"region", toString(buffer.region)},
+                       {"offset", buffer.offset},
+                       {"size", buffer.size},
+                       {"dtype", toString(buffer.dtype)},
+                       {"alignment", buffer.alignment}});
+  json streams = json::array();
+  for (const Stream &stream : program.streams) {
+    json instructions = json::array();
+    for (const Instruction &inst : stream.instructions)
+      instructions.push_back(instructionToJson(inst));
+    streams.push_back({{"name", stream.name}, {"instructions", instructions}});
+  }
+  return {{"role", program.role},
+          {"num_events", program.numEvents},
+          {"arena_bytes", program.arenaBytes},
+          {"persistent_bytes", program.persistentBytes},
+          {"buffers", buffers},
+          {"streams", streams}};
+}
+
+json parameterToJson(const Parameter &param) {
+  json shards = json::array();
+  for (const ShardSpec &shard : param.shards)
+    shards.push_back({{"role", shard.role},
+                      {"buffer", shard.buffer},
+                      {"offset", shard.offset},
+                      {"dim", shard.dim},
+                      {"start", shard.start},
+                      {"length", shard.length},
+                      {"zero_shards", shard.zeroShards},
+                      {"padded_elements", shard.paddedElements}});
+  return {{"name", param.name},
+          {"shape", param.shape},
+          {"dtype", toString(param.dtype)},
+          {"init", {{"kind", param.init.kind}, {"std", param.init.std}}},
+          {"hf_name", param.hfName},
+          {"hf_transposed", param.hfTransposed},
+          {"shards", shards}};
+}
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+std::string joinPath(const std::string &path, const std::string &key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string indexPath(const std::string &path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+class ObjectReader {
+public:
+  ObjectReader(const json &value, std::string path, const std::string &file)
+      : value(value), path(std::move(path)), file(file) {
+    if (!value.is_object())
+      throw Error(file + ": " + (this->path.empty() ? "<root>" : this->path) +
+                  ": expected an object");
+  }
+
+  [[noreturn]] void fail(const std::string &key,
+                         const std::string &reason) const {
+    throw Error(file + ": " + joinPath(path, key) + ": " + reason);
+  }
+
+  bool has(const std::string &key) const { return value.contains(key); }
+
+  const json &field(const std::string &key) {
+    auto it = value.find(key);
+    if (it == value.end())
+      fail(key, "missing field");
+    consumed.insert(key);
+    return *it;
+  }
+
+  int64_t integer(const std::string &key) {
+    const json &item = field(key);
+    if (!item.is_number_integer())
+      fail(key, "expected an integer");
+    return item.get<int64_t>();
+  }
+  double number(const std::string &key) {
+    const json &item = field(key);
+    if (!item.is_number())
+      fail(key, "expected a number");
+    return item.get<double>();
+  }
+  bool boolean(const std::string &key) {
+    const json &item = field(key);
+    if (!item.is_boolean())
+      fail(key, "expected true or false");
+    return item.get<bool>();
+  }
+  std::string string(const std::string &key) {
+    const json &item = field(key);
+    if (!item.is_string())
+      fail(key, "expected a string");
+    return item.get<std::string>();
+  }
+  const json &array(const std::string &key) {
+    const json &item = field(key);
+    if (!item.is_array())
+      fail(key, "expected an array");
+    return item;
+  }
+  std::vector<int64_t> integers(const std::string &key) {
+    std::vector<int64_t> out;
+    const json &items = array(key);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].is_number_integer())
+        throw Error(file + ": " + indexPath(joinPath(path, key), i) +
+                    ": expected an integer");
+      out.push_back(items[i].get<int64_t>());
+    }
+    return out;
+  }
+  ObjectReader object(const std::string &key) {
+    return ObjectReader(field(key), joinPath(path, key), file);
+  }
+  ObjectReader element(const std::string &key, size_t index) {
+    return ObjectReader(value.at(key).at(index),
+                        indexPath(joinPath(path, key), index), file);
+  }
+
+  template <typename Enum>
+  Enum enumeration(const std::string &key,
+                   std::optional<Enum> (*parse)(std::string_view),
+                   const char *what) {
+    std::string text = string(key);
+    std::optional<Enum> parsed = parse(text);
+    if (!parsed)
+      fail(key, "unknown " + std::string(what) + " '" + text + "'");
+    return *parsed;
+  }
+
+  /// Reject fields that were never read.
+  void finish(const std::string &context) const {
+    for (const auto &item : value.items())
+      if (!consumed.count(item.key()))
+        fail(item.key(), "unexpected field" + context);
+  }
+
+private:
+  const json &value;
+  std::string path;
+  const std::string &file;
+  std::set<std::string> consumed;
+};
+
+std::vector<BufferRange> readRanges(ObjectReader &reader,
+                                    const std::string &key) {
+  std::vector<BufferRange> ranges;
+  if (!reader.has(key))
+    return ranges;
+  const json &items = reader.array(key);
+  for (size_t i = 0; i < items.size(); ++i) {
+    ObjectReader range = reader.element(key, i);
+    ranges.push_back({range.integer("buffer"), range.integer("offset"),
+                      range.integer("bytes")});
+    range.finish("");
+  }
+  return ranges;
+}
+
+Instruction readInstruction(ObjectReader &reader) {
+  Instruction inst;
+  inst.opcode = reader.enumeration("op", parseOpcode, "opcode");
+  inst.reads = readRanges(reader, "reads");
+  inst.writes = readRanges(reader, "writes");
+  if (reader.has("phase"))
+    inst.phase = reader.string("phase");
+  auto readDType = [&] {
+    inst.dtype = reader.enumeration("dtype", parseDType, "dtype");
+  };
+  auto readCommunication = [&] {
+    inst.group = reader.integer("group");
+    inst.count = reader.integer("count");
+    readDType();
+  };
+  switch (inst.opcode) {
+  case Opcode::Kernel:
+    inst.kernel = reader.integer("kernel");
+    if (reader.has("args"))
+      inst.args = reader.integers("args");
+    break;
+  case Opcode::Gemm:
+    inst.gemm.transA = reader.boolean("trans_a");
+    inst.gemm.transB = reader.boolean("trans_b");
+    inst.gemm.m = reader.integer("m");
+    inst.gemm.n = reader.integer("n");
+    inst.gemm.k = reader.integer("k");
+    inst.gemm.lda = reader.integer("lda");
+    inst.gemm.ldb = reader.integer("ldb");
+    inst.gemm.ldc = reader.integer("ldc");
+    inst.gemm.alpha = reader.number("alpha");
+    inst.gemm.beta = reader.number("beta");
+    readDType();
+    break;
+  case Opcode::LoadBatch:
+    inst.microbatch = reader.integer("microbatch");
+    break;
+  case Opcode::Fill:
+    inst.value = reader.number("value");
+    readDType();
+    break;
+  case Opcode::AllReduce:
+  case Opcode::ReduceScatter:
+    readCommunication();
+    inst.reduce = reader.enumeration("reduce", parseReduceOp, "reduction");
+    break;
+  case Opcode::AllGather:
+    readCommunication();
+    break;
+  case Opcode::Broadcast:
+    readCommunication();
+    inst.peer = reader.integer("root");
+    break;
+  case Opcode::Send:
+  case Opcode::Recv:
+    readCommunication();
+    inst.peer = reader.integer("peer");
+    break;
+  case Opcode::RecordEvent:
+  case Opcode::WaitEvent:
+    inst.event = reader.integer("event");
+    break;
+  case Opcode::OptimizerStep:
+    inst.count = reader.integer("count");
+    readDType();
+    break;
+  case Opcode::GradNorm:
+  case Opcode::Clip:
+    readDType();
+    break;
+  case Opcode::Copy:
+  case Opcode::Release:
+    break;
+  }
+  reader.finish(" for " + std::string(toString(inst.opcode)));
+  return inst;
+}
+
+Program readProgram(ObjectReader &reader) {
+  Program program;
+  program.role = reader.integer("role");
+  program.numEvents = reader.integer("num_events");
+  program.arenaBytes = reader.integer("arena_bytes");
+  program.persistentBytes = reader.integer("persistent_bytes");
+  const json &buffers = reader.array("buffers");
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    ObjectReader item = reader.element("buffers", i);
+    Buffer buffer;
+    buffer.id = item.integer("id");
+    buffer.name = item.string("name");
+    buffer.region = item.enumeration("region", parseRegion, "region");
+    buffer.offset = item.integer("offset");
+    buffer.size = item.integer("size");
+    buffer.dtype = item.enumeration("dtype", parseDType, "dtype");
+    buffer.alignment = item.integer("alignment");
+    item.finish("");
+    program.buffers.push_back(std::move(buffer));
+  }
+  const json &streams = reader.array("streams");
+  for (size_t i = 0; i < streams.size(); ++i) {
+    ObjectReader item = reader.element("streams", i);
+    Stream stream;
+    stream.name = item.string("name");
+    const json &instructions = item.array("instructions");
+    for (size_t j = 0; j < instructions.size(); ++j) {
+      ObjectReader instReader = item.element("instructions", j);
+      stream.instructions.push_back(readInstruction(instReader));
+    }
+    item.finish("");
+    program.streams.push_back(std::move(stream));
+  }
+  reader.finish("");
+  return program;
+}
+
+Parameter readParameter(ObjectReader &reader) {
+  Parameter param;
+  param.name = reader.string("name");
+  param.shape = reader.integers("shape");
+  param.dtype = reader.enumeration("dtype", parseDType, "dtype");
+  ObjectReader init = reader.object("init");
+  param.init.kind = init.string("kind");
+  param.init.std = init.number("std");
+  init.finish("");
+  param.hfName = reader.string("hf_name");
+  param.hfTransposed = reader.boolean("hf_transposed");
+  const json &shards = reader.array("shards");
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ObjectReader item = reader.element("shards", i);
+    ShardSpec shard;
+    shard.role = item.integer("role");
+    shard.buffer = item.integer("buffer");
+    shard.offset = item.integer("offset");
+    shard.dim = item.integer("dim");
+    shard.start = item.integer("start");
+    shard.length = item.integer("length");
+    shard.zeroShards = item.integer("zero_shards");
+    shard.paddedElements = item.integer("padded_elements");
+    item.finish("");
+    param.shards.push_back(shard);
+  }
+  reader.finish("");
+  return param;
+}
+
+} // namespace
+
+json weft::plan::toJson(const Bundle &bundle) {
+  const TrainingInfo &training = bundle.training;
+  json groups = json::array();
+  for (const Group &group : bundle.groups)
+    groups.push_back({{"id", group.id},
+                      {"kind", toString(group.kind)},
+                      {"ranks", group.ranks}});
+  json programs = json::array();
+  for (const Program &program : bundle.programs)
+    programs.push_back(programToJson(program));
+  json parameters = json::array();
+  for (const Parameter &param : bundle.parameters)
+    parameters.push_back(parameterToJson(param));
+  json kernels = json::array();
+  for (const Kernel &kernel : bundle.kernels)
+    kernels.push_back({{"id", kernel.id},
+                       {"name", kernel.name},
+                       {"source", kernel.source},
+                       {"constants", kernel.constants}});
+  json files = json::array();
+  for (const auto &[path, contents] : bundle.files)
+    files.push_back({{"path", path}, {"size", contents.size()}});
+
+  return {
+      {"format_version", bundle.formatVersion},
+      {"model", {{"name", bundle.model.name}, {"family", bundle.model.family}}},
+      {"training",
+       {{"global_batch", training.globalBatch},
+        {"seq_len", training.seqLen},
+        {"precision", training.precision},
+        {"micro_batch", training.microBatch},
+        {"grad_accum", training.gradAccum},
+        {"steps_per_plan", training.stepsPerPlan},
+        {"lr", training.lr},
+        {"warmup_steps", training.warmupSteps},
+        {"decay_steps", training.decaySteps},
+        {"min_lr", training.minLr},
+        {"weight_decay", training.weightDecay},
+        {"beta1", training.beta1},
+        {"beta2", training.beta2},
+        {"eps", training.eps},
+        {"grad_clip", training.gradClip},
+        {"loss_scale",
+         {{"dynamic", training.lossScale.dynamic},
+          {"initial", training.lossScale.initial},
+          {"growth_interval", training.lossScale.growthInterval},
+          {"backoff", training.lossScale.backoff}}}}},
+      {"prediction",
+       {{"step_time_s", bundle.prediction.stepTimeS},
+        {"peak_memory_bytes", bundle.prediction.peakMemoryBytes},
+        {"mfu", bundle.prediction.mfu}}},
+      {"config", bundle.config},
+      {"mesh",
+       {{"dp", bundle.mesh.dp},
+        {"pp", bundle.mesh.pp},
+        {"tp", bundle.mesh.tp}}},
+      {"groups", groups},
+      {"rank_roles", bundle.rankRoles},
+      {"programs", programs},
+      {"parameters", parameters},
+      {"kernels", kernels},
+      {"files", files},
+  };
+}
+
+Bundle weft::plan::fromJson(const json &manifest,
+                            const std::map<std::string, std::string> &files,
+                            const std::string &file) {
+  ObjectReader root(manifest, "", file);
+  Bundle bundle;
+  bundle.formatVersion = root.integer("format_version");
+  if (bundle.formatVersion != kFormatVersion)
+    root.fail("format_version", "unsupported version " +
+                                    std::to_string(bundle.formatVersion) +
+                                    " (this build reads version " +
+                                    std::to_string(kFormatVersion) + ")");
+  if (root.has("content_hash"))
+    root.string("content_hash");
+
+  ObjectReader model = root.object("model");
+  bundle.model.name = model.string("name");
+  bundle.model.family = model.string("family");
+  model.finish("");
+
+  ObjectReader training = root.object("training");
+  TrainingInfo &info = bundle.training;
+  info.globalBatch = training.integer("global_batch");
+  info.seqLen = training.integer("seq_len");
+  info.precision = training.string("precision");
+  info.microBatch = training.integer("micro_batch");
+  info.gradAccum = training.integer("grad_accum");
+  info.stepsPerPlan = training.integer("steps_per_plan");
+  info.lr = training.number("lr");
+  info.warmupSteps = training.integer("warmup_steps");
+  info.decaySteps = training.integer("decay_steps");
+  info.minLr = training.number("min_lr");
+  info.weightDecay = training.number("weight_decay");
+  info.beta1 = training.number("beta1");
+  info.beta2 = training.number("beta2");
+  info.eps = training.number("eps");
+  info.gradClip = training.number("grad_clip");
+  ObjectReader lossScale = training.object("loss_scale");
+  info.lossScale.dynamic = lossScale.boolean("dynamic");
+  info.lossScale.initial = lossScale.number("initial");
+  info.lossScale.growthInterval = lossScale.integer("growth_interval");
+  info.lossScale.backoff = lossScale.number("backoff");
+  lossScale.finish("");
+  training.finish("");
+
+  ObjectReader prediction = root.object("prediction");
+  bundle.prediction.stepTimeS = prediction.number("step_time_s");
+  bundle.prediction.peakMemoryBytes = prediction.integers("peak_memory_bytes");
+  bundle.prediction.mfu = prediction.number("mfu");
+  prediction.finish("");
+
+  bundle.config = root.field("config");
+  if (!bundle.config.is_object())
+    root.fail("config", "expected an object");
+
+  ObjectReader mesh = root.object("mesh");
+  bundle.mesh.dp = mesh.integer("dp");
+  bundle.mesh.pp = mesh.integer("pp");
+  bundle.mesh.tp = mesh.integer("tp");
+  mesh.finish("");
+
+  const json &groups = root.array("groups");
+  for (size_t i = 0; i < groups.size(); ++i) {
+    ObjectReader item = root.element("groups", i);
+    Group group;
+    group.id = item.integer("id");
+    group.kind = item.enumeration("kind", parseGroupKind, "group kind");
+    group.ranks = item.integers("ranks");
+    item.finish("");
+    bundle.groups.push_back(std::move(group));
+  }
+  bundle.rankRoles = root.integers("rank_roles");
+  const json &programs = root.array("programs");
+  for (size_t i = 0; i < programs.size(); ++i) {
+    ObjectReader item = root.element("programs", i);
+    bundle.programs.push_back(readProgram(item));
+  }
+  const json &parameters = root.array("parameters");
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    ObjectReader item = root.element("parameters", i);
+    bundle.parameters.push_back(readParameter(item));
+  }
+  const json &kernels = root.array("kernels");
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    ObjectReader item = root.element("kernels", i);
+    Kernel kernel;
+    kernel.id = item.integer("id");
+    kernel.name = item.string("name");
+    kernel.source = item.string("source");
+    const json &constants = item.field("constants");
+    if (!constants.is_object())
+      item.fail("constants", "expected an object");
+    for (const auto &constant : constants.items()) {
+      if (!constant.value().is_number_integer())
+        item.fail("constants." + constant.key(), "expected an integer");
+      kernel.constants[constant.key()] = constant.value().get<int64_t>();
+    }
+    item.finish("");
+    bundle.kernels.push_back(std::move(kernel));
+  }
+  const json &fileList = root.array("files");
+  for (size_t i = 0; i < fileList.size(); ++i) {
+    ObjectReader item = root.element("files", i);
+    std::string path = item.string("path");
+    int64_t size = item.integer("size");
+    item.finish("");
+    auto it = files.find(path);
+    if (it == files.end())
+      root.fail(indexPath("files", i) + ".path",
+                "side file '" + path + "' was not provided");
+    if (int64_t(it->second.size()) != size)
+      root.fail(indexPath("files", i) + ".size",
+                "manifest says " + std::to_string(size) + " bytes, file has " +
+                    std::to_string(it->second.size()));
+    bundle.files[path] = it->second;
+  }
+  root.finish("");
+
+  std::vector<StructuralError> errors = checkStructure(bundle);
+  if (!errors.empty())
+    throw Error(file + ": " + errors.front().path + ": " +
+                errors.front().reason);
+  return bundle;
+}

@@ -1,0 +1,477 @@
+//===- Structure.cpp - Structural constraints of a bundle -----------------===//
+//
+// Everything that can be checked one field at a time: ids equal to their
+// index, sizes positive, offsets aligned, operand shapes per opcode, and every
+// reference to a role, group, buffer, kernel, event or side file resolvable.
+// The verifier's dynamic checks rely on these holding.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/plan/Serialize.h"
+
+#include <set>
+
+using namespace weft::plan;
+
+namespace {
+
+std::string at(const std::string &path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+class StructureChecker {
+public:
+  explicit StructureChecker(const Bundle &bundle) : bundle(bundle) {}
+
+  std::vector<StructuralError> run() {
+    checkTop();
+    for (size_t i = 0; i < bundle.groups.size(); ++i)
+      checkGroup(bundle.groups[i], at("groups", i), i);
+    for (size_t i = 0; i < bundle.programs.size(); ++i)
+      checkProgram(bundle.programs[i], at("programs", i), i);
+    for (size_t i = 0; i < bundle.parameters.size(); ++i)
+      checkParameter(bundle.parameters[i], at("parameters", i));
+    for (size_t i = 0; i < bundle.kernels.size(); ++i)
+      checkKernel(bundle.kernels[i], at("kernels", i), i);
+    for (const auto &file : bundle.files)
+      checkFilePath(file.first);
+    return std::move(errors);
+  }
+
+private:
+  void error(const std::string &path, const std::string &reason) {
+    errors.push_back({path, reason});
+  }
+
+  void checkPositive(int64_t value, const std::string &path) {
+    if (value <= 0)
+      error(path, "must be positive, got " + str(value));
+  }
+
+  void checkTop() {
+    if (bundle.formatVersion != kFormatVersion)
+      error("format_version",
+            "unsupported version " + str(bundle.formatVersion) +
+                " (this build reads version " + str(kFormatVersion) + ")");
+    const TrainingInfo &training = bundle.training;
+    checkPositive(training.globalBatch, "training.global_batch");
+    checkPositive(training.seqLen, "training.seq_len");
+    checkPositive(training.microBatch, "training.micro_batch");
+    checkPositive(training.gradAccum, "training.grad_accum");
+    checkPositive(training.stepsPerPlan, "training.steps_per_plan");
+    if (training.precision != "bf16" && training.precision != "fp16" &&
+        training.precision != "fp32")
+      error("training.precision", "unknown precision '" + training.precision +
+                                      "' (expected bf16, fp16 or fp32)");
+    checkPositive(bundle.mesh.dp, "mesh.dp");
+    checkPositive(bundle.mesh.pp, "mesh.pp");
+    checkPositive(bundle.mesh.tp, "mesh.tp");
+    if (training.microBatch * training.gradAccum * bundle.mesh.dp !=
+        training.globalBatch)
+      error("training.global_batch",
+            str(training.globalBatch) + " != micro_batch " +
+                str(training.microBatch) + " x grad_accum " +
+                str(training.gradAccum) + " x dp " + str(bundle.mesh.dp));
+    if (bundle.prediction.peakMemoryBytes.size() != bundle.programs.size())
+      error("prediction.peak_memory_bytes",
+            "has " + str(bundle.prediction.peakMemoryBytes.size()) +
+                " entries but there are " + str(bundle.programs.size()) +
+                " programs");
+    if (!bundle.config.is_object())
+      error("config", "expected an object");
+
+    int64_t world = bundle.mesh.worldSize();
+    if (int64_t(bundle.rankRoles.size()) != world)
+      error("rank_roles", "has " + str(bundle.rankRoles.size()) +
+                              " entries but the mesh has " + str(world) +
+                              " ranks");
+    for (size_t rank = 0; rank < bundle.rankRoles.size(); ++rank) {
+      int64_t role = bundle.rankRoles[rank];
+      if (role < 0 || role >= int64_t(bundle.programs.size()))
+        error(at("rank_roles", rank), "unknown role " + str(role));
+    }
+  }
+
+  void checkGroup(const Group &group, const std::string &path, size_t index) {
+    if (group.id != int64_t(index))
+      error(path + ".id",
+            "id " + str(group.id) + " must equal its index " + str(index));
+    if (group.ranks.empty())
+      error(path + ".ranks", "a group needs at least one rank");
+    std::set<int64_t> seen;
+    for (size_t i = 0; i < group.ranks.size(); ++i) {
+      int64_t rank = group.ranks[i];
+      if (rank < 0 || rank >= bundle.mesh.worldSize())
+        error(at(path + ".ranks", i), "rank " + str(rank) +
+                                          " is outside the world of " +
+                                          str(bundle.mesh.worldSize()));
+      else if (!seen.insert(rank).second)
+        error(at(path + ".ranks", i), "rank " + str(rank) + " is listed twice");
+    }
+  }
+
+  void checkProgram(const Program &program, const std::string &path,
+                    size_t index) {
+    if (program.role != int64_t(index))
+      error(path + ".role", "role " + str(program.role) +
+                                " must equal its index " + str(index));
+    if (program.numEvents < 0)
+      error(path + ".num_events", "must not be negative");
+    if (program.arenaBytes < 0)
+      error(path + ".arena_bytes", "must not be negative");
+    if (program.persistentBytes < 0)
+      error(path + ".persistent_bytes", "must not be negative");
+    for (size_t i = 0; i < program.buffers.size(); ++i) {
+      const Buffer &buffer = program.buffers[i];
+      std::string bufferPath = at(path + ".buffers", i);
+      if (buffer.id != int64_t(i))
+        error(bufferPath + ".id",
+              "id " + str(buffer.id) + " must equal its index " + str(i));
+      checkPositive(buffer.size, bufferPath + ".size");
+      if (buffer.alignment <= 0 ||
+          (buffer.alignment & (buffer.alignment - 1)) != 0)
+        error(bufferPath + ".alignment",
+              "must be a power of two, got " + str(buffer.alignment));
+      else if (buffer.offset < 0 || buffer.offset % buffer.alignment != 0)
+        error(bufferPath + ".offset", "offset " + str(buffer.offset) +
+                                          " is not a non-negative "
+                                          "multiple of the alignment " +
+                                          str(buffer.alignment));
+    }
+    if (program.streams.empty())
+      error(path + ".streams", "a program needs at least one stream");
+    std::set<std::string> names;
+    // Where each event is recorded, to reject a second record.
+    std::vector<std::string> recordedAt(
+        std::max<int64_t>(program.numEvents, 0));
+    for (size_t s = 0; s < program.streams.size(); ++s) {
+      const Stream &stream = program.streams[s];
+      std::string streamPath = at(path + ".streams", s);
+      if (stream.name.empty())
+        error(streamPath + ".name", "must not be empty");
+      else if (!names.insert(stream.name).second)
+        error(streamPath + ".name",
+              "stream name '" + stream.name + "' is used twice");
+      for (size_t i = 0; i < stream.instructions.size(); ++i) {
+        const Instruction &inst = stream.instructions[i];
+        std::string instPath = at(streamPath + ".instructions", i);
+        checkInstruction(inst, program, instPath);
+        if (inst.opcode == Opcode::RecordEvent && inst.event >= 0 &&
+            inst.event < program.numEvents) {
+          std::string here = at("streams", s) + "." + at("instructions", i);
+          if (!recordedAt[inst.event].empty())
+            error(instPath + ".event", "event " + str(inst.event) +
+                                           " is already recorded at " +
+                                           recordedAt[inst.event]);
+          else
+            recordedAt[inst.event] = here;
+        }
+      }
+    }
+  }
+
+  void checkRange(const BufferRange &range, const Program &program,
+                  const std::string &path) {
+    if (range.buffer < 0 || range.buffer >= int64_t(program.buffers.size())) {
+      error(path + ".buffer", "unknown buffer " + str(range.buffer));
+      return;
+    }
+    const Buffer &buffer = program.buffers[range.buffer];
+    if (range.offset < 0)
+      error(path + ".offset", "must not be negative");
+    checkPositive(range.bytes, path + ".bytes");
+    if (range.offset >= 0 && range.bytes > 0 &&
+        range.offset + range.bytes > buffer.size)
+      error(path, "range [" + str(range.offset) + ", " +
+                      str(range.offset + range.bytes) + ") exceeds buffer " +
+                      str(buffer.id) + " '" + buffer.name + "' of " +
+                      str(buffer.size) + " bytes");
+  }
+
+  /// Operand counts [min, max] of reads and writes; max -1 is unbounded.
+  void checkOperandCount(const Instruction &inst, const std::string &path,
+                         int64_t minReads, int64_t maxReads, int64_t minWrites,
+                         int64_t maxWrites) {
+    auto check = [&](const std::vector<BufferRange> &ranges, int64_t lo,
+                     int64_t hi, const char *key) {
+      int64_t n = ranges.size();
+      if (n >= lo && (hi < 0 || n <= hi))
+        return;
+      std::string want = lo == hi ? "exactly " + str(lo)
+                         : hi < 0 ? "at least " + str(lo)
+                                  : str(lo) + " to " + str(hi);
+      error(path + "." + key, std::string(toString(inst.opcode)) + " needs " +
+                                  want + " " + key + " ranges, got " + str(n));
+    };
+    check(inst.reads, minReads, maxReads, "reads");
+    check(inst.writes, minWrites, maxWrites, "writes");
+  }
+
+  void checkBytes(const std::vector<BufferRange> &ranges, const char *key,
+                  int64_t expected, const std::string &what,
+                  const std::string &path) {
+    if (!ranges.empty() && ranges[0].bytes != expected)
+      error(path + "." + key + "[0].bytes", what + " needs " + str(expected) +
+                                                " bytes, got " +
+                                                str(ranges[0].bytes));
+  }
+
+  void checkCommunication(const Instruction &inst, const std::string &path) {
+    checkPositive(inst.count, path + ".count");
+    if (inst.group < 0 || inst.group >= int64_t(bundle.groups.size())) {
+      error(path + ".group", "unknown group " + str(inst.group));
+      return;
+    }
+    int64_t size = bundle.groups[inst.group].ranks.size();
+    if ((isPointToPoint(inst.opcode) || inst.opcode == Opcode::Broadcast) &&
+        (inst.peer < 0 || inst.peer >= size))
+      error(path + (inst.opcode == Opcode::Broadcast ? ".root" : ".peer"),
+            "peer " + str(inst.peer) + " is outside group " + str(inst.group) +
+                " of " + str(size) + " ranks");
+    int64_t bytes = inst.count * elementBytes(inst.dtype);
+    std::string what = std::string(toString(inst.opcode)) + " of " +
+                       str(inst.count) + " " +
+                       std::string(toString(inst.dtype));
+    std::string over = what + " over " + str(size) + " ranks";
+    switch (inst.opcode) {
+    case Opcode::AllReduce:
+      checkBytes(inst.reads, "reads", bytes, what, path);
+      checkBytes(inst.writes, "writes", bytes, what, path);
+      break;
+    case Opcode::ReduceScatter:
+      checkBytes(inst.reads, "reads", bytes * size, over, path);
+      checkBytes(inst.writes, "writes", bytes, over, path);
+      break;
+    case Opcode::AllGather:
+      checkBytes(inst.reads, "reads", bytes, over, path);
+      checkBytes(inst.writes, "writes", bytes * size, over, path);
+      break;
+    case Opcode::Broadcast:
+    case Opcode::Recv:
+      checkBytes(inst.writes, "writes", bytes, what, path);
+      break;
+    case Opcode::Send:
+      checkBytes(inst.reads, "reads", bytes, what, path);
+      break;
+    default:
+      break;
+    }
+  }
+
+  void checkInstruction(const Instruction &inst, const Program &program,
+                        const std::string &path) {
+    for (size_t i = 0; i < inst.reads.size(); ++i)
+      checkRange(inst.reads[i], program, at(path + ".reads", i));
+    for (size_t i = 0; i < inst.writes.size(); ++i)
+      checkRange(inst.writes[i], program, at(path + ".writes", i));
+
+    switch (inst.opcode) {
+    case Opcode::Kernel:
+      if (inst.kernel < 0 || inst.kernel >= int64_t(bundle.kernels.size()))
+        error(path + ".kernel", "unknown kernel " + str(inst.kernel));
+      break;
+    case Opcode::Gemm: {
+      const GemmParams &gemm = inst.gemm;
+      bool accumulates = gemm.beta != 0;
+      checkOperandCount(inst, path, accumulates ? 3 : 2, accumulates ? 3 : 2, 1,
+                        1);
+      if (accumulates && inst.reads.size() == 3 && inst.writes.size() == 1 &&
+          !(inst.reads[2] == inst.writes[0]))
+        error(path + ".reads[2]", "with beta != 0 the third read must be the "
+                                  "output range (C)");
+      checkPositive(gemm.m, path + ".m");
+      checkPositive(gemm.n, path + ".n");
+      checkPositive(gemm.k, path + ".k");
+      // Column-major (BLAS) leading dimensions.
+      if (gemm.lda < (gemm.transA ? gemm.k : gemm.m))
+        error(path + ".lda", "lda " + str(gemm.lda) + " is too small");
+      if (gemm.ldb < (gemm.transB ? gemm.n : gemm.k))
+        error(path + ".ldb", "ldb " + str(gemm.ldb) + " is too small");
+      if (gemm.ldc < gemm.m)
+        error(path + ".ldc", "ldc " + str(gemm.ldc) + " is too small");
+      break;
+    }
+    case Opcode::LoadBatch:
+      checkOperandCount(inst, path, 0, 0, 1, 2);
+      if (inst.microbatch < 0 || inst.microbatch >= bundle.training.gradAccum)
+        error(path + ".microbatch", "micro-batch " + str(inst.microbatch) +
+                                        " is outside [0, " +
+                                        str(bundle.training.gradAccum) + ")");
+      break;
+    case Opcode::Copy:
+      checkOperandCount(inst, path, 1, 1, 1, 1);
+      if (inst.reads.size() == 1 && inst.writes.size() == 1 &&
+          inst.reads[0].bytes != inst.writes[0].bytes)
+        error(path + ".writes[0].bytes", "copy of " + str(inst.reads[0].bytes) +
+                                             " bytes into " +
+                                             str(inst.writes[0].bytes));
+      break;
+    case Opcode::Fill:
+      checkOperandCount(inst, path, 0, 0, 1, -1);
+      break;
+    case Opcode::AllReduce:
+    case Opcode::ReduceScatter:
+    case Opcode::AllGather:
+      checkOperandCount(inst, path, 1, 1, 1, 1);
+      checkCommunication(inst, path);
+      break;
+    case Opcode::Broadcast:
+    case Opcode::Recv:
+      checkOperandCount(inst, path, 0, 0, 1, 1);
+      checkCommunication(inst, path);
+      break;
+    case Opcode::Send:
+      checkOperandCount(inst, path, 1, 1, 0, 0);
+      checkCommunication(inst, path);
+      break;
+    case Opcode::RecordEvent:
+    case Opcode::WaitEvent:
+      checkOperandCount(inst, path, 0, 0, 0, 0);
+      if (inst.event < 0 || inst.event >= program.numEvents)
+        error(path + ".event", "unknown event " + str(inst.event) +
+                                   " (the program has " +
+                                   str(program.numEvents) + " events)");
+      break;
+    case Opcode::OptimizerStep:
+      checkOperandCount(inst, path, 4, 4, 3, 4);
+      checkPositive(inst.count, path + ".count");
+      break;
+    case Opcode::GradNorm:
+      checkOperandCount(inst, path, 1, -1, 1, 1);
+      if (inst.writes.size() == 1 && inst.writes[0].bytes != 4)
+        error(path + ".writes[0].bytes",
+              "grad_norm writes one f32 (4 bytes), got " +
+                  str(inst.writes[0].bytes));
+      break;
+    case Opcode::Clip:
+      checkOperandCount(inst, path, 2, -1, 1, -1);
+      if (inst.writes.size() + 1 != inst.reads.size())
+        error(path + ".writes", "clip rescales reads[1..] in place: needs " +
+                                    str(inst.reads.size() - 1) +
+                                    " writes, got " + str(inst.writes.size()));
+      else
+        for (size_t i = 0; i < inst.writes.size(); ++i)
+          if (!(inst.writes[i] == inst.reads[i + 1]))
+            error(at(path + ".writes", i),
+                  "must equal reads[" + str(i + 1) + "] (clip is in place)");
+      break;
+    case Opcode::Release:
+      checkOperandCount(inst, path, 0, 0, 1, 1);
+      if (inst.writes.size() == 1 && inst.writes[0].buffer >= 0 &&
+          inst.writes[0].buffer < int64_t(program.buffers.size()) &&
+          program.buffers[inst.writes[0].buffer].region != Region::Arena)
+        error(path + ".writes[0].buffer",
+              "release of persistent buffer " + str(inst.writes[0].buffer));
+      break;
+    }
+  }
+
+  void checkParameter(const Parameter &param, const std::string &path) {
+    if (param.name.empty())
+      error(path + ".name", "must not be empty");
+    int64_t elements = 1;
+    for (size_t i = 0; i < param.shape.size(); ++i) {
+      checkPositive(param.shape[i], at(path + ".shape", i));
+      elements *= std::max<int64_t>(param.shape[i], 1);
+    }
+    if (param.init.kind != "normal" && param.init.kind != "zeros" &&
+        param.init.kind != "ones")
+      error(path + ".init.kind", "unknown init '" + param.init.kind +
+                                     "' (expected normal, zeros or ones)");
+    if (param.init.std < 0)
+      error(path + ".init.std", "must not be negative");
+    for (size_t i = 0; i < param.shards.size(); ++i) {
+      const ShardSpec &shard = param.shards[i];
+      std::string shardPath = at(path + ".shards", i);
+      if (shard.role < 0 || shard.role >= int64_t(bundle.programs.size())) {
+        error(shardPath + ".role", "unknown role " + str(shard.role));
+        continue;
+      }
+      const Program &program = bundle.programs[shard.role];
+      if (shard.buffer < 0 || shard.buffer >= int64_t(program.buffers.size())) {
+        error(shardPath + ".buffer", "unknown buffer " + str(shard.buffer) +
+                                         " in role " + str(shard.role));
+        continue;
+      }
+      int64_t sliceElements = elements;
+      if (shard.dim == -1) {
+        if (shard.start != 0 || shard.length != 0)
+          error(shardPath, "dim -1 (whole tensor) needs start 0 and length 0");
+      } else if (shard.dim < 0 || shard.dim >= int64_t(param.shape.size())) {
+        error(shardPath + ".dim", "dim " + str(shard.dim) +
+                                      " is outside the tensor's " +
+                                      str(param.shape.size()) + " dims");
+        continue;
+      } else {
+        int64_t extent = param.shape[shard.dim];
+        if (shard.start < 0 || shard.length <= 0 ||
+            shard.start + shard.length > extent)
+          error(shardPath, "slice [" + str(shard.start) + ", " +
+                               str(shard.start + shard.length) +
+                               ") is outside dim " + str(shard.dim) +
+                               " of extent " + str(extent));
+        sliceElements = elements / std::max<int64_t>(extent, 1) * shard.length;
+      }
+      if (shard.zeroShards <= 0) {
+        error(shardPath + ".zero_shards", "must be positive");
+        continue;
+      }
+      if (shard.paddedElements < sliceElements ||
+          shard.paddedElements % shard.zeroShards != 0) {
+        error(shardPath + ".padded_elements",
+              str(shard.paddedElements) + " must be at least the slice's " +
+                  str(sliceElements) + " elements and a multiple of " +
+                  "zero_shards " + str(shard.zeroShards));
+        continue;
+      }
+      int64_t bytes =
+          shard.paddedElements / shard.zeroShards * elementBytes(param.dtype);
+      const Buffer &buffer = program.buffers[shard.buffer];
+      if (shard.offset < 0 || shard.offset + bytes > buffer.size)
+        error(shardPath + ".offset",
+              "shard of " + str(bytes) + " bytes at offset " +
+                  str(shard.offset) + " exceeds buffer " + str(buffer.id) +
+                  " '" + buffer.name + "' of " + str(buffer.size) + " bytes");
+    }
+  }
+
+  void checkKernel(const Kernel &kernel, const std::string &path,
+                   size_t index) {
+    if (kernel.id != int64_t(index))
+      error(path + ".id",
+            "id " + str(kernel.id) + " must equal its index " + str(index));
+    if (kernel.name.empty())
+      error(path + ".name", "must not be empty");
+    if (!bundle.files.count(kernel.source))
+      error(path + ".source",
+            "source '" + kernel.source + "' is not a file of the bundle");
+  }
+
+  /// Side files live inside the bundle directory: relative, no "..", no
+  /// empty or "." segments, and never the manifest itself.
+  void checkFilePath(const std::string &path) {
+    bool ok = !path.empty() && path.front() != '/' && path != "plan.json";
+    size_t begin = 0;
+    while (ok && begin <= path.size()) {
+      size_t end = path.find('/', begin);
+      if (end == std::string::npos)
+        end = path.size();
+      std::string segment = path.substr(begin, end - begin);
+      ok = !segment.empty() && segment != "." && segment != "..";
+      begin = end + 1;
+    }
+    if (!ok)
+      error("files", "invalid side-file path '" + path + "'");
+  }
+
+  const Bundle &bundle;
+  std::vector<StructuralError> errors;
+};
+
+} // namespace
+
+std::vector<StructuralError> weft::plan::checkStructure(const Bundle &bundle) {
+  return StructureChecker(bundle).run();
+}

@@ -1,0 +1,683 @@
+//===- Verifier.cpp - Symbolic execution of every rank of a plan ----------===//
+//
+// Two simulations:
+//  - GlobalSimulator runs every stream of every rank with rendezvous
+//    semantics for collectives and send/recv (a conservative model: a plan
+//    that is deadlock-free here is deadlock-free with any buffering) and
+//    checks that matched operations agree.
+//  - LocalChecker runs each role's program once (the checks depend only on
+//    the program): it sequentializes the streams honoring events, tracks the
+//    happens-before order with vector clocks (one clock per stream, joined
+//    at wait_event), byte-level initialization of every buffer, unordered
+//    cross-stream accesses, and the live ranges of arena buffers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/plan/Verifier.h"
+#include "weft/plan/Error.h"
+#include "weft/plan/Serialize.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <tuple>
+
+using namespace weft::plan;
+
+namespace {
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+std::string bytesText(int64_t begin, int64_t end) {
+  return "bytes [" + str(begin) + ", " + str(end) + ")";
+}
+
+/// A stream position within one program.
+struct Loc {
+  int64_t stream = 0;
+  int64_t index = 0;
+};
+
+std::string describe(const Program &program, Loc loc) {
+  const Stream &stream = program.streams[loc.stream];
+  std::string text = "stream " + str(loc.stream) + " '" + stream.name +
+                     "' instruction " + str(loc.index);
+  const std::string &phase = stream.instructions[loc.index].phase;
+  return phase.empty() ? text : text + " (" + phase + ")";
+}
+
+std::string bufferText(const Program &program, int64_t buffer) {
+  return "buffer " + str(buffer) + " '" + program.buffers[buffer].name + "'";
+}
+
+std::string operationText(const Instruction &inst) {
+  std::string text = std::string(toString(inst.opcode)) + " of " +
+                     str(inst.count) + " " + std::string(toString(inst.dtype));
+  if (inst.opcode == Opcode::AllReduce || inst.opcode == Opcode::ReduceScatter)
+    text += " (" + std::string(toString(inst.reduce)) + ")";
+  if (inst.opcode == Opcode::Broadcast)
+    text += " (root " + str(inst.peer) + ")";
+  return text;
+}
+
+//===----------------------------------------------------------------------===//
+// Matching and deadlock over all ranks
+//===----------------------------------------------------------------------===//
+
+class GlobalSimulator {
+public:
+  GlobalSimulator(const Bundle &bundle, std::vector<Diagnostic> &diagnostics)
+      : bundle(bundle), diagnostics(diagnostics) {}
+
+  void run() {
+    int64_t world = bundle.mesh.worldSize();
+    ranks.resize(world);
+    for (int64_t rank = 0; rank < world; ++rank) {
+      RankState &state = ranks[rank];
+      state.program = &bundle.programs[bundle.rankRoles[rank]];
+      state.pc.assign(state.program->streams.size(), 0);
+      state.arrived.assign(state.program->streams.size(), false);
+      state.recorded.assign(state.program->numEvents, false);
+      for (size_t s = 0; s < state.program->streams.size(); ++s)
+        ready.push_back({rank, int64_t(s)});
+    }
+    while (!ready.empty() && !fatal) {
+      auto [rank, stream] = ready.front();
+      ready.pop_front();
+      advance(rank, stream);
+    }
+    if (!fatal)
+      reportDeadlock();
+  }
+
+private:
+  struct RankState {
+    const Program *program = nullptr;
+    std::vector<size_t> pc;
+    std::vector<bool> arrived; // posted to a rendezvous at the current pc
+    std::vector<bool> recorded;
+    std::map<int64_t, std::vector<int64_t>> eventWaiters;
+  };
+  struct Arrival {
+    int64_t rank;
+    int64_t stream;
+  };
+  struct Rendezvous {
+    std::vector<Arrival> arrivals;
+    size_t expected = 0;
+  };
+  /// Collectives: (group, channel, sequence). Point-to-point: (source,
+  /// destination, channel, sequence) with group -1 - source to keep the keys
+  /// of both kinds apart.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+
+  const Instruction &current(int64_t rank, int64_t stream) const {
+    const RankState &state = ranks[rank];
+    return state.program->streams[stream].instructions[state.pc[stream]];
+  }
+
+  std::string where(int64_t rank, int64_t stream) const {
+    const RankState &state = ranks[rank];
+    return "rank " + str(rank) + " " +
+           describe(*state.program, {stream, int64_t(state.pc[stream])});
+  }
+
+  /// Streams are matched by name: the runtime opens one communicator per
+  /// (group, stream name), so operations issued from different streams never
+  /// match each other.
+  int64_t channelOf(int64_t rank, int64_t stream) {
+    const std::string &name = ranks[rank].program->streams[stream].name;
+    return channels.emplace(name, int64_t(channels.size())).first->second;
+  }
+
+  void advance(int64_t rank, int64_t stream) {
+    RankState &state = ranks[rank];
+    const auto &instructions = state.program->streams[stream].instructions;
+    while (state.pc[stream] < instructions.size() && !fatal) {
+      const Instruction &inst = instructions[state.pc[stream]];
+      if (inst.opcode == Opcode::RecordEvent) {
+        state.recorded[inst.event] = true;
+        for (int64_t waiter : state.eventWaiters[inst.event])
+          ready.push_back({rank, waiter});
+        state.eventWaiters.erase(inst.event);
+      } else if (inst.opcode == Opcode::WaitEvent) {
+        if (!state.recorded[inst.event]) {
+          state.eventWaiters[inst.event].push_back(stream);
+          return;
+        }
+      } else if (isCollective(inst.opcode) || isPointToPoint(inst.opcode)) {
+        if (state.arrived[stream])
+          return; // woken spuriously; the rendezvous completes it
+        std::optional<Key> key = arrive(rank, stream, inst);
+        if (!key)
+          return;
+        Rendezvous &meeting = rendezvous[*key];
+        if (meeting.arrivals.size() < meeting.expected) {
+          state.arrived[stream] = true;
+          return;
+        }
+        for (const Arrival &arrival : meeting.arrivals) {
+          ranks[arrival.rank].arrived[arrival.stream] = false;
+          if (arrival.rank != rank || arrival.stream != stream) {
+            ++ranks[arrival.rank].pc[arrival.stream];
+            ready.push_back({arrival.rank, arrival.stream});
+          }
+        }
+        rendezvous.erase(*key);
+      }
+      ++state.pc[stream];
+    }
+  }
+
+  /// Post (rank, stream)'s operation to its rendezvous and check it against
+  /// the operations already there. Returns the key, or nullopt after a fatal
+  /// error.
+  std::optional<Key> arrive(int64_t rank, int64_t stream,
+                            const Instruction &inst) {
+    const Group &group = bundle.groups[inst.group];
+    int64_t self = groupIndexOf(group, rank);
+    if (self < 0) {
+      report(CheckKind::Matching,
+             where(rank, stream) + ": " + std::string(toString(inst.opcode)) +
+                 " on group " + str(group.id) +
+                 ", which does not contain rank " + str(rank));
+      fatal = true;
+      return std::nullopt;
+    }
+    int64_t channel = channelOf(rank, stream);
+    Key key;
+    size_t expected;
+    if (isCollective(inst.opcode)) {
+      int64_t seq = sequence[{rank, group.id, channel, 0}]++;
+      key = {group.id, channel, seq, 0};
+      expected = group.ranks.size();
+    } else {
+      bool sending = inst.opcode == Opcode::Send;
+      int64_t peer = group.ranks[inst.peer];
+      int64_t source = sending ? rank : peer;
+      int64_t destination = sending ? peer : rank;
+      int64_t seq =
+          sequence[{-1 - source, destination, channel, sending ? 1 : 2}]++;
+      key = {-1 - source, destination, channel, seq};
+      expected = 2;
+    }
+    Rendezvous &meeting = rendezvous[key];
+    meeting.expected = expected;
+    if (!meeting.arrivals.empty())
+      checkAgreement(meeting.arrivals.front(), {rank, stream});
+    meeting.arrivals.push_back({rank, stream});
+    return key;
+  }
+
+  void checkAgreement(Arrival first, Arrival next) {
+    const Instruction &a = current(first.rank, first.stream);
+    const Instruction &b = current(next.rank, next.stream);
+    bool p2p = isPointToPoint(a.opcode);
+    bool agree =
+        p2p ? a.opcode != b.opcode && a.count == b.count && a.dtype == b.dtype
+            : a.opcode == b.opcode && a.count == b.count &&
+                  a.dtype == b.dtype && a.reduce == b.reduce &&
+                  a.peer == b.peer;
+    if (agree)
+      return;
+    std::string what =
+        p2p ? "send/recv pair" : "collective on group " + str(a.group);
+    report(CheckKind::Matching,
+           "mismatched " + what + ": " + where(first.rank, first.stream) +
+               " is " + operationText(a) + " but " +
+               where(next.rank, next.stream) + " is " + operationText(b));
+  }
+
+  std::string blockedReason(int64_t rank, int64_t stream) const {
+    const Instruction &inst = current(rank, stream);
+    if (inst.opcode == Opcode::WaitEvent)
+      return "waits for event " + str(inst.event) +
+             ", whose record_event never executes";
+    const Group &group = bundle.groups[inst.group];
+    if (isPointToPoint(inst.opcode)) {
+      int64_t peer = group.ranks[inst.peer];
+      bool sending = inst.opcode == Opcode::Send;
+      return std::string(toString(inst.opcode)) + (sending ? " to" : " from") +
+             " rank " + str(peer) + " has no matching " +
+             (sending ? "recv" : "send");
+    }
+    // Members that have not arrived at this collective.
+    std::string missing;
+    for (int64_t member : group.ranks) {
+      bool arrived = false;
+      const RankState &other = ranks[member];
+      for (size_t s = 0; s < other.pc.size() && !arrived; ++s)
+        arrived = other.arrived[s] &&
+                  other.program->streams[s].name ==
+                      ranks[rank].program->streams[stream].name &&
+                  current(member, s).group == group.id;
+      if (!arrived)
+        missing += (missing.empty() ? "" : ", ") + str(member);
+    }
+    return std::string(toString(inst.opcode)) + " on group " + str(group.id) +
+           " waits for rank(s) " + missing;
+  }
+
+  void reportDeadlock() {
+    std::string message;
+    int64_t blocked = 0;
+    const int64_t kShown = 8;
+    for (size_t rank = 0; rank < ranks.size(); ++rank)
+      for (size_t s = 0; s < ranks[rank].pc.size(); ++s) {
+        const RankState &state = ranks[rank];
+        if (state.pc[s] >= state.program->streams[s].instructions.size())
+          continue;
+        if (blocked++ < kShown)
+          message += (message.empty() ? "" : "; ") + where(rank, s) + ": " +
+                     blockedReason(rank, s);
+      }
+    if (blocked == 0)
+      return;
+    if (blocked > kShown)
+      message += "; and " + str(blocked - kShown) + " more blocked streams";
+    report(CheckKind::Deadlock, "deadlock: " + message);
+  }
+
+  void report(CheckKind kind, std::string message) {
+    diagnostics.push_back({kind, std::move(message)});
+  }
+
+  const Bundle &bundle;
+  std::vector<Diagnostic> &diagnostics;
+  std::vector<RankState> ranks;
+  std::deque<Arrival> ready;
+  std::map<std::string, int64_t> channels;
+  std::map<Key, int64_t> sequence;
+  std::map<Key, Rendezvous> rendezvous;
+  bool fatal = false;
+};
+
+//===----------------------------------------------------------------------===//
+// Per-role checks: events, initialization, races, memory
+//===----------------------------------------------------------------------===//
+
+enum class ByteState { Uninitialized, Written, Released };
+
+/// The state of every byte of one buffer as a map of disjoint segments
+/// covering [0, size).
+class ByteMap {
+public:
+  struct Segment {
+    int64_t end;
+    ByteState state;
+    Loc loc; // the release, for Released
+  };
+
+  ByteMap(int64_t size, ByteState state) : size(size) {
+    segments[0] = {size, state, {}};
+  }
+
+  void assign(int64_t begin, int64_t end, ByteState state, Loc loc) {
+    split(begin);
+    split(end);
+    segments.erase(segments.lower_bound(begin), segments.lower_bound(end));
+    segments[begin] = {end, state, loc};
+  }
+
+  /// The first segment in [begin, end) whose bytes are not Written.
+  std::optional<std::pair<int64_t, Segment>> firstUnwritten(int64_t begin,
+                                                            int64_t end) const {
+    auto it = std::prev(segments.upper_bound(begin));
+    for (; it != segments.end() && it->first < end; ++it)
+      if (it->second.state != ByteState::Written)
+        return *it;
+    return std::nullopt;
+  }
+
+private:
+  void split(int64_t at) {
+    if (at >= size || segments.count(at))
+      return;
+    auto it = std::prev(segments.upper_bound(at));
+    segments[at] = {it->second.end, it->second.state, it->second.loc};
+    it->second.end = at;
+  }
+
+  int64_t size;
+  std::map<int64_t, Segment> segments;
+};
+
+using VectorClock = std::vector<int64_t>;
+
+class LocalChecker {
+public:
+  LocalChecker(const Bundle &bundle, int64_t role,
+               std::vector<Diagnostic> &diagnostics)
+      : bundle(bundle), program(bundle.programs[role]),
+        diagnostics(diagnostics) {
+    for (size_t rank = 0; rank < bundle.rankRoles.size(); ++rank)
+      if (bundle.rankRoles[rank] == role)
+        roleRanks.push_back(rank);
+    prefix =
+        "role " + str(role) + " (rank" + (roleRanks.size() == 1 ? " " : "s ");
+    for (size_t i = 0; i < roleRanks.size() && i < 4; ++i)
+      prefix += (i ? ", " : "") + str(roleRanks[i]);
+    if (roleRanks.size() > 4)
+      prefix += ", ... " + str(roleRanks.size()) + " in all";
+    prefix += "): ";
+  }
+
+  void run() {
+    checkRegions();
+    if (!checkEventsRecorded())
+      return; // the simulation below would stall at the unmatched wait
+    simulate();
+    checkLiveOverlap();
+  }
+
+private:
+  struct Access {
+    int64_t begin, end;
+    int64_t stream;
+    int64_t clock;
+    bool write;
+    Loc loc;
+  };
+  struct Liveness {
+    bool accessed = false;
+    int64_t firstSeq = 0;
+    Loc first, last;
+    VectorClock maxClock; // per stream: latest access on that stream
+    VectorClock minVC;    // component-wise minimum over all accesses' clocks
+  };
+
+  void report(CheckKind kind, const std::string &message) {
+    diagnostics.push_back({kind, prefix + message});
+  }
+
+  void checkRegions() {
+    for (const Buffer &buffer : program.buffers) {
+      int64_t capacity = buffer.region == Region::Arena
+                             ? program.arenaBytes
+                             : program.persistentBytes;
+      if (buffer.offset + buffer.size > capacity)
+        report(CheckKind::Memory,
+               bufferText(program, buffer.id) + " " +
+                   bytesText(buffer.offset, buffer.offset + buffer.size) +
+                   " lies outside the " + std::string(toString(buffer.region)) +
+                   " region of " + str(capacity) + " bytes");
+    }
+    // Persistent buffers are live for the whole run: no overlap at all.
+    forEachOverlap(Region::Persistent, [&](const Buffer &a, const Buffer &b) {
+      report(CheckKind::Memory, "persistent buffers " + str(a.id) + " '" +
+                                    a.name + "' and " + str(b.id) + " '" +
+                                    b.name + "' overlap");
+    });
+  }
+
+  template <typename Fn> void forEachOverlap(Region region, Fn fn) const {
+    std::vector<const Buffer *> sorted;
+    for (const Buffer &buffer : program.buffers)
+      if (buffer.region == region)
+        sorted.push_back(&buffer);
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Buffer *a, const Buffer *b) {
+                return std::tie(a->offset, a->id) < std::tie(b->offset, b->id);
+              });
+    for (size_t i = 0; i < sorted.size(); ++i)
+      for (size_t j = i + 1;
+           j < sorted.size() &&
+           sorted[j]->offset < sorted[i]->offset + sorted[i]->size;
+           ++j)
+        fn(*sorted[i], *sorted[j]);
+  }
+
+  bool checkEventsRecorded() {
+    std::vector<bool> recorded(program.numEvents, false);
+    for (const Stream &stream : program.streams)
+      for (const Instruction &inst : stream.instructions)
+        if (inst.opcode == Opcode::RecordEvent)
+          recorded[inst.event] = true;
+    bool ok = true;
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      for (size_t i = 0; i < program.streams[s].instructions.size(); ++i) {
+        const Instruction &inst = program.streams[s].instructions[i];
+        if (inst.opcode == Opcode::WaitEvent && !recorded[inst.event]) {
+          report(CheckKind::Event, describe(program, {int64_t(s), int64_t(i)}) +
+                                       ": wait_event " + str(inst.event) +
+                                       " has no record_event in this program");
+          ok = false;
+        }
+      }
+    return ok;
+  }
+
+  /// Whether some rank of this role is the root of broadcast `inst` (the root
+  /// sends the contents of its buffer, so it reads it).
+  bool isBroadcastRoot(const Instruction &inst) const {
+    const Group &group = bundle.groups[inst.group];
+    for (int64_t rank : roleRanks)
+      if (groupIndexOf(group, rank) == inst.peer)
+        return true;
+    return false;
+  }
+
+  void simulate() {
+    size_t numStreams = program.streams.size();
+    clocks.assign(numStreams, VectorClock(numStreams, 0));
+    eventClocks.assign(program.numEvents, VectorClock());
+    for (const Buffer &buffer : program.buffers) {
+      bytes.emplace_back(buffer.size, buffer.region == Region::Persistent
+                                          ? ByteState::Written
+                                          : ByteState::Uninitialized);
+      Liveness live;
+      live.maxClock.assign(numStreams, 0);
+      live.minVC.assign(numStreams, std::numeric_limits<int64_t>::max());
+      liveness.push_back(std::move(live));
+    }
+    accesses.resize(program.buffers.size());
+
+    // Round-robin: each stream runs until it waits on an event that has not
+    // been recorded yet. Collectives do not block here (the global simulation
+    // checks them); any interleaving that honors events gives the same
+    // happens-before order.
+    std::vector<size_t> pc(numStreams, 0);
+    std::vector<bool> recorded(program.numEvents, false);
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (size_t s = 0; s < numStreams; ++s) {
+        const auto &instructions = program.streams[s].instructions;
+        while (pc[s] < instructions.size()) {
+          const Instruction &inst = instructions[pc[s]];
+          if (inst.opcode == Opcode::WaitEvent && !recorded[inst.event])
+            break;
+          if (inst.opcode == Opcode::RecordEvent)
+            recorded[inst.event] = true;
+          execute(inst, {int64_t(s), int64_t(pc[s])});
+          ++pc[s];
+          progress = true;
+        }
+      }
+    }
+  }
+
+  void execute(const Instruction &inst, Loc loc) {
+    VectorClock &clock = clocks[loc.stream];
+    ++clock[loc.stream];
+    if (inst.opcode == Opcode::WaitEvent) {
+      const VectorClock &recorded = eventClocks[inst.event];
+      for (size_t s = 0; s < clock.size(); ++s)
+        clock[s] = std::max(clock[s], recorded[s]);
+    } else if (inst.opcode == Opcode::RecordEvent) {
+      eventClocks[inst.event] = clock;
+    }
+    ++sequence;
+
+    std::vector<BufferRange> reads = inst.reads;
+    if (inst.opcode == Opcode::Broadcast && isBroadcastRoot(inst))
+      reads.push_back(inst.writes[0]);
+    for (const BufferRange &range : reads) {
+      checkInitialized(range, loc);
+      access(range, loc, /*write=*/false);
+    }
+    for (const BufferRange &range : inst.writes) {
+      access(range, loc, /*write=*/true);
+      bytes[range.buffer].assign(range.offset, range.offset + range.bytes,
+                                 inst.opcode == Opcode::Release
+                                     ? ByteState::Released
+                                     : ByteState::Written,
+                                 loc);
+    }
+  }
+
+  void checkInitialized(const BufferRange &range, Loc loc) {
+    auto bad = bytes[range.buffer].firstUnwritten(range.offset,
+                                                  range.offset + range.bytes);
+    if (!bad)
+      return;
+    int64_t begin = std::max(bad->first, range.offset);
+    int64_t end = std::min(bad->second.end, range.offset + range.bytes);
+    std::string what = describe(program, loc) + ": reads " +
+                       bufferText(program, range.buffer) + " " +
+                       bytesText(begin, end);
+    if (bad->second.state == ByteState::Released)
+      report(CheckKind::Init, what + " after their release at " +
+                                  describe(program, bad->second.loc));
+    else
+      report(CheckKind::Init, what + " before they are written");
+  }
+
+  /// Race detection: an earlier access on another stream that conflicts
+  /// (one of the two writes) must happen before this one, i.e. this stream's
+  /// clock must have seen it through an event chain.
+  void access(const BufferRange &range, Loc loc, bool write) {
+    const VectorClock &clock = clocks[loc.stream];
+    Access next{range.offset, range.offset + range.bytes,
+                loc.stream,   clock[loc.stream],
+                write,        loc};
+    std::vector<Access> &history = accesses[range.buffer];
+    for (const Access &prior : history) {
+      bool ordered =
+          prior.stream == next.stream || clock[prior.stream] >= prior.clock;
+      if (ordered || !(prior.write || write) || prior.end <= next.begin ||
+          next.end <= prior.begin)
+        continue;
+      report(CheckKind::Race,
+             describe(program, loc) + (write ? ": writes " : ": reads ") +
+                 bufferText(program, range.buffer) + " " +
+                 bytesText(std::max(prior.begin, next.begin),
+                           std::min(prior.end, next.end)) +
+                 (prior.write ? " written" : " read") + " by " +
+                 describe(program, prior.loc) + " with no event ordering them");
+      break;
+    }
+    // An earlier access covered and ordered before this one can no longer
+    // race with anything this one does not race with: drop it.
+    history.erase(std::remove_if(history.begin(), history.end(),
+                                 [&](const Access &prior) {
+                                   bool ordered =
+                                       prior.stream == next.stream ||
+                                       clock[prior.stream] >= prior.clock;
+                                   return ordered && (write || !prior.write) &&
+                                          next.begin <= prior.begin &&
+                                          prior.end <= next.end;
+                                 }),
+                  history.end());
+    history.push_back(next);
+
+    if (program.buffers[range.buffer].region != Region::Arena)
+      return;
+    Liveness &live = liveness[range.buffer];
+    if (!live.accessed) {
+      live.accessed = true;
+      live.firstSeq = sequence;
+      live.first = loc;
+    }
+    live.last = loc;
+    live.maxClock[loc.stream] =
+        std::max(live.maxClock[loc.stream], clock[loc.stream]);
+    for (size_t s = 0; s < clock.size(); ++s)
+      live.minVC[s] = std::min(live.minVC[s], clock[s]);
+  }
+
+  /// Every access of `a` happens strictly before every access of `b`. Strict:
+  /// one instruction touching both (an input aliasing an output) conflicts.
+  static bool livesBefore(const Liveness &a, const Liveness &b) {
+    for (size_t s = 0; s < a.maxClock.size(); ++s)
+      if (a.maxClock[s] > 0 && b.minVC[s] <= a.maxClock[s])
+        return false;
+    return true;
+  }
+
+  void checkLiveOverlap() {
+    forEachOverlap(Region::Arena, [&](const Buffer &x, const Buffer &y) {
+      const Liveness &lx = liveness[x.id];
+      const Liveness &ly = liveness[y.id];
+      if (!lx.accessed || !ly.accessed || livesBefore(lx, ly) ||
+          livesBefore(ly, lx))
+        return;
+      bool xFirst = lx.firstSeq <= ly.firstSeq;
+      const Buffer &early = xFirst ? x : y;
+      const Buffer &late = xFirst ? y : x;
+      int64_t begin = std::max(x.offset, y.offset);
+      int64_t end = std::min(x.offset + x.size, y.offset + y.size);
+      report(CheckKind::Memory,
+             "arena " + bufferText(program, early.id) + " and " +
+                 bufferText(program, late.id) + " overlap in " +
+                 bytesText(begin, end) + " while both are live: '" + late.name +
+                 "' is first accessed at " +
+                 describe(program, liveness[late.id].first) +
+                 ", not after the last access of '" + early.name + "' at " +
+                 describe(program, liveness[early.id].last));
+    });
+  }
+
+  const Bundle &bundle;
+  const Program &program;
+  std::vector<Diagnostic> &diagnostics;
+  std::vector<int64_t> roleRanks;
+  std::string prefix;
+
+  std::vector<VectorClock> clocks; // per stream
+  std::vector<VectorClock> eventClocks;
+  std::vector<ByteMap> bytes;
+  std::vector<std::vector<Access>> accesses;
+  std::vector<Liveness> liveness;
+  int64_t sequence = 0;
+};
+
+} // namespace
+
+std::string_view weft::plan::toString(CheckKind kind) {
+  switch (kind) {
+  case CheckKind::Structure:
+    return "structure";
+  case CheckKind::Matching:
+    return "matching";
+  case CheckKind::Deadlock:
+    return "deadlock";
+  case CheckKind::Event:
+    return "event";
+  case CheckKind::Init:
+    return "init";
+  case CheckKind::Race:
+    return "race";
+  case CheckKind::Memory:
+    return "memory";
+  }
+  return "?";
+}
+
+void VerifyResult::throwIfFailed() const {
+  if (!diagnostics.empty())
+    throw Error(diagnostics.front().message);
+}
+
+VerifyResult weft::plan::verify(const Bundle &bundle) {
+  VerifyResult result;
+  for (const StructuralError &error : checkStructure(bundle))
+    result.diagnostics.push_back(
+        {CheckKind::Structure, error.path + ": " + error.reason});
+  if (!result.ok())
+    return result;
+  GlobalSimulator(bundle, result.diagnostics).run();
+  for (size_t role = 0; role < bundle.programs.size(); ++role)
+    LocalChecker(bundle, role, result.diagnostics).run();
+  return result;
+}

@@ -1,0 +1,325 @@
+//===- CudaKernelsTest.cpp - CUDA kernels against the CPU kernels ---------===//
+//
+// Every CUDA launch wrapper runs on random fp32 inputs and must match the CPU
+// kernel of the same name to a relative 1e-5 (both evaluate the same row
+// functions in fp32; they differ only by FMA contraction, device libm ulps
+// and, for atomics and block reductions, summation order). Outputs are
+// poisoned with NaN (all-ones bytes) first, so an element a kernel forgets
+// to write fails the comparison. Accumulated parameter gradients start from
+// the same random values on both sides, which checks the += contract.
+// Without a CUDA device every test is skipped with a message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/kernels/CudaKernels.h"
+#include "KernelTestUtil.h"
+#include "weft/kernels/CpuKernels.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <string>
+
+using namespace weft::kernels;
+using namespace weft::kernels::test;
+using std::vector;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+/// Owns a device copy of a host vector, or `n` poisoned elements.
+template <typename T> class DeviceBuffer {
+public:
+  explicit DeviceBuffer(std::size_t n) : size(n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&data), bytes()),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemset(data, 0xff, bytes()), cudaSuccess);
+  }
+  explicit DeviceBuffer(const vector<T> &host) : DeviceBuffer(host.size()) {
+    EXPECT_EQ(cudaMemcpy(data, host.data(), bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer() { cudaFree(data); }
+
+  T *get() const { return data; }
+  vector<T> toHost() const {
+    vector<T> host(size);
+    EXPECT_EQ(cudaMemcpy(host.data(), data, bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+
+private:
+  std::size_t bytes() const { return size * sizeof(T); }
+  T *data = nullptr;
+  std::size_t size;
+};
+
+class CudaKernelsTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+      GTEST_SKIP() << "no CUDA device: GPU kernel comparison skipped";
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+  /// Waits for the stream and reports any asynchronous execution error.
+  void sync() { ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess); }
+
+  vector<float> random(std::size_t n, double lo = -1, double hi = 1) {
+    return convert<float>(randomVector(rng, n, lo, hi));
+  }
+
+  cudaStream_t stream = nullptr;
+  std::mt19937_64 rng{std::hash<std::string>{}(
+      ::testing::UnitTest::GetInstance()->current_test_info()->name())};
+};
+
+TEST_F(CudaKernelsTest, ElementwiseAndBias) {
+  const int64_t rows = 37, width = 100, n = rows * width;
+  vector<float> x = random(n, -3, 3), up = random(n), dy = random(n),
+                bias = random(width), dBias = random(width);
+  DeviceBuffer<float> dX(x), dUp(up), dDy(dy), dBiasIn(bias);
+  for (Activation act : {Activation::ReLU, Activation::GeluErf,
+                         Activation::GeluTanh, Activation::SiLU}) {
+    SCOPED_TRACE(int(act));
+    DeviceBuffer<float> y(n), dx(n), gated(n), dGate(n), dUpOut(n);
+    ASSERT_EQ(gpu::activationForward(act, n, dX.get(), y.get(), stream),
+              cudaSuccess);
+    ASSERT_EQ(
+        gpu::activationBackward(act, n, dX.get(), dDy.get(), dx.get(), stream),
+        cudaSuccess);
+    ASSERT_EQ(
+        gpu::gatedForward(act, n, dX.get(), dUp.get(), gated.get(), stream),
+        cudaSuccess);
+    ASSERT_EQ(gpu::gatedBackward(act, n, dX.get(), dUp.get(), dDy.get(),
+                                 dGate.get(), dUpOut.get(), stream),
+              cudaSuccess);
+    sync();
+    vector<float> ey(n), edx(n), eg(n), edg(n), edu(n);
+    cpu::activationForward(act, n, x.data(), ey.data());
+    cpu::activationBackward(act, n, x.data(), dy.data(), edx.data());
+    cpu::gatedForward(act, n, x.data(), up.data(), eg.data());
+    cpu::gatedBackward(act, n, x.data(), up.data(), dy.data(), edg.data(),
+                       edu.data());
+    EXPECT_LT(relativeError(y.toHost(), ey), kTolerance);
+    EXPECT_LT(relativeError(dx.toHost(), edx), kTolerance);
+    EXPECT_LT(relativeError(gated.toHost(), eg), kTolerance);
+    EXPECT_LT(relativeError(dGate.toHost(), edg), kTolerance);
+    EXPECT_LT(relativeError(dUpOut.toHost(), edu), kTolerance);
+  }
+
+  DeviceBuffer<float> biased(x), sum(n), dBiasOut(dBias);
+  ASSERT_EQ(gpu::biasAdd(rows, width, dBiasIn.get(), biased.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::residualAdd(n, dX.get(), dUp.get(), sum.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::biasGrad(rows, width, dDy.get(), dBiasOut.get(), stream),
+            cudaSuccess);
+  sync();
+  vector<float> eBiased = x, eSum(n), eDBias = dBias;
+  cpu::biasAdd(rows, width, bias.data(), eBiased.data());
+  cpu::residualAdd(n, x.data(), up.data(), eSum.data());
+  cpu::biasGrad(rows, width, dy.data(), eDBias.data());
+  EXPECT_LT(relativeError(biased.toHost(), eBiased), kTolerance);
+  EXPECT_LT(relativeError(sum.toHost(), eSum), kTolerance);
+  EXPECT_LT(relativeError(dBiasOut.toHost(), eDBias), kTolerance);
+}
+
+TEST_F(CudaKernelsTest, LayerNormAndRmsNorm) {
+  const int64_t rows = 300, width = 77, n = rows * width;
+  vector<float> x = random(n, -2, 2), gamma = random(width, 0.5, 1.5),
+                beta = random(width), dy = random(n), dGamma0 = random(width),
+                dBeta0 = random(width);
+  DeviceBuffer<float> dX(x), dG(gamma), dB(beta), dDy(dy);
+
+  DeviceBuffer<float> y(n), mean(rows), rstd(rows), dx(n), dGamma(dGamma0),
+      dBeta(dBeta0);
+  ASSERT_EQ(gpu::layerNormForward(rows, width, dX.get(), dG.get(), dB.get(),
+                                  1e-5f, y.get(), mean.get(), rstd.get(),
+                                  stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::layerNormBackward(rows, width, dX.get(), dG.get(), mean.get(),
+                                   rstd.get(), dDy.get(), dx.get(),
+                                   dGamma.get(), dBeta.get(), stream),
+            cudaSuccess);
+  sync();
+  vector<float> ey(n), eMean(rows), eRstd(rows), edx(n), edG = dGamma0,
+                                                         edB = dBeta0;
+  cpu::layerNormForward(rows, width, x.data(), gamma.data(), beta.data(), 1e-5f,
+                        ey.data(), eMean.data(), eRstd.data());
+  cpu::layerNormBackward(rows, width, x.data(), gamma.data(), eMean.data(),
+                         eRstd.data(), dy.data(), edx.data(), edG.data(),
+                         edB.data());
+  EXPECT_LT(relativeError(y.toHost(), ey), kTolerance);
+  EXPECT_LT(relativeError(mean.toHost(), eMean), kTolerance);
+  EXPECT_LT(relativeError(rstd.toHost(), eRstd), kTolerance);
+  EXPECT_LT(relativeError(dx.toHost(), edx), kTolerance);
+  EXPECT_LT(relativeError(dGamma.toHost(), edG), kTolerance);
+  EXPECT_LT(relativeError(dBeta.toHost(), edB), kTolerance);
+
+  DeviceBuffer<float> ry(n), rRstd(rows), rdx(n), rdGamma(dGamma0);
+  ASSERT_EQ(gpu::rmsNormForward(rows, width, dX.get(), dG.get(), 1e-6f,
+                                ry.get(), rRstd.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::rmsNormBackward(rows, width, dX.get(), dG.get(), rRstd.get(),
+                                 dDy.get(), rdx.get(), rdGamma.get(), stream),
+            cudaSuccess);
+  sync();
+  vector<float> ery(n), erRstd(rows), erdx(n), erdG = dGamma0;
+  cpu::rmsNormForward(rows, width, x.data(), gamma.data(), 1e-6f, ery.data(),
+                      erRstd.data());
+  cpu::rmsNormBackward(rows, width, x.data(), gamma.data(), erRstd.data(),
+                       dy.data(), erdx.data(), erdG.data());
+  EXPECT_LT(relativeError(ry.toHost(), ery), kTolerance);
+  EXPECT_LT(relativeError(rRstd.toHost(), erRstd), kTolerance);
+  EXPECT_LT(relativeError(rdx.toHost(), erdx), kTolerance);
+  EXPECT_LT(relativeError(rdGamma.toHost(), erdG), kTolerance);
+}
+
+TEST_F(CudaKernelsTest, EmbeddingAndRotary) {
+  const int64_t batch = 3, seq = 19, hidden = 48, vocab = 10, offset = 5;
+  const int64_t tokens = batch * seq;
+  vector<std::int32_t> ids = randomIds(rng, tokens, vocab);
+  vector<float> wte = random(vocab * hidden),
+                wpe = random((seq + offset) * hidden),
+                tokenType = random(hidden), dOut = random(tokens * hidden);
+  DeviceBuffer<std::int32_t> dIds(ids);
+  DeviceBuffer<float> dWte(wte), dWpe(wpe), dTT(tokenType), dDOut(dOut),
+      out(tokens * hidden), gWte(wte), gWpe(wpe), gTT(tokenType);
+  ASSERT_EQ(gpu::embeddingForward(batch, seq, hidden, dIds.get(), dWte.get(),
+                                  dWpe.get(), dTT.get(), offset, out.get(),
+                                  stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::embeddingBackward(batch, seq, hidden, dIds.get(), dDOut.get(),
+                                   offset, gWte.get(), gWpe.get(), gTT.get(),
+                                   stream),
+            cudaSuccess);
+  sync();
+  vector<float> eOut(tokens * hidden), eWte = wte, eWpe = wpe, eTT = tokenType;
+  cpu::embeddingForward(batch, seq, hidden, ids.data(), wte.data(), wpe.data(),
+                        tokenType.data(), offset, eOut.data());
+  cpu::embeddingBackward(batch, seq, hidden, ids.data(), dOut.data(), offset,
+                         eWte.data(), eWpe.data(), eTT.data());
+  EXPECT_LT(relativeError(out.toHost(), eOut), kTolerance);
+  EXPECT_LT(relativeError(gWte.toHost(), eWte), kTolerance);
+  EXPECT_LT(relativeError(gWpe.toHost(), eWpe), kTolerance);
+  EXPECT_LT(relativeError(gTT.toHost(), eTT), kTolerance);
+
+  const int64_t heads = 4, headDim = 32, n = tokens * heads * headDim;
+  vector<float> x = random(n), dy = random(n);
+  DeviceBuffer<float> dX(x), dDy(dy), y(n), dx(n);
+  ASSERT_EQ(gpu::rotaryForward(batch, seq, heads, headDim, offset, 10000.0f,
+                               dX.get(), y.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::rotaryBackward(batch, seq, heads, headDim, offset, 10000.0f,
+                                dDy.get(), dx.get(), stream),
+            cudaSuccess);
+  sync();
+  vector<float> ey(n), edx(n);
+  cpu::rotaryForward(batch, seq, heads, headDim, offset, 10000.0f, x.data(),
+                     ey.data());
+  cpu::rotaryBackward(batch, seq, heads, headDim, offset, 10000.0f, dy.data(),
+                      edx.data());
+  EXPECT_LT(relativeError(y.toHost(), ey), kTolerance);
+  EXPECT_LT(relativeError(dx.toHost(), edx), kTolerance);
+}
+
+TEST_F(CudaKernelsTest, Attention) {
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    AttentionDims d{2, 33, 6, 2, 16, causal, 0.25};
+    const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
+    const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
+    const int64_t stats = d.batch * d.heads * d.seq;
+    vector<float> q = random(qSize, -2, 2), k = random(kvSize, -2, 2),
+                  v = random(kvSize), dOut = random(qSize);
+    DeviceBuffer<float> dQ(q), dK(k), dV(v), dDOut(dOut), out(qSize),
+        lse(stats), dq(qSize), dk(kvSize), dv(kvSize), delta(stats);
+    ASSERT_EQ(gpu::attentionForward(d, dQ.get(), dK.get(), dV.get(), out.get(),
+                                    lse.get(), stream),
+              cudaSuccess);
+    ASSERT_EQ(gpu::attentionBackward(d, dQ.get(), dK.get(), dV.get(), out.get(),
+                                     lse.get(), dDOut.get(), dq.get(), dk.get(),
+                                     dv.get(), delta.get(), stream),
+              cudaSuccess);
+    sync();
+    vector<float> eOut(qSize), eLse(stats), edq(qSize), edk(kvSize),
+        edv(kvSize);
+    cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
+                          eLse.data());
+    cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
+                           eLse.data(), dOut.data(), edq.data(), edk.data(),
+                           edv.data());
+    EXPECT_LT(relativeError(out.toHost(), eOut), kTolerance);
+    EXPECT_LT(relativeError(lse.toHost(), eLse), kTolerance);
+    EXPECT_LT(relativeError(dq.toHost(), edq), kTolerance);
+    EXPECT_LT(relativeError(dk.toHost(), edk), kTolerance);
+    EXPECT_LT(relativeError(dv.toHost(), edv), kTolerance);
+  }
+}
+
+TEST_F(CudaKernelsTest, CrossEntropy) {
+  const int64_t rows = 300, vocab = 257;
+  vector<float> logits = random(rows * vocab, -8, 8);
+  vector<std::int32_t> targets = randomIds(rng, rows, vocab);
+  for (int64_t r = 0; r < rows; r += 7)
+    targets[r] = kIgnoreIndex;
+  DeviceBuffer<float> dLogits(logits), lse(rows), loss(1), grad(rows * vocab);
+  DeviceBuffer<std::int32_t> dTargets(targets);
+  DeviceBuffer<int> count(1);
+  ASSERT_EQ(gpu::crossEntropyForwardBackward(
+                rows, vocab, dLogits.get(), dTargets.get(), lse.get(),
+                count.get(), loss.get(), grad.get(), stream),
+            cudaSuccess);
+  sync();
+  vector<float> eLse(rows), eGrad(rows * vocab);
+  float eLoss = cpu::crossEntropyForwardBackward(
+      rows, vocab, logits.data(), targets.data(), eGrad.data(), eLse.data());
+  EXPECT_EQ(count.toHost()[0], cpu::countValidTargets(rows, targets.data()));
+  EXPECT_NEAR(loss.toHost()[0], eLoss, kTolerance * eLoss);
+  EXPECT_LT(relativeError(lse.toHost(), eLse), kTolerance);
+  EXPECT_LT(relativeError(grad.toHost(), eGrad), kTolerance);
+}
+
+TEST_F(CudaKernelsTest, AdamWNormAndOverflow) {
+  const int64_t n = 10007;
+  vector<float> param = random(n), m = random(n, 0, 0.1), v = random(n, 0, 0.1),
+                grad = random(n, -3, 3);
+  DeviceBuffer<float> dParam(param), dM(m), dV(v), dGrad(grad);
+  AdamWStep step = makeAdamWStep(AdamWConfig{}, 7, 0.5);
+  ASSERT_EQ(gpu::adamwStep(step, n, dGrad.get(), dParam.get(), dM.get(),
+                           dV.get(), stream),
+            cudaSuccess);
+  DeviceBuffer<double> sumSq(1);
+  DeviceBuffer<int> flag(1);
+  ASSERT_EQ(gpu::sumOfSquares(n, dGrad.get(), sumSq.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::hasNonFinite(n, dGrad.get(), flag.get(), stream), cudaSuccess);
+  sync();
+  cpu::adamwStep(step, n, grad.data(), param.data(), m.data(), v.data());
+  EXPECT_LT(relativeError(dParam.toHost(), param), kTolerance);
+  EXPECT_LT(relativeError(dM.toHost(), m), kTolerance);
+  EXPECT_LT(relativeError(dV.toHost(), v), kTolerance);
+  double expectedSumSq = cpu::sumOfSquares(n, grad.data());
+  EXPECT_NEAR(sumSq.toHost()[0], expectedSumSq, 1e-12 * expectedSumSq);
+  EXPECT_EQ(flag.toHost()[0], 0);
+
+  grad[n - 1] = std::numeric_limits<float>::infinity();
+  DeviceBuffer<float> overflowed(grad);
+  ASSERT_EQ(gpu::hasNonFinite(n, overflowed.get(), flag.get(), stream),
+            cudaSuccess);
+  sync();
+  EXPECT_EQ(flag.toHost()[0], 1);
+}
+
+} // namespace

@@ -1,0 +1,84 @@
+//===- KernelTestUtil.h - Random inputs, error norms, finite differences --===//
+
+#ifndef WEFT_TEST_UNIT_KERNELS_KERNELTESTUTIL_H
+#define WEFT_TEST_UNIT_KERNELS_KERNELTESTUTIL_H
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+namespace weft::kernels::test {
+
+/// Uniform values in [lo, hi); each test seeds its own generator so inputs
+/// are fresh per test yet reproducible.
+inline std::vector<double> randomVector(std::mt19937_64 &rng, std::size_t n,
+                                        double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (double &x : v)
+    x = dist(rng);
+  return v;
+}
+
+inline std::vector<std::int32_t> randomIds(std::mt19937_64 &rng, std::size_t n,
+                                           std::int32_t limit) {
+  std::uniform_int_distribution<std::int32_t> dist(0, limit - 1);
+  std::vector<std::int32_t> v(n);
+  for (std::int32_t &x : v)
+    x = dist(rng);
+  return v;
+}
+
+template <typename To, typename From>
+std::vector<To> convert(const std::vector<From> &v) {
+  return std::vector<To>(v.begin(), v.end());
+}
+
+/// ||a - b|| / ||b|| in double (0 when both are zero). A NaN anywhere makes
+/// the result NaN, which fails every `< tolerance` check.
+template <typename A, typename B>
+double relativeError(const std::vector<A> &a, const std::vector<B> &b) {
+  if (a.size() != b.size())
+    return INFINITY;
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double d = double(a[i]) - double(b[i]);
+    diff += d * d;
+    norm += double(b[i]) * double(b[i]);
+  }
+  if (norm == 0)
+    return std::sqrt(diff);
+  return std::sqrt(diff / norm);
+}
+
+/// Central differences d loss / d x[i] for every i, perturbing x in place.
+inline std::vector<double> numericGradient(std::vector<double> &x,
+                                           const std::function<double()> &loss,
+                                           double step = 1e-6) {
+  std::vector<double> grad(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double saved = x[i];
+    x[i] = saved + step;
+    double up = loss();
+    x[i] = saved - step;
+    double down = loss();
+    x[i] = saved;
+    grad[i] = (up - down) / (2 * step);
+  }
+  return grad;
+}
+
+/// sum_i w[i] * y[i]: the scalar whose gradient w.r.t. y is w.
+inline double weightedSum(const std::vector<double> &w,
+                          const std::vector<double> &y) {
+  double s = 0;
+  for (std::size_t i = 0; i < y.size(); ++i)
+    s += w[i] * y[i];
+  return s;
+}
+
+} // namespace weft::kernels::test
+
+#endif // WEFT_TEST_UNIT_KERNELS_KERNELTESTUTIL_H

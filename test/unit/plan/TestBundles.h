@@ -1,0 +1,211 @@
+//===- TestBundles.h - Small valid bundles for the plan tests ---*- C++ -*-===//
+//
+// Each builder returns a bundle that verifies cleanly; tests corrupt one
+// field at a time and expect one precise diagnostic.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_TEST_UNIT_PLAN_TESTBUNDLES_H
+#define WEFT_TEST_UNIT_PLAN_TESTBUNDLES_H
+
+#include "weft/plan/Bundle.h"
+
+namespace weft::plan::test {
+
+inline BufferRange whole(const Program &program, int64_t buffer) {
+  return {buffer, 0, program.buffers[buffer].size};
+}
+
+inline Instruction op(Opcode opcode, std::vector<BufferRange> reads,
+                      std::vector<BufferRange> writes, std::string phase) {
+  Instruction inst;
+  inst.opcode = opcode;
+  inst.reads = std::move(reads);
+  inst.writes = std::move(writes);
+  inst.phase = std::move(phase);
+  return inst;
+}
+
+inline Instruction kernel(int64_t id, std::vector<BufferRange> reads,
+                          std::vector<BufferRange> writes, std::string phase) {
+  Instruction inst =
+      op(Opcode::Kernel, std::move(reads), std::move(writes), std::move(phase));
+  inst.kernel = id;
+  return inst;
+}
+
+inline Instruction comm(Opcode opcode, int64_t group, int64_t count,
+                        std::vector<BufferRange> reads,
+                        std::vector<BufferRange> writes, std::string phase,
+                        int64_t peer = -1) {
+  Instruction inst =
+      op(opcode, std::move(reads), std::move(writes), std::move(phase));
+  inst.group = group;
+  inst.count = count;
+  inst.peer = peer;
+  return inst;
+}
+
+inline Instruction event(Opcode opcode, int64_t id, std::string phase) {
+  Instruction inst = op(opcode, {}, {}, std::move(phase));
+  inst.event = id;
+  return inst;
+}
+
+inline Buffer buffer(int64_t id, std::string name, Region region,
+                     int64_t offset, int64_t size) {
+  Buffer out;
+  out.id = id;
+  out.name = std::move(name);
+  out.region = region;
+  out.offset = offset;
+  out.size = size;
+  out.alignment = 64;
+  return out;
+}
+
+/// Metadata shared by every test bundle; the mesh is set by the caller.
+inline Bundle baseBundle(Mesh mesh, int64_t roles) {
+  Bundle bundle;
+  bundle.model = {"tiny", "gpt2"};
+  bundle.mesh = mesh;
+  bundle.training.seqLen = 16;
+  bundle.training.precision = "fp32";
+  bundle.training.microBatch = 1;
+  bundle.training.gradAccum = 1;
+  bundle.training.globalBatch = mesh.dp;
+  bundle.training.lr = 6e-4;
+  bundle.training.warmupSteps = 10;
+  bundle.training.decaySteps = 1000;
+  bundle.training.minLr = 6e-5;
+  bundle.training.weightDecay = 0.1;
+  bundle.training.beta2 = 0.95;
+  bundle.training.gradClip = 1.0;
+  bundle.prediction.stepTimeS = 0.125;
+  bundle.prediction.mfu = 0.4;
+  bundle.prediction.peakMemoryBytes.assign(roles, 4096);
+  bundle.config = {{"tp", mesh.tp},
+                   {"pp", mesh.pp},
+                   {"dp", mesh.dp},
+                   {"zero", 0},
+                   {"schedule", "1f1b"}};
+  Kernel embed;
+  embed.id = 0;
+  embed.name = "embed";
+  embed.source = "kernels/embed.cu";
+  embed.constants = {{"hidden", 16}, {"vocab", 64}};
+  bundle.kernels.push_back(embed);
+  bundle.files["kernels/embed.cu"] = "// embed kernel\n";
+  return bundle;
+}
+
+/// Data parallel over 2 ranks: forward, backward into a persistent gradient,
+/// gradient all-reduce, AdamW step. One role shared by both ranks.
+inline Bundle dataParallelBundle() {
+  Bundle bundle = baseBundle({2, 1, 1}, 1);
+  bundle.groups.push_back({0, GroupKind::DP, {0, 1}});
+  bundle.rankRoles = {0, 0};
+  Program program;
+  program.numEvents = 0;
+  program.arenaBytes = 512;
+  program.persistentBytes = 1024;
+  program.buffers = {buffer(0, "w", Region::Persistent, 0, 256),
+                     buffer(1, "w.grad", Region::Persistent, 256, 256),
+                     buffer(2, "act", Region::Arena, 0, 256),
+                     buffer(3, "tokens", Region::Arena, 256, 64),
+                     buffer(4, "w.exp_avg", Region::Persistent, 512, 256),
+                     buffer(5, "w.exp_avg_sq", Region::Persistent, 768, 256)};
+  const Program &p = program;
+  Instruction gemm =
+      op(Opcode::Gemm, {whole(p, 2), whole(p, 2)}, {whole(p, 1)}, "bwd");
+  gemm.gemm = {true, false, 8, 8, 8, 8, 8, 8, 1.0, 0.0};
+  Instruction optimizer =
+      op(Opcode::OptimizerStep,
+         {whole(p, 0), whole(p, 1), whole(p, 4), whole(p, 5)},
+         {whole(p, 0), whole(p, 4), whole(p, 5)}, "adamw");
+  optimizer.count = 64;
+  program.streams.push_back(
+      {"compute",
+       {op(Opcode::LoadBatch, {}, {whole(p, 3)}, "data"),
+        kernel(0, {whole(p, 3), whole(p, 0)}, {whole(p, 2)}, "fwd"), gemm,
+        comm(Opcode::AllReduce, 0, 64, {whole(p, 1)}, {whole(p, 1)}, "bwd"),
+        optimizer}});
+  bundle.programs.push_back(program);
+
+  Parameter w;
+  w.name = "h.0.mlp.w";
+  w.shape = {8, 8};
+  w.init = {"normal", 0.02};
+  w.hfName = "transformer.h.0.mlp.c_fc.weight";
+  w.hfTransposed = true;
+  w.shards.push_back({0, 0, 0, -1, 0, 0, 1, 64});
+  bundle.parameters.push_back(w);
+  return bundle;
+}
+
+/// A 2-stage pipeline: stage 0 sends activations forward, stage 1 sends the
+/// activation gradient back.
+inline Bundle pipelineBundle() {
+  Bundle bundle = baseBundle({1, 2, 1}, 2);
+  bundle.groups.push_back({0, GroupKind::PP, {0, 1}});
+  bundle.rankRoles = {0, 1};
+  for (int64_t role = 0; role < 2; ++role) {
+    Program program;
+    program.role = role;
+    program.arenaBytes = 512;
+    program.persistentBytes = 256;
+    program.buffers = {buffer(0, "w", Region::Persistent, 0, 256),
+                       buffer(1, "act", Region::Arena, 0, 128),
+                       buffer(2, "act.grad", Region::Arena, 128, 128),
+                       buffer(3, "tokens", Region::Arena, 256, 64)};
+    const Program &p = program;
+    std::vector<Instruction> insts;
+    if (role == 0) {
+      insts = {op(Opcode::LoadBatch, {}, {whole(p, 3)}, "data"),
+               kernel(0, {whole(p, 3), whole(p, 0)}, {whole(p, 1)}, "fwd"),
+               comm(Opcode::Send, 0, 32, {whole(p, 1)}, {}, "fwd", 1),
+               comm(Opcode::Recv, 0, 32, {}, {whole(p, 2)}, "bwd", 1)};
+    } else {
+      insts = {comm(Opcode::Recv, 0, 32, {}, {whole(p, 1)}, "fwd", 0),
+               kernel(0, {whole(p, 1), whole(p, 0)}, {whole(p, 2)}, "bwd"),
+               comm(Opcode::Send, 0, 32, {whole(p, 2)}, {}, "bwd", 0)};
+    }
+    program.streams.push_back({"compute", insts});
+    bundle.programs.push_back(program);
+  }
+  return bundle;
+}
+
+/// ZeRO-3 over 2 ranks: the all-gather of a weight shard runs on its own
+/// stream; compute waits on the event, uses the gathered weight and releases
+/// it.
+inline Bundle zero3Bundle() {
+  Bundle bundle = baseBundle({2, 1, 1}, 1);
+  bundle.config["zero"] = 3;
+  bundle.groups.push_back({0, GroupKind::DP, {0, 1}});
+  bundle.rankRoles = {0, 0};
+  Program program;
+  program.numEvents = 1;
+  program.arenaBytes = 640;
+  program.persistentBytes = 128;
+  program.buffers = {buffer(0, "w.shard", Region::Persistent, 0, 128),
+                     buffer(1, "w.full", Region::Arena, 0, 256),
+                     buffer(2, "act", Region::Arena, 256, 256),
+                     buffer(3, "tokens", Region::Arena, 512, 64)};
+  const Program &p = program;
+  program.streams.push_back(
+      {"compute",
+       {op(Opcode::LoadBatch, {}, {whole(p, 3)}, "data"),
+        event(Opcode::WaitEvent, 0, "fwd L0"),
+        kernel(0, {whole(p, 3), whole(p, 1)}, {whole(p, 2)}, "fwd L0"),
+        op(Opcode::Release, {}, {whole(p, 1)}, "fwd L0")}});
+  program.streams.push_back({"allgather",
+                             {comm(Opcode::AllGather, 0, 32, {whole(p, 0)},
+                                   {whole(p, 1)}, "gather L0"),
+                              event(Opcode::RecordEvent, 0, "gather L0")}});
+  bundle.programs.push_back(program);
+  return bundle;
+}
+
+} // namespace weft::plan::test
+
+#endif // WEFT_TEST_UNIT_PLAN_TESTBUNDLES_H

@@ -1,0 +1,305 @@
+//===- VerifierTest.cpp - The plan verifier on valid and broken plans -----===//
+
+#include "TestBundles.h"
+
+#include "weft/plan/Error.h"
+#include "weft/plan/Verifier.h"
+
+#include <gtest/gtest.h>
+
+using namespace weft::plan;
+using namespace weft::plan::test;
+
+namespace {
+
+/// The messages of all diagnostics of `kind`.
+std::vector<std::string> messages(const VerifyResult &result, CheckKind kind) {
+  std::vector<std::string> out;
+  for (const Diagnostic &diagnostic : result.diagnostics)
+    if (diagnostic.kind == kind)
+      out.push_back(diagnostic.message);
+  return out;
+}
+
+std::string allMessages(const VerifyResult &result) {
+  std::string out;
+  for (const Diagnostic &diagnostic : result.diagnostics)
+    out += std::string(toString(diagnostic.kind)) + ": " + diagnostic.message +
+           "\n";
+  return out;
+}
+
+/// Give rank 1 its own copy of role 0's program so the two can differ.
+void splitRoles(Bundle &bundle) {
+  Program copy = bundle.programs[0];
+  copy.role = 1;
+  bundle.programs.push_back(copy);
+  bundle.rankRoles = {0, 1};
+  bundle.prediction.peakMemoryBytes.push_back(4096);
+}
+
+Instruction &instruction(Bundle &bundle, int64_t role, int64_t stream,
+                         int64_t index) {
+  return bundle.programs[role].streams[stream].instructions[index];
+}
+
+TEST(Verifier, ValidBundlesVerifyCleanly) {
+  for (const Bundle &bundle :
+       {dataParallelBundle(), pipelineBundle(), zero3Bundle()}) {
+    VerifyResult result = verify(bundle);
+    EXPECT_TRUE(result.ok()) << allMessages(result);
+  }
+}
+
+TEST(Verifier, RankToRoleAndExpansion) {
+  Bundle bundle = pipelineBundle();
+  EXPECT_EQ(rankToRole(bundle, 1), 1);
+  RankProgram program = expandRankProgram(bundle, 1);
+  EXPECT_EQ(program.program, &bundle.programs[1]);
+  EXPECT_EQ(program.coord.pp, 1);
+  EXPECT_THROW(rankToRole(bundle, 2), Error);
+  Mesh mesh{2, 3, 4};
+  for (int64_t rank = 0; rank < mesh.worldSize(); ++rank)
+    EXPECT_EQ(mesh.rankOf(mesh.coordOf(rank)), rank);
+  EXPECT_EQ(mesh.rankOf({1, 2, 3}), (1 * 3 + 2) * 4 + 3);
+}
+
+TEST(Verifier, StructuralErrorStopsVerification) {
+  Bundle bundle = dataParallelBundle();
+  instruction(bundle, 0, 0, 3).group = 9;
+  VerifyResult result = verify(bundle);
+  ASSERT_EQ(result.diagnostics.size(), 1u);
+  EXPECT_EQ(result.diagnostics[0].message,
+            "programs[0].streams[0].instructions[3].group: unknown group 9");
+  EXPECT_THROW(result.throwIfFailed(), Error);
+}
+
+TEST(Verifier, MismatchedCollectiveSizes) {
+  Bundle bundle = dataParallelBundle();
+  splitRoles(bundle);
+  Instruction &allReduce = instruction(bundle, 1, 0, 3);
+  allReduce.count = 32;
+  allReduce.reads[0].bytes = allReduce.writes[0].bytes = 128;
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Matching),
+            std::vector<std::string>{
+                "mismatched collective on group 0: rank 0 stream 0 'compute' "
+                "instruction 3 (bwd) is all_reduce of 64 f32 (sum) but rank 1 "
+                "stream 0 'compute' instruction 3 (bwd) is all_reduce of 32 "
+                "f32 (sum)"})
+      << allMessages(result);
+}
+
+TEST(Verifier, MismatchedReduction) {
+  Bundle bundle = dataParallelBundle();
+  splitRoles(bundle);
+  instruction(bundle, 1, 0, 3).reduce = ReduceOp::Max;
+  EXPECT_EQ(messages(verify(bundle), CheckKind::Matching).size(), 1u);
+}
+
+TEST(Verifier, CollectivesInDifferentOrderDeadlock) {
+  Bundle bundle = dataParallelBundle();
+  bundle.groups.push_back({1, GroupKind::Custom, {0, 1}});
+  splitRoles(bundle);
+  // Rank 0 reduces over group 0 then group 1; rank 1 the other way round.
+  auto &rank0 = bundle.programs[0].streams[0].instructions;
+  rank0.insert(rank0.begin() + 4, rank0[3]);
+  rank0[4].group = 1;
+  auto &rank1 = bundle.programs[1].streams[0].instructions;
+  rank1.insert(rank1.begin() + 4, rank1[3]);
+  rank1[3].group = 1;
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Deadlock),
+            std::vector<std::string>{
+                "deadlock: rank 0 stream 0 'compute' instruction 3 (bwd): "
+                "all_reduce on group 0 waits for rank(s) 1; rank 1 stream 0 "
+                "'compute' instruction 3 (bwd): all_reduce on group 1 waits "
+                "for rank(s) 0"})
+      << allMessages(result);
+}
+
+TEST(Verifier, MissingSendForRecv) {
+  Bundle bundle = pipelineBundle();
+  auto &stage0 = bundle.programs[0].streams[0].instructions;
+  stage0.erase(stage0.begin() + 2);
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Deadlock),
+            std::vector<std::string>{
+                "deadlock: rank 0 stream 0 'compute' instruction 2 (bwd): recv "
+                "from rank 1 has no matching send; rank 1 stream 0 'compute' "
+                "instruction 0 (fwd): recv from rank 0 has no matching send"})
+      << allMessages(result);
+}
+
+TEST(Verifier, SendRecvSizeMismatch) {
+  Bundle bundle = pipelineBundle();
+  Instruction &recv = instruction(bundle, 1, 0, 0);
+  recv.count = 16;
+  recv.writes[0].bytes = 64;
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Matching),
+            std::vector<std::string>{
+                "mismatched send/recv pair: rank 0 stream 0 'compute' "
+                "instruction 2 (fwd) is send of 32 f32 but rank 1 stream 0 "
+                "'compute' instruction 0 (fwd) is recv of 16 f32"})
+      << allMessages(result);
+}
+
+TEST(Verifier, WaitWithoutRecord) {
+  Bundle bundle = zero3Bundle();
+  bundle.programs[0].streams[1].instructions.pop_back();
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Event),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): stream 0 'compute' instruction 1 (fwd "
+                "L0): wait_event 0 has no record_event in this program"})
+      << allMessages(result);
+  EXPECT_EQ(messages(result, CheckKind::Deadlock).size(), 1u);
+}
+
+TEST(Verifier, RecordAfterWaitOnSameStreamDeadlocks) {
+  Bundle bundle = zero3Bundle();
+  auto &gather = bundle.programs[0].streams[1].instructions;
+  auto &compute = bundle.programs[0].streams[0].instructions;
+  compute.push_back(gather.back());
+  gather.pop_back();
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> deadlocks = messages(result, CheckKind::Deadlock);
+  ASSERT_EQ(deadlocks.size(), 1u) << allMessages(result);
+  EXPECT_EQ(deadlocks[0],
+            "deadlock: rank 0 stream 0 'compute' instruction 1 (fwd L0): "
+            "waits for event 0, whose record_event never executes; rank 1 "
+            "stream 0 'compute' instruction 1 (fwd L0): waits for event 0, "
+            "whose record_event never executes");
+}
+
+TEST(Verifier, ReadBeforeWrite) {
+  Bundle bundle = dataParallelBundle();
+  auto &insts = bundle.programs[0].streams[0].instructions;
+  insts.erase(insts.begin());
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Init),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): stream 0 'compute' instruction 0 (fwd): "
+                "reads buffer 3 'tokens' bytes [0, 64) before they are "
+                "written"})
+      << allMessages(result);
+}
+
+TEST(Verifier, PartialWriteLeavesBytesUninitialized) {
+  Bundle bundle = dataParallelBundle();
+  instruction(bundle, 0, 0, 0).writes[0] = {3, 0, 32};
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Init),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): stream 0 'compute' instruction 1 (fwd): "
+                "reads buffer 3 'tokens' bytes [32, 64) before they are "
+                "written"});
+}
+
+TEST(Verifier, ReadAfterRelease) {
+  Bundle bundle = zero3Bundle();
+  const Program &p = bundle.programs[0];
+  bundle.programs[0].streams[0].instructions.push_back(
+      kernel(0, {whole(p, 1)}, {whole(p, 2)}, "bwd L0"));
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Init),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): stream 0 'compute' instruction 4 (bwd "
+                "L0): reads buffer 1 'w.full' bytes [0, 256) after their "
+                "release at stream 0 'compute' instruction 3 (fwd L0)"})
+      << allMessages(result);
+}
+
+TEST(Verifier, CrossStreamRaceWithoutEvent) {
+  Bundle bundle = zero3Bundle();
+  // A second gather into the same buffer, issued without waiting for the
+  // compute stream to finish reading it.
+  auto &gather = bundle.programs[0].streams[1].instructions;
+  gather.push_back(gather.front());
+  gather.back().phase = "gather L1";
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> races = messages(result, CheckKind::Race);
+  ASSERT_FALSE(races.empty()) << allMessages(result);
+  EXPECT_EQ(races[0], "role 0 (ranks 0, 1): stream 0 'compute' instruction 2 "
+                      "(fwd L0): reads buffer 1 'w.full' bytes [0, 256) "
+                      "written by stream 1 'allgather' instruction 2 (gather "
+                      "L1) with no event ordering them");
+}
+
+TEST(Verifier, RemovingTheWaitIsARace) {
+  Bundle bundle = zero3Bundle();
+  auto &compute = bundle.programs[0].streams[0].instructions;
+  compute.erase(compute.begin() + 1);
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> races = messages(result, CheckKind::Race);
+  ASSERT_FALSE(races.empty()) << allMessages(result);
+  // The gather's write conflicts with the compute stream's release (which
+  // supersedes its earlier read of the same bytes).
+  EXPECT_EQ(races[0], "role 0 (ranks 0, 1): stream 1 'allgather' instruction "
+                      "0 (gather L0): writes buffer 1 'w.full' bytes [0, 256) "
+                      "written by stream 0 'compute' instruction 2 (fwd L0) "
+                      "with no event ordering them");
+}
+
+TEST(Verifier, OverlappingLiveBuffers) {
+  Bundle bundle = dataParallelBundle();
+  bundle.programs[0].buffers[3].offset = 192; // tokens now overlaps act
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Memory),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): arena buffer 3 'tokens' and buffer 2 "
+                "'act' overlap in bytes [192, 256) while both are live: 'act' "
+                "is first accessed at stream 0 'compute' instruction 1 (fwd), "
+                "not after the last access of 'tokens' at stream 0 'compute' "
+                "instruction 1 (fwd)"})
+      << allMessages(result);
+}
+
+TEST(Verifier, ReuseAfterLastUseIsAllowed) {
+  Bundle bundle = zero3Bundle();
+  // 'act' is written after the last use of 'w.full' on the same stream, so
+  // the two may share bytes.
+  Program &program = bundle.programs[0];
+  program.buffers[2].offset = 0;
+  auto &compute = program.streams[0].instructions;
+  compute[2].writes.clear();
+  compute[2].writes.push_back({3, 0, 64});
+  compute[2].reads = {whole(program, 1)};
+  compute.push_back(op(Opcode::Copy, {{3, 0, 64}}, {{2, 0, 64}}, "fwd L1"));
+  VerifyResult result = verify(bundle);
+  EXPECT_TRUE(result.ok()) << allMessages(result);
+}
+
+TEST(Verifier, BufferOutsideItsRegion) {
+  Bundle bundle = dataParallelBundle();
+  bundle.programs[0].arenaBytes = 300;
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Memory),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): buffer 3 'tokens' bytes [256, 320) lies "
+                "outside the arena region of 300 bytes"})
+      << allMessages(result);
+}
+
+TEST(Verifier, OverlappingPersistentBuffers) {
+  Bundle bundle = dataParallelBundle();
+  bundle.programs[0].buffers[1].offset = 0;
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Memory),
+            std::vector<std::string>{"role 0 (ranks 0, 1): persistent buffers "
+                                     "0 'w' and 1 'w.grad' overlap"});
+}
+
+TEST(Verifier, CollectiveOnGroupWithoutTheRank) {
+  Bundle bundle = dataParallelBundle();
+  bundle.groups[0].ranks = {0};
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Matching),
+            std::vector<std::string>{
+                "rank 1 stream 0 'compute' instruction 3 (bwd): all_reduce on "
+                "group 0, which does not contain rank 1"})
+      << allMessages(result);
+}
+
+} // namespace

@@ -1,0 +1,152 @@
+//===- PlanCommand.cpp - `weftc plan` -------------------------------------===//
+#include "PlanCommand.h"
+
+#include "weft/planner/Cluster.h"
+#include "weft/planner/DeepSpeed.h"
+#include "weft/planner/Error.h"
+#include "weft/planner/Report.h"
+#include "weft/planner/Search.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+using namespace weft;
+using namespace weft::planner;
+
+namespace {
+
+/// Runs `parse` on a flag's value, naming the flag in any error.
+template <typename Parse>
+auto parseFlag(const char *flag, const std::string &value, Parse parse) {
+  try {
+    return parse(value);
+  } catch (const Error &error) {
+    throw Error(std::string(flag) + ": " + error.what());
+  }
+}
+
+Constraints constraintsFrom(const PlanOptions &options) {
+  Constraints c;
+  c.tp = options.tp;
+  c.pp = options.pp;
+  c.dp = options.dp;
+  if (options.zero) {
+    if (*options.zero < 0 || *options.zero > 3)
+      throw Error("--zero: expected 0, 1, 2 or 3, got " +
+                  std::to_string(*options.zero));
+    c.zero = static_cast<int>(*options.zero);
+  }
+  c.microBatch = options.microBatch;
+  c.virtualStages = options.virtualStages;
+  if (options.recompute)
+    c.recompute = parseFlag("--recompute", *options.recompute, parseRecompute);
+  if (options.schedule)
+    c.schedule = parseFlag("--schedule", *options.schedule, parseSchedule);
+  if (options.sequenceParallel) {
+    if (*options.sequenceParallel != "on" && *options.sequenceParallel != "off")
+      throw Error("--sequence-parallel: expected on or off, got '" +
+                  *options.sequenceParallel + "'");
+    c.sequenceParallel = *options.sequenceParallel == "on";
+  }
+  c.allowTpAcrossNodes = options.allowTpAcrossNodes;
+  return c;
+}
+
+int64_t required(const std::optional<int64_t> &value, const char *flag) {
+  if (!value)
+    throw Error(std::string(flag) + " is required");
+  return *value;
+}
+
+void print(const nlohmann::json &json) { std::cout << json.dump(2) << "\n"; }
+
+int exitCodeOf(const SearchResult &result) {
+  return result.outcome == SearchResult::Outcome::NothingFits ? kExitNothingFits
+                                                              : kExitOk;
+}
+
+/// `--from-deepspeed`: evaluate the DeepSpeed configuration as fixed, then
+/// search freely and compare.
+int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
+                      const PlanOptions &options) {
+  DeepSpeedPlan ds =
+      loadDeepSpeedConfig(*options.fromDeepSpeed, cluster.worldSize());
+  TrainingConfig training{ds.globalBatch, required(options.seqLen, "--seq-len"),
+                          ds.precision};
+  if (options.globalBatch && *options.globalBatch != ds.globalBatch)
+    throw Error(*options.fromDeepSpeed + ": train_batch_size " +
+                std::to_string(ds.globalBatch) +
+                " differs from --global-batch " +
+                std::to_string(*options.globalBatch));
+  CostModel costModel(model, cluster, training);
+  SearchResult given = search(costModel, ds.constraints);
+  SearchOptions searchOptions;
+  searchOptions.topK = options.top;
+  searchOptions.referenceStepTimeS = given.plans.front().stepTimeS;
+  SearchResult best =
+      search(costModel, constraintsFrom(options), searchOptions);
+
+  const Estimate &ref = given.plans.front();
+  if (options.json) {
+    print({{"deepspeed", toJson(ref)},
+           {"weft", toJson(best)},
+           {"speedup", best.plans.empty()
+                           ? nlohmann::json(nullptr)
+                           : nlohmann::json(ref.stepTimeS /
+                                            best.plans.front().stepTimeS)}});
+    return exitCodeOf(best);
+  }
+  std::cout << "DeepSpeed configuration (" << *options.fromDeepSpeed << "):\n"
+            << renderTable(given, costModel) << "\n"
+            << "Weft's search:\n"
+            << (options.explain ? renderExplain(best, costModel)
+                                : renderTable(best, costModel));
+  if (!best.plans.empty()) {
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "\nbest Weft plan: %.3f s per step vs %.3f s for the "
+                  "DeepSpeed configuration (%.2fx); %lld fitting candidates "
+                  "are faster than it%s\n",
+                  best.plans.front().stepTimeS, ref.stepTimeS,
+                  ref.stepTimeS / best.plans.front().stepTimeS,
+                  static_cast<long long>(best.fasterThanReference),
+                  ref.fits ? ""
+                           : " (the DeepSpeed configuration does not fit)");
+    std::cout << line;
+  }
+  return exitCodeOf(best);
+}
+
+int planImpl(const ModelSpec &model, const PlanOptions &options) {
+  Cluster cluster = loadCluster(options.cluster);
+  if (options.fromDeepSpeed)
+    return planFromDeepSpeed(model, cluster, options);
+  TrainingConfig training{
+      required(options.globalBatch, "--global-batch"),
+      required(options.seqLen, "--seq-len"),
+      parseFlag("--precision", options.precision, parsePrecision)};
+  CostModel costModel(model, cluster, training);
+  SearchOptions searchOptions;
+  searchOptions.topK = options.top;
+  SearchResult result =
+      search(costModel, constraintsFrom(options), searchOptions);
+  if (options.json)
+    print(toJson(result));
+  else
+    std::cout << (options.explain ? renderExplain(result, costModel)
+                                  : renderTable(result, costModel));
+  return exitCodeOf(result);
+}
+
+} // namespace
+
+int weft::runPlan(const ModelSpec &model, const PlanOptions &options) {
+  try {
+    return planImpl(model, options);
+  } catch (const Error &error) {
+    std::cerr << "weftc: error: " << error.what() << "\n";
+    return kExitBadInput;
+  }
+}

@@ -1,0 +1,41 @@
+//===- PlanCommand.h - `weftc plan` -----------------------------*- C++ -*-===//
+//
+// The planner throws weft::planner::Error on bad input; this file is compiled
+// with exceptions (the rest of weftc follows LLVM's -fno-exceptions) and turns
+// them into one-line errors and exit codes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_TOOLS_WEFTC_PLANCOMMAND_H
+#define WEFT_TOOLS_WEFTC_PLANCOMMAND_H
+
+#include "weft/planner/ModelSpec.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace weft {
+
+/// Exit codes shared by weftc's commands.
+enum ExitCode { kExitOk = 0, kExitBadInput = 2, kExitNothingFits = 3 };
+
+/// `weftc plan` options as given on the command line (unset = free).
+struct PlanOptions {
+  std::string cluster;
+  std::optional<int64_t> globalBatch, seqLen;
+  std::string precision = "bf16";
+  std::optional<int64_t> tp, pp, dp, zero, microBatch, virtualStages;
+  std::optional<std::string> recompute, schedule, sequenceParallel;
+  bool allowTpAcrossNodes = false;
+  std::optional<std::string> fromDeepSpeed;
+  int top = 5;
+  bool explain = false;
+  bool json = false;
+};
+
+/// Plans `model` and prints the result; returns the process exit code.
+int runPlan(const planner::ModelSpec &model, const PlanOptions &options);
+
+} // namespace weft
+
+#endif // WEFT_TOOLS_WEFTC_PLANCOMMAND_H
