@@ -2,8 +2,9 @@
 # Everything Weft checks and times on a GPU, in one call (the device machine is
 # lent briefly and starts bare). Writes logs and JSON under ${OUT:-gpu-out}/ and
 # prints a short table last.
-#   scripts/gpu-check.sh [--quick]
-# Stages: machine facts, GPU ceilings (copy bandwidth, bf16 GEMM), the PyTorch
+#   scripts/gpu-check.sh [--quick|--tests-only]   (device tool: carry [".gpu"])
+# Stages: machine facts, the GPU unit tests (staged by scripts/gpu-prepare.sh
+# and carried as .gpu/), GPU ceilings (copy bandwidth, bf16 GEMM), the PyTorch
 # GPT-2 baseline (eager and torch.compile), and the Hugging Face parameter
 # counts of every preset (the reference the importer's tests pin).
 set -uo pipefail
@@ -11,7 +12,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
+QUICK=0; TESTS_ONLY=0
+case "${1:-}" in
+  --quick) QUICK=1 ;;
+  --tests-only) TESTS_ONLY=1 ;;
+esac
 status=0
 
 {
@@ -20,6 +25,18 @@ status=0
   nvcc --version | tail -1
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 } 2>&1 | tee "$OUT/machine.txt"
+
+echo "== GPU unit tests (binaries staged by scripts/gpu-prepare.sh)"
+if ls .gpu/bin/* >/dev/null 2>&1; then
+  for t in .gpu/bin/*; do
+    "$t" --gtest_output="xml:$OUT/$(basename "$t").xml" 2>&1 | tail -n 25 || status=1
+  done
+else
+  echo "no staged GPU test binaries in .gpu/bin: run scripts/gpu-prepare.sh first"
+  status=1
+fi
+
+[ $TESTS_ONLY = 1 ] && exit $status
 
 echo "== HF parameter counts"
 python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1

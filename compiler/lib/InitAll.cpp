@@ -5,13 +5,15 @@
 #include "Weft/Transforms/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
 void weft::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<mlir::weft::WeftDialect, mlir::arith::ArithDialect,
-                  mlir::func::FuncDialect, mlir::tensor::TensorDialect>();
+                  mlir::func::FuncDialect, mlir::tensor::TensorDialect,
+                  mlir::shard::ShardDialect>();
 }
 
 void weft::registerAllPasses() {

@@ -228,4 +228,8 @@ def Weft_YieldOp : Weft_Op<"yield", [Pure, Terminator, ReturnLike, HasParent<"Bl
   let assemblyFormat = "$value attr-dict `:` type($value)";
 }
 
+// Ops introduced by the lowering (docs/lowering.md).
+include "Weft/IR/WeftParallelOps.td"
+include "Weft/IR/WeftGradOps.td"
+
 #endif // WEFT_OPS_TD
