@@ -1,0 +1,72 @@
+//===- KernelRegistry.h - The kernel ABI of the CPU backend -----*- C++ -*-===//
+//
+// A `kernel` instruction names a bundle kernel; its name selects an entry of
+// this registry and its specialization constants give the shapes. Operands
+// are the instruction's reads then writes, in order (docs/runtime.md, "Kernel
+// ABI", lists every entry). Float operands may be f32 or bf16 (converted to
+// fp32 around the call); index operands are i32. Every operand's size is
+// checked against the signature when the bundle is opened.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_EXEC_KERNELREGISTRY_H
+#define WEFT_EXEC_KERNELREGISTRY_H
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weft::exec {
+
+using KernelConstants = std::map<std::string, int64_t>;
+
+struct OperandSpec {
+  bool isIndex = false; // i32 ids/targets; otherwise f32 or bf16
+  int64_t elements = 0;
+};
+
+struct KernelSignature {
+  std::vector<OperandSpec> reads;
+  std::vector<OperandSpec> writes;
+};
+
+/// Operands of one call, in fp32 (or i32 for index operands), in signature
+/// order.
+struct KernelCall {
+  const KernelConstants *constants = nullptr;
+  std::vector<float *> reads;               // null for index operands
+  std::vector<float *> writes;              // null for index operands
+  std::vector<const int32_t *> readIndices; // null for float operands
+
+  int64_t c(const char *name) const { return constants->at(name); }
+};
+
+struct ConstantSpec {
+  std::string_view name;
+  std::optional<int64_t> defaultValue; // nullopt: required
+};
+
+struct KernelSpec {
+  std::string_view name;
+  std::vector<ConstantSpec> constants;
+  /// The operands for given (defaulted) constants.
+  KernelSignature (*signature)(const KernelConstants &);
+  void (*run)(const KernelCall &);
+};
+
+/// The registry entry for `name`, or null.
+const KernelSpec *findKernel(std::string_view name);
+/// Every entry, in name order (documentation and tests).
+const std::vector<KernelSpec> &kernelRegistry();
+
+/// `constants` with defaults filled in. Throws Error (prefixed by `where`)
+/// for a missing required or an unknown constant.
+KernelConstants resolveConstants(const KernelSpec &spec,
+                                 const KernelConstants &constants,
+                                 const std::string &where);
+
+} // namespace weft::exec
+
+#endif // WEFT_EXEC_KERNELREGISTRY_H

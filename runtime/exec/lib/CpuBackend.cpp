@@ -1,0 +1,450 @@
+//===- CpuBackend.cpp - Host execution of the compute opcodes -------------===//
+//
+// fp32 math throughout; bf16 operands are widened into a workspace sized at
+// prepare() and narrowed back after the call, so execute() never allocates.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Describe.h"
+#include "weft/exec/Backend.h"
+#include "weft/exec/Error.h"
+#include "weft/exec/KernelRegistry.h"
+#include "weft/kernels/CpuKernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace weft::exec {
+
+namespace cpu = weft::kernels::cpu;
+using plan::DType;
+using plan::Instruction;
+using plan::Opcode;
+
+namespace {
+
+bool isFloatStorage(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::BF16;
+}
+
+float loadFloat(const std::byte *data, DType dtype, int64_t i) {
+  if (dtype == DType::BF16)
+    return kernels::bf16ToFloat(
+        reinterpret_cast<const kernels::BF16 *>(data)[i]);
+  return reinterpret_cast<const float *>(data)[i];
+}
+
+void storeFloat(std::byte *data, DType dtype, int64_t i, float value) {
+  if (dtype == DType::BF16)
+    reinterpret_cast<kernels::BF16 *>(data)[i] = kernels::floatToBf16(value);
+  else
+    reinterpret_cast<float *>(data)[i] = value;
+}
+
+/// Elements a column-major matrix of rows x cols with leading dimension ld
+/// spans.
+int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
+  return (cols - 1) * ld + rows;
+}
+
+struct ResolvedKernel {
+  const KernelSpec *spec = nullptr;
+  KernelConstants constants;
+};
+
+class CpuBackend final : public Backend {
+public:
+  ~CpuBackend() override {
+    for (std::byte *region : regions_)
+      std::free(region);
+  }
+
+  std::string_view name() const override { return "cpu"; }
+
+  std::byte *allocateRegion(plan::Region region, int64_t bytes) override {
+    // 64-byte alignment covers every buffer alignment a plan uses on the host
+    // (alignments above it only matter for the device).
+    size_t size = (size_t(std::max<int64_t>(bytes, 1)) + 63) / 64 * 64;
+    auto *data = static_cast<std::byte *>(std::aligned_alloc(64, size));
+    if (!data)
+      throw Error("cannot allocate the " + std::string(plan::toString(region)) +
+                  " region of " + std::to_string(bytes) + " bytes");
+    // Zeroed persistent state (gradients, moments); a NaN-filled arena makes
+    // reads of unwritten bytes visible instead of silently plausible.
+    std::memset(data, region == plan::Region::Persistent ? 0 : 0xff, size);
+    regions_.push_back(data);
+    return data;
+  }
+
+  void prepare(const plan::Bundle &bundle,
+               const plan::Program &program) override;
+
+  void execute(const Instruction &inst, int64_t stream,
+               const std::vector<Operand> &reads,
+               const std::vector<Operand> &writes,
+               const StepContext &context) override;
+
+private:
+  void prepareKernel(const plan::Bundle &bundle, const plan::Program &program,
+                     const Instruction &inst, const std::string &where);
+  void prepareOther(const plan::Program &program, const Instruction &inst,
+                    const std::string &where);
+  void runKernel(const Instruction &inst, const std::vector<Operand> &reads,
+                 const std::vector<Operand> &writes);
+  void runGemm(const Instruction &inst, const std::vector<Operand> &reads,
+               const std::vector<Operand> &writes);
+  void runOptimizer(const Instruction &inst, const std::vector<Operand> &reads,
+                    const std::vector<Operand> &writes,
+                    const StepContext &context);
+
+  std::vector<std::byte *> regions_;
+  std::vector<ResolvedKernel> kernels_; // by bundle kernel id
+  std::vector<float> workspace_;        // bf16 operands widened to fp32
+  KernelCall call_;                     // reused so execute() never allocates
+};
+
+void CpuBackend::prepare(const plan::Bundle &bundle,
+                         const plan::Program &program) {
+  kernels_.assign(bundle.kernels.size(), {});
+  for (const plan::Kernel &kernel : bundle.kernels) {
+    const KernelSpec *spec = findKernel(kernel.name);
+    // Kernels the program never launches need not exist on this backend.
+    if (spec)
+      kernels_[kernel.id] = {
+          spec, resolveConstants(*spec, kernel.constants,
+                                 "kernels[" + std::to_string(kernel.id) + "]")};
+  }
+  size_t maxOperands = 0;
+  for (size_t s = 0; s < program.streams.size(); ++s) {
+    const plan::Stream &stream = program.streams[s];
+    for (size_t i = 0; i < stream.instructions.size(); ++i) {
+      const Instruction &inst = stream.instructions[i];
+      std::string where = "role " + std::to_string(program.role) + " " +
+                          describeInstruction(program, s, i);
+      maxOperands =
+          std::max(maxOperands, inst.reads.size() + inst.writes.size());
+      if (inst.opcode == Opcode::Kernel)
+        prepareKernel(bundle, program, inst, where);
+      else
+        prepareOther(program, inst, where);
+    }
+  }
+  call_.reads.reserve(maxOperands);
+  call_.writes.reserve(maxOperands);
+  call_.readIndices.reserve(maxOperands);
+}
+
+void CpuBackend::prepareKernel(const plan::Bundle &bundle,
+                               const plan::Program &program,
+                               const Instruction &inst,
+                               const std::string &where) {
+  const plan::Kernel &kernel = bundle.kernels[inst.kernel];
+  const ResolvedKernel &resolved = kernels_[inst.kernel];
+  std::string what = where + ": kernel '" + kernel.name + "'";
+  if (!resolved.spec)
+    throw Error(what + " is not in the CPU kernel registry");
+  if (!inst.args.empty())
+    throw Error(what + " takes no scalar args (shapes are constants)");
+  KernelSignature sig;
+  try {
+    sig = resolved.spec->signature(resolved.constants);
+  } catch (const Error &error) {
+    throw Error(what + ": " + error.what());
+  }
+  if (sig.reads.size() != inst.reads.size() ||
+      sig.writes.size() != inst.writes.size())
+    throw Error(what + " takes " + std::to_string(sig.reads.size()) +
+                " reads and " + std::to_string(sig.writes.size()) +
+                " writes, got " + std::to_string(inst.reads.size()) + " and " +
+                std::to_string(inst.writes.size()));
+  int64_t widened = 0;
+  auto check = [&](const OperandSpec &spec, const plan::BufferRange &range,
+                   const std::string &name) {
+    DType dtype = program.buffers[range.buffer].dtype;
+    bool ok = spec.isIndex ? dtype == DType::I32 : isFloatStorage(dtype);
+    if (!ok)
+      throw Error(what + " operand " + name + " is " +
+                  std::string(plan::toString(dtype)) + ", expected " +
+                  (spec.isIndex ? "i32" : "f32 or bf16"));
+    int64_t expected = spec.elements * plan::elementBytes(dtype);
+    if (range.bytes != expected)
+      throw Error(what + " operand " + name + " has " +
+                  std::to_string(range.bytes) + " bytes, expected " +
+                  std::to_string(expected) + " (" +
+                  std::to_string(spec.elements) + " " +
+                  std::string(plan::toString(dtype)) + ")");
+    if (dtype == DType::BF16)
+      widened += spec.elements;
+  };
+  for (size_t i = 0; i < sig.reads.size(); ++i)
+    check(sig.reads[i], inst.reads[i], "reads[" + std::to_string(i) + "]");
+  for (size_t i = 0; i < sig.writes.size(); ++i)
+    check(sig.writes[i], inst.writes[i], "writes[" + std::to_string(i) + "]");
+  if (size_t(widened) > workspace_.size())
+    workspace_.resize(size_t(widened));
+}
+
+void CpuBackend::prepareOther(const plan::Program &program,
+                              const Instruction &inst,
+                              const std::string &where) {
+  std::string op(plan::toString(inst.opcode));
+  auto needBytes = [&](const plan::BufferRange &range, int64_t bytes,
+                       const std::string &name) {
+    if (range.bytes < bytes)
+      throw Error(where + ": " + op + " operand " + name + " has " +
+                  std::to_string(range.bytes) + " bytes, needs " +
+                  std::to_string(bytes));
+  };
+  auto bufferDType = [&](const plan::BufferRange &range) {
+    return program.buffers[range.buffer].dtype;
+  };
+  auto needFloat = [&](DType dtype, const std::string &name) {
+    if (!isFloatStorage(dtype))
+      throw Error(where + ": " + op + " " + name + " is " +
+                  std::string(plan::toString(dtype)) +
+                  "; the CPU backend supports f32 and bf16");
+  };
+  switch (inst.opcode) {
+  case Opcode::Gemm: {
+    const plan::GemmParams &g = inst.gemm;
+    if (inst.dtype != DType::F32 && inst.dtype != DType::BF16 &&
+        inst.dtype != DType::F64)
+      throw Error(where + ": gemm of " +
+                  std::string(plan::toString(inst.dtype)) +
+                  " is not supported (f32, bf16, f64)");
+    int64_t eb = plan::elementBytes(inst.dtype);
+    int64_t a = matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda);
+    int64_t b = matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb);
+    int64_t c = matrixSpan(g.m, g.n, g.ldc);
+    needBytes(inst.reads[0], a * eb, "A");
+    needBytes(inst.reads[1], b * eb, "B");
+    needBytes(inst.writes[0], c * eb, "C");
+    if (inst.dtype == DType::BF16 && size_t(a + b + c) > workspace_.size())
+      workspace_.resize(size_t(a + b + c));
+    break;
+  }
+  case Opcode::Fill:
+  case Opcode::GradNorm:
+  case Opcode::Clip: {
+    DType dtype = inst.dtype;
+    if (inst.opcode != Opcode::Fill)
+      needFloat(dtype, "dtype");
+    else if (dtype == DType::F16)
+      throw Error(where + ": fill of f16 is not supported on the CPU");
+    int64_t eb = plan::elementBytes(dtype);
+    const auto &ranges =
+        inst.opcode == Opcode::GradNorm ? inst.reads : inst.writes;
+    for (const plan::BufferRange &range : ranges)
+      if (range.bytes % eb != 0)
+        throw Error(where + ": " + op + " range of " +
+                    std::to_string(range.bytes) +
+                    " bytes is not a whole number of " +
+                    std::string(plan::toString(dtype)));
+    if (inst.opcode == Opcode::Clip)
+      needBytes(inst.reads[0], 4, "sum of squares (f32)");
+    break;
+  }
+  case Opcode::OptimizerStep: {
+    const char *names[] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < 4; ++i) {
+      DType dtype = bufferDType(inst.reads[i]);
+      if (i == 1)
+        needFloat(dtype, "grad");
+      else if (dtype != DType::F32)
+        throw Error(where + ": optimizer_step " + names[i] +
+                    " must be f32 (master weights and moments)");
+      needBytes(inst.reads[i], inst.count * plan::elementBytes(dtype),
+                names[i]);
+    }
+    if (!(inst.reads[0] == inst.writes[0]) ||
+        !(inst.reads[2] == inst.writes[1]) ||
+        !(inst.reads[3] == inst.writes[2]))
+      throw Error(where + ": optimizer_step updates param, exp_avg and "
+                          "exp_avg_sq in place (writes[0..2] must equal "
+                          "reads[0], reads[2], reads[3])");
+    if (inst.writes.size() == 4) {
+      needFloat(bufferDType(inst.writes[3]), "parameter copy");
+      needBytes(inst.writes[3],
+                inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
+                "parameter copy");
+    }
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
+                         const std::vector<Operand> &reads,
+                         const std::vector<Operand> &writes,
+                         const StepContext &context) {
+  switch (inst.opcode) {
+  case Opcode::Kernel:
+    runKernel(inst, reads, writes);
+    return;
+  case Opcode::Gemm:
+    runGemm(inst, reads, writes);
+    return;
+  case Opcode::Copy:
+    std::memmove(writes[0].data, reads[0].data, size_t(reads[0].bytes));
+    return;
+  case Opcode::Fill:
+    for (const Operand &out : writes) {
+      int64_t n = out.bytes / plan::elementBytes(inst.dtype);
+      for (int64_t i = 0; i < n; ++i) {
+        switch (inst.dtype) {
+        case DType::F32:
+        case DType::BF16:
+          storeFloat(out.data, inst.dtype, i, float(inst.value));
+          break;
+        case DType::F64:
+          out.as<double>()[i] = inst.value;
+          break;
+        case DType::I32:
+          out.as<int32_t>()[i] = int32_t(inst.value);
+          break;
+        case DType::I64:
+          out.as<int64_t>()[i] = int64_t(inst.value);
+          break;
+        case DType::U16:
+          out.as<uint16_t>()[i] = uint16_t(inst.value);
+          break;
+        case DType::U8:
+          out.as<uint8_t>()[i] = uint8_t(inst.value);
+          break;
+        case DType::F16: // rejected by prepare()
+          break;
+        }
+      }
+    }
+    return;
+  case Opcode::OptimizerStep:
+    runOptimizer(inst, reads, writes, context);
+    return;
+  case Opcode::GradNorm: {
+    double sum = 0;
+    for (const Operand &grad : reads) {
+      int64_t n = grad.bytes / plan::elementBytes(inst.dtype);
+      for (int64_t i = 0; i < n; ++i) {
+        double x = loadFloat(grad.data, inst.dtype, i);
+        sum += x * x;
+      }
+    }
+    writes[0].as<float>()[0] = float(sum);
+    return;
+  }
+  case Opcode::Clip: {
+    double maxNorm = context.training->gradClip;
+    double norm = std::sqrt(double(reads[0].as<float>()[0]));
+    if (maxNorm <= 0 || norm <= maxNorm)
+      return;
+    float scale = float(maxNorm / norm);
+    for (const Operand &grad : writes) {
+      int64_t n = grad.bytes / plan::elementBytes(inst.dtype);
+      for (int64_t i = 0; i < n; ++i)
+        storeFloat(grad.data, inst.dtype, i,
+                   loadFloat(grad.data, inst.dtype, i) * scale);
+    }
+    return;
+  }
+  default:
+    throw Error("the cpu backend does not execute " +
+                std::string(plan::toString(inst.opcode)));
+  }
+}
+
+void CpuBackend::runKernel(const Instruction &inst,
+                           const std::vector<Operand> &reads,
+                           const std::vector<Operand> &writes) {
+  const ResolvedKernel &kernel = kernels_[inst.kernel];
+  call_.constants = &kernel.constants;
+  call_.reads.clear();
+  call_.writes.clear();
+  call_.readIndices.clear();
+  float *scratch = workspace_.data();
+  auto widen = [&](const Operand &operand) -> float * {
+    if (operand.dtype != DType::BF16)
+      return operand.dtype == DType::F32 ? operand.as<float>() : nullptr;
+    float *out = scratch;
+    int64_t n = operand.elements();
+    cpu::fromBf16(n, operand.as<kernels::BF16>(), out);
+    scratch += n;
+    return out;
+  };
+  for (const Operand &operand : reads) {
+    call_.reads.push_back(widen(operand));
+    call_.readIndices.push_back(
+        operand.dtype == DType::I32 ? operand.as<const int32_t>() : nullptr);
+  }
+  // Writes are widened too: gradient kernels accumulate into them.
+  for (const Operand &operand : writes)
+    call_.writes.push_back(widen(operand));
+  kernel.spec->run(call_);
+  for (size_t i = 0; i < writes.size(); ++i)
+    if (writes[i].dtype == DType::BF16)
+      cpu::toBf16(writes[i].elements(), call_.writes[i],
+                  writes[i].as<kernels::BF16>());
+}
+
+void CpuBackend::runGemm(const Instruction &inst,
+                         const std::vector<Operand> &reads,
+                         const std::vector<Operand> &writes) {
+  const plan::GemmParams &g = inst.gemm;
+  // The plan's GEMM is column-major (BLAS); the kernel library is row-major.
+  // A column-major C = op(A) op(B) is the row-major C^T = op(B)^T op(A)^T, so
+  // swap the operands and m/n and keep the transposition flags.
+  if (inst.dtype == DType::F64) {
+    cpu::gemm(g.transB, g.transA, g.n, g.m, g.k, g.alpha, reads[1].as<double>(),
+              g.ldb, reads[0].as<double>(), g.lda, g.beta,
+              writes[0].as<double>(), g.ldc);
+    return;
+  }
+  if (inst.dtype == DType::F32) {
+    cpu::gemm(g.transB, g.transA, g.n, g.m, g.k, float(g.alpha),
+              reads[1].as<float>(), g.ldb, reads[0].as<float>(), g.lda,
+              float(g.beta), writes[0].as<float>(), g.ldc);
+    return;
+  }
+  int64_t a = matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda);
+  int64_t b = matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb);
+  int64_t c = matrixSpan(g.m, g.n, g.ldc);
+  float *wa = workspace_.data(), *wb = wa + a, *wc = wb + b;
+  cpu::fromBf16(a, reads[0].as<kernels::BF16>(), wa);
+  cpu::fromBf16(b, reads[1].as<kernels::BF16>(), wb);
+  cpu::fromBf16(c, writes[0].as<kernels::BF16>(), wc);
+  cpu::gemm(g.transB, g.transA, g.n, g.m, g.k, float(g.alpha), wb, g.ldb, wa,
+            g.lda, float(g.beta), wc, g.ldc);
+  cpu::toBf16(c, wc, writes[0].as<kernels::BF16>());
+}
+
+void CpuBackend::runOptimizer(const Instruction &inst,
+                              const std::vector<Operand> &reads,
+                              const std::vector<Operand> &writes,
+                              const StepContext &context) {
+  const plan::TrainingInfo &t = *context.training;
+  kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
+                              t.weightDecay};
+  kernels::AdamWStep step =
+      kernels::makeAdamWStep(config, context.step, 1.0 / t.lossScale.initial);
+  float *param = writes[0].as<float>();
+  float *m = writes[1].as<float>();
+  float *v = writes[2].as<float>();
+  const Operand &grad = reads[1];
+  for (int64_t i = 0; i < inst.count; ++i)
+    kernels::adamwElement(step, loadFloat(grad.data, grad.dtype, i), param[i],
+                          m[i], v[i]);
+  if (writes.size() == 4)
+    for (int64_t i = 0; i < inst.count; ++i)
+      storeFloat(writes[3].data, writes[3].dtype, i, param[i]);
+}
+
+} // namespace
+
+std::unique_ptr<Backend> makeCpuBackend() {
+  return std::make_unique<CpuBackend>();
+}
+
+} // namespace weft::exec

@@ -1,0 +1,358 @@
+//===- KernelRegistry.cpp - Kernel names -> CPU kernel library ------------===//
+
+#include "weft/exec/KernelRegistry.h"
+#include "weft/exec/Error.h"
+#include "weft/kernels/CpuKernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace weft::exec {
+
+namespace cpu = weft::kernels::cpu;
+using weft::kernels::Activation;
+
+namespace {
+
+OperandSpec f(int64_t elements) { return {false, elements}; }
+OperandSpec idx(int64_t elements) { return {true, elements}; }
+
+int64_t get(const KernelConstants &c, const char *name) { return c.at(name); }
+
+Activation activation(int64_t code) {
+  if (code < 0 || code > 3)
+    throw Error("constant 'act' is " + std::to_string(code) +
+                " (expected 0 relu, 1 gelu_erf, 2 gelu_tanh, 3 silu)");
+  return Activation(code);
+}
+
+float eps(const KernelCall &call) { return float(call.c("eps_nano") * 1e-9); }
+
+// Kernels whose output may differ from their input range copy first.
+void copyIfDistinct(float *dst, const float *src, int64_t n) {
+  if (dst != src)
+    std::memmove(dst, src, size_t(n) * sizeof(float));
+}
+
+//===--- Element-wise ----------------------------------------------------===//
+
+KernelSignature biasAddSig(const KernelConstants &c) {
+  int64_t n = get(c, "rows") * get(c, "width");
+  return {{f(n), f(get(c, "width"))}, {f(n)}};
+}
+void biasAddRun(const KernelCall &k) {
+  copyIfDistinct(k.writes[0], k.reads[0], k.c("rows") * k.c("width"));
+  cpu::biasAdd(k.c("rows"), k.c("width"), k.reads[1], k.writes[0]);
+}
+
+KernelSignature biasGradSig(const KernelConstants &c) {
+  return {{f(get(c, "rows") * get(c, "width"))}, {f(get(c, "width"))}};
+}
+void biasGradRun(const KernelCall &k) {
+  cpu::biasGrad(k.c("rows"), k.c("width"), k.reads[0], k.writes[0]);
+}
+
+KernelSignature residualAddSig(const KernelConstants &c) {
+  int64_t n = get(c, "n");
+  return {{f(n), f(n)}, {f(n)}};
+}
+void residualAddRun(const KernelCall &k) {
+  cpu::residualAdd(k.c("n"), k.reads[0], k.reads[1], k.writes[0]);
+}
+
+KernelSignature activationForwardSig(const KernelConstants &c) {
+  activation(get(c, "act"));
+  return {{f(get(c, "n"))}, {f(get(c, "n"))}};
+}
+void activationForwardRun(const KernelCall &k) {
+  cpu::activationForward(activation(k.c("act")), k.c("n"), k.reads[0],
+                         k.writes[0]);
+}
+
+KernelSignature activationBackwardSig(const KernelConstants &c) {
+  activation(get(c, "act"));
+  int64_t n = get(c, "n");
+  return {{f(n), f(n)}, {f(n)}};
+}
+void activationBackwardRun(const KernelCall &k) {
+  cpu::activationBackward(activation(k.c("act")), k.c("n"), k.reads[0],
+                          k.reads[1], k.writes[0]);
+}
+
+KernelSignature gatedForwardSig(const KernelConstants &c) {
+  activation(get(c, "act"));
+  int64_t n = get(c, "n");
+  return {{f(n), f(n)}, {f(n)}};
+}
+void gatedForwardRun(const KernelCall &k) {
+  cpu::gatedForward(activation(k.c("act")), k.c("n"), k.reads[0], k.reads[1],
+                    k.writes[0]);
+}
+
+KernelSignature gatedBackwardSig(const KernelConstants &c) {
+  activation(get(c, "act"));
+  int64_t n = get(c, "n");
+  return {{f(n), f(n), f(n)}, {f(n), f(n)}};
+}
+void gatedBackwardRun(const KernelCall &k) {
+  cpu::gatedBackward(activation(k.c("act")), k.c("n"), k.reads[0], k.reads[1],
+                     k.reads[2], k.writes[0], k.writes[1]);
+}
+
+//===--- Normalization ---------------------------------------------------===//
+
+KernelSignature layerNormForwardSig(const KernelConstants &c) {
+  int64_t rows = get(c, "rows"), width = get(c, "width");
+  KernelSignature sig{{f(rows * width), f(width)},
+                      {f(rows * width), f(rows), f(rows)}};
+  if (get(c, "bias"))
+    sig.reads.push_back(f(width));
+  return sig;
+}
+void layerNormForwardRun(const KernelCall &k) {
+  const float *beta = k.c("bias") ? k.reads[2] : nullptr;
+  cpu::layerNormForward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1], beta,
+                        eps(k), k.writes[0], k.writes[1], k.writes[2]);
+}
+
+KernelSignature layerNormBackwardSig(const KernelConstants &c) {
+  int64_t rows = get(c, "rows"), width = get(c, "width");
+  KernelSignature sig{
+      {f(rows * width), f(width), f(rows), f(rows), f(rows * width)},
+      {f(rows * width), f(width)}};
+  if (get(c, "bias"))
+    sig.writes.push_back(f(width));
+  return sig;
+}
+void layerNormBackwardRun(const KernelCall &k) {
+  float *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+  cpu::layerNormBackward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+                         k.reads[2], k.reads[3], k.reads[4], k.writes[0],
+                         k.writes[1], dBeta);
+}
+
+KernelSignature rmsNormForwardSig(const KernelConstants &c) {
+  int64_t rows = get(c, "rows"), width = get(c, "width");
+  return {{f(rows * width), f(width)}, {f(rows * width), f(rows)}};
+}
+void rmsNormForwardRun(const KernelCall &k) {
+  cpu::rmsNormForward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1], eps(k),
+                      k.writes[0], k.writes[1]);
+}
+
+KernelSignature rmsNormBackwardSig(const KernelConstants &c) {
+  int64_t rows = get(c, "rows"), width = get(c, "width");
+  return {{f(rows * width), f(width), f(rows), f(rows * width)},
+          {f(rows * width), f(width)}};
+}
+void rmsNormBackwardRun(const KernelCall &k) {
+  cpu::rmsNormBackward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+                       k.reads[2], k.reads[3], k.writes[0], k.writes[1]);
+}
+
+//===--- Embedding and rotary --------------------------------------------===//
+
+KernelSignature embeddingForwardSig(const KernelConstants &c) {
+  int64_t tokens = get(c, "batch") * get(c, "seq"), hidden = get(c, "hidden");
+  KernelSignature sig{{idx(tokens), f(get(c, "vocab") * hidden)},
+                      {f(tokens * hidden)}};
+  if (get(c, "positions"))
+    sig.reads.push_back(f(get(c, "positions") * hidden));
+  return sig;
+}
+void embeddingForwardRun(const KernelCall &k) {
+  const float *wpe = k.c("positions") ? k.reads[2] : nullptr;
+  cpu::embeddingForward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                        k.readIndices[0], k.reads[1], wpe,
+                        static_cast<const float *>(nullptr), 0, k.writes[0]);
+}
+
+KernelSignature embeddingBackwardSig(const KernelConstants &c) {
+  int64_t tokens = get(c, "batch") * get(c, "seq"), hidden = get(c, "hidden");
+  KernelSignature sig{{idx(tokens), f(tokens * hidden)},
+                      {f(get(c, "vocab") * hidden)}};
+  if (get(c, "positions"))
+    sig.writes.push_back(f(get(c, "positions") * hidden));
+  return sig;
+}
+void embeddingBackwardRun(const KernelCall &k) {
+  float *dWpe = k.c("positions") ? k.writes[1] : nullptr;
+  cpu::embeddingBackward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                         k.readIndices[0], k.reads[1], 0, k.writes[0], dWpe,
+                         static_cast<float *>(nullptr));
+}
+
+KernelSignature rotarySig(const KernelConstants &c) {
+  int64_t n =
+      get(c, "batch") * get(c, "seq") * get(c, "heads") * get(c, "head_dim");
+  return {{f(n)}, {f(n)}};
+}
+void rotaryForwardRun(const KernelCall &k) {
+  cpu::rotaryForward(k.c("batch"), k.c("seq"), k.c("heads"), k.c("head_dim"), 0,
+                     float(k.c("theta")), k.reads[0], k.writes[0]);
+}
+void rotaryBackwardRun(const KernelCall &k) {
+  cpu::rotaryBackward(k.c("batch"), k.c("seq"), k.c("heads"), k.c("head_dim"),
+                      0, float(k.c("theta")), k.reads[0], k.writes[0]);
+}
+
+//===--- Attention -------------------------------------------------------===//
+
+kernels::AttentionDims attentionDims(const KernelConstants &c) {
+  kernels::AttentionDims dims;
+  dims.batch = get(c, "batch");
+  dims.seq = get(c, "seq");
+  dims.heads = get(c, "heads");
+  dims.kvHeads = get(c, "kv_heads");
+  dims.headDim = get(c, "head_dim");
+  dims.causal = get(c, "causal") != 0;
+  dims.scale = 1.0 / std::sqrt(double(dims.headDim));
+  return dims;
+}
+
+KernelSignature attentionForwardSig(const KernelConstants &c) {
+  kernels::AttentionDims d = attentionDims(c);
+  if (d.kvHeads <= 0 || d.heads % d.kvHeads != 0)
+    throw Error("constant 'heads' must be a multiple of 'kv_heads'");
+  int64_t q = d.batch * d.seq * d.heads * d.headDim;
+  int64_t kv = d.batch * d.seq * d.kvHeads * d.headDim;
+  return {{f(q), f(kv), f(kv)}, {f(q), f(d.batch * d.heads * d.seq)}};
+}
+void attentionForwardRun(const KernelCall &k) {
+  cpu::attentionForward(attentionDims(*k.constants), k.reads[0], k.reads[1],
+                        k.reads[2], k.writes[0], k.writes[1]);
+}
+
+KernelSignature attentionBackwardSig(const KernelConstants &c) {
+  KernelSignature fwd = attentionForwardSig(c);
+  OperandSpec q = fwd.reads[0], kv = fwd.reads[1], lse = fwd.writes[1];
+  return {{q, kv, kv, q, lse, q}, {q, kv, kv}};
+}
+void attentionBackwardRun(const KernelCall &k) {
+  cpu::attentionBackward(attentionDims(*k.constants), k.reads[0], k.reads[1],
+                         k.reads[2], k.reads[3], k.reads[4], k.reads[5],
+                         k.writes[0], k.writes[1], k.writes[2]);
+}
+
+//===--- Loss ------------------------------------------------------------===//
+
+KernelSignature crossEntropySig(const KernelConstants &c) {
+  if (get(c, "loss_div") <= 0 || get(c, "grad_div") <= 0)
+    throw Error("constants 'loss_div' and 'grad_div' must be positive");
+  int64_t rows = get(c, "rows");
+  KernelSignature sig{{f(rows * get(c, "vocab")), idx(rows)}, {f(1)}};
+  if (get(c, "grad"))
+    sig.writes.push_back(f(rows * get(c, "vocab")));
+  return sig;
+}
+void crossEntropyRun(const KernelCall &k) {
+  int64_t rows = k.c("rows"), vocab = k.c("vocab");
+  float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
+  float loss = cpu::crossEntropyForwardBackward(rows, vocab, k.reads[0],
+                                                k.readIndices[1], dLogits);
+  float lossPart = loss / float(k.c("loss_div"));
+  k.writes[0][0] = k.c("accumulate") ? k.writes[0][0] + lossPart : lossPart;
+  if (dLogits && k.c("grad_div") != 1) {
+    float scale = 1.0f / float(k.c("grad_div"));
+    for (int64_t i = 0; i < rows * vocab; ++i)
+      dLogits[i] *= scale;
+  }
+}
+
+std::vector<KernelSpec> buildRegistry() {
+  using C = std::vector<ConstantSpec>;
+  const C rowsWidth = {{"rows", {}}, {"width", {}}};
+  const C nAct = {{"act", {}}, {"n", {}}};
+  const C attention = {{"batch", {}}, {"causal", 1},    {"head_dim", {}},
+                       {"heads", {}}, {"kv_heads", {}}, {"seq", {}}};
+  const C embedding = {{"batch", {}},
+                       {"hidden", {}},
+                       {"positions", 0},
+                       {"seq", {}},
+                       {"vocab", {}}};
+  const C rotary = {{"batch", {}},
+                    {"head_dim", {}},
+                    {"heads", {}},
+                    {"seq", {}},
+                    {"theta", 10000}};
+  std::vector<KernelSpec> registry = {
+      {"activation_backward", nAct, activationBackwardSig,
+       activationBackwardRun},
+      {"activation_forward", nAct, activationForwardSig, activationForwardRun},
+      {"attention_backward", attention, attentionBackwardSig,
+       attentionBackwardRun},
+      {"attention_forward", attention, attentionForwardSig,
+       attentionForwardRun},
+      {"bias_add", rowsWidth, biasAddSig, biasAddRun},
+      {"bias_grad", rowsWidth, biasGradSig, biasGradRun},
+      {"cross_entropy",
+       C{{"accumulate", 0},
+         {"grad", 1},
+         {"grad_div", 1},
+         {"loss_div", 1},
+         {"rows", {}},
+         {"vocab", {}}},
+       crossEntropySig, crossEntropyRun},
+      {"embedding_backward", embedding, embeddingBackwardSig,
+       embeddingBackwardRun},
+      {"embedding_forward", embedding, embeddingForwardSig,
+       embeddingForwardRun},
+      {"gated_backward", C{{"act", 3}, {"n", {}}}, gatedBackwardSig,
+       gatedBackwardRun},
+      {"gated_forward", C{{"act", 3}, {"n", {}}}, gatedForwardSig,
+       gatedForwardRun},
+      {"layer_norm_backward", C{{"bias", 1}, {"rows", {}}, {"width", {}}},
+       layerNormBackwardSig, layerNormBackwardRun},
+      {"layer_norm_forward",
+       C{{"bias", 1}, {"eps_nano", 10000}, {"rows", {}}, {"width", {}}},
+       layerNormForwardSig, layerNormForwardRun},
+      {"residual_add", C{{"n", {}}}, residualAddSig, residualAddRun},
+      {"rms_norm_backward", rowsWidth, rmsNormBackwardSig, rmsNormBackwardRun},
+      {"rms_norm_forward", C{{"eps_nano", 1000}, {"rows", {}}, {"width", {}}},
+       rmsNormForwardSig, rmsNormForwardRun},
+      {"rotary_backward", rotary, rotarySig, rotaryBackwardRun},
+      {"rotary_forward", rotary, rotarySig, rotaryForwardRun},
+  };
+  return registry;
+}
+
+} // namespace
+
+const std::vector<KernelSpec> &kernelRegistry() {
+  static const std::vector<KernelSpec> registry = buildRegistry();
+  return registry;
+}
+
+const KernelSpec *findKernel(std::string_view name) {
+  const std::vector<KernelSpec> &registry = kernelRegistry();
+  auto it = std::lower_bound(registry.begin(), registry.end(), name,
+                             [](const KernelSpec &spec, std::string_view key) {
+                               return spec.name < key;
+                             });
+  return it != registry.end() && it->name == name ? &*it : nullptr;
+}
+
+KernelConstants resolveConstants(const KernelSpec &spec,
+                                 const KernelConstants &constants,
+                                 const std::string &where) {
+  KernelConstants resolved;
+  for (const ConstantSpec &constant : spec.constants) {
+    std::string name(constant.name);
+    auto it = constants.find(name);
+    if (it != constants.end())
+      resolved[name] = it->second;
+    else if (constant.defaultValue)
+      resolved[name] = *constant.defaultValue;
+    else
+      throw Error(where + ": kernel '" + std::string(spec.name) +
+                  "' needs constant '" + name + "'");
+  }
+  for (const auto &[name, value] : constants)
+    if (!resolved.count(name))
+      throw Error(where + ": kernel '" + std::string(spec.name) +
+                  "' has no constant '" + name + "'");
+  return resolved;
+}
+
+} // namespace weft::exec

@@ -1,0 +1,225 @@
+//===- WeftRun.cpp - weft-run: replay a plan bundle on every rank ---------===//
+//
+// mpirun -np N weft-run BUNDLE --data TOKENS [--steps K] ... (see --help and
+// docs/runtime.md). Without mpirun it runs as world size 1.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/Error.h"
+#include "weft/exec/Session.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char *const kUsage =
+    "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
+    "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
+    "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
+    "                [--watchdog-s SECONDS] [--quiet]\n";
+
+struct CliOptions {
+  weft::exec::Options session;
+  int64_t steps = 10;
+  std::string metricsPath;
+  std::string tracePath;
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  bool resume = false;
+  bool quiet = false;
+};
+
+/// Parses argv; returns an error message for bad usage.
+std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto number = [](const std::string &flag, const std::string &text,
+                   double &out) -> std::optional<std::string> {
+    char *end = nullptr;
+    out = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(out) || out < 0)
+      return flag + " expects a non-negative number, got '" + text + "'";
+    return std::nullopt;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &arg = args[i];
+    if (arg == "--help" || arg == "-h")
+      return std::string();
+    if (arg == "--resume") {
+      cli.resume = true;
+      continue;
+    }
+    if (arg == "--quiet") {
+      cli.quiet = true;
+      continue;
+    }
+    if (arg == "--unverified") { // fault-injection tests only
+      cli.session.verifyPlan = false;
+      continue;
+    }
+    if (arg.rfind("--", 0) == 0) {
+      if (i + 1 >= args.size())
+        return arg + " expects a value";
+      const std::string &value = args[++i];
+      double x = 0;
+      if (arg == "--data")
+        cli.session.dataPath = value;
+      else if (arg == "--backend")
+        cli.session.backend = value;
+      else if (arg == "--metrics")
+        cli.metricsPath = value;
+      else if (arg == "--trace")
+        cli.tracePath = value;
+      else if (arg == "--checkpoint-dir")
+        cli.checkpointDir = value;
+      else if (arg == "--steps" || arg == "--seed" ||
+               arg == "--checkpoint-every" || arg == "--watchdog-s") {
+        if (auto error = number(arg, value, x))
+          return error;
+        if (arg == "--steps")
+          cli.steps = int64_t(x);
+        else if (arg == "--seed")
+          cli.session.seed = uint64_t(x);
+        else if (arg == "--checkpoint-every")
+          cli.checkpointEvery = int64_t(x);
+        else
+          cli.session.watchdogSeconds = x;
+      } else
+        return "unknown option " + arg;
+      continue;
+    }
+    if (!cli.session.bundleDir.empty())
+      return "unexpected argument '" + arg + "'";
+    cli.session.bundleDir = arg;
+  }
+  if (cli.session.bundleDir.empty())
+    return "missing BUNDLE";
+  if (cli.session.dataPath.empty())
+    return "missing --data TOKENS";
+  if (!cli.checkpointDir.empty() || cli.checkpointEvery > 0 || cli.resume)
+    return "checkpoints (--checkpoint-dir, --checkpoint-every, --resume) are "
+           "not implemented yet";
+  return std::nullopt;
+}
+
+std::string jsonNumber(double value) {
+  if (!std::isfinite(value))
+    return "null";
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
+void writeTrace(const weft::exec::Session &session, const std::string &path) {
+  const weft::plan::Program &program = *session.rankProgram().program;
+  nlohmann::json events = nlohmann::json::array();
+  for (const weft::exec::TraceEvent &event : session.trace()) {
+    const weft::plan::Instruction &inst =
+        program.streams[event.stream].instructions[event.instruction];
+    events.push_back({{"name", weft::plan::toString(inst.opcode)},
+                      {"cat", inst.phase},
+                      {"ph", "X"},
+                      {"pid", session.rank()},
+                      {"tid", event.stream},
+                      {"ts", event.beginS * 1e6},
+                      {"dur", (event.endS - event.beginS) * 1e6},
+                      {"args",
+                       {{"instruction", event.instruction},
+                        {"step", event.step},
+                        {"stream", program.streams[event.stream].name}}}});
+  }
+  std::string file = path;
+  if (session.worldSize() > 1)
+    file += "." + std::to_string(session.rank());
+  std::ofstream out(file);
+  out << nlohmann::json{{"traceEvents", events}}.dump() << "\n";
+  if (!out)
+    throw weft::exec::Error(file + ": cannot write the trace");
+}
+
+int run(const CliOptions &cli) {
+  std::unique_ptr<weft::exec::Session> session;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    session = weft::exec::Session::open(cli.session, MPI_COMM_WORLD);
+  } catch (const weft::exec::Error &error) {
+    // Every rank holds the same agreed message; one prints it.
+    if (rank == 0)
+      std::fprintf(stderr, "weft-run: error: %s\n", error.what());
+    return 1;
+  }
+
+  try {
+    std::FILE *metrics = nullptr;
+    if (rank == 0 && !cli.metricsPath.empty()) {
+      metrics = std::fopen(cli.metricsPath.c_str(), "w");
+      if (!metrics)
+        throw weft::exec::Error(cli.metricsPath + ": cannot open for writing");
+    }
+    while (session->completedSteps() < cli.steps) {
+      weft::exec::StepStats stats = session->runStep();
+      if (rank != 0)
+        continue;
+      if (!cli.quiet)
+        std::printf("step %lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | "
+                    "%.1f ms | %.0f tok/s\n",
+                    (long long)stats.step, (long long)cli.steps, stats.loss,
+                    stats.gradNorm, stats.lr, stats.stepTimeS * 1e3,
+                    stats.tokensPerS);
+      if (metrics) {
+        std::fprintf(metrics,
+                     "{\"step\":%lld,\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,"
+                     "\"step_time_s\":%s,\"tokens_per_s\":%s}\n",
+                     (long long)stats.step, jsonNumber(stats.loss).c_str(),
+                     jsonNumber(stats.gradNorm).c_str(),
+                     jsonNumber(stats.lr).c_str(),
+                     jsonNumber(stats.stepTimeS).c_str(),
+                     jsonNumber(stats.tokensPerS).c_str());
+        std::fflush(metrics);
+      }
+    }
+    if (metrics && std::fclose(metrics) != 0)
+      throw weft::exec::Error(cli.metricsPath + ": cannot write");
+    if (!cli.tracePath.empty())
+      writeTrace(*session, cli.tracePath);
+  } catch (const std::exception &error) {
+    // Peers may be blocked in a collective with this rank: take the job down.
+    std::fprintf(stderr, "weft-run: error: %s\n", error.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  CliOptions cli;
+  cli.session.trace = false;
+  int status = 0;
+  if (std::optional<std::string> error = parse(argc, argv, cli)) {
+    // Every rank parsed the same arguments; rank 0 explains.
+    if (rank == 0) {
+      if (!error->empty())
+        std::fprintf(stderr, "weft-run: error: %s\n", error->c_str());
+      std::fputs(kUsage, error->empty() ? stdout : stderr);
+    }
+    status = error->empty() ? 0 : 2;
+  } else {
+    cli.session.trace = !cli.tracePath.empty();
+    status = run(cli);
+  }
+  MPI_Finalize();
+  return status;
+}
