@@ -1,0 +1,69 @@
+//===- DiffTest.cpp - Differences between two bundles ---------------------===//
+
+#include "InspectBundles.h"
+
+#include "weft/inspect/Diff.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+using namespace weft;
+using namespace weft::inspect;
+using namespace weft::inspect::test;
+
+namespace {
+
+std::string line(const DiffEntry &entry) {
+  return entry.section + ": " + entry.item + " " + entry.before + " -> " +
+         entry.after;
+}
+
+std::vector<std::string> lines(const plan::Bundle &a, const plan::Bundle &b) {
+  std::vector<std::string> out;
+  for (const DiffEntry &entry : diffBundles(a, b))
+    out.push_back(line(entry));
+  return out;
+}
+
+TEST(Diff, IdenticalBundlesHaveNoDifferences) {
+  EXPECT_TRUE(diffBundles(dataParallelBundle(), dataParallelBundle()).empty());
+}
+
+TEST(Diff, ReportsConfigurationMemoryTimeAndCounts) {
+  plan::Bundle before = dataParallelBundle();
+  plan::Bundle after = dataParallelBundle();
+  after.config["zero"] = 1;
+  after.prediction.stepTimeS = 0.25;
+  after.programs[0].arenaBytes = 1024;
+  // A second gradient all-reduce: one more instruction and collective per
+  // rank, 256 more bytes per rank.
+  auto &insts = after.programs[0].streams[0].instructions;
+  insts.insert(insts.begin() + 3, insts[3]);
+  EXPECT_EQ(lines(before, after),
+            (std::vector<std::string>{
+                "config: zero 0 -> 1",
+                "prediction: step_time_s 0.125 -> 0.25",
+                "memory: ranks 0-1 1536 -> 2048",
+                "instructions: all_reduce 2 -> 4",
+                "collectives: all_reduce/dp bytes 512 -> 1024",
+                "collectives: all_reduce/dp count 2 -> 4",
+            }));
+}
+
+TEST(Diff, DifferentMeshesAndMissingItems) {
+  plan::Bundle a = dataParallelBundle();
+  plan::Bundle b = pipelineBundle();
+  std::vector<std::string> out = lines(a, b);
+  auto has = [&](const std::string &text) {
+    return std::find(out.begin(), out.end(), text) != out.end();
+  };
+  EXPECT_TRUE(has("mesh: dp 2 -> 1")) << ::testing::PrintToString(out);
+  EXPECT_TRUE(has("mesh: pp 1 -> 2"));
+  EXPECT_TRUE(has("instructions: optimizer_step 2 -> -"));
+  EXPECT_TRUE(has("instructions: send 0 -> 2") ||
+              has("instructions: send - -> 2"));
+  EXPECT_TRUE(has("memory: ranks 0-1 1536 -> 768"));
+}
+
+} // namespace

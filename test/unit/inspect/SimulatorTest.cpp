@@ -1,0 +1,165 @@
+//===- SimulatorTest.cpp - Hand-computed timelines of tiny plans ----------===//
+//
+// Durations on the unit cluster (InspectBundles.h) are byte and FLOP counts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "InspectBundles.h"
+
+#include "weft/inspect/Analysis.h"
+#include "weft/inspect/Simulator.h"
+#include "weft/plan/Error.h"
+#include "weft/plan/Verifier.h"
+
+#include <gtest/gtest.h>
+
+using namespace weft;
+using namespace weft::inspect;
+using namespace weft::inspect::test;
+
+namespace {
+
+Timeline simulateUnit(const plan::Bundle &bundle) {
+  EXPECT_TRUE(plan::verify(bundle).ok());
+  InstructionCosts costs(bundle, unitCluster(), unitConstants());
+  return simulate(bundle, costs);
+}
+
+TEST(InstructionCosts, FollowThePlannerFormulas) {
+  plan::Bundle bundle = slowRankBundle();
+  InstructionCosts costs(bundle, unitCluster(), unitConstants());
+  const plan::Stream &stream = bundle.programs[0].streams[0];
+  EXPECT_DOUBLE_EQ(costs.seconds(stream.instructions[0], 0), 100); // 100 B
+  // Ring all-reduce over 2 ranks: 2 * (1/2) * 100 B at 1 B/s.
+  EXPECT_DOUBLE_EQ(costs.seconds(stream.instructions[1], 0), 100);
+
+  plan::Instruction gemm;
+  gemm.opcode = plan::Opcode::Gemm;
+  gemm.gemm = {false, false, 2, 3, 4, 2, 4, 2, 1.0, 0.0};
+  EXPECT_DOUBLE_EQ(costs.seconds(gemm, 0), 2.0 * 2 * 3 * 4);
+
+  // With the default constants the planner's own helper gives the time.
+  planner::Cluster h100 = planner::clusterPreset("dgx-h100-80g");
+  InstructionCosts real(bundle, h100);
+  planner::GroupSpan span{2, 2, 1};
+  EXPECT_DOUBLE_EQ(real.seconds(stream.instructions[1], 0),
+                   planner::collectiveTime(planner::Collective::AllReduce, h100,
+                                           {}, span, 100));
+}
+
+TEST(Simulator, StreamsOverlapWithoutEvents) {
+  Timeline timeline = simulateUnit(twoStreamBundle(false));
+  const RoleTimeline &role = timeline.roles[0];
+  EXPECT_DOUBLE_EQ(role.streams[0][0].start, 0);
+  EXPECT_DOUBLE_EQ(role.streams[0][0].end, 200);
+  EXPECT_DOUBLE_EQ(role.streams[1][0].start, 0);
+  EXPECT_DOUBLE_EQ(role.streams[1][0].end, 100);
+  EXPECT_DOUBLE_EQ(timeline.stepTimeS, 200);
+}
+
+TEST(Simulator, EventOrdersStreams) {
+  Timeline timeline = simulateUnit(twoStreamBundle(true));
+  const RoleTimeline &role = timeline.roles[0];
+  // side: wait_event arrives at 0, proceeds at 200; the kernel runs 200-300.
+  EXPECT_DOUBLE_EQ(role.streams[1][0].arrive, 0);
+  EXPECT_DOUBLE_EQ(role.streams[1][0].start, 200);
+  EXPECT_DOUBLE_EQ(role.streams[1][1].start, 200);
+  EXPECT_DOUBLE_EQ(role.streams[1][1].end, 300);
+  EXPECT_DOUBLE_EQ(timeline.stepTimeS, 300);
+}
+
+TEST(Simulator, CollectiveWaitsForTheSlowestRank) {
+  plan::Bundle bundle = slowRankBundle();
+  Timeline timeline = simulateUnit(bundle);
+  const InstTiming &fast = timeline.roles[0].streams[0][1];
+  const InstTiming &slow = timeline.roles[1].streams[0][1];
+  EXPECT_DOUBLE_EQ(fast.arrive, 100);
+  EXPECT_DOUBLE_EQ(slow.arrive, 300);
+  EXPECT_DOUBLE_EQ(fast.start, 300);
+  EXPECT_DOUBLE_EQ(slow.start, 300);
+  EXPECT_DOUBLE_EQ(fast.end, 400);
+  EXPECT_DOUBLE_EQ(timeline.stepTimeS, 400);
+
+  TimelineStats stats = analyzeTimeline(bundle, timeline);
+  EXPECT_DOUBLE_EQ(stats.roles[0].computeBusy, 100);
+  EXPECT_DOUBLE_EQ(stats.roles[0].idle, 200); // waiting for rank 1
+  EXPECT_DOUBLE_EQ(stats.roles[1].idle, 0);
+  EXPECT_DOUBLE_EQ(stats.exposedByKind.at("all_reduce/dp"), 100);
+  EXPECT_EQ(stats.slowestRole, 1);
+}
+
+TEST(Simulator, TwoStagePipelineBubble) {
+  plan::Bundle bundle = pipelineBundle();
+  Timeline timeline = simulateUnit(bundle);
+  const auto &stage0 = timeline.roles[0].streams[0];
+  const auto &stage1 = timeline.roles[1].streams[0];
+  // Stage 0: load 64 B (0-64), forward reads 320 B and writes 128 B
+  // (64-512), send 128 B meets stage 1's recv (512-640).
+  EXPECT_DOUBLE_EQ(stage0[1].end, 512);
+  EXPECT_DOUBLE_EQ(stage1[0].arrive, 0);
+  EXPECT_DOUBLE_EQ(stage1[0].start, 512);
+  EXPECT_DOUBLE_EQ(stage1[0].end, 640);
+  // Stage 1: backward 384 + 128 B (640-1152), then the gradient goes back.
+  EXPECT_DOUBLE_EQ(stage1[1].end, 1152);
+  EXPECT_DOUBLE_EQ(stage0[3].arrive, 640);
+  EXPECT_DOUBLE_EQ(stage0[3].start, 1152);
+  EXPECT_DOUBLE_EQ(timeline.stepTimeS, 1280);
+
+  TimelineStats stats = analyzeTimeline(bundle, timeline);
+  ASSERT_EQ(stats.idleByStage.size(), 2u);
+  // Each stage computes 512 s and transfers 256 s of the 1280 s step.
+  EXPECT_DOUBLE_EQ(stats.idleByStage[0], 512);
+  EXPECT_DOUBLE_EQ(stats.idleByStage[1], 512);
+  EXPECT_DOUBLE_EQ(stats.exposedByKind.at("send_recv/pp"), 256);
+}
+
+TEST(Simulator, RolesSharedAcrossRanksSimulateOnce) {
+  // Both ranks of the ZeRO-3 plan share role 0: the all-gather (256 B over
+  // two ranks: 128 s) completes without waiting for another role.
+  plan::Bundle bundle = zero3Bundle();
+  Timeline timeline = simulateUnit(bundle);
+  ASSERT_EQ(timeline.roles.size(), 1u);
+  EXPECT_EQ(timeline.roles[0].firstRank, 0);
+  EXPECT_DOUBLE_EQ(timeline.roles[0].streams[1][0].end, 128);
+  // compute: the kernel waits for the gather, then reads 320 B and writes
+  // 256 B.
+  EXPECT_DOUBLE_EQ(timeline.roles[0].streams[0][2].start, 128);
+  EXPECT_DOUBLE_EQ(timeline.stepTimeS, 704);
+}
+
+TEST(Simulator, GPipeScalesWithStagesAndMicroBatches) {
+  plan::Bundle bundle = gpipeBundle(2, 2, 2, 4, 2);
+  ASSERT_TRUE(plan::verify(bundle).ok());
+  InstructionCosts costs(bundle, planner::clusterPreset("dgx-h100-80g"));
+  Timeline timeline = simulate(bundle, costs);
+  TimelineStats stats = analyzeTimeline(bundle, timeline);
+  EXPECT_GT(timeline.stepTimeS, 0);
+  // GPipe: the first stage idles while the last runs the forward of the
+  // final micro-batch and the first backward, and vice versa.
+  EXPECT_GT(stats.idleByStage[0], 0);
+  EXPECT_GT(stats.idleByStage[1], 0);
+  EXPECT_GT(stats.exposedByKind.at("all_reduce/tp"), 0);
+  EXPECT_GT(stats.exposedByKind.at("all_reduce/dp"), 0);
+}
+
+TEST(Simulator, DeadlockIsOneLineError) {
+  plan::Bundle bundle = pipelineBundle();
+  // Stage 0 now waits for the gradient before sending the activation: both
+  // stages block in a recv.
+  std::swap(bundle.programs[0].streams[0].instructions[2],
+            bundle.programs[0].streams[0].instructions[3]);
+  InstructionCosts costs(bundle, unitCluster(), unitConstants());
+  try {
+    simulate(bundle, costs);
+    FAIL() << "expected a deadlock";
+  } catch (const plan::Error &error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("simulation cannot finish: rank 0 stream 0 "
+                           "'compute' instruction 2 (bwd): recv"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+  }
+}
+
+} // namespace

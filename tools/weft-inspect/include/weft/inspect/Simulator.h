@@ -1,0 +1,76 @@
+//===- Simulator.h - Discrete-event simulation of a plan's step -*- C++ -*-===//
+//
+// Every stream of every rank runs its instructions in order; a wait_event
+// starts no earlier than its record_event, a collective starts when the last
+// member arrives and ends together for all members, a send/recv pair is a
+// rendezvous. Instruction durations come from the planner's cost model
+// (docs/inspect.md, "Cost model").
+//
+// Ranks of one role run the same program and, because every group a program
+// names contains all ranks of that role, arrive at every collective together:
+// the simulation runs once per role, so its cost does not grow with DP.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_INSPECT_SIMULATOR_H
+#define WEFT_INSPECT_SIMULATOR_H
+
+#include "weft/plan/Bundle.h"
+#include "weft/planner/Cluster.h"
+#include "weft/planner/CostModel.h"
+
+#include <string>
+#include <vector>
+
+namespace weft::inspect {
+
+bool isComputeOp(plan::Opcode opcode);
+bool isCommOp(plan::Opcode opcode); // collectives and send/recv
+
+/// Seconds of one instruction in isolation (no waiting).
+class InstructionCosts {
+public:
+  InstructionCosts(const plan::Bundle &bundle, planner::Cluster cluster,
+                   planner::CostConstants constants = {});
+
+  /// `rank` places point-to-point transfers on the cluster's nodes.
+  double seconds(const plan::Instruction &inst, int64_t rank) const;
+  /// Bytes the communication instruction moves per rank (the full buffer of
+  /// an all-gather or reduce-scatter, the payload otherwise).
+  double commBytes(const plan::Instruction &inst) const;
+
+  const planner::Cluster &cluster() const { return hardware; }
+  const planner::CostConstants &constants() const { return consts; }
+
+private:
+  const plan::Bundle &bundle;
+  planner::Cluster hardware;
+  planner::CostConstants consts;
+  std::vector<planner::GroupSpan> spans; // by group id
+};
+
+/// When one instruction ran: `arrive` is when its stream reached it (earlier
+/// than `start` when it waited for an event or its communication partners).
+struct InstTiming {
+  double arrive = 0;
+  double start = 0;
+  double end = 0;
+};
+
+struct RoleTimeline {
+  std::vector<std::vector<InstTiming>> streams; // [stream][instruction]
+  double end = 0;         // when the role's last instruction finishes
+  int64_t firstRank = -1; // -1: no rank runs this role
+};
+
+struct Timeline {
+  std::vector<RoleTimeline> roles;
+  double stepTimeS = 0;
+};
+
+/// Simulate one replay of the programs. Throws plan::Error when some stream
+/// can never finish (a plan the verifier rejects as deadlocked).
+Timeline simulate(const plan::Bundle &bundle, const InstructionCosts &costs);
+
+} // namespace weft::inspect
+
+#endif // WEFT_INSPECT_SIMULATOR_H

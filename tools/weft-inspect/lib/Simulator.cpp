@@ -1,0 +1,348 @@
+//===- Simulator.cpp - Discrete-event simulation of a plan's step ---------===//
+
+#include "weft/inspect/Simulator.h"
+
+#include "weft/plan/Error.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace weft::inspect {
+
+using plan::Opcode;
+
+bool isComputeOp(Opcode opcode) {
+  switch (opcode) {
+  case Opcode::Kernel:
+  case Opcode::Gemm:
+  case Opcode::LoadBatch:
+  case Opcode::Copy:
+  case Opcode::Fill:
+  case Opcode::OptimizerStep:
+  case Opcode::GradNorm:
+  case Opcode::Clip:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool isCommOp(Opcode opcode) {
+  return plan::isCollective(opcode) || plan::isPointToPoint(opcode);
+}
+
+static planner::Precision precisionOf(plan::DType dtype) {
+  switch (dtype) {
+  case plan::DType::BF16:
+    return planner::Precision::BF16;
+  case plan::DType::F16:
+    return planner::Precision::FP16;
+  default:
+    return planner::Precision::FP32;
+  }
+}
+
+InstructionCosts::InstructionCosts(const plan::Bundle &bundle,
+                                   planner::Cluster cluster,
+                                   planner::CostConstants constants)
+    : bundle(bundle), hardware(std::move(cluster)), consts(constants) {
+  // A group's span follows from where its actual members sit, so any rank
+  // order (not just a fixed stride) is costed by the nodes it crosses.
+  for (const plan::Group &group : bundle.groups) {
+    std::map<int64_t, int64_t> perNode;
+    for (int64_t rank : group.ranks)
+      ++perNode[rank / hardware.gpusPerNode];
+    int64_t busiest = 1;
+    for (const auto &[node, count] : perNode)
+      busiest = std::max(busiest, count);
+    spans.push_back(
+        {int64_t(group.ranks.size()), busiest, int64_t(perNode.size())});
+  }
+}
+
+double InstructionCosts::commBytes(const plan::Instruction &inst) const {
+  double bytes = double(inst.count) * plan::elementBytes(inst.dtype);
+  if (inst.opcode == Opcode::AllGather || inst.opcode == Opcode::ReduceScatter)
+    bytes *= double(bundle.groups[inst.group].ranks.size());
+  return bytes;
+}
+
+static double accessedBytes(const plan::Instruction &inst) {
+  double bytes = 0;
+  for (const plan::BufferRange &range : inst.reads)
+    bytes += double(range.bytes);
+  for (const plan::BufferRange &range : inst.writes)
+    bytes += double(range.bytes);
+  return bytes;
+}
+
+double InstructionCosts::seconds(const plan::Instruction &inst,
+                                 int64_t rank) const {
+  switch (inst.opcode) {
+  case Opcode::Gemm: {
+    const plan::GemmParams &g = inst.gemm;
+    auto sat = [&](double dim) { return dim / (dim + consts.matmulHalfDim); };
+    double rate = hardware.peakFlops(precisionOf(inst.dtype)) *
+                  consts.matmulPeakFraction * sat(double(g.m)) *
+                  sat(double(g.n)) * sat(double(g.k));
+    return 2.0 * double(g.m) * double(g.n) * double(g.k) / rate;
+  }
+  case Opcode::Kernel:
+  case Opcode::LoadBatch:
+  case Opcode::Copy:
+  case Opcode::Fill:
+  case Opcode::OptimizerStep:
+  case Opcode::GradNorm:
+  case Opcode::Clip:
+    // Memory-bound: every byte the instruction touches crosses HBM once.
+    return accessedBytes(inst) / (hardware.gpu.memoryBandwidthGBs * 1e9 *
+                                  consts.memoryBandwidthFraction);
+  case Opcode::AllReduce:
+    return planner::collectiveTime(planner::Collective::AllReduce, hardware,
+                                   consts, spans[inst.group], commBytes(inst));
+  case Opcode::ReduceScatter:
+    return planner::collectiveTime(planner::Collective::ReduceScatter, hardware,
+                                   consts, spans[inst.group], commBytes(inst));
+  case Opcode::AllGather:
+  case Opcode::Broadcast:
+    // A pipelined ring broadcast moves the buffer over every link once, like
+    // an all-gather of the same bytes.
+    return planner::collectiveTime(planner::Collective::AllGather, hardware,
+                                   consts, spans[inst.group], commBytes(inst));
+  case Opcode::Send:
+  case Opcode::Recv: {
+    int64_t peer = bundle.groups[inst.group].ranks[inst.peer];
+    bool crossesNodes =
+        peer / hardware.gpusPerNode != rank / hardware.gpusPerNode;
+    return planner::pointToPointTime(hardware, consts, crossesNodes,
+                                     commBytes(inst));
+  }
+  case Opcode::RecordEvent:
+  case Opcode::WaitEvent:
+  case Opcode::Release:
+    return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+/// A stream of one role, as the worklist sees it.
+struct StreamRef {
+  int64_t role;
+  int64_t stream;
+};
+
+/// Operations that have arrived at one rendezvous.
+struct Rendezvous {
+  int64_t arrived = 0;
+  double latest = 0;
+  std::vector<StreamRef> members;
+};
+
+// Collectives: (group, channel, sequence, -1). Point-to-point: (source role,
+// destination role, channel, sequence) with the group slot set to
+// -2 - source so the two kinds of key never collide.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+
+class Simulation {
+public:
+  Simulation(const plan::Bundle &bundle, const InstructionCosts &costs)
+      : bundle(bundle), costs(costs) {}
+
+  Timeline run();
+
+private:
+  struct RoleState {
+    std::vector<size_t> pc;
+    std::vector<double> clock;
+    std::vector<bool> arrived; // waiting at a rendezvous
+    std::vector<double> eventTime;
+    std::vector<std::vector<int64_t>> eventWaiters;
+    std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> sequence;
+  };
+
+  void advance(StreamRef ref);
+  Key rendezvousKey(StreamRef ref, const plan::Instruction &inst,
+                    int64_t &expected);
+  [[noreturn]] void reportStuck() const;
+
+  const plan::Bundle &bundle;
+  const InstructionCosts &costs;
+  std::vector<int64_t> rankRoles;
+  std::vector<int64_t> groupRoles; // distinct roles per group
+  std::map<std::string, int64_t> channels;
+  std::vector<std::vector<int64_t>> channelOf; // [role][stream]
+  std::vector<RoleState> states;
+  std::map<Key, Rendezvous> pending;
+  std::vector<StreamRef> worklist;
+  Timeline timeline;
+};
+
+Key Simulation::rendezvousKey(StreamRef ref, const plan::Instruction &inst,
+                              int64_t &expected) {
+  RoleState &state = states[ref.role];
+  int64_t channel = channelOf[ref.role][ref.stream];
+  const plan::Group &group = bundle.groups[inst.group];
+  if (plan::isCollective(inst.opcode)) {
+    expected = groupRoles[inst.group];
+    int64_t seq = state.sequence[{inst.group, channel, -1}]++;
+    return {inst.group, channel, seq, -1};
+  }
+  expected = 2;
+  int64_t peerRole = rankRoles[group.ranks[inst.peer]];
+  bool send = inst.opcode == Opcode::Send;
+  int64_t source = send ? ref.role : peerRole;
+  int64_t destination = send ? peerRole : ref.role;
+  // Sender and receiver keep separate counters even when they share a role.
+  int64_t seq =
+      state.sequence[{-2 - source, destination * 2 + send, channel}]++;
+  return {-2 - source, destination, channel, seq};
+}
+
+void Simulation::advance(StreamRef ref) {
+  RoleState &state = states[ref.role];
+  const plan::Stream &stream = bundle.programs[ref.role].streams[ref.stream];
+  std::vector<InstTiming> &timings =
+      timeline.roles[ref.role].streams[ref.stream];
+  size_t &pc = state.pc[ref.stream];
+  double &clock = state.clock[ref.stream];
+  int64_t rank = timeline.roles[ref.role].firstRank;
+  while (pc < stream.instructions.size()) {
+    const plan::Instruction &inst = stream.instructions[pc];
+    InstTiming &timing = timings[pc];
+    if (inst.opcode == Opcode::WaitEvent) {
+      double recorded = state.eventTime[inst.event];
+      if (recorded < 0) {
+        state.eventWaiters[inst.event].push_back(ref.stream);
+        return;
+      }
+      timing = {clock, std::max(clock, recorded), std::max(clock, recorded)};
+    } else if (isCommOp(inst.opcode)) {
+      if (state.arrived[ref.stream])
+        return; // still waiting for its partners
+      int64_t expected = 0;
+      Key key = rendezvousKey(ref, inst, expected);
+      Rendezvous &meeting = pending[key];
+      meeting.members.push_back(ref);
+      meeting.latest = std::max(meeting.latest, clock);
+      timing.arrive = clock;
+      state.arrived[ref.stream] = true;
+      if (++meeting.arrived < expected)
+        return;
+      double start = meeting.latest;
+      double end = start + costs.seconds(inst, rank);
+      for (StreamRef member : meeting.members) {
+        RoleState &other = states[member.role];
+        InstTiming &done = timeline.roles[member.role]
+                               .streams[member.stream][other.pc[member.stream]];
+        done.start = start;
+        done.end = end;
+        other.clock[member.stream] = end;
+        ++other.pc[member.stream];
+        other.arrived[member.stream] = false;
+        if (member.role != ref.role || member.stream != ref.stream)
+          worklist.push_back(member);
+      }
+      pending.erase(key);
+      continue;
+    } else {
+      double end = clock + costs.seconds(inst, rank);
+      timing = {clock, clock, end};
+      if (inst.opcode == Opcode::RecordEvent) {
+        state.eventTime[inst.event] = clock;
+        for (int64_t waiter : state.eventWaiters[inst.event])
+          worklist.push_back({ref.role, waiter});
+        state.eventWaiters[inst.event].clear();
+      }
+    }
+    clock = timing.end;
+    ++pc;
+  }
+}
+
+void Simulation::reportStuck() const {
+  for (size_t role = 0; role < states.size(); ++role) {
+    const plan::Program &program = bundle.programs[role];
+    for (size_t s = 0; s < program.streams.size(); ++s) {
+      size_t pc = states[role].pc[s];
+      if (pc >= program.streams[s].instructions.size())
+        continue;
+      const plan::Instruction &inst = program.streams[s].instructions[pc];
+      throw plan::Error("simulation cannot finish: rank " +
+                        std::to_string(timeline.roles[role].firstRank) +
+                        " stream " + std::to_string(s) + " '" +
+                        program.streams[s].name + "' instruction " +
+                        std::to_string(pc) + " (" + inst.phase +
+                        "): " + std::string(plan::toString(inst.opcode)) +
+                        " never proceeds (run 'weft-inspect BUNDLE verify')");
+    }
+  }
+  throw plan::Error("simulation cannot finish");
+}
+
+Timeline Simulation::run() {
+  rankRoles = bundle.rankRoles;
+  for (const plan::Group &group : bundle.groups) {
+    std::set<int64_t> roles;
+    for (int64_t rank : group.ranks)
+      roles.insert(rankRoles[rank]);
+    groupRoles.push_back(int64_t(roles.size()));
+  }
+  size_t numRoles = bundle.programs.size();
+  timeline.roles.resize(numRoles);
+  states.resize(numRoles);
+  channelOf.resize(numRoles);
+  for (int64_t rank = int64_t(rankRoles.size()) - 1; rank >= 0; --rank)
+    timeline.roles[rankRoles[rank]].firstRank = rank;
+  for (size_t role = 0; role < numRoles; ++role) {
+    const plan::Program &program = bundle.programs[role];
+    RoleState &state = states[role];
+    size_t numStreams = program.streams.size();
+    state.pc.assign(numStreams, 0);
+    state.clock.assign(numStreams, 0);
+    state.arrived.assign(numStreams, false);
+    state.eventTime.assign(program.numEvents, -1);
+    state.eventWaiters.resize(program.numEvents);
+    for (size_t s = 0; s < numStreams; ++s) {
+      const plan::Stream &stream = program.streams[s];
+      timeline.roles[role].streams.emplace_back(stream.instructions.size());
+      channelOf[role].push_back(
+          channels.emplace(stream.name, int64_t(channels.size()))
+              .first->second);
+      // Roles no rank runs take no part in the step.
+      if (timeline.roles[role].firstRank < 0)
+        state.pc[s] = stream.instructions.size();
+      else
+        worklist.push_back({int64_t(role), int64_t(s)});
+    }
+  }
+  while (!worklist.empty()) {
+    StreamRef ref = worklist.back();
+    worklist.pop_back();
+    advance(ref);
+  }
+  for (size_t role = 0; role < numRoles; ++role) {
+    const plan::Program &program = bundle.programs[role];
+    RoleTimeline &out = timeline.roles[role];
+    for (size_t s = 0; s < program.streams.size(); ++s) {
+      if (states[role].pc[s] < program.streams[s].instructions.size())
+        reportStuck();
+      for (const InstTiming &timing : out.streams[s])
+        out.end = std::max(out.end, timing.end);
+    }
+    timeline.stepTimeS = std::max(timeline.stepTimeS, out.end);
+  }
+  return std::move(timeline);
+}
+
+} // namespace
+
+Timeline simulate(const plan::Bundle &bundle, const InstructionCosts &costs) {
+  return Simulation(bundle, costs).run();
+}
+
+} // namespace weft::inspect
