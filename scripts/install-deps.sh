@@ -8,6 +8,7 @@ PKGS=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   nlohmann-json3-dev libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev libgmock-dev cmake ninja-build ccache clang-format-14 python3
+  chromium  # headless rendering test of weft-inspect's HTML report
 )
 
 missing=()

@@ -4,6 +4,7 @@
 // weftc presets  [--json]
 // weftc summary  <config.json|preset|model.mlir> [--seq-len N] [--json]
 // weftc plan     --model M --cluster C --global-batch B --seq-len S [...]
+// weftc emit-bundle <exec.mlir> -o DIR   (developer: weftx IR to a bundle)
 //
 // Exit status: 0 success, 2 bad input, 3 no plan fits (plan).
 // Bad input gets one line on stderr naming the file, the field and the
@@ -17,8 +18,14 @@
 
 #include "PlanCommand.h"
 
+#include "WeftExec/IR/WeftExecOps.h"
+#include "WeftExec/Transforms/Passes.h"
+#include "weft/Target/EmitBundle.h"
+
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -41,6 +48,9 @@ cl::SubCommand summaryCmd("summary", "Import a model and summarize its "
 
 cl::SubCommand planCmd("plan", "Search parallel configurations for a model "
                                "on a cluster and explain the choice");
+cl::SubCommand emitBundleCmd("emit-bundle",
+                             "Developer: write the plan bundle of a weftx "
+                             "module (planning memory if offsets are missing)");
 
 cl::opt<std::string> modelSource(cl::Positional,
                                  cl::desc("<config.json|preset|model.mlir>"),
@@ -113,6 +123,11 @@ cl::opt<int64_t> seqLen("seq-len",
 cl::opt<bool> jsonOutput("json", cl::desc("Print JSON for scripts"),
                          cl::sub(presetsCmd), cl::sub(summaryCmd),
                          cl::sub(planCmd));
+
+cl::opt<std::string> execInput(cl::Positional, cl::desc("<exec.mlir>"),
+                               cl::sub(emitBundleCmd));
+cl::opt<std::string> bundleDir("o", cl::desc("Bundle directory"),
+                               cl::value_desc("dir"), cl::sub(emitBundleCmd));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weftc") << message << "\n";
@@ -276,6 +291,51 @@ int runPlan(mlir::MLIRContext &context) {
   return weft::runPlan(*spec, options);
 }
 
+/// Whether weft-plan-memory still has to place some buffer.
+bool needsMemoryPlan(mlir::ModuleOp module) {
+  bool missing = false;
+  for (auto program : module.getOps<mlir::weftx::ProgramOp>()) {
+    missing |= !program.getArenaSize() || !program.getPersistentSize();
+    for (auto buffer : program.getBuffers())
+      missing |= !buffer.getOffset();
+  }
+  return missing;
+}
+
+int runEmitBundle(mlir::MLIRContext &context) {
+  if (execInput.empty())
+    return fail("emit-bundle: expected a weftx .mlir file");
+  if (bundleDir.empty())
+    return fail("emit-bundle: -o DIR is required");
+  // Report only the first error, as one line.
+  std::string firstError;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diag) {
+    if (diag.getSeverity() != mlir::DiagnosticSeverity::Error ||
+        !firstError.empty())
+      return mlir::success();
+    llvm::raw_string_ostream os(firstError);
+    if (auto loc = llvm::dyn_cast<mlir::FileLineColLoc>(diag.getLocation()))
+      os << loc.getFilename().getValue() << ":" << loc.getLine() << ":"
+         << loc.getColumn() << ": ";
+    os << diag;
+    return mlir::success();
+  });
+  auto module = mlir::parseSourceFile<mlir::ModuleOp>(execInput, &context);
+  if (!module)
+    return fail(firstError.empty() ? execInput + ": cannot be parsed"
+                                   : firstError);
+  if (needsMemoryPlan(*module)) {
+    mlir::PassManager pm(&context);
+    pm.addPass(mlir::weftx::createWeftPlanMemory());
+    if (mlir::failed(pm.run(*module)))
+      return fail(firstError);
+  }
+  if (llvm::Error error = weft::emitBundle(*module, bundleDir))
+    return fail(llvm::Twine(execInput) + ": " +
+                llvm::toString(std::move(error)));
+  return 0;
+}
+
 int runPresets(mlir::MLIRContext &context) {
   llvm::json::Array presets;
   for (StringRef name : weft::presetNames()) {
@@ -308,7 +368,8 @@ int main(int argc, char **argv) {
                                    "  weftc presets\n"
                                    "  weftc summary <model>\n"
                                    "  weftc plan --model M --cluster C "
-                                   "--global-batch B --seq-len S\n",
+                                   "--global-batch B --seq-len S\n"
+                                   "  weftc emit-bundle <exec.mlir> -o DIR\n",
                                    &llvm::errs()))
     return kExitBadInput;
   if (importCmd)
@@ -319,5 +380,7 @@ int main(int argc, char **argv) {
     return runSummary(context);
   if (planCmd)
     return runPlan(context);
+  if (emitBundleCmd)
+    return runEmitBundle(context);
   return fail("no command given; run `weftc --help`");
 }

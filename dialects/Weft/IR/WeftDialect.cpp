@@ -23,14 +23,150 @@ static bool isKnownFamily(StringRef family) {
   return llvm::is_contained(kFamilies, family);
 }
 
+//===----------------------------------------------------------------------===//
+// Lowering attributes (docs/lowering.md)
+//===----------------------------------------------------------------------===//
+
+/// Checks that `dict` has an entry `key` of attribute type `T` (integers:
+/// at least `min`). `what` names the dictionary in messages.
+template <typename T>
+static FailureOr<T> requireEntry(Operation *op, DictionaryAttr dict,
+                                 StringRef what, StringRef key,
+                                 int64_t min = 0) {
+  auto value = dict.getAs<T>(key);
+  if (!value)
+    return op->emitError() << "'" << what << "' needs a"
+                           << " '" << key << "' entry of the right type, got "
+                           << dict;
+  if constexpr (std::is_same_v<T, IntegerAttr>) {
+    if (value.getInt() < min)
+      return op->emitError()
+             << "'" << what << "' entry '" << key << "' must be at least "
+             << min << ", got " << value.getInt();
+  }
+  return value;
+}
+
+/// `weft.parallel`: the parallel configuration of a model or stage function.
+static LogicalResult verifyParallelAttr(Operation *op, Attribute value) {
+  constexpr StringLiteral name = "weft.parallel";
+  auto dict = dyn_cast<DictionaryAttr>(value);
+  if (!isa<func::FuncOp>(op) || !dict)
+    return op->emitError() << "'" << name
+                           << "' must be a dictionary on a func.func";
+  for (StringRef key :
+       {"tp", "pp", "dp", "micro_batch", "grad_accum", "virtual_stages"})
+    if (failed(requireEntry<IntegerAttr>(op, dict, name, key, 1)))
+      return failure();
+  for (StringRef key : {"zero", "prefetch_depth", "bucket_bytes"})
+    if (failed(requireEntry<IntegerAttr>(op, dict, name, key)))
+      return failure();
+  for (StringRef key : {"schedule", "recompute"})
+    if (failed(requireEntry<StringAttr>(op, dict, name, key)))
+      return failure();
+  if (failed(requireEntry<BoolAttr>(op, dict, name, "sequence_parallel")) ||
+      failed(
+          requireEntry<DenseI64ArrayAttr>(op, dict, name, "layers_per_stage")))
+    return failure();
+  return success();
+}
+
+/// `weft.placement`: a parameter's TP role, split dimension and stage.
+static LogicalResult verifyPlacementAttr(Operation *op, Attribute value) {
+  constexpr StringLiteral name = "weft.placement";
+  auto param = dyn_cast<ParamOp>(op);
+  auto dict = dyn_cast<DictionaryAttr>(value);
+  if (!param || !dict)
+    return op->emitError() << "'" << name
+                           << "' must be a dictionary on a weft.param";
+  FailureOr<StringAttr> role = requireEntry<StringAttr>(op, dict, name, "tp");
+  if (failed(role) ||
+      failed(requireEntry<IntegerAttr>(op, dict, name, "stage")))
+    return failure();
+  if (!llvm::is_contained({"column", "row", "vocab", "replicated"},
+                          role->getValue()))
+    return op->emitError() << "'" << name << "' has unknown tp role " << *role
+                           << " (expected column, row, vocab or replicated)";
+  auto dim = dict.getAs<IntegerAttr>("tp_dim");
+  if (role->getValue() == "replicated") {
+    if (dim)
+      return op->emitError()
+             << "'" << name << "' of a replicated parameter has no tp_dim";
+    return success();
+  }
+  int64_t rank = cast<RankedTensorType>(param.getType()).getRank();
+  if (!dim || dim.getInt() < 0 || dim.getInt() >= rank)
+    return op->emitError() << "'" << name << "' of a " << role->getValue()
+                           << " parameter needs a tp_dim in [0, " << rank
+                           << ")";
+  return success();
+}
+
+/// `weft.shard`: the global tensor a partitioned parameter is a slice of.
+static LogicalResult verifyShardAttr(Operation *op, Attribute value) {
+  constexpr StringLiteral name = "weft.shard";
+  auto param = dyn_cast<ParamOp>(op);
+  auto dict = dyn_cast<DictionaryAttr>(value);
+  if (!param || !dict)
+    return op->emitError() << "'" << name
+                           << "' must be a dictionary on a weft.param";
+  FailureOr<DenseI64ArrayAttr> shape =
+      requireEntry<DenseI64ArrayAttr>(op, dict, name, "global_shape");
+  if (failed(requireEntry<StringAttr>(op, dict, name, "global_name")) ||
+      failed(shape))
+    return failure();
+  auto local = cast<RankedTensorType>(param.getType());
+  if (static_cast<int64_t>(shape->size()) != local.getRank())
+    return op->emitError() << "'" << name << "' global_shape " << *shape
+                           << " does not have the rank of " << local;
+  return success();
+}
+
+/// Checks every attribute weft-attach-mesh, weft-partition-tensor and
+/// weft-split-stages attach.
+static LogicalResult verifyLoweringAttr(Operation *op, NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == "weft.parallel")
+    return verifyParallelAttr(op, attr.getValue());
+  if (name == "weft.placement")
+    return verifyPlacementAttr(op, attr.getValue());
+  if (name == "weft.shard")
+    return verifyShardAttr(op, attr.getValue());
+  if (name == "weft.stage") {
+    auto stage = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!stage || stage.getInt() < 0)
+      return op->emitError() << "'weft.stage' must be a non-negative integer";
+    return success();
+  }
+  if (name == "weft.tied_to") {
+    auto target = dyn_cast<StringAttr>(attr.getValue());
+    if (!isa<ParamOp>(op) || !target || target.getValue().empty())
+      return op->emitError()
+             << "'weft.tied_to' must name a parameter, on a weft.param";
+    return success();
+  }
+  if (name == "weft.pipeline_stage") {
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!isa<func::FuncOp>(op) || !dict)
+      return op->emitError()
+             << "'weft.pipeline_stage' must be a dictionary on a func.func";
+    for (StringRef key : {"stage", "rank", "chunk"})
+      if (failed(requireEntry<IntegerAttr>(op, dict, name, key)))
+        return failure();
+    if (failed(requireEntry<IntegerAttr>(op, dict, name, "num_stages", 1)))
+      return failure();
+    return requireEntry<StringAttr>(op, dict, name, "model");
+  }
+  return op->emitError() << "unknown weft attribute '" << name << "'";
+}
+
 /// `weft.model = "<family>"` marks a func.func as a model: its parameters are
 /// named uniquely (checkpoints and shardings are keyed by name), its blocks are
 /// numbered 0..n-1 in program order, and it returns the scalar loss.
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   if (attr.getName() != kModelAttrName)
-    return op->emitError() << "unknown weft attribute '"
-                           << attr.getName().getValue() << "'";
+    return verifyLoweringAttr(op, attr);
   auto func = dyn_cast<func::FuncOp>(op);
   if (!func)
     return op->emitError() << "'" << kModelAttrName

@@ -60,11 +60,19 @@ def WeftAttachMesh : Pass<"weft-attach-mesh", "::mlir::ModuleOp"> {
 def WeftPartitionTensor : Pass<"weft-partition-tensor", "::mlir::ModuleOp"> {
   let summary = "Megatron tensor parallelism: local shapes and TP collectives";
   let description = [{
-    Rewrites each model to what one TP rank computes: column-parallel QKV and
-    MLP up/gate, row-parallel attention-out and MLP-down followed by an
-    all-reduce (reduce-scatter/all-gather with sequence parallelism),
-    vocab-parallel embedding, LM head and cross-entropy (vocabularies padded
-    to a multiple of TP). See docs/lowering.md.
+    Rewrites each model to what one TP rank computes: `weft.tp_copy` then
+    column-parallel QKV (`weft.tp_attention`, local heads; GPT-2's fused
+    `[q|k|v]` split per third) and MLP up/gate, row-parallel attention-out
+    and MLP-down followed by `shard.all_reduce` over grid axis 2 and the
+    bias (`weft.bias_add`, once, after the reduction); vocab-parallel
+    embedding (`weft.vocab_embedding` + all-reduce, then
+    `weft.position_embedding`), LM head and
+    `weft.vocab_parallel_cross_entropy`, with the vocabulary padded to a
+    multiple of TP. With `sequence_parallel`, `shard.all_gather` replaces
+    `tp_copy` and `shard.reduce_scatter` the all-reduce (dimension 1). Every
+    parameter gets `weft.shard = {global_name, global_shape[, tp_dim,
+    local_size, segments, padding, sequence_partial]}`. With tp = 1 only the
+    attributes change. See docs/lowering.md.
   }];
   let dependentDialects = ["::mlir::shard::ShardDialect",
                            "::mlir::tensor::TensorDialect"];
@@ -72,15 +80,47 @@ def WeftPartitionTensor : Pass<"weft-partition-tensor", "::mlir::ModuleOp"> {
 
 def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
   let summary = "Split each model into one function per pipeline stage";
+  let description = [{
+    Replaces each model by one `func.func` per pipeline stage, following the
+    `weft.stage` of its top-level ops: `@<model>_stage<rank>`, or
+    `@<model>_stage<rank>_chunk<chunk>` with interleaved virtual stages
+    (virtual stage `s` runs on rank `s % pp` as chunk `s / pp`). A stage takes
+    the activations of the stage before it, then the model inputs it reads
+    (`weft.input` = tokens on the first stage, labels on the last), and
+    returns the activation for the next stage, or the loss on the last one.
+    Blocks keep their layer index. A parameter used on another stage than its
+    own (a tied embedding in the LM head) is copied into that stage with
+    `weft.tied_to = "<name>"`; the runtime sums the two copies' gradients.
+    Each stage function carries `weft.parallel` and `weft.pipeline_stage =
+    {model, stage, rank, chunk, num_stages}`. See docs/lowering.md.
+  }];
 }
 
 def WeftAutodiff : Pass<"weft-autodiff", "::mlir::ModuleOp"> {
-  let summary = "Generate the backward function of every stage function";
+  let summary = "Generate the backward function of every model and stage "
+                "function";
   let description = [{
-    Emits one `weft.*_grad` op per forward op in reverse order, the adjoints
-    of the collectives, and the forward values the backward needs, following
-    the recompute policy in `weft.parallel`. See docs/lowering.md.
+    For every function that declares `weft.param`s (a model, or a pipeline
+    stage after `weft-split-stages`) and returns one loss or activation,
+    emits `@<name>_backward`: one `weft.*_grad` op per forward op in reverse
+    order, one `weft.block_grad` region per layer, the adjoints of the
+    collectives (`shard.all_reduce` and `weft.tp_copy` are each other's,
+    `shard.reduce_scatter` and `shard.all_gather` likewise). The forward
+    gains a `weft.save` for every activation the backward reads back with
+    `weft.restore`, as the recompute policy decides: `recompute` in the
+    function's or module's `weft.parallel` dictionary (`none`, `selective`,
+    `full`; absent means `none`), unless the `recompute` option overrides it.
+    The backward takes the forward's arguments and, for an activation result,
+    its gradient; it returns the gradient of each float argument, then one
+    gradient per parameter in declaration order (tied uses summed). See
+    docs/autodiff.md.
   }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::shard::ShardDialect"];
+  let options = [
+    Option<"recompute", "recompute", "std::string", "\"\"",
+           "Override the recompute policy: none, selective or full">,
+  ];
 }
 
 #endif // WEFT_TRANSFORMS_PASSES_TD

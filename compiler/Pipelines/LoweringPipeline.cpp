@@ -1,0 +1,35 @@
+//===- LoweringPipeline.cpp - The weft-lower pipeline ---------------------===//
+#include "Pipelines/LoweringPipeline.h"
+
+#include "Weft/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+void weft::buildLoweringPipeline(mlir::OpPassManager &pm,
+                                 const LoweringOptions &options) {
+  mlir::weft::WeftAttachMeshOptions mesh;
+  mesh.tp = options.tp;
+  mesh.pp = options.pp;
+  mesh.dp = options.dp;
+  mesh.zero = options.zero;
+  mesh.microBatch = options.microBatch;
+  mesh.gradAccum = options.gradAccum;
+  mesh.schedule = options.schedule;
+  mesh.virtualStages = options.virtualStages;
+  mesh.sequenceParallel = options.sequenceParallel;
+  mesh.recompute = options.recompute;
+  mesh.prefetchDepth = options.prefetchDepth;
+  mesh.bucketBytes = options.bucketBytes;
+  mesh.layersPerStage.assign(options.layersPerStage.begin(),
+                             options.layersPerStage.end());
+  pm.addPass(mlir::weft::createWeftAttachMesh(mesh));
+  pm.addPass(mlir::weft::createWeftPartitionTensor());
+  pm.addPass(mlir::weft::createWeftSplitStages());
+}
+
+void weft::registerLoweringPipeline() {
+  mlir::PassPipelineRegistration<LoweringOptions>(
+      "weft-lower",
+      "Lower weft models for a parallel configuration (docs/lowering.md)",
+      buildLoweringPipeline);
+}

@@ -1,0 +1,69 @@
+//===- LoweringPipeline.h - The weft-lower pipeline -------------*- C++ -*-===//
+//
+// One function builds the lowering pipeline (docs/lowering.md); weftc and
+// weft-opt (`--weft-lower`) both use it, so they lower identically.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_PIPELINES_LOWERINGPIPELINE_H
+#define WEFT_PIPELINES_LOWERINGPIPELINE_H
+
+#include "mlir/Pass/PassOptions.h"
+
+#include <string>
+
+namespace mlir {
+class OpPassManager;
+} // namespace mlir
+
+namespace weft {
+
+/// The parallel configuration to lower for, as `weft-attach-mesh` takes it;
+/// on the command line `--weft-lower="tp=2 pp=2 ..."`.
+struct LoweringOptions : mlir::PassPipelineOptions<LoweringOptions> {
+  Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<int64_t> pp{*this, "pp", llvm::cl::desc("Pipeline-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<int64_t> dp{*this, "dp", llvm::cl::desc("Data-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<int64_t> zero{*this, "zero", llvm::cl::desc("ZeRO stage (0-3)"),
+                       llvm::cl::init(0)};
+  Option<int64_t> microBatch{*this, "micro-batch",
+                             llvm::cl::desc("Micro-batch size"),
+                             llvm::cl::init(1)};
+  Option<int64_t> gradAccum{*this, "grad-accum",
+                            llvm::cl::desc("Micro-batches per step"),
+                            llvm::cl::init(1)};
+  Option<std::string> schedule{*this, "schedule",
+                               llvm::cl::desc("gpipe, 1f1b or interleaved"),
+                               llvm::cl::init("1f1b")};
+  Option<int64_t> virtualStages{*this, "virtual-stages",
+                                llvm::cl::desc("Model chunks per rank"),
+                                llvm::cl::init(1)};
+  Option<bool> sequenceParallel{*this, "sequence-parallel",
+                                llvm::cl::desc("Sequence parallelism"),
+                                llvm::cl::init(false)};
+  Option<std::string> recompute{*this, "recompute",
+                                llvm::cl::desc("none, selective or full"),
+                                llvm::cl::init("none")};
+  Option<int64_t> prefetchDepth{*this, "prefetch-depth",
+                                llvm::cl::desc("ZeRO-3 buckets ahead"),
+                                llvm::cl::init(0)};
+  Option<int64_t> bucketBytes{*this, "bucket-bytes",
+                              llvm::cl::desc("ZeRO-3 bucket size in bytes"),
+                              llvm::cl::init(0)};
+  ListOption<int64_t> layersPerStage{
+      *this, "layers-per-stage",
+      llvm::cl::desc("Blocks per pipeline stage (default: even split)")};
+};
+
+/// Appends the lowering passes, in order, to `pm` (a module pass manager).
+void buildLoweringPipeline(mlir::OpPassManager &pm,
+                           const LoweringOptions &options);
+
+/// Registers `weft-lower` for weft-opt's command line.
+void registerLoweringPipeline();
+
+} // namespace weft
+
+#endif // WEFT_PIPELINES_LOWERINGPIPELINE_H

@@ -1,0 +1,25 @@
+//===- EmitBundle.h - weftx to plan bundle translation ----------*- C++ -*-===//
+//
+// The last step of the lowering: translate a weftx module (level L2, one
+// module per bundle) into the WeftPlan data model, run the plan verifier on
+// it and write it. The compiler, the runtime and weft-inspect thereby share
+// one serializer and one verifier.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_TARGET_EMITBUNDLE_H
+#define WEFT_TARGET_EMITBUNDLE_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace weft {
+
+/// Translate `module` (weftx, every buffer placed) to a plan bundle, verify it
+/// with the plan verifier and write it to `dir`. Nothing is written unless the
+/// bundle verifies. Errors are one line.
+llvm::Error emitBundle(mlir::ModuleOp module, llvm::StringRef dir);
+
+} // namespace weft
+
+#endif // WEFT_TARGET_EMITBUNDLE_H
