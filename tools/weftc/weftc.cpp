@@ -40,6 +40,8 @@ using llvm::StringRef;
 namespace {
 using weft::kExitBadInput;
 
+cl::OptionCategory weftcCategory("weftc options");
+
 cl::SubCommand importCmd("import", "Import a Hugging Face config.json or "
                                    "preset as weft model IR");
 cl::SubCommand presetsCmd("presets", "List the built-in model presets");
@@ -115,19 +117,21 @@ cl::opt<bool> planExplain("explain",
                           cl::sub(planCmd), cl::cat(planCategory));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"),
-                                cl::sub(importCmd));
+                                cl::sub(importCmd), cl::cat(weftcCategory));
 cl::opt<int64_t> seqLen("seq-len",
                         cl::desc("Sequence length for FLOP counts "
                                  "(default: the model's maximum positions)"),
-                        cl::init(0), cl::sub(summaryCmd));
+                        cl::init(0), cl::sub(summaryCmd),
+                        cl::cat(weftcCategory));
 cl::opt<bool> jsonOutput("json", cl::desc("Print JSON for scripts"),
                          cl::sub(presetsCmd), cl::sub(summaryCmd),
-                         cl::sub(planCmd));
+                         cl::sub(planCmd), cl::cat(weftcCategory));
 
 cl::opt<std::string> execInput(cl::Positional, cl::desc("<exec.mlir>"),
                                cl::sub(emitBundleCmd));
 cl::opt<std::string> bundleDir("o", cl::desc("Bundle directory"),
-                               cl::value_desc("dir"), cl::sub(emitBundleCmd));
+                               cl::value_desc("dir"), cl::sub(emitBundleCmd),
+                               cl::cat(weftcCategory));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weftc") << message << "\n";
@@ -362,6 +366,9 @@ int main(int argc, char **argv) {
   weft::registerAllDialects(registry);
   mlir::MLIRContext context(registry);
 
+  // Show weftc's own options only, not the ones LLVM's libraries register.
+  const cl::OptionCategory *shown[] = {&weftcCategory, &planCategory};
+  cl::HideUnrelatedOptions(shown);
   if (!cl::ParseCommandLineOptions(argc, argv,
                                    "weftc: the Weft compiler\n\n"
                                    "  weftc import <model> [-o out.mlir]\n"

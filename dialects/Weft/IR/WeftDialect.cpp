@@ -197,10 +197,11 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
 
   int64_t expectedLayer = 0;
   for (BlockOp block : func.getBody().getOps<BlockOp>()) {
-    if (block.getLayer() != expectedLayer)
+    if (block.getLayerAttr().getInt() != expectedLayer)
       return block.emitOpError()
-             << "has layer index " << block.getLayer() << ", expected "
-             << expectedLayer << " (blocks are numbered in program order)";
+             << "has layer index " << block.getLayerAttr().getInt()
+             << ", expected " << expectedLayer
+             << " (blocks are numbered in program order)";
     ++expectedLayer;
   }
 
