@@ -2,6 +2,7 @@
 #include "Pipelines/LoweringPipeline.h"
 
 #include "Weft/Transforms/Passes.h"
+#include "WeftExec/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -25,6 +26,31 @@ void weft::buildLoweringPipeline(mlir::OpPassManager &pm,
   pm.addPass(mlir::weft::createWeftAttachMesh(mesh));
   pm.addPass(mlir::weft::createWeftPartitionTensor());
   pm.addPass(mlir::weft::createWeftSplitStages());
+}
+
+void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
+                             const LoweringOptions &lowering,
+                             const mlir::weft::WeftScheduleOptions &schedule) {
+  switch (stage) {
+  case CompileStage::Lower:
+    buildLoweringPipeline(pm, lowering);
+    return;
+  case CompileStage::Autodiff:
+    pm.addPass(mlir::weft::createWeftAutodiff());
+    return;
+  case CompileStage::Exec:
+    pm.addPass(mlir::weft::createWeftSchedule(schedule));
+    pm.addPass(mlir::weftx::createWeftPlanMemory());
+    return;
+  }
+}
+
+void weft::buildCompilePipeline(
+    mlir::OpPassManager &pm, const LoweringOptions &lowering,
+    const mlir::weft::WeftScheduleOptions &schedule) {
+  for (CompileStage stage :
+       {CompileStage::Lower, CompileStage::Autodiff, CompileStage::Exec})
+    buildCompileStage(pm, stage, lowering, schedule);
 }
 
 void weft::registerLoweringPipeline() {

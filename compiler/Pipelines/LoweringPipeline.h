@@ -7,6 +7,7 @@
 #ifndef WEFT_PIPELINES_LOWERINGPIPELINE_H
 #define WEFT_PIPELINES_LOWERINGPIPELINE_H
 
+#include "Conversion/WeftToExec/Passes.h"
 #include "mlir/Pass/PassOptions.h"
 
 #include <string>
@@ -60,6 +61,24 @@ struct LoweringOptions : mlir::PassPipelineOptions<LoweringOptions> {
 /// Appends the lowering passes, in order, to `pm` (a module pass manager).
 void buildLoweringPipeline(mlir::OpPassManager &pm,
                            const LoweringOptions &options);
+
+/// The stages of `weftc compile`, in order; `--emit-mlir` names them.
+enum class CompileStage {
+  Lower,    // weft-lower: mesh, tensor partition, stage functions (L1)
+  Autodiff, // weft-autodiff: backward functions
+  Exec,     // weft-schedule + weft-plan-memory: the placed weftx bundle (L2)
+};
+
+/// Appends the passes of one compile stage to `pm` (a module pass manager).
+void buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
+                       const LoweringOptions &lowering,
+                       const mlir::weft::WeftScheduleOptions &schedule);
+
+/// Appends every compile stage: a weft model (L0) to a placed weftx module
+/// that `weft::emitBundle` writes.
+void buildCompilePipeline(mlir::OpPassManager &pm,
+                          const LoweringOptions &lowering,
+                          const mlir::weft::WeftScheduleOptions &schedule);
 
 /// Registers `weft-lower` for weft-opt's command line.
 void registerLoweringPipeline();

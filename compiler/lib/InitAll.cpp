@@ -1,6 +1,7 @@
 //===- InitAll.cpp - Register every Weft dialect and pass -----------------===//
 #include "weft/Compiler/InitAll.h"
 
+#include "Conversion/WeftToExec/Passes.h"
 #include "Pipelines/LoweringPipeline.h"
 #include "Weft/IR/WeftDialect.h"
 #include "Weft/Transforms/Passes.h"
@@ -22,6 +23,7 @@ void weft::registerAllDialects(mlir::DialectRegistry &registry) {
 void weft::registerAllPasses() {
   mlir::weft::registerWeftPasses();
   mlir::weftx::registerWeftExecPasses();
+  mlir::weft::registerWeftToExecPasses();
   weft::registerLoweringPipeline();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

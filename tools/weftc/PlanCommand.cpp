@@ -119,15 +119,17 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
   return exitCodeOf(best);
 }
 
+TrainingConfig trainingFrom(const PlanOptions &options) {
+  return {required(options.globalBatch, "--global-batch"),
+          required(options.seqLen, "--seq-len"),
+          parseFlag("--precision", options.precision, parsePrecision)};
+}
+
 int planImpl(const ModelSpec &model, const PlanOptions &options) {
   Cluster cluster = loadCluster(options.cluster);
   if (options.fromDeepSpeed)
     return planFromDeepSpeed(model, cluster, options);
-  TrainingConfig training{
-      required(options.globalBatch, "--global-batch"),
-      required(options.seqLen, "--seq-len"),
-      parseFlag("--precision", options.precision, parsePrecision)};
-  CostModel costModel(model, cluster, training);
+  CostModel costModel(model, cluster, trainingFrom(options));
   SearchOptions searchOptions;
   searchOptions.topK = options.top;
   SearchResult result =
@@ -141,6 +143,25 @@ int planImpl(const ModelSpec &model, const PlanOptions &options) {
 }
 
 } // namespace
+
+int weft::selectPlan(const ModelSpec &model, const PlanOptions &options,
+                     Estimate &chosen) {
+  try {
+    CostModel costModel(model, loadCluster(options.cluster),
+                        trainingFrom(options));
+    SearchResult result = search(costModel, constraintsFrom(options));
+    if (result.plans.empty()) {
+      std::cerr << "weftc: error: no plan fits; run `weftc plan` with the "
+                   "same flags for the shortfall and remedies\n";
+      return kExitNothingFits;
+    }
+    chosen = result.plans.front();
+    return kExitOk;
+  } catch (const Error &error) {
+    std::cerr << "weftc: error: " << error.what() << "\n";
+    return kExitBadInput;
+  }
+}
 
 int weft::runPlan(const ModelSpec &model, const PlanOptions &options) {
   try {

@@ -8,6 +8,7 @@
 #ifndef WEFT_TOOLS_WEFTC_PLANCOMMAND_H
 #define WEFT_TOOLS_WEFTC_PLANCOMMAND_H
 
+#include "weft/planner/CostModel.h"
 #include "weft/planner/ModelSpec.h"
 
 #include <cstdint>
@@ -35,6 +36,12 @@ struct PlanOptions {
 
 /// Plans `model` and prints the result; returns the process exit code.
 int runPlan(const planner::ModelSpec &model, const PlanOptions &options);
+
+/// Plans `model` without printing and stores the fastest fitting plan (or
+/// the fixed configuration, fitting or not) in `chosen`; returns the exit
+/// code (errors are printed as one line).
+int selectPlan(const planner::ModelSpec &model, const PlanOptions &options,
+               planner::Estimate &chosen);
 
 } // namespace weft
 

@@ -4,6 +4,8 @@
 // weftc presets  [--json]
 // weftc summary  <config.json|preset|model.mlir> [--seq-len N] [--json]
 // weftc plan     --model M --cluster C --global-batch B --seq-len S [...]
+// weftc compile  --model M --cluster C --global-batch B --seq-len S [...]
+//                -o BUNDLE_DIR [--emit-mlir=STAGE]
 // weftc emit-bundle <exec.mlir> -o DIR   (developer: weftx IR to a bundle)
 //
 // Exit status: 0 success, 2 bad input, 3 no plan fits (plan).
@@ -16,6 +18,7 @@
 #include "weft/Compiler/InitAll.h"
 #include "weft/Compiler/ModelSpecBuilder.h"
 
+#include "Pipelines/LoweringPipeline.h"
 #include "PlanCommand.h"
 
 #include "WeftExec/IR/WeftExecOps.h"
@@ -50,6 +53,8 @@ cl::SubCommand summaryCmd("summary", "Import a model and summarize its "
 
 cl::SubCommand planCmd("plan", "Search parallel configurations for a model "
                                "on a cluster and explain the choice");
+cl::SubCommand compileCmd("compile",
+                          "Plan, lower and write a verified plan bundle");
 cl::SubCommand emitBundleCmd("emit-bundle",
                              "Developer: write the plan bundle of a weftx "
                              "module (planning memory if offsets are missing)");
@@ -58,53 +63,59 @@ cl::opt<std::string> modelSource(cl::Positional,
                                  cl::desc("<config.json|preset|model.mlir>"),
                                  cl::sub(importCmd), cl::sub(summaryCmd));
 
-// `weftc plan` (and, later, `weftc compile`) options.
+// `weftc plan` and `weftc compile` options.
 cl::OptionCategory planCategory("Planning options");
 cl::opt<std::string> planModel("model",
                                cl::desc("Model: config.json, preset or .mlir"),
                                cl::value_desc("model"), cl::sub(planCmd),
-                               cl::cat(planCategory));
+                               cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<std::string>
     planCluster("cluster", cl::desc("Cluster: JSON file or preset[:nodes]"),
                 cl::value_desc("cluster"), cl::sub(planCmd),
-                cl::cat(planCategory));
+                cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<int64_t> planGlobalBatch("global-batch",
                                  cl::desc("Sequences per optimizer step"),
-                                 cl::sub(planCmd), cl::cat(planCategory));
+                                 cl::sub(planCmd), cl::sub(compileCmd),
+                                 cl::cat(planCategory));
 cl::opt<int64_t> planSeqLen("seq-len", cl::desc("Tokens per sequence"),
-                            cl::sub(planCmd), cl::cat(planCategory));
+                            cl::sub(planCmd), cl::sub(compileCmd),
+                            cl::cat(planCategory));
 cl::opt<std::string> planPrecision("precision", cl::desc("bf16|fp16|fp32"),
                                    cl::init("bf16"), cl::sub(planCmd),
-                                   cl::cat(planCategory));
+                                   cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<int64_t> planTp("tp", cl::desc("Fix the tensor-parallel degree"),
-                        cl::sub(planCmd), cl::cat(planCategory));
+                        cl::sub(planCmd), cl::sub(compileCmd),
+                        cl::cat(planCategory));
 cl::opt<int64_t> planPp("pp", cl::desc("Fix the pipeline-parallel degree"),
-                        cl::sub(planCmd), cl::cat(planCategory));
+                        cl::sub(planCmd), cl::sub(compileCmd),
+                        cl::cat(planCategory));
 cl::opt<int64_t> planDp("dp", cl::desc("Fix the data-parallel degree"),
-                        cl::sub(planCmd), cl::cat(planCategory));
+                        cl::sub(planCmd), cl::sub(compileCmd),
+                        cl::cat(planCategory));
 cl::opt<int64_t> planZero("zero", cl::desc("Fix the ZeRO stage (0-3)"),
-                          cl::sub(planCmd), cl::cat(planCategory));
+                          cl::sub(planCmd), cl::sub(compileCmd),
+                          cl::cat(planCategory));
 cl::opt<int64_t> planMicroBatch("micro-batch",
                                 cl::desc("Fix the micro-batch size"),
-                                cl::sub(planCmd), cl::cat(planCategory));
+                                cl::sub(planCmd), cl::sub(compileCmd),
+                                cl::cat(planCategory));
 cl::opt<std::string>
     planRecompute("recompute", cl::desc("Fix recompute: none|selective|full"),
-                  cl::sub(planCmd), cl::cat(planCategory));
+                  cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<std::string>
     planSchedule("schedule",
                  cl::desc("Fix the schedule: gpipe|1f1b|interleaved"),
-                 cl::sub(planCmd), cl::cat(planCategory));
-cl::opt<int64_t>
-    planVirtualStages("virtual-stages",
-                      cl::desc("Fix the model chunks per pipeline rank"),
-                      cl::sub(planCmd), cl::cat(planCategory));
-cl::opt<std::string>
-    planSequenceParallel("sequence-parallel",
-                         cl::desc("Fix sequence parallelism: on|off"),
-                         cl::sub(planCmd), cl::cat(planCategory));
+                 cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
+cl::opt<int64_t> planVirtualStages(
+    "virtual-stages", cl::desc("Fix the model chunks per pipeline rank"),
+    cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
+cl::opt<std::string> planSequenceParallel(
+    "sequence-parallel", cl::desc("Fix sequence parallelism: on|off"),
+    cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<bool> planTpAcrossNodes("allow-tp-across-nodes",
                                 cl::desc("Let TP groups span nodes"),
-                                cl::sub(planCmd), cl::cat(planCategory));
+                                cl::sub(planCmd), cl::sub(compileCmd),
+                                cl::cat(planCategory));
 cl::opt<std::string> planFromDeepSpeed(
     "from-deepspeed",
     cl::desc("Evaluate a DeepSpeed config and compare with Weft's best plan"),
@@ -131,7 +142,41 @@ cl::opt<std::string> execInput(cl::Positional, cl::desc("<exec.mlir>"),
                                cl::sub(emitBundleCmd));
 cl::opt<std::string> bundleDir("o", cl::desc("Bundle directory"),
                                cl::value_desc("dir"), cl::sub(emitBundleCmd),
-                               cl::cat(weftcCategory));
+                               cl::sub(compileCmd), cl::cat(weftcCategory));
+
+// `weftc compile` only: debugging output and training settings.
+cl::OptionCategory compileCategory("Compile options");
+cl::opt<std::string> emitMlir(
+    "emit-mlir",
+    cl::desc("Print the IR after a stage instead of writing the bundle: "
+             "model|lower|autodiff|exec"),
+    cl::value_desc("stage"), cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<int64_t> stepsPerPlan("steps-per-plan",
+                              cl::desc("Optimizer steps per replay (1)"),
+                              cl::init(1), cl::sub(compileCmd),
+                              cl::cat(compileCategory));
+cl::opt<double> trainLr("lr", cl::desc("Peak learning rate (3e-4)"),
+                        cl::init(3e-4), cl::sub(compileCmd),
+                        cl::cat(compileCategory));
+cl::opt<double> trainMinLr("min-lr", cl::desc("Final learning rate (lr/10)"),
+                           cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<int64_t> trainWarmup("warmup-steps",
+                             cl::desc("Linear warmup steps (100)"),
+                             cl::init(100), cl::sub(compileCmd),
+                             cl::cat(compileCategory));
+cl::opt<int64_t> trainDecay("decay-steps",
+                            cl::desc("Step at which cosine decay ends (10000)"),
+                            cl::init(10000), cl::sub(compileCmd),
+                            cl::cat(compileCategory));
+cl::opt<double> trainWeightDecay("weight-decay",
+                                 cl::desc("AdamW weight decay (0.1)"),
+                                 cl::init(0.1), cl::sub(compileCmd),
+                                 cl::cat(compileCategory));
+cl::opt<double> trainGradClip("grad-clip",
+                              cl::desc("Global gradient-norm clip, 0 = off "
+                                       "(1.0)"),
+                              cl::init(1.0), cl::sub(compileCmd),
+                              cl::cat(compileCategory));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weftc") << message << "\n";
@@ -254,15 +299,13 @@ template <typename T> std::optional<T> optionalFlag(const cl::opt<T> &flag) {
   return flag.getValue();
 }
 
-int runPlan(mlir::MLIRContext &context) {
+/// The planning flags shared by `plan` and `compile` (`command` prefixes
+/// errors); returns 0 or the exit code of a reported error.
+int collectPlanOptions(StringRef command, weft::PlanOptions &options) {
   if (planModel.empty())
-    return fail("plan: --model is required");
+    return fail(command + ": --model is required");
   if (planCluster.empty())
-    return fail("plan: --cluster is required");
-  auto spec = loadSpec(context, planModel);
-  if (!spec)
-    return fail(spec.takeError());
-  weft::PlanOptions options;
+    return fail(command + ": --cluster is required");
   options.cluster = planCluster;
   options.globalBatch = optionalFlag(planGlobalBatch);
   options.seqLen = optionalFlag(planSeqLen);
@@ -277,10 +320,6 @@ int runPlan(mlir::MLIRContext &context) {
   options.schedule = optionalFlag(planSchedule);
   options.sequenceParallel = optionalFlag(planSequenceParallel);
   options.allowTpAcrossNodes = planTpAcrossNodes;
-  options.fromDeepSpeed = optionalFlag(planFromDeepSpeed);
-  options.top = planTop;
-  options.explain = planExplain;
-  options.json = jsonOutput;
   for (auto [flag, value] :
        {std::pair{"--global-batch", options.globalBatch},
         std::pair{"--seq-len", options.seqLen}, std::pair{"--tp", options.tp},
@@ -288,8 +327,22 @@ int runPlan(mlir::MLIRContext &context) {
         std::pair{"--micro-batch", options.microBatch},
         std::pair{"--virtual-stages", options.virtualStages}})
     if (value && *value <= 0)
-      return fail(llvm::Twine("plan: ") + flag +
+      return fail(command + ": " + flag +
                   ": expected a positive integer, got " + llvm::Twine(*value));
+  return 0;
+}
+
+int runPlan(mlir::MLIRContext &context) {
+  weft::PlanOptions options;
+  if (int status = collectPlanOptions("plan", options))
+    return status;
+  auto spec = loadSpec(context, planModel);
+  if (!spec)
+    return fail(spec.takeError());
+  options.fromDeepSpeed = optionalFlag(planFromDeepSpeed);
+  options.top = planTop;
+  options.explain = planExplain;
+  options.json = jsonOutput;
   if (planTop <= 0)
     return fail("plan: --top: expected a positive integer");
   return weft::runPlan(*spec, options);
@@ -340,6 +393,137 @@ int runEmitBundle(mlir::MLIRContext &context) {
   return 0;
 }
 
+/// `weftc compile`: rejects what the lowering does not cover yet, so no
+/// configuration outside the slice can produce a wrong bundle.
+int checkCompileSlice(const weft::planner::ParallelConfig &config,
+                      StringRef precision) {
+  using weft::planner::Recompute;
+  if (config.tp > 1)
+    return fail("compile: TP > 1 is not lowered yet");
+  if (config.pp > 1)
+    return fail("compile: PP > 1 is not lowered yet");
+  if (config.zero != 0)
+    return fail("compile: ZeRO " + llvm::Twine(config.zero) +
+                " is not lowered yet");
+  if (config.recompute != Recompute::None)
+    return fail("compile: recompute " +
+                llvm::Twine(weft::planner::toString(config.recompute).data()) +
+                " is not lowered yet");
+  if (config.sequenceParallel)
+    return fail("compile: sequence parallelism is not lowered yet");
+  if (precision != "fp32")
+    return fail("compile: precision " + precision + " is not lowered yet");
+  return 0;
+}
+
+int runCompile(mlir::MLIRContext &context) {
+  std::optional<weft::CompileStage> printAfter;
+  bool printModel = emitMlir == "model";
+  if (!emitMlir.empty() && !printModel) {
+    auto stage = llvm::StringSwitch<std::optional<weft::CompileStage>>(emitMlir)
+                     .Case("lower", weft::CompileStage::Lower)
+                     .Case("autodiff", weft::CompileStage::Autodiff)
+                     .Case("exec", weft::CompileStage::Exec)
+                     .Default(std::nullopt);
+    if (!stage)
+      return fail("compile: --emit-mlir: expected model, lower, autodiff or "
+                  "exec, got '" +
+                  emitMlir + "'");
+    printAfter = stage;
+  }
+  if (emitMlir.empty() && bundleDir.empty())
+    return fail("compile: -o BUNDLE_DIR is required");
+  if (stepsPerPlan != 1)
+    return fail("compile: --steps-per-plan: only 1 is supported");
+
+  // The lowered slice is fp32: that is the default here (not plan's bf16),
+  // and undecided dimensions are searched inside the slice only.
+  weft::PlanOptions options;
+  if (int status = collectPlanOptions("compile", options))
+    return status;
+  if (planPrecision.getNumOccurrences() == 0)
+    options.precision = "fp32";
+  options.tp = options.tp.value_or(1);
+  options.pp = options.pp.value_or(1);
+  options.zero = options.zero.value_or(0);
+  options.recompute = options.recompute.value_or("none");
+  options.sequenceParallel = options.sequenceParallel.value_or("off");
+
+  auto module = weft::importModel(planModel, context);
+  if (!module)
+    return fail(module.takeError());
+  auto spec =
+      weft::buildModelSpec(mlir::weft::getModels(**module).front(), planModel);
+  if (!spec)
+    return fail(spec.takeError());
+  weft::planner::Estimate plan;
+  if (int status = weft::selectPlan(*spec, options, plan))
+    return status;
+  if (int status = checkCompileSlice(plan.config, options.precision))
+    return status;
+  if (printModel) {
+    (*module)->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+
+  weft::LoweringOptions lowering;
+  lowering.tp = plan.config.tp;
+  lowering.pp = plan.config.pp;
+  lowering.dp = plan.config.dp;
+  lowering.zero = plan.config.zero;
+  lowering.microBatch = plan.config.microBatch;
+  lowering.gradAccum = plan.config.gradAccum;
+  lowering.recompute =
+      std::string(weft::planner::toString(plan.config.recompute));
+  lowering.schedule =
+      std::string(weft::planner::toString(plan.config.schedule));
+  mlir::weft::WeftScheduleOptions schedule;
+  schedule.seqLen = *options.seqLen;
+  schedule.family = spec->family;
+  schedule.lr = trainLr;
+  schedule.minLr =
+      trainMinLr.getNumOccurrences() ? trainMinLr.getValue() : trainLr / 10;
+  schedule.warmupSteps = trainWarmup;
+  schedule.decaySteps = trainDecay;
+  schedule.weightDecay = trainWeightDecay;
+  schedule.gradClip = trainGradClip;
+  schedule.stepsPerPlan = stepsPerPlan;
+  schedule.predictedStepTimeS = plan.stepTimeS;
+  schedule.predictedMfu = plan.mfu;
+  schedule.predictedPeakBytes = int64_t(plan.peakMemoryBytes);
+
+  // Report only the first error, as one line.
+  std::string firstError;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diag) {
+    if (diag.getSeverity() == mlir::DiagnosticSeverity::Error &&
+        firstError.empty())
+      llvm::raw_string_ostream(firstError) << diag;
+    return mlir::success();
+  });
+  for (weft::CompileStage stage :
+       {weft::CompileStage::Lower, weft::CompileStage::Autodiff,
+        weft::CompileStage::Exec}) {
+    mlir::PassManager pm(&context);
+    weft::buildCompileStage(pm, stage, lowering, schedule);
+    if (mlir::failed(pm.run(**module)))
+      return fail("compile: " + firstError);
+    if (printAfter == stage) {
+      (*module)->print(llvm::outs());
+      llvm::outs() << "\n";
+      return 0;
+    }
+  }
+  if (llvm::Error error = weft::emitBundle(**module, bundleDir))
+    return fail("compile: " + llvm::toString(std::move(error)));
+  llvm::outs() << llvm::formatv(
+      "weftc: wrote {0}: {1} (dp {2}, micro-batch {3} x {4} accumulation "
+      "steps, seq {5})\n",
+      bundleDir, spec->name, plan.config.dp, plan.config.microBatch,
+      plan.config.gradAccum, *options.seqLen);
+  return 0;
+}
+
 int runPresets(mlir::MLIRContext &context) {
   llvm::json::Array presets;
   for (StringRef name : weft::presetNames()) {
@@ -367,7 +551,8 @@ int main(int argc, char **argv) {
   mlir::MLIRContext context(registry);
 
   // Show weftc's own options only, not the ones LLVM's libraries register.
-  const cl::OptionCategory *shown[] = {&weftcCategory, &planCategory};
+  const cl::OptionCategory *shown[] = {&weftcCategory, &planCategory,
+                                       &compileCategory};
   cl::HideUnrelatedOptions(shown);
   if (!cl::ParseCommandLineOptions(argc, argv,
                                    "weftc: the Weft compiler\n\n"
@@ -376,6 +561,8 @@ int main(int argc, char **argv) {
                                    "  weftc summary <model>\n"
                                    "  weftc plan --model M --cluster C "
                                    "--global-batch B --seq-len S\n"
+                                   "  weftc compile --model M --cluster C "
+                                   "--global-batch B --seq-len S -o DIR\n"
                                    "  weftc emit-bundle <exec.mlir> -o DIR\n",
                                    &llvm::errs()))
     return kExitBadInput;
@@ -387,6 +574,8 @@ int main(int argc, char **argv) {
     return runSummary(context);
   if (planCmd)
     return runPlan(context);
+  if (compileCmd)
+    return runCompile(context);
   if (emitBundleCmd)
     return runEmitBundle(context);
   return fail("no command given; run `weftc --help`");

@@ -94,7 +94,13 @@ static LogicalResult verifyPlacementAttr(Operation *op, Attribute value) {
              << "'" << name << "' of a replicated parameter has no tp_dim";
     return success();
   }
-  int64_t rank = cast<RankedTensorType>(param.getType()).getRank();
+  // Dialect attributes are verified before the op: a parameter that is not a
+  // ranked tensor is left to weft.param's verifier. (ParamOp::getType() casts
+  // without checking, so read the generic result type.)
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!type)
+    return success();
+  int64_t rank = type.getRank();
   if (!dim || dim.getInt() < 0 || dim.getInt() >= rank)
     return op->emitError() << "'" << name << "' of a " << role->getValue()
                            << " parameter needs a tp_dim in [0, " << rank
@@ -115,7 +121,9 @@ static LogicalResult verifyShardAttr(Operation *op, Attribute value) {
   if (failed(requireEntry<StringAttr>(op, dict, name, "global_name")) ||
       failed(shape))
     return failure();
-  auto local = cast<RankedTensorType>(param.getType());
+  auto local = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!local)
+    return success(); // left to weft.param's verifier, as above
   if (static_cast<int64_t>(shape->size()) != local.getRank())
     return op->emitError() << "'" << name << "' global_shape " << *shape
                            << " does not have the rank of " << local;

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "Weft/IR/WeftOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -234,6 +236,41 @@ static LogicalResult verifySlot(Operation *op, IntegerAttr slot) {
 LogicalResult SaveOp::verify() { return verifySlot(*this, getSlotAttr()); }
 
 LogicalResult RestoreOp::verify() { return verifySlot(*this, getSlotAttr()); }
+
+/// The pairing with the forward's `weft.save`: `forward` is a function in
+/// which exactly one save writes the slot, with the restored type.
+LogicalResult RestoreOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  auto forward = symbolTables.lookupNearestSymbolFrom<func::FuncOp>(
+      *this, getForwardAttr());
+  if (!forward)
+    return emitOpError() << "refers to " << getForwardAttr()
+                         << ", which is not a func.func";
+  int64_t slot = getSlotAttr().getInt();
+  SmallVector<SaveOp> saves;
+  forward.walk([&](SaveOp save) {
+    if (save.getSlotAttr().getInt() == slot)
+      saves.push_back(save);
+  });
+  if (saves.empty())
+    return emitOpError() << "reads slot " << slot << " of " << getForwardAttr()
+                         << ", which no weft.save there writes";
+  if (saves.size() > 1) {
+    InFlightDiagnostic diag =
+        emitOpError() << "reads slot " << slot << " of " << getForwardAttr()
+                      << ", which " << saves.size() << " weft.saves write";
+    for (SaveOp save : saves)
+      diag.attachNote(save.getLoc()) << "written here";
+    return diag;
+  }
+  Type saved = saves.front().getValue().getType();
+  if (saved == getType())
+    return success();
+  InFlightDiagnostic diag = emitOpError()
+                            << "has type " << getType() << ", but slot " << slot
+                            << " of " << getForwardAttr() << " holds " << saved;
+  diag.attachNote(saves.front().getLoc()) << "saved here";
+  return diag;
+}
 
 //===----------------------------------------------------------------------===//
 // Gradients of the tensor-parallel ops

@@ -329,11 +329,13 @@ def Weft_SaveOp : Weft_Op<"save", [MemoryEffects<[MemWrite]>]> {
   let hasVerifier = 1;
 }
 
-def Weft_RestoreOp : Weft_Op<"restore", [MemoryEffects<[MemRead]>]> {
+def Weft_RestoreOp : Weft_Op<"restore", [MemoryEffects<[MemRead]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Reads back an activation saved by a forward function";
   let description = [{
     The value that `weft.save ... slot <slot>` stashed in function `forward`
-    for the same micro-batch.
+    for the same micro-batch. `forward` must be a `func.func` in which
+    exactly one `weft.save` writes `slot`, with the result's type.
 
     ```mlir
     %x = weft.restore @gpt2_tiny slot 3 : tensor<?x?x64xf32>

@@ -313,6 +313,17 @@ LogicalResult BackwardBuilder::emitOp(Operation *op, Value grad,
                        gather.getGatherAxisAttr()));
         return success();
       })
+      // Each rank keeps its slice of a replicated tensor (after the
+      // embedding's position rows); the replicated input's gradient is the
+      // concatenation of the slices' gradients.
+      .Case([&](shard::AllSliceOp slice) {
+        accumulate(adjoints, slice.getInput(),
+                   shard::AllGatherOp::create(
+                       builder, loc, slice.getInput().getType(),
+                       slice.getGridAttr(), slice.getGridAxesAttr(), grad,
+                       slice.getSliceAxisAttr()));
+        return success();
+      })
       .Case([&](shard::ReduceScatterOp scatter) -> LogicalResult {
         if (scatter.getReduction() != shard::ReductionKind::Sum)
           return scatter.emitOpError(

@@ -333,8 +333,8 @@ struct PartitionTensorPass
     for (func::FuncOp model : models) {
       auto parallel = model->getAttrOfType<DictionaryAttr>("weft.parallel");
       if (!parallel) {
-        model.emitError() << "has no 'weft.parallel' (run weft-attach-mesh "
-                             "first)";
+        model.emitOpError() << "has no 'weft.parallel' (run weft-attach-mesh "
+                               "first)";
         return signalPassFailure();
       }
       ModelPartitioner partitioner(

@@ -197,8 +197,8 @@ struct SplitStagesPass : weft::impl::WeftSplitStagesBase<SplitStagesPass> {
     for (func::FuncOp model : models) {
       auto parallel = model->getAttrOfType<DictionaryAttr>("weft.parallel");
       if (!parallel) {
-        model.emitError() << "has no 'weft.parallel' (run weft-attach-mesh "
-                             "first)";
+        model.emitOpError() << "has no 'weft.parallel' (run weft-attach-mesh "
+                               "first)";
         return signalPassFailure();
       }
       int64_t pp = parallel.getAs<IntegerAttr>("pp").getInt();

@@ -325,6 +325,8 @@ const std::vector<KernelSpec> &kernelRegistry() {
 }
 
 const KernelSpec *findKernel(std::string_view name) {
+  // Specializations of one kernel are named `<registry name>.<suffix>`.
+  name = name.substr(0, name.find('.'));
   const std::vector<KernelSpec> &registry = kernelRegistry();
   auto it = std::lower_bound(registry.begin(), registry.end(), name,
                              [](const KernelSpec &spec, std::string_view key) {

@@ -8,6 +8,8 @@
 // Hand-written stage functions, collectives and weft.parallel.
 // RUN: weft-opt %s --weft-autodiff | FileCheck %s --check-prefix=STAGE
 // RUN: not weft-opt %s --weft-autodiff=recompute=some 2>&1 | FileCheck %s --check-prefix=BADMODE
+// Sequence parallelism after weft-partition-tensor (the embedding's all_slice).
+// RUN: weftc import gpt2-tiny | weft-opt --weft-attach-mesh="tp=2 sequence-parallel=true" --weft-partition-tensor --weft-autodiff | FileCheck %s --check-prefix=SP
 
 // GPT2-LABEL: func.func @gpt2_tiny(
 // GPT2:         weft.block 0
@@ -208,3 +210,14 @@ func.func @sp_stage(%tokens: tensor<2x8xi32>) -> tensor<2x4x64xf32> {
 }
 
 // BADMODE: error: 'func.func' op weft-autodiff: unknown recompute mode 'some' (expected none, selective or full)
+
+// The position rows are added to the whole sequence, then each rank keeps its
+// slice: the adjoint of all_slice gathers the slices' gradients.
+// SP-LABEL: func.func @gpt2_tiny(
+// SP:         %[[POS:.*]] = weft.position_embedding
+// SP-NEXT:    shard.all_slice %[[POS]] on @weft_mesh grid_axes = [2] slice_axis = 1
+// SP-LABEL: func.func @gpt2_tiny_backward(
+// SP:         %[[DX0:.*]], %{{.*}}:12 = weft.block_grad 0(
+// SP:         %[[G:.*]] = shard.all_gather %[[DX0]] on @weft_mesh grid_axes = [2] gather_axis = 1 : tensor<?x?x64xf32> -> tensor<?x?x64xf32>
+// SP-NEXT:    %[[PE:.*]]:2 = weft.position_embedding_grad %[[G]],
+// SP-NEXT:    weft.vocab_embedding_grad %[[PE]]#0,

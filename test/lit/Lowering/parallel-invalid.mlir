@@ -57,3 +57,22 @@ module {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// One parameter, two tensor-parallel roles: the token table (vocab rows) is
+// also a dense weight (replicated).
+module {
+  func.func @role_conflict(%t: tensor<2x8xi32>) -> tensor<f32> attributes {weft.model = "gpt2"} {
+    // expected-error @below {{'weft.param' op parameter 'wte' is used both as replicated and as vocab tensor-parallel}}
+    %w = weft.param "wte" init(zeros) : tensor<4x4xf32>
+    %e = weft.embedding %t, %w : (tensor<2x8xi32>, tensor<4x4xf32>) -> tensor<2x8x4xf32>
+    %h = weft.block 0(%e) : tensor<2x8x4xf32> {
+    ^bb0(%x: tensor<2x8x4xf32>):
+      weft.yield %x : tensor<2x8x4xf32>
+    }
+    %y = weft.linear %h, %w : (tensor<2x8x4xf32>, tensor<4x4xf32>) -> tensor<2x8x4xf32>
+    %loss = weft.param "loss" init(zeros) : tensor<f32>
+    return %loss : tensor<f32>
+  }
+}

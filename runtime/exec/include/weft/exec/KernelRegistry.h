@@ -56,7 +56,8 @@ struct KernelSpec {
   void (*run)(const KernelCall &);
 };
 
-/// The registry entry for `name`, or null.
+/// The registry entry for `name`, or null. A name `base.suffix` (one of
+/// several specializations of a kernel in a bundle) selects entry `base`.
 const KernelSpec *findKernel(std::string_view name);
 /// Every entry, in name order (documentation and tests).
 const std::vector<KernelSpec> &kernelRegistry();
