@@ -30,11 +30,11 @@ echo
 echo "== weftc compile --model gpt2-tiny --cluster examples/clusters/cpu-sim-2.json --dp 2 -o $OUT/bundle"
 "$BIN/weftc" compile --model gpt2-tiny --cluster examples/clusters/cpu-sim-2.json \
   --global-batch 8 --seq-len 64 --dp 2 --micro-batch 2 --lr 3e-3 \
-  --warmup-steps 5 --decay-steps 60 -o "$OUT/bundle"
+  --warmup-steps 10 --decay-steps 200 -o "$OUT/bundle"
 "$BIN/weft-make-tokens" data/corpus.txt "$OUT/tokens.bin" >/dev/null
 echo
-echo "== mpirun -np 2 weft-run $OUT/bundle --data $OUT/tokens.bin --steps 60"
+echo "== mpirun -np 2 weft-run $OUT/bundle --data $OUT/tokens.bin --steps 200"
 MPIRUN_FLAGS="--oversubscribe"
 [ "$(id -u)" -eq 0 ] && MPIRUN_FLAGS="$MPIRUN_FLAGS --allow-run-as-root"
 mpirun $MPIRUN_FLAGS -np 2 "$BIN/weft-run" "$OUT/bundle" \
-  --data "$OUT/tokens.bin" --steps 60 --metrics "$OUT/metrics.jsonl"
+  --data "$OUT/tokens.bin" --steps 200 --metrics "$OUT/metrics.jsonl"
