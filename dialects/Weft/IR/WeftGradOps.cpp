@@ -7,6 +7,7 @@
 // operand's type.
 //
 //===----------------------------------------------------------------------===//
+#include "Weft/IR/VerifyUtils.h"
 #include "Weft/IR/WeftOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -16,6 +17,7 @@
 
 using namespace mlir;
 using namespace mlir::weft;
+using namespace mlir::weft::detail;
 
 static bool isFloatTensor(Value value) {
   return isa<FloatType>(cast<ShapedType>(value.getType()).getElementType());
@@ -68,19 +70,6 @@ static FailureOr<int64_t> matrixDim(Operation *op, Value matrix, StringRef what,
   if (type.getRank() != 2)
     return op->emitOpError() << what << " must be a matrix, got " << type;
   return type.getDimSize(dim);
-}
-
-static LogicalResult verifyEpsilon(Operation *op, double epsilon) {
-  if (epsilon > 0)
-    return success();
-  return op->emitOpError() << "epsilon must be positive, got " << epsilon;
-}
-
-static LogicalResult verifyActivation(Operation *op, StringRef activation) {
-  if (isKnownActivation(activation))
-    return success();
-  return op->emitOpError() << "unknown activation '" << activation
-                           << "' (expected gelu, gelu_tanh, relu or silu)";
 }
 
 /// Checks a layer whose result has its input's type.

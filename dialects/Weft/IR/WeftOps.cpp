@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Weft/IR/WeftOps.h"
+#include "Weft/IR/VerifyUtils.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -12,6 +13,7 @@
 
 using namespace mlir;
 using namespace mlir::weft;
+using namespace mlir::weft::detail;
 
 #include "Weft/IR/WeftEnums.cpp.inc"
 
@@ -22,52 +24,6 @@ bool mlir::weft::isKnownActivation(StringRef name) {
   static constexpr StringLiteral kActivations[] = {"gelu", "gelu_tanh", "relu",
                                                    "silu"};
   return llvm::is_contained(kActivations, name);
-}
-
-static LogicalResult verifyActivation(Operation *op, StringRef activation) {
-  if (isKnownActivation(activation))
-    return success();
-  return op->emitOpError() << "unknown activation '" << activation
-                           << "' (expected gelu, gelu_tanh, relu or silu)";
-}
-
-static std::string shapeString(ArrayRef<int64_t> shape) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  llvm::interleave(
-      shape, os,
-      [&](int64_t dim) {
-        if (ShapedType::isDynamic(dim))
-          os << '?';
-        else
-          os << dim;
-      },
-      "x");
-  return text;
-}
-
-/// Checks that `value` is a tensor of exactly `expected` (static) shape.
-static LogicalResult verifyShape(Operation *op, Value value, StringRef what,
-                                 ArrayRef<int64_t> expected) {
-  auto type = cast<RankedTensorType>(value.getType());
-  if (type.getShape() == expected)
-    return success();
-  return op->emitOpError() << what << " has shape "
-                           << shapeString(type.getShape()) << ", expected "
-                           << shapeString(expected);
-}
-
-/// Checks that `value` is a `[batch, seq, width]` hidden state and returns its
-/// width (which must be static).
-static FailureOr<int64_t> verifyHiddenState(Operation *op, Value value,
-                                            StringRef what) {
-  auto type = cast<RankedTensorType>(value.getType());
-  if (type.getRank() != 3 || ShapedType::isDynamic(type.getDimSize(2)) ||
-      !isa<FloatType>(type.getElementType()))
-    return op->emitOpError()
-           << what << " must be a [batch, seq, hidden] float tensor with a "
-           << "static hidden size, got " << type;
-  return type.getDimSize(2);
 }
 
 /// Checks that `result` is `input`'s batch and sequence with a new width.
@@ -82,12 +38,6 @@ static LogicalResult verifyResultWidth(Operation *op, Value input, Value result,
   return op->emitOpError() << "result type " << out << " should be "
                            << RankedTensorType::get(expected,
                                                     in.getElementType());
-}
-
-static LogicalResult verifyEpsilon(Operation *op, double epsilon) {
-  if (epsilon > 0)
-    return success();
-  return op->emitOpError() << "epsilon must be positive, got " << epsilon;
 }
 
 //===----------------------------------------------------------------------===//
@@ -137,22 +87,8 @@ LogicalResult EmbeddingOp::verify() {
     return emitOpError() << "result type " << result << " should be "
                          << RankedTensorType::get(expected,
                                                   table.getElementType());
-  for (auto [value, what] : {std::pair{getPositions(), "position table"},
-                             std::pair{getTokenTypes(), "token-type table"}}) {
-    if (!value)
-      continue;
-    auto type = cast<RankedTensorType>(value.getType());
-    if (type.getRank() != 2 || type.getDimSize(1) != hidden)
-      return emitOpError() << what << " must be [rows, " << hidden
-                           << "] like the token table, got " << type;
-  }
-  // I64Attr accessors return unsigned values; read the signed one.
-  int64_t offset = getPositionOffsetAttr().getInt();
-  if (offset < 0)
-    return emitOpError() << "position_offset must not be negative";
-  if (offset != 0 && !getPositions())
-    return emitOpError() << "position_offset needs a position table";
-  return success();
+  return verifyPositionTables(*this, getPositions(), getTokenTypes(), hidden,
+                              getPositionOffsetAttr().getInt());
 }
 
 //===----------------------------------------------------------------------===//

@@ -5,6 +5,7 @@
 // degree, not only against each other.
 //
 //===----------------------------------------------------------------------===//
+#include "Weft/IR/VerifyUtils.h"
 #include "Weft/IR/WeftOps.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -12,6 +13,7 @@
 
 using namespace mlir;
 using namespace mlir::weft;
+using namespace mlir::weft::detail;
 
 /// Resolves `grid` and checks `axes` against it; returns the number of ranks
 /// the axes span.
@@ -123,22 +125,9 @@ LogicalResult PositionEmbeddingOp::verify() {
                          << input;
   if (!getPositions() && !getTokenTypes())
     return emitOpError() << "needs a position or token-type table";
-  int64_t hidden = input.getDimSize(2);
-  for (auto [value, what] : {std::pair{getPositions(), "position table"},
-                             std::pair{getTokenTypes(), "token-type table"}}) {
-    if (!value)
-      continue;
-    auto type = cast<RankedTensorType>(value.getType());
-    if (type.getRank() != 2 || type.getDimSize(1) != hidden)
-      return emitOpError() << what << " must be [rows, " << hidden << "], got "
-                           << type;
-  }
-  int64_t offset = getPositionOffsetAttr().getInt();
-  if (offset < 0)
-    return emitOpError() << "position_offset must not be negative";
-  if (offset != 0 && !getPositions())
-    return emitOpError() << "position_offset needs a position table";
-  return success();
+  return verifyPositionTables(*this, getPositions(), getTokenTypes(),
+                              input.getDimSize(2),
+                              getPositionOffsetAttr().getInt());
 }
 
 //===----------------------------------------------------------------------===//

@@ -199,7 +199,7 @@ func.func @position_embedding_no_table(%x: tensor<2x8x64xf32>) {
 // -----
 
 func.func @position_embedding_positions(%x: tensor<2x8x64xf32>, %p: tensor<128x32xf32>) {
-  // expected-error @+1 {{'weft.position_embedding' op position table must be [rows, 64], got 'tensor<128x32xf32>'}}
+  // expected-error @+1 {{'weft.position_embedding' op position table must be [rows, 64] like the token table, got 'tensor<128x32xf32>'}}
   %0 = weft.position_embedding %x positions(%p) : (tensor<2x8x64xf32>, tensor<128x32xf32>) -> tensor<2x8x64xf32>
   return
 }
@@ -207,7 +207,7 @@ func.func @position_embedding_positions(%x: tensor<2x8x64xf32>, %p: tensor<128x3
 // -----
 
 func.func @position_embedding_token_types(%x: tensor<2x8x64xf32>, %tt: tensor<128xf32>) {
-  // expected-error @+1 {{'weft.position_embedding' op token-type table must be [rows, 64], got 'tensor<128xf32>'}}
+  // expected-error @+1 {{'weft.position_embedding' op token-type table must be [rows, 64] like the token table, got 'tensor<128xf32>'}}
   %0 = weft.position_embedding %x token_types(%tt) : (tensor<2x8x64xf32>, tensor<128xf32>) -> tensor<2x8x64xf32>
   return
 }

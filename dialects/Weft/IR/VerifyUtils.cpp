@@ -1,0 +1,81 @@
+//===- VerifyUtils.cpp - Checks shared by the weft op verifiers -----------===//
+#include "Weft/IR/VerifyUtils.h"
+#include "Weft/IR/WeftOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace mlir::weft;
+
+namespace mlir::weft::detail {
+
+LogicalResult verifyActivation(Operation *op, StringRef activation) {
+  if (isKnownActivation(activation))
+    return success();
+  return op->emitOpError() << "unknown activation '" << activation
+                           << "' (expected gelu, gelu_tanh, relu or silu)";
+}
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::interleave(
+      shape, os,
+      [&](int64_t dim) {
+        if (ShapedType::isDynamic(dim))
+          os << '?';
+        else
+          os << dim;
+      },
+      "x");
+  return text;
+}
+
+LogicalResult verifyShape(Operation *op, Value value, StringRef what,
+                          ArrayRef<int64_t> expected) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getShape() == expected)
+    return success();
+  return op->emitOpError() << what << " has shape "
+                           << shapeString(type.getShape()) << ", expected "
+                           << shapeString(expected);
+}
+
+FailureOr<int64_t> verifyHiddenState(Operation *op, Value value,
+                                     StringRef what) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() != 3 || ShapedType::isDynamic(type.getDimSize(2)) ||
+      !isa<FloatType>(type.getElementType()))
+    return op->emitOpError()
+           << what << " must be a [batch, seq, hidden] float tensor with a "
+           << "static hidden size, got " << type;
+  return type.getDimSize(2);
+}
+
+LogicalResult verifyEpsilon(Operation *op, double epsilon) {
+  if (epsilon > 0)
+    return success();
+  return op->emitOpError() << "epsilon must be positive, got " << epsilon;
+}
+
+LogicalResult verifyPositionTables(Operation *op, Value positions,
+                                   Value tokenTypes, int64_t hidden,
+                                   int64_t positionOffset) {
+  for (auto [value, what] : {std::pair{positions, "position table"},
+                             std::pair{tokenTypes, "token-type table"}}) {
+    if (!value)
+      continue;
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getRank() != 2 || type.getDimSize(1) != hidden)
+      return op->emitOpError() << what << " must be [rows, " << hidden
+                               << "] like the token table, got " << type;
+  }
+  if (positionOffset < 0)
+    return op->emitOpError() << "position_offset must not be negative";
+  if (positionOffset != 0 && !positions)
+    return op->emitOpError() << "position_offset needs a position table";
+  return success();
+}
+
+} // namespace mlir::weft::detail

@@ -1,0 +1,35 @@
+//===- VerifyUtils.h - Checks shared by the weft op verifiers ---*- C++ -*-===//
+//
+// Internal to dialects/Weft/IR: the forward, parallel and gradient ops check
+// the same things (hidden states, exact shapes, activations, epsilons,
+// position tables) and must say them the same way.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_IR_VERIFYUTILS_H
+#define WEFT_IR_VERIFYUTILS_H
+
+#include "mlir/IR/Operation.h"
+
+namespace mlir::weft::detail {
+
+/// "2x?x8" for a shape.
+std::string shapeString(ArrayRef<int64_t> shape);
+/// `activation` is one the MLP and linear ops accept.
+LogicalResult verifyActivation(Operation *op, StringRef activation);
+LogicalResult verifyEpsilon(Operation *op, double epsilon);
+/// `value` is a tensor of exactly the static shape `expected`.
+LogicalResult verifyShape(Operation *op, Value value, StringRef what,
+                          ArrayRef<int64_t> expected);
+/// `value` is a `[batch, seq, hidden]` float tensor with a static hidden size;
+/// returns that size.
+FailureOr<int64_t> verifyHiddenState(Operation *op, Value value,
+                                     StringRef what);
+/// The learned position and token-type tables (either may be null) are
+/// `[rows, hidden]`, and a position offset needs a position table.
+LogicalResult verifyPositionTables(Operation *op, Value positions,
+                                   Value tokenTypes, int64_t hidden,
+                                   int64_t positionOffset);
+
+} // namespace mlir::weft::detail
+
+#endif // WEFT_IR_VERIFYUTILS_H
