@@ -72,6 +72,25 @@ static FailureOr<int64_t> matrixDim(Operation *op, Value matrix, StringRef what,
   return type.getDimSize(dim);
 }
 
+/// A table lookup's gradient: `[batch, seq]` tokens, a `[rows, hidden]` table,
+/// and an upstream gradient of the lookup's `[batch, seq, hidden]` result.
+static LogicalResult verifyLookupGrad(Operation *op, Value tokensValue,
+                                      Value tableValue, Value grad) {
+  auto tokens = cast<RankedTensorType>(tokensValue.getType());
+  if (tokens.getRank() != 2)
+    return op->emitOpError() << "tokens must be [batch, seq], got " << tokens;
+  FailureOr<int64_t> hidden = matrixDim(op, tableValue, "table", 1);
+  if (failed(hidden))
+    return failure();
+  auto table = cast<RankedTensorType>(tableValue.getType());
+  auto expected = RankedTensorType::get(
+      {tokens.getDimSize(0), tokens.getDimSize(1), *hidden},
+      table.getElementType());
+  if (failed(verifyUpstream(op, grad, expected)))
+    return failure();
+  return verifyGradients(op);
+}
+
 /// Checks a layer whose result has its input's type.
 static LogicalResult verifySameShapeLayer(Operation *op, Value grad,
                                           Value input) {
@@ -83,19 +102,7 @@ static LogicalResult verifySameShapeLayer(Operation *op, Value grad,
 }
 
 LogicalResult EmbeddingGradOp::verify() {
-  auto tokens = cast<RankedTensorType>(getTokens().getType());
-  if (tokens.getRank() != 2)
-    return emitOpError() << "tokens must be [batch, seq], got " << tokens;
-  FailureOr<int64_t> hidden = matrixDim(*this, getTable(), "table", 1);
-  if (failed(hidden))
-    return failure();
-  auto table = cast<RankedTensorType>(getTable().getType());
-  auto expected = RankedTensorType::get(
-      {tokens.getDimSize(0), tokens.getDimSize(1), *hidden},
-      table.getElementType());
-  if (failed(verifyUpstream(*this, getGrad(), expected)))
-    return failure();
-  return verifyGradients(*this);
+  return verifyLookupGrad(*this, getTokens(), getTable(), getGrad());
 }
 
 LogicalResult LayerNormGradOp::verify() {
@@ -279,19 +286,7 @@ LogicalResult BiasGradOp::verify() {
 }
 
 LogicalResult VocabEmbeddingGradOp::verify() {
-  auto tokens = cast<RankedTensorType>(getTokens().getType());
-  if (tokens.getRank() != 2)
-    return emitOpError() << "tokens must be [batch, seq], got " << tokens;
-  FailureOr<int64_t> hidden = matrixDim(*this, getTable(), "table", 1);
-  if (failed(hidden))
-    return failure();
-  auto table = cast<RankedTensorType>(getTable().getType());
-  auto expected = RankedTensorType::get(
-      {tokens.getDimSize(0), tokens.getDimSize(1), *hidden},
-      table.getElementType());
-  if (failed(verifyUpstream(*this, getGrad(), expected)))
-    return failure();
-  return verifyGradients(*this);
+  return verifyLookupGrad(*this, getTokens(), getTable(), getGrad());
 }
 
 LogicalResult PositionEmbeddingGradOp::verify() {
