@@ -1,18 +1,22 @@
 #!/bin/bash
 # End-to-end `weftc compile` (registered by CMakeLists.txt):
 #   compile.sh WORK_DIR CORPUS WEFT_RUN WEFT_MAKE_TOKENS WEFTC CLUSTER_DIR
-# Compiles GPT-2 tiny serially (one micro-batch of 4) and for DP2 (micro-batch
-# 1 x 2 accumulation steps, the same global batch), trains 8 steps of each on
-# the corpus and requires the loss to fall and DP2 to match serial at every
-# step to relative 1e-5 (the data order does not depend on the layout).
+#              [MODEL [ZERO]]
+# Compiles MODEL (default gpt2-tiny) serially (one micro-batch of 4) and for
+# DP2 with ZeRO stage ZERO (default 0; micro-batch 1 x 2 accumulation steps,
+# the same global batch), trains 8 steps of each on the corpus and requires
+# the loss to fall and DP2 to match serial at every step to relative 1e-5
+# (the data order does not depend on the layout).
 set -u
-work=$1/compile-gpt2 corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6
+corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6 model=${7:-gpt2-tiny}
+zero=${8:-0}
+work=$1/compile-$model-zero$zero
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
 "$tokenize" "$corpus" tokens.bin >/dev/null || fail "tokenizer"
 compile() { # NAME RANKS FLAGS...
   local name=$1 ranks=$2; shift 2
-  "$weftc" compile --model gpt2-tiny --cluster "$clusters/cpu-sim-$ranks.json" \
+  "$weftc" compile --model "$model" --cluster "$clusters/cpu-sim-$ranks.json" \
     --global-batch 4 --seq-len 32 --lr 1e-2 --warmup-steps 2 \
     --decay-steps 20 "$@" -o "$name" || fail "weftc compile $name"
   timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$run" \
@@ -20,7 +24,7 @@ compile() { # NAME RANKS FLAGS...
     || fail "weft-run $name exited $?"
 }
 compile serial 1 --dp 1 --micro-batch 4
-compile dp2 2 --dp 2 --micro-batch 1
+compile dp2 2 --dp 2 --micro-batch 1 --zero "$zero"
 python3 - serial.jsonl dp2.jsonl <<'PY' || fail "losses"
 import json, sys
 serial, dp2 = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:])
@@ -30,4 +34,4 @@ for step, (a, b) in enumerate(zip(serial, dp2), 1):
     assert abs(a - b) <= 1e-5 * abs(a), f"step {step}: serial {a} dp2 {b}"
 print("serial", serial, "\ndp2   ", dp2)
 PY
-echo "PASS: compile-gpt2"
+echo "PASS: compile $model zero $zero"

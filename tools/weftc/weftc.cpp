@@ -402,7 +402,7 @@ int checkCompileSlice(const weft::planner::ParallelConfig &config,
     return fail("compile: TP > 1 is not lowered yet");
   if (config.pp > 1)
     return fail("compile: PP > 1 is not lowered yet");
-  if (config.zero != 0)
+  if (config.zero > 1)
     return fail("compile: ZeRO " + llvm::Twine(config.zero) +
                 " is not lowered yet");
   if (config.recompute != Recompute::None)

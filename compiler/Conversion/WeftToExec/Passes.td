@@ -14,10 +14,11 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     replays per optimizer step (docs/lowering.md, docs/exec-dialect.md).
 
     Supported slice: one stage and TP = 1 (so every DP rank runs one shared
-    program), ZeRO 0, recompute `none`, fp32, and the GPT-2 family's ops
-    (embedding with learned positions, layer norm, fused-QKV attention with
-    biases, ungated MLP with biases, tied LM head, cross-entropy). Anything
-    else is rejected with an error naming the op or setting.
+    program), ZeRO 0 or 1, recompute `none`, fp32, and the GPT-2 and LLaMA
+    families' ops (embedding with or without learned positions, layer and
+    RMS norms, fused or separate QKV attention with GQA, biases and rotary
+    embeddings, plain or gated MLPs, tied or untied LM head, cross-entropy).
+    Anything else is rejected with an error naming the op or setting.
 
     Persistent state lives in four flat f32 buffers (`params`, `grads`,
     `exp_avg`, `exp_avg_sq`), one slot per parameter at a 64-byte aligned
@@ -32,6 +33,12 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     `grad_div = grad_accum * dp`, so the all-reduced gradient is the
     global-batch mean). Activations get one arena buffer per value and
     micro-batch; `weft-plan-memory` overlaps them by liveness.
+
+    ZeRO-1 pads each slot to a multiple of DP x 16 elements and keeps the
+    rank's piece of every slot contiguously in `master`, `grads.shard` and
+    the moment buffers: one `reduce_scatter` per slot replaces the
+    all-reduce, the partial gradient norm is all-reduced, AdamW runs once
+    over the shard, and one `all_gather` per slot rebuilds `params`.
   }];
   let dependentDialects = ["::mlir::weftx::WeftExecDialect"];
   let options = [

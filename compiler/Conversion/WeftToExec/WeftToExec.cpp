@@ -2,7 +2,8 @@
 //
 // Schedules one optimizer step of a differentiated stage function as a weftx
 // program (docs/lowering.md, step 7). Every L1 tensor becomes a byte range:
-// parameters, gradients and AdamW moments slots of flat persistent buffers,
+// parameters, gradients and AdamW moments slots of flat persistent buffers
+// (with ZeRO-1, the moments and master weights hold this DP rank's pieces),
 // activations one arena buffer per value and micro-batch. Each weft op
 // expands into GEMMs and launches of the runtime's registry kernels with the
 // exact operand order of docs/runtime.md.
@@ -66,6 +67,14 @@ struct Parallel {
   std::string recompute = "none";
 };
 
+/// Where a parameter lives in the flat buffers, in elements: its slot of the
+/// full parameter and gradient buffers, padded to `padded` elements, and the
+/// start of this rank's `padded / zeroShards` piece in the ZeRO-1 shard
+/// buffers.
+struct FlatSlot {
+  int64_t start = 0, padded = 0, shardStart = 0;
+};
+
 /// One column block of a (possibly fused) QKV projection: the weight (and
 /// bias) slice that produces q, k or v.
 struct Projection {
@@ -86,6 +95,8 @@ private:
   LogicalResult findFunctions();
   LogicalResult readParallel();
   void declareParameters();
+  /// Gradient sync, clipping, AdamW and (ZeRO-1) the parameter all-gather.
+  void optimizerStep();
 
   // --- Buffers, kernels, instructions -------------------------------------
   Slice newBuffer(StringRef name, int64_t elements, wx::Region region,
@@ -120,12 +131,14 @@ private:
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerEmbedding(EmbeddingOp op);
   LogicalResult lowerLayerNorm(LayerNormOp op);
+  LogicalResult lowerRmsNorm(RMSNormOp op);
   LogicalResult lowerAttention(AttentionOp op);
   LogicalResult lowerMlp(MLPOp op);
   LogicalResult lowerLmHead(LMHeadOp op);
   LogicalResult lowerAddF(arith::AddFOp op);
   LogicalResult lowerEmbeddingGrad(EmbeddingGradOp op);
   LogicalResult lowerLayerNormGrad(LayerNormGradOp op);
+  LogicalResult lowerRmsNormGrad(RMSNormGradOp op);
   LogicalResult lowerAttentionGrad(AttentionGradOp op);
   LogicalResult lowerMlpGrad(MLPGradOp op);
   LogicalResult lowerLmHeadGrad(LMHeadGradOp op);
@@ -135,14 +148,30 @@ private:
   /// Layer norm forward into fresh buffers: (y, mean, rstd).
   std::array<Slice, 3> layerNormForward(Value x, Value w, Value b,
                                         double epsilon);
+  /// RMSNorm forward into fresh buffers: (y, rstd).
+  std::array<Slice, 2> rmsNormForward(Value x, Value w, double epsilon);
   FailureOr<SmallVector<Projection, 3>>
   projections(Operation *op, ValueRange weights, ValueRange biases,
               int64_t heads, int64_t kvHeads, int64_t headDim);
-  /// q, k, v = x W_j (+ b_j), then the attention core: (q, k, v, ctx, lse).
+  /// The rotary base of a causal attention op as the registry's integer
+  /// `theta` constant, 0 without rotary embeddings.
+  FailureOr<int64_t> rotaryTheta(Operation *op, bool causal,
+                                 std::optional<APFloat> ropeTheta);
+  /// Rotary embedding (`kernel` is rotary_forward or rotary_backward) of
+  /// `heads` heads in place.
+  void rotate(StringRef kernel, Slice x, int64_t heads, int64_t headDim,
+              int64_t theta);
+  /// q, k, v = x W_j (+ b_j), rotated by `theta` if non-zero, then the
+  /// attention core: (q, k, v, ctx, lse).
   SmallVector<Slice, 5> attentionForward(Slice x, int64_t hidden,
                                          ArrayRef<Projection> proj,
                                          int64_t heads, int64_t kvHeads,
-                                         int64_t headDim);
+                                         int64_t headDim, int64_t theta);
+  /// The MLP's hidden state from x: u = x up (+ bu), g = x gate (gated only),
+  /// h = act(u) or act(g) u. Returns (u, g, h).
+  std::array<Slice, 3> mlpForward(Slice x, int64_t hidden, int64_t ffn,
+                                  Value up, Value upBias, Value gate,
+                                  int64_t act);
   /// The registry's `act` code, or -1.
   static int64_t activationCode(StringRef name);
 
@@ -163,9 +192,17 @@ private:
   llvm::DenseMap<std::pair<StringAttr, DictionaryAttr>, StringAttr> kernels;
 
   SmallVector<ParamOp> params; // forward declaration order, unique names
+  SmallVector<FlatSlot> slots; // parallel to `params`
   llvm::StringMap<Slice> paramSlot, gradSlot;
-  int64_t flatElements = 0;
+  /// DP ranks the optimizer state is split over: dp with ZeRO-1, else 1.
+  int64_t zeroShards = 1;
+  /// Elements of the full flat buffers and of the optimizer's buffers (the
+  /// shard buffers with ZeRO-1, the full ones otherwise).
+  int64_t flatElements = 0, stateElements = 0;
   Slice paramsBuf, gradsBuf, expAvg, expAvgSq, loss, sumsq, tokens, targets;
+  /// The optimizer's fp32 weights and gradients: this rank's shards with
+  /// ZeRO-1, else `paramsBuf` and `gradsBuf`.
+  Slice master, gradShards;
 
   llvm::DenseMap<Value, Slice> values;
   llvm::DenseMap<int64_t, Slice> saved; // slot -> buffer, this micro-batch
@@ -220,7 +257,7 @@ LogicalResult StepScheduler::readParallel() {
     return forward.emitError("weft-schedule: TP > 1 is not lowered yet");
   if (par.pp > 1)
     return forward.emitError("weft-schedule: PP > 1 is not lowered yet");
-  if (par.zero != 0)
+  if (par.zero > 1)
     return forward.emitError("weft-schedule: ZeRO ")
            << par.zero << " is not lowered yet";
   if (par.recompute != "none")
@@ -303,35 +340,60 @@ void StepScheduler::declareParameters() {
     params.push_back(op);
     paramSlot[op.getName()] = {};
   });
-  SmallVector<int64_t> starts;
+  // With ZeRO-1 every slot is padded so that each DP rank's piece is a
+  // whole number of aligned elements; the pieces are contiguous in the shard
+  // buffers, so one optimizer step covers them all.
+  int64_t shardElements = 0;
   for (ParamOp op : params) {
-    flatElements = llvm::alignTo(flatElements, kSlotAlign);
-    starts.push_back(flatElements);
-    flatElements += op.getNumElements();
+    FlatSlot slot;
+    slot.start = flatElements = llvm::alignTo(flatElements, kSlotAlign);
+    slot.padded = zeroShards == 1
+                      ? op.getNumElements()
+                      : int64_t(llvm::alignTo(op.getNumElements(),
+                                              zeroShards * kSlotAlign));
+    slot.shardStart = shardElements;
+    flatElements += slot.padded;
+    shardElements += slot.padded / zeroShards;
+    slots.push_back(slot);
   }
+  stateElements = zeroShards == 1 ? flatElements : shardElements;
   paramsBuf = newBuffer("params", flatElements, wx::Region::persistent, f32);
   gradsBuf = newBuffer("grads", flatElements, wx::Region::persistent, f32);
-  expAvg = newBuffer("exp_avg", flatElements, wx::Region::persistent, f32);
-  expAvgSq = newBuffer("exp_avg_sq", flatElements, wx::Region::persistent, f32);
-  for (auto [op, start] : llvm::zip(params, starts)) {
-    paramSlot[op.getName()] = paramsBuf.sub(start, op.getNumElements());
-    gradSlot[op.getName()] = gradsBuf.sub(start, op.getNumElements());
+  expAvg = newBuffer("exp_avg", stateElements, wx::Region::persistent, f32);
+  expAvgSq =
+      newBuffer("exp_avg_sq", stateElements, wx::Region::persistent, f32);
+  master = paramsBuf;
+  gradShards = gradsBuf;
+  if (zeroShards > 1) {
+    master = newBuffer("master", stateElements, wx::Region::persistent, f32);
+    gradShards =
+        newBuffer("grads.shard", stateElements, wx::Region::persistent, f32);
+  }
+  for (auto [op, slot] : llvm::zip(params, slots)) {
+    paramSlot[op.getName()] = paramsBuf.sub(slot.start, op.getNumElements());
+    gradSlot[op.getName()] = gradsBuf.sub(slot.start, op.getNumElements());
   }
 
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointAfter(program);
-  for (ParamOp op : params) {
+  auto role = FlatSymbolRefAttr::get(program.getSymNameAttr());
+  for (auto [op, slot] : llvm::zip(params, slots)) {
     auto type = cast<RankedTensorType>(op.getType());
     auto init = *wx::symbolizeInitKind(stringifyInitKind(op.getInit()));
-    auto shard = wx::ShardAttr::get(
-        ctx, FlatSymbolRefAttr::get(program.getSymNameAttr()),
-        FlatSymbolRefAttr::get(paramsBuf.buffer),
+    SmallVector<Attribute, 2> shards = {wx::ShardAttr::get(
+        ctx, role, FlatSymbolRefAttr::get(paramsBuf.buffer),
         paramSlot[op.getName()].offset, /*dim=*/-1, /*start=*/0, /*length=*/0,
-        /*zero_shards=*/1, op.getNumElements());
+        /*zero_shards=*/1, op.getNumElements())};
+    // The ZeRO-1 master weights start as this DP rank's piece.
+    if (zeroShards > 1)
+      shards.push_back(wx::ShardAttr::get(
+          ctx, role, FlatSymbolRefAttr::get(master.buffer),
+          slot.shardStart * kF32Bytes, /*dim=*/-1, /*start=*/0,
+          /*length=*/0, zeroShards, slot.padded));
     wx::ParameterOp::create(builder, op.getLoc(), op.getName(), type.getShape(),
                             type.getElementType(), init, op.getInitStdAttr(),
                             op.getCheckpointName(), op.getHfTransposed(),
-                            builder.getArrayAttr({shard}));
+                            builder.getArrayAttr(shards));
   }
 }
 
@@ -377,6 +439,19 @@ std::array<Slice, 3> StepScheduler::layerNormForward(Value x, Value w, Value b,
   return {y, mean, rstd};
 }
 
+std::array<Slice, 2> StepScheduler::rmsNormForward(Value x, Value w,
+                                                   double epsilon) {
+  int64_t h = width(x);
+  Slice y = activation("rms_norm", rows() * h);
+  Slice rstd = activation("rms_norm.rstd", rows());
+  launch("rms_norm_forward",
+         {{"rows", rows()},
+          {"width", h},
+          {"eps_nano", int64_t(std::llround(epsilon * 1e9))}},
+         {lookup(x), lookup(w)}, {y, rstd});
+  return {y, rstd};
+}
+
 LogicalResult StepScheduler::lowerEmbedding(EmbeddingOp op) {
   if (op.getTokenTypes() || op.getPositionOffset() != 0)
     return op.emitError("weft-schedule: token types and position offsets are "
@@ -407,6 +482,12 @@ LogicalResult StepScheduler::lowerLayerNorm(LayerNormOp op) {
   return success();
 }
 
+LogicalResult StepScheduler::lowerRmsNorm(RMSNormOp op) {
+  values[op.getResult()] = rmsNormForward(op.getInput(), op.getWeight(),
+                                          op.getEpsilon().convertToDouble())[0];
+  return success();
+}
+
 FailureOr<SmallVector<Projection, 3>>
 StepScheduler::projections(Operation *op, ValueRange weights, ValueRange biases,
                            int64_t heads, int64_t kvHeads, int64_t headDim) {
@@ -431,12 +512,38 @@ StepScheduler::projections(Operation *op, ValueRange weights, ValueRange biases,
   return proj;
 }
 
-SmallVector<Slice, 5> StepScheduler::attentionForward(Slice x, int64_t hidden,
-                                                      ArrayRef<Projection> proj,
-                                                      int64_t heads,
-                                                      int64_t kvHeads,
-                                                      int64_t headDim) {
+FailureOr<int64_t>
+StepScheduler::rotaryTheta(Operation *op, bool causal,
+                           std::optional<APFloat> ropeTheta) {
+  if (!causal)
+    return op->emitError("weft-schedule: bidirectional attention is not "
+                         "lowered yet");
+  if (!ropeTheta)
+    return 0;
+  // Kernel constants are integers (docs/runtime.md).
+  double theta = ropeTheta->convertToDouble();
+  if (theta < 1 || theta != std::floor(theta))
+    return op->emitError("weft-schedule: rope_theta ")
+           << theta << " is not a positive integer";
+  return int64_t(theta);
+}
+
+void StepScheduler::rotate(StringRef kernel, Slice x, int64_t heads,
+                           int64_t headDim, int64_t theta) {
+  launch(kernel,
+         {{"batch", par.microBatch},
+          {"seq", options.seqLen},
+          {"heads", heads},
+          {"head_dim", headDim},
+          {"theta", theta}},
+         {x}, {x});
+}
+
+SmallVector<Slice, 5> StepScheduler::attentionForward(
+    Slice x, int64_t hidden, ArrayRef<Projection> proj, int64_t heads,
+    int64_t kvHeads, int64_t headDim, int64_t theta) {
   const char *names[3] = {"attn.q", "attn.k", "attn.v"};
+  int64_t projHeads[3] = {heads, kvHeads, kvHeads};
   SmallVector<Slice, 5> out;
   for (auto [j, p] : llvm::enumerate(proj)) {
     Slice y = activation(names[j], rows() * p.width);
@@ -446,6 +553,9 @@ SmallVector<Slice, 5> StepScheduler::attentionForward(Slice x, int64_t hidden,
     if (p.bias)
       launch("bias_add", {{"rows", rows()}, {"width", p.width}},
              {y, lookup(p.bias).sub(p.column, p.width)}, {y});
+    // Rotary embeddings turn q and k in place, after any bias.
+    if (theta && j < 2)
+      rotate("rotary_forward", y, projHeads[j], headDim, theta);
     out.push_back(y);
   }
   Slice context = activation("attn.context", rows() * heads * headDim);
@@ -464,9 +574,9 @@ SmallVector<Slice, 5> StepScheduler::attentionForward(Slice x, int64_t hidden,
 }
 
 LogicalResult StepScheduler::lowerAttention(AttentionOp op) {
-  if (op.getRopeTheta() || !op.getCausal())
-    return op.emitError("weft-schedule: rotary or bidirectional attention is "
-                        "not lowered yet");
+  FailureOr<int64_t> theta = rotaryTheta(op, op.getCausal(), op.getRopeTheta());
+  if (failed(theta))
+    return failure();
   auto proj =
       projections(op, op.getQkvWeights(), op.getQkvBiases(), op.getNumHeads(),
                   op.getNumKvHeads(), op.getHeadDim());
@@ -476,7 +586,7 @@ LogicalResult StepScheduler::lowerAttention(AttentionOp op) {
           inner = op.getNumHeads() * op.getHeadDim();
   SmallVector<Slice, 5> state =
       attentionForward(lookup(op.getInput()), hidden, *proj, op.getNumHeads(),
-                       op.getNumKvHeads(), op.getHeadDim());
+                       op.getNumKvHeads(), op.getHeadDim(), *theta);
   Slice y = activation("attn.out", rows() * hidden);
   gemm(false, false, rows(), hidden, inner, state[3], inner,
        lookup(op.getOutWeight()), hidden, y, hidden, false);
@@ -487,20 +597,37 @@ LogicalResult StepScheduler::lowerAttention(AttentionOp op) {
   return success();
 }
 
+std::array<Slice, 3> StepScheduler::mlpForward(Slice x, int64_t hidden,
+                                               int64_t ffn, Value up,
+                                               Value upBias, Value gate,
+                                               int64_t act) {
+  int64_t n = rows() * ffn;
+  Slice u = activation("mlp.up", n);
+  gemm(false, false, rows(), ffn, hidden, x, hidden, lookup(up), ffn, u, ffn,
+       false);
+  if (upBias)
+    launch("bias_add", {{"rows", rows()}, {"width", ffn}}, {u, lookup(upBias)},
+           {u});
+  Slice h = activation("mlp.act", n);
+  if (!gate) {
+    launch("activation_forward", {{"n", n}, {"act", act}}, {u}, {h});
+    return {u, Slice(), h};
+  }
+  Slice g = activation("mlp.gate", n);
+  gemm(false, false, rows(), ffn, hidden, x, hidden, lookup(gate), ffn, g, ffn,
+       false);
+  launch("gated_forward", {{"n", n}, {"act", act}}, {g, u}, {h});
+  return {u, g, h};
+}
+
 LogicalResult StepScheduler::lowerMlp(MLPOp op) {
   int64_t act = activationCode(op.getActivation());
-  if (op.getGateWeight() || act < 0)
-    return op.emitError("weft-schedule: gated MLPs and activation '")
-           << op.getActivation() << "' are not lowered yet";
+  if (act < 0)
+    return op.emitError("weft-schedule: activation '")
+           << op.getActivation() << "' is not lowered yet";
   int64_t hidden = width(op.getInput()), ffn = width(op.getUpWeight());
-  Slice u = activation("mlp.up", rows() * ffn);
-  gemm(false, false, rows(), ffn, hidden, lookup(op.getInput()), hidden,
-       lookup(op.getUpWeight()), ffn, u, ffn, false);
-  if (Value bias = op.getUpBias())
-    launch("bias_add", {{"rows", rows()}, {"width", ffn}}, {u, lookup(bias)},
-           {u});
-  Slice h = activation("mlp.act", rows() * ffn);
-  launch("activation_forward", {{"n", rows() * ffn}, {"act", act}}, {u}, {h});
+  Slice h = mlpForward(lookup(op.getInput()), hidden, ffn, op.getUpWeight(),
+                       op.getUpBias(), op.getGateWeight(), act)[2];
   Slice y = activation("mlp.out", rows() * hidden);
   gemm(false, false, rows(), hidden, ffn, h, ffn, lookup(op.getDownWeight()),
        hidden, y, hidden, false);
@@ -581,10 +708,25 @@ LogicalResult StepScheduler::lowerLayerNormGrad(LayerNormGradOp op) {
   return success();
 }
 
+LogicalResult StepScheduler::lowerRmsNormGrad(RMSNormGradOp op) {
+  // Recompute the row statistics, as for layer norms.
+  Slice rstd = rmsNormForward(op.getInput(), op.getWeight(),
+                              op.getEpsilon().convertToDouble())[1];
+  bindParameterGrads(op);
+  int64_t h = width(op.getInput());
+  Slice dx = activation("rms_norm.grad", rows() * h);
+  launch("rms_norm_backward", {{"rows", rows()}, {"width", h}},
+         {lookup(op.getInput()), lookup(op.getWeight()), rstd,
+          lookup(op.getGrad())},
+         {dx, lookup(op.getResult(1))});
+  values[op.getResult(0)] = dx;
+  return success();
+}
+
 LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
-  if (op.getRopeTheta() || !op.getCausal())
-    return op.emitError("weft-schedule: rotary or bidirectional attention is "
-                        "not lowered yet");
+  FailureOr<int64_t> theta = rotaryTheta(op, op.getCausal(), op.getRopeTheta());
+  if (failed(theta))
+    return failure();
   auto proj =
       projections(op, op.getQkvWeights(), op.getQkvBiases(), op.getNumHeads(),
                   op.getNumKvHeads(), op.getHeadDim());
@@ -593,8 +735,9 @@ LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
   Slice x = lookup(op.getInput()), dy = lookup(op.getGrad());
   int64_t hidden = width(op.getInput()),
           inner = op.getNumHeads() * op.getHeadDim();
-  SmallVector<Slice, 5> state = attentionForward(
-      x, hidden, *proj, op.getNumHeads(), op.getNumKvHeads(), op.getHeadDim());
+  SmallVector<Slice, 5> state =
+      attentionForward(x, hidden, *proj, op.getNumHeads(), op.getNumKvHeads(),
+                       op.getHeadDim(), *theta);
   // Output projection: dWo += ctx^T dy, dbo += sum_rows(dy), dctx = dy Wo^T.
   gemm(true, false, inner, hidden, rows(), state[3], inner, dy, hidden,
        *gradOf(op.getOutWeight()), hidden, true);
@@ -616,6 +759,13 @@ LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
           {"head_dim", op.getHeadDim()},
           {"causal", 1}},
          {state[0], state[1], state[2], state[3], state[4], dctx}, dqkv);
+  // dq, dk are gradients of the rotated q, k: rotate them back in place.
+  if (*theta) {
+    rotate("rotary_backward", dqkv[0], op.getNumHeads(), op.getHeadDim(),
+           *theta);
+    rotate("rotary_backward", dqkv[1], op.getNumKvHeads(), op.getHeadDim(),
+           *theta);
+  }
   // Input projections: dW_j += x^T dqkv_j, db_j += sum_rows(dqkv_j),
   // dx = sum_j dqkv_j W_j^T.
   Slice dx = activation("attn.grad", rows() * hidden);
@@ -636,37 +786,47 @@ LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
 
 LogicalResult StepScheduler::lowerMlpGrad(MLPGradOp op) {
   int64_t act = activationCode(op.getActivation());
-  if (op.getGateWeight() || act < 0)
-    return op.emitError("weft-schedule: gated MLPs and activation '")
-           << op.getActivation() << "' are not lowered yet";
+  if (act < 0)
+    return op.emitError("weft-schedule: activation '")
+           << op.getActivation() << "' is not lowered yet";
   Slice x = lookup(op.getInput()), dy = lookup(op.getGrad());
-  Slice up = lookup(op.getUpWeight()), down = lookup(op.getDownWeight());
   int64_t hidden = width(op.getInput()), ffn = width(op.getUpWeight());
-  // Recompute u = x up (+ bu) and h = act(u).
-  Slice u = activation("mlp.up", rows() * ffn);
-  gemm(false, false, rows(), ffn, hidden, x, hidden, up, ffn, u, ffn, false);
-  if (Value bias = op.getUpBias())
-    launch("bias_add", {{"rows", rows()}, {"width", ffn}}, {u, lookup(bias)},
-           {u});
-  Slice h = activation("mlp.act", rows() * ffn);
-  launch("activation_forward", {{"n", rows() * ffn}, {"act", act}}, {u}, {h});
+  int64_t n = rows() * ffn;
+  Value gate = op.getGateWeight();
+  auto [u, g, h] =
+      mlpForward(x, hidden, ffn, op.getUpWeight(), op.getUpBias(), gate, act);
   gemm(true, false, ffn, hidden, rows(), h, ffn, dy, hidden,
        *gradOf(op.getDownWeight()), hidden, true);
   if (Value bias = op.getDownBias())
     launch("bias_grad", {{"rows", rows()}, {"width", hidden}}, {dy},
            {*gradOf(bias)});
-  Slice dh = activation("mlp.act.grad", rows() * ffn);
-  gemm(false, true, rows(), ffn, hidden, dy, hidden, down, hidden, dh, ffn,
-       false);
-  launch("activation_backward", {{"n", rows() * ffn}, {"act", act}}, {u, dh},
-         {dh});
-  gemm(true, false, hidden, ffn, rows(), x, hidden, dh, ffn,
+  Slice dh = activation("mlp.act.grad", n);
+  gemm(false, true, rows(), ffn, hidden, dy, hidden, lookup(op.getDownWeight()),
+       hidden, dh, ffn, false);
+  // du (and dg) from dh; ungated du overwrites dh.
+  Slice du = dh, dg;
+  if (gate) {
+    du = activation("mlp.up.grad", n);
+    dg = activation("mlp.gate.grad", n);
+    launch("gated_backward", {{"n", n}, {"act", act}}, {g, u, dh}, {dg, du});
+  } else {
+    launch("activation_backward", {{"n", n}, {"act", act}}, {u, dh}, {du});
+  }
+  gemm(true, false, hidden, ffn, rows(), x, hidden, du, ffn,
        *gradOf(op.getUpWeight()), ffn, true);
   if (Value bias = op.getUpBias())
-    launch("bias_grad", {{"rows", rows()}, {"width", ffn}}, {dh},
+    launch("bias_grad", {{"rows", rows()}, {"width", ffn}}, {du},
            {*gradOf(bias)});
+  // dx = du up^T (+ dg gate^T).
   Slice dx = activation("mlp.grad", rows() * hidden);
-  gemm(false, true, rows(), hidden, ffn, dh, ffn, up, ffn, dx, hidden, false);
+  gemm(false, true, rows(), hidden, ffn, du, ffn, lookup(op.getUpWeight()), ffn,
+       dx, hidden, false);
+  if (gate) {
+    gemm(true, false, hidden, ffn, rows(), x, hidden, dg, ffn, *gradOf(gate),
+         ffn, true);
+    gemm(false, true, rows(), hidden, ffn, dg, ffn, lookup(gate), ffn, dx,
+         hidden, true);
+  }
   bindParameterGrads(op);
   values[op.getResult(0)] = dx;
   return success();
@@ -778,12 +938,14 @@ LogicalResult StepScheduler::lowerOp(Operation *op) {
       .Case([](CrossEntropyOp) { return success(); })
       .Case([&](EmbeddingOp op) { return lowerEmbedding(op); })
       .Case([&](LayerNormOp op) { return lowerLayerNorm(op); })
+      .Case([&](RMSNormOp op) { return lowerRmsNorm(op); })
       .Case([&](AttentionOp op) { return lowerAttention(op); })
       .Case([&](MLPOp op) { return lowerMlp(op); })
       .Case([&](LMHeadOp op) { return lowerLmHead(op); })
       .Case([&](arith::AddFOp op) { return lowerAddF(op); })
       .Case([&](EmbeddingGradOp op) { return lowerEmbeddingGrad(op); })
       .Case([&](LayerNormGradOp op) { return lowerLayerNormGrad(op); })
+      .Case([&](RMSNormGradOp op) { return lowerRmsNormGrad(op); })
       .Case([&](AttentionGradOp op) { return lowerAttentionGrad(op); })
       .Case([&](MLPGradOp op) { return lowerMlpGrad(op); })
       .Case([&](LMHeadGradOp op) { return lowerLmHeadGrad(op); })
@@ -802,6 +964,48 @@ LogicalResult StepScheduler::lowerBlock(Block &block) {
   return success();
 }
 
+void StepScheduler::optimizerStep() {
+  Location loc = module.getLoc();
+  phaseLabel = "grad sync";
+  if (zeroShards > 1) {
+    // Each DP rank receives the sum of its piece of every gradient.
+    for (const FlatSlot &slot : slots) {
+      int64_t piece = slot.padded / zeroShards;
+      wx::ReduceScatterOp::create(
+          builder, loc, wx::ReduceKind::sum, piece, f32, "dp",
+          ranges({gradsBuf.sub(slot.start, slot.padded)}),
+          ranges({gradShards.sub(slot.shardStart, piece)}), phase());
+    }
+  } else if (par.dp > 1) {
+    wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, flatElements,
+                            f32, "dp", ranges({gradsBuf}), ranges({gradsBuf}),
+                            phase());
+  }
+  phaseLabel = "clip";
+  wx::GradNormOp::create(builder, loc, f32, ranges({gradShards}),
+                         ranges({sumsq}), phase());
+  // Sharded gradients: the global norm sums every rank's partial sum.
+  if (zeroShards > 1)
+    wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, 1, f32, "dp",
+                            ranges({sumsq}), ranges({sumsq}), phase());
+  wx::ClipOp::create(builder, loc, f32, ranges({sumsq, gradShards}),
+                     ranges({gradShards}), phase());
+  phaseLabel = "adamw";
+  wx::OptimizerStepOp::create(builder, loc, stateElements, f32,
+                              ranges({master, gradShards, expAvg, expAvgSq}),
+                              ranges({master, expAvg, expAvgSq}), phase());
+  if (zeroShards == 1)
+    return;
+  phaseLabel = "param gather";
+  for (const FlatSlot &slot : slots) {
+    int64_t piece = slot.padded / zeroShards;
+    wx::AllGatherOp::create(builder, loc, piece, f32, "dp",
+                            ranges({master.sub(slot.shardStart, piece)}),
+                            ranges({paramsBuf.sub(slot.start, slot.padded)}),
+                            phase());
+  }
+}
+
 LogicalResult StepScheduler::run() {
   if (failed(findFunctions()) || failed(readParallel()))
     return failure();
@@ -818,6 +1022,7 @@ LogicalResult StepScheduler::run() {
   firstStream = compute;
   builder.setInsertionPointToEnd(&compute.getBody().emplaceBlock());
 
+  zeroShards = par.zero == 1 ? par.dp : 1;
   declareParameters();
   loss = newBuffer("loss", 1, wx::Region::persistent, f32);
   sumsq = newBuffer("grad.sumsq", 1, wx::Region::persistent, f32);
@@ -852,21 +1057,7 @@ LogicalResult StepScheduler::run() {
     }
   }
 
-  if (par.dp > 1) {
-    phaseLabel = "grad sync";
-    wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, flatElements,
-                            f32, "dp", ranges({gradsBuf}), ranges({gradsBuf}),
-                            phase());
-  }
-  phaseLabel = "clip";
-  wx::GradNormOp::create(builder, loc, f32, ranges({gradsBuf}), ranges({sumsq}),
-                         phase());
-  wx::ClipOp::create(builder, loc, f32, ranges({sumsq, gradsBuf}),
-                     ranges({gradsBuf}), phase());
-  phaseLabel = "adamw";
-  wx::OptimizerStepOp::create(builder, loc, flatElements, f32,
-                              ranges({paramsBuf, gradsBuf, expAvg, expAvgSq}),
-                              ranges({paramsBuf, expAvg, expAvgSq}), phase());
+  optimizerStep();
 
   // Drop level L1: the module is now one bundle.
   while (&module.getBody()->front() != mesh.getOperation())

@@ -1,5 +1,8 @@
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 grad-accum=2' --weft-autodiff --weft-schedule='seq-len=8 lr=0.01' | FileCheck %s
+// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=LLAMA
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=ZERO1
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2' --weft-autodiff | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=TP
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=2' --weft-autodiff | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=ZERO2
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule 2>&1 | FileCheck %s --check-prefix=SEQ
 
 // GPT-2 tiny at DP 2 with two accumulated micro-batches of one sequence of 8
@@ -49,5 +52,65 @@
 // CHECK: weftx.parameter "transformer.wte.weight" [256, 64] f32 init normal(2.0{{.*}}e-02) hf "transformer.wte.weight" shards [#weftx.shard<role = @role0, buffer = @params, offset = 0, dim = -1, start = 0, length = 0, zero_shards = 1, padded_elements = 16384>]
 // CHECK-NEXT: weftx.parameter "transformer.wpe.weight" [128, 64] f32 init normal({{.*}}) hf "transformer.wpe.weight" shards [#weftx.shard<role = @role0, buffer = @params, offset = 65536,
 
+// LLaMA tiny: RMSNorm, separate q/k/v weights with 4 query and 2 KV heads,
+// rotary on q and k (in place, one specialization per head count), SwiGLU,
+// untied head.
+// LLAMA: weftx.kernel @rms_norm_forward file "kernels/rms_norm_forward.cu" constants {eps_nano = 10000 : i64, rows = 8 : i64, width = 64 : i64}
+// LLAMA-NEXT: weftx.kernel @rotary_forward file "kernels/rotary_forward.cu" constants {batch = 1 : i64, head_dim = 16 : i64, heads = 4 : i64, seq = 8 : i64, theta = 10000 : i64}
+// LLAMA-NEXT: weftx.kernel @rotary_forward.1 file "kernels/rotary_forward.1.cu" constants {batch = 1 : i64, head_dim = 16 : i64, heads = 2 : i64, seq = 8 : i64, theta = 10000 : i64}
+// LLAMA-NEXT: weftx.kernel @attention_forward file "kernels/attention_forward.cu" constants {batch = 1 : i64, causal = 1 : i64, head_dim = 16 : i64, heads = 4 : i64, kv_heads = 2 : i64, seq = 8 : i64}
+// LLAMA: weftx.kernel @gated_forward file "kernels/gated_forward.cu" constants {act = 3 : i64, n = 1408 : i64}
+// LLAMA-LABEL: weftx.program @role0
+// LLAMA: weftx.launch @rms_norm_forward reads(@embedding[0 +: 2048], @params[{{[0-9]+}} +: 256]) writes(@rms_norm[0 +: 2048], @rms_norm.rstd[0 +: 32]) phase "fwd mb0"
+// LLAMA-NEXT: weftx.gemm f32 m 64 n 8 k 64 lda 64 ldb 64 ldc 64 {{.*}} writes(@attn.q[0 +: 2048])
+// LLAMA-NEXT: weftx.launch @rotary_forward reads(@attn.q[0 +: 2048]) writes(@attn.q[0 +: 2048])
+// LLAMA-NEXT: weftx.gemm f32 m 32 n 8 k 64 lda 32 ldb 64 ldc 32 {{.*}} writes(@attn.k[0 +: 1024])
+// LLAMA-NEXT: weftx.launch @rotary_forward.1 reads(@attn.k[0 +: 1024]) writes(@attn.k[0 +: 1024])
+// LLAMA-NEXT: weftx.gemm f32 m 32 n 8 k 64 lda 32 ldb 64 ldc 32 {{.*}} writes(@attn.v[0 +: 1024])
+// LLAMA-NEXT: weftx.launch @attention_forward reads(@attn.q[0 +: 2048], @attn.k[0 +: 1024], @attn.v[0 +: 1024])
+// SwiGLU: h = silu(x gate) * (x up).
+// LLAMA: weftx.gemm f32 m 176 n 8 k 64 {{.*}} reads(@params[{{[0-9]+}} +: 45056], @rms_norm.1[0 +: 2048]) writes(@mlp.up[0 +: 5632])
+// LLAMA-NEXT: weftx.gemm f32 m 176 n 8 k 64 {{.*}} reads(@params[{{[0-9]+}} +: 45056], @rms_norm.1[0 +: 2048]) writes(@mlp.gate[0 +: 5632])
+// LLAMA-NEXT: weftx.launch @gated_forward reads(@mlp.gate[0 +: 5632], @mlp.up[0 +: 5632]) writes(@mlp.act[0 +: 5632])
+// Backward of the last layer's MLP: dGate, dUp from the gated kernel, then
+// dUp += x^T du, dx = du up^T + dg gate^T.
+// LLAMA: weftx.launch @gated_backward reads(@mlp.gate.2[0 +: 5632], @mlp.up.2[0 +: 5632], @mlp.act.grad[0 +: 5632]) writes(@mlp.gate.grad[0 +: 5632], @mlp.up.grad[0 +: 5632]) phase "bwd mb0"
+// LLAMA-NEXT: weftx.gemm f32 trans_b m 176 n 64 k 8 {{.*}} reads(@mlp.up.grad[0 +: 5632], @rms_norm.3[0 +: 2048], @grads[[[UP1:[0-9]+]] +: 45056]) writes(@grads[[[UP1]] +: 45056])
+// LLAMA-NEXT: weftx.gemm f32 trans_a m 64 n 8 k 176 {{.*}} beta 0.0{{.*}} reads(@params[[[UP1]] +: 45056], @mlp.up.grad[0 +: 5632]) writes(@mlp.grad[0 +: 2048])
+// LLAMA-NEXT: weftx.gemm f32 trans_b m 176 n 64 k 8 {{.*}} reads(@mlp.gate.grad[0 +: 5632], @rms_norm.3[0 +: 2048], @grads[[[GATE1:[0-9]+]] +: 45056]) writes(@grads[[[GATE1]] +: 45056])
+// LLAMA-NEXT: weftx.gemm f32 trans_a m 64 n 8 k 176 {{.*}} beta 1.0{{.*}} reads(@params[[[GATE1]] +: 45056], @mlp.gate.grad[0 +: 5632], @mlp.grad[0 +: 2048]) writes(@mlp.grad[0 +: 2048])
+// LLAMA-NEXT: weftx.launch @rms_norm_forward
+// LLAMA-NEXT: weftx.launch @rms_norm_backward reads({{.*}}, @mlp.grad[0 +: 2048]) writes(@rms_norm.grad.1[0 +: 2048], @grads[{{[0-9]+}} +: 256])
+// LLAMA-NEXT: weftx.launch @residual_add
+// dq, dk are rotated back after the attention backward.
+// LLAMA: weftx.launch @attention_backward {{.*}} writes(@attn.q.grad[0 +: 2048], @attn.k.grad[0 +: 1024], @attn.v.grad[0 +: 1024])
+// LLAMA-NEXT: weftx.launch @rotary_backward reads(@attn.q.grad[0 +: 2048]) writes(@attn.q.grad[0 +: 2048])
+// LLAMA-NEXT: weftx.launch @rotary_backward.1 reads(@attn.k.grad[0 +: 1024]) writes(@attn.k.grad[0 +: 1024])
+// LLAMA: weftx.parameter "lm_head.weight" [256, 64]
+
+// ZeRO-1 at DP 2: slots padded to multiples of 2 x 16 elements, the rank's
+// pieces contiguous in @master, @grads.shard and the moments; one
+// reduce-scatter and one all-gather per parameter, the partial gradient norm
+// all-reduced, one AdamW step over the shard.
+// ZERO1: weftx.buffer @params persistent size [[FLAT:[0-9]+]] align 64 : f32
+// ZERO1-NEXT: weftx.buffer @grads persistent size [[FLAT]] align 64 : f32
+// ZERO1-NEXT: weftx.buffer @exp_avg persistent size [[SHARD:[0-9]+]] align 64 : f32
+// ZERO1-NEXT: weftx.buffer @exp_avg_sq persistent size [[SHARD]] align 64 : f32
+// ZERO1-NEXT: weftx.buffer @master persistent size [[SHARD]] align 64 : f32
+// ZERO1-NEXT: weftx.buffer @grads.shard persistent size [[SHARD]] align 64 : f32
+// ZERO1-NOT: weftx.all_reduce {{.*}} @grads
+// ZERO1: weftx.reduce_scatter sum 8192 x f32 on @dp reads(@grads[0 +: 65536]) writes(@grads.shard[0 +: 32768]) phase "grad sync"
+// ZERO1-NEXT: weftx.reduce_scatter sum 4096 x f32 on @dp reads(@grads[65536 +: 32768]) writes(@grads.shard[32768 +: 16384]) phase "grad sync"
+// ZERO1-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[98304 +: 256]) writes(@grads.shard[49152 +: 128]) phase "grad sync"
+// ZERO1: weftx.grad_norm f32 reads(@grads.shard[0 +: [[SHARD]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
+// ZERO1-NEXT: weftx.all_reduce sum 1 x f32 on @dp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "clip"
+// ZERO1-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads.shard[0 +: [[SHARD]]]) writes(@grads.shard[0 +: [[SHARD]]]) phase "clip"
+// ZERO1-NEXT: weftx.optimizer_step {{[0-9]+}} x f32 reads(@master[0 +: [[SHARD]]], @grads.shard[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) writes(@master[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) phase "adamw"
+// ZERO1-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
+// ZERO1-NEXT: weftx.all_gather 4096 x f32 on @dp reads(@master[32768 +: 16384]) writes(@params[65536 +: 32768]) phase "param gather"
+// Each parameter initializes its replicated copy and its master piece.
+// ZERO1: weftx.parameter "transformer.wpe.weight" [128, 64] {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = 65536, dim = -1, start = 0, length = 0, zero_shards = 1, padded_elements = 8192>, #weftx.shard<role = @role0, buffer = @master, offset = 32768, dim = -1, start = 0, length = 0, zero_shards = 2, padded_elements = 8192>]
+
 // TP: error: weft-schedule: TP > 1 is not lowered yet
+// ZERO2: error: weft-schedule: ZeRO 2 is not lowered yet
 // SEQ: error: weft-schedule: seq-len must be positive
