@@ -29,6 +29,42 @@ expect_error() { # PATTERN NP ARGS...: non-zero exit, one error line
   [ "$(grep -c 'weft-run: error:' err.txt)" -eq 1 ] || fail "not one error line"
 }
 
+resume() { # NP VARIANT DP MICRO ACCUM: 8 steps straight vs 4 + resume to 8
+  "$gen" mlp "$2" "$3" "$4" "$5" bundle || fail "generator"
+  local common="bundle --data tokens.bin --seed 7"
+  mpi "$1" "$run" $common --steps 8 --metrics full.jsonl \
+    --checkpoint-dir full || fail "uninterrupted run exited $?"
+  mpi "$1" "$run" $common --steps 4 --metrics a.jsonl --checkpoint-dir part \
+    --checkpoint-every 2 || fail "first half exited $?"
+  mpi "$1" "$run" $common --steps 8 --metrics b.jsonl --checkpoint-dir part \
+    --resume >resume.txt || fail "resumed run exited $?"
+  grep -q "checkpoint loaded part/step-4" resume.txt || fail "did not load step 4"
+  same_losses full.jsonl a.jsonl b.jsonl
+  for f in full/step-8/rank-*.bin; do
+    cmp "$f" "part/step-8/${f##*/}" || fail "final state differs: $f"
+  done
+}
+
+same_losses() { # FULL PARTS...: step, loss and grad norm strings identical
+  cut -d, -f1-3 "$1" >expected.txt
+  shift
+  cat "$@" | cut -d, -f1-3 >actual.txt
+  [ "$(wc -l <expected.txt)" -eq 8 ] || fail "expected 8 steps"
+  cmp expected.txt actual.txt || fail "losses differ after resume"
+}
+
+flip_byte() { # FILE OFFSET
+  python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(int(sys.argv[2])); b = f.read(1)
+f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0x40]))' "$1" "$2"
+}
+
+checkpoint_at_4() { # a DP2 bundle trained 4 steps into ck/step-4
+  "$gen" mlp ddp 2 2 1 bundle || fail generator
+  mpi 2 "$run" bundle --data tokens.bin --steps 4 --checkpoint-dir ck \
+    --quiet || fail "training exited $?"
+}
+
 case $case_name in
 serial) train 1 serial 1 4 1 ;;
 ddp2) train 2 ddp 2 2 1 ;;
@@ -63,6 +99,54 @@ watchdog)
   "$gen" deadlock bundle || fail generator
   expect_error "watchdog: rank 0 step 1 made no progress" 2 bundle \
     --data tokens.bin --unverified --watchdog-s 2 ;;
+resume-serial) resume 1 serial 1 4 1 ;;
+resume-ddp2) resume 2 ddp 2 2 1 ;;
+resume-zero1) resume 2 zero1 2 2 1 ;;
+resume-after-crash)
+  # A kill before the rename leaves step-4.tmp, one before the marker leaves
+  # step-6 without COMPLETE: both ignored, the run resumes from step 2.
+  "$gen" mlp ddp 2 2 1 bundle || fail generator
+  common="bundle --data tokens.bin --seed 7"
+  mpi 2 "$run" $common --steps 8 --metrics full.jsonl || fail "full run"
+  mpi 2 "$run" $common --steps 2 --metrics a.jsonl --checkpoint-dir part \
+    || fail "first run"
+  WEFT_TEST_CHECKPOINT_CRASH=before-rename mpi 2 "$run" $common --steps 4 \
+    --checkpoint-dir part --resume >/dev/null 2>&1 && fail "no crash"
+  [ -f part/step-4.tmp/manifest.json ] || fail "no step-4.tmp left behind"
+  WEFT_TEST_CHECKPOINT_CRASH=before-marker mpi 2 "$run" $common --steps 6 \
+    --checkpoint-dir part --resume >/dev/null 2>&1 && fail "no crash"
+  [ -d part/step-6 ] && [ ! -e part/step-6/COMPLETE ] || fail "no unmarked step-6"
+  mpi 2 "$run" $common --steps 8 --metrics b.jsonl --checkpoint-dir part \
+    --resume >resume.txt || fail "resumed run exited $?"
+  grep -q "checkpoint loaded part/step-2" resume.txt || fail "did not load step 2"
+  same_losses full.jsonl a.jsonl b.jsonl ;;
+corrupt-checkpoint)
+  checkpoint_at_4
+  flip_byte ck/step-4/rank-1.bin 5000
+  expect_error "rank 1: ck/step-4/rank-1.bin: checksum mismatch" 2 bundle \
+    --data tokens.bin --checkpoint-dir ck --resume ;;
+truncated-checkpoint)
+  checkpoint_at_4
+  truncate -s 4096 ck/step-4/rank-0.bin
+  expect_error "ck/step-4/rank-0.bin: file holds 4096 bytes" 2 bundle \
+    --data tokens.bin --checkpoint-dir ck --resume ;;
+checkpoint-other-bundle)
+  checkpoint_at_4
+  "$gen" mlp zero1 2 2 1 other || fail generator
+  expect_error "ck/step-4/manifest.json: written for bundle" 2 other \
+    --data tokens.bin --checkpoint-dir ck --resume ;;
+no-checkpoint)
+  "$gen" mlp ddp 2 2 1 bundle || fail generator
+  mkdir -p ck/step-3.tmp
+  expect_error "ck: no complete checkpoint to resume from" 2 bundle \
+    --data tokens.bin --checkpoint-dir ck --resume ;;
+checkpoint-write-error)
+  "$gen" mlp ddp 2 2 1 bundle || fail generator
+  touch in-the-way
+  expect_error "in-the-way: cannot create" 2 bundle --data tokens.bin \
+    --steps 2 --checkpoint-dir in-the-way
+  expect_error "resume need --checkpoint-dir" 2 bundle --data tokens.bin \
+    --resume ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"

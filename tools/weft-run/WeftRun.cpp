@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -103,9 +104,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     return "missing BUNDLE";
   if (cli.session.dataPath.empty())
     return "missing --data TOKENS";
-  if (!cli.checkpointDir.empty() || cli.checkpointEvery > 0 || cli.resume)
-    return "checkpoints (--checkpoint-dir, --checkpoint-every, --resume) are "
-           "not implemented yet";
+  if ((cli.checkpointEvery > 0 || cli.resume) && cli.checkpointDir.empty())
+    return "--checkpoint-every and --resume need --checkpoint-dir D";
+  if (cli.resume)
+    cli.session.resumeDir = cli.checkpointDir;
   return std::nullopt;
 }
 
@@ -144,6 +146,15 @@ void writeTrace(const weft::exec::Session &session, const std::string &path) {
     throw weft::exec::Error(file + ": cannot write the trace");
 }
 
+void logCheckpoint(const char *verb, const weft::exec::CheckpointStats &stats) {
+  double mb = double(stats.bytes) / 1e6;
+  std::printf("checkpoint %s %s: %.2f MB per rank in %.3f s (%.2f GB/s per "
+              "rank)\n",
+              verb, stats.dir.c_str(), mb, stats.seconds,
+              mb / 1e3 / std::max(stats.seconds, 1e-9));
+  std::fflush(stdout);
+}
+
 int run(const CliOptions &cli) {
   std::unique_ptr<weft::exec::Session> session;
   int rank = 0;
@@ -156,6 +167,29 @@ int run(const CliOptions &cli) {
       std::fprintf(stderr, "weft-run: error: %s\n", error.what());
     return 1;
   }
+  // The step of the newest checkpoint in the directory, so a resumed run
+  // that has nothing left to do does not rewrite it.
+  int64_t lastSaved = -1;
+  if (const auto &resumed = session->resumed()) {
+    lastSaved = resumed->step;
+    if (rank == 0 && !cli.quiet)
+      logCheckpoint("loaded", *resumed);
+  }
+  // A failed save is agreed by every rank, so the job exits cleanly.
+  auto save = [&]() {
+    try {
+      weft::exec::CheckpointStats stats =
+          session->saveCheckpoint(cli.checkpointDir);
+      lastSaved = stats.step;
+      if (rank == 0 && !cli.quiet)
+        logCheckpoint("saved", stats);
+      return true;
+    } catch (const weft::exec::Error &error) {
+      if (rank == 0)
+        std::fprintf(stderr, "weft-run: error: %s\n", error.what());
+      return false;
+    }
+  };
 
   try {
     std::FILE *metrics = nullptr;
@@ -166,9 +200,7 @@ int run(const CliOptions &cli) {
     }
     while (session->completedSteps() < cli.steps) {
       weft::exec::StepStats stats = session->runStep();
-      if (rank != 0)
-        continue;
-      if (!cli.quiet)
+      if (rank == 0 && !cli.quiet)
         std::printf("step %lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | "
                     "%.1f ms | %.0f tok/s\n",
                     (long long)stats.step, (long long)cli.steps, stats.loss,
@@ -185,7 +217,14 @@ int run(const CliOptions &cli) {
                      jsonNumber(stats.tokensPerS).c_str());
         std::fflush(metrics);
       }
+      // Every rank sees the same step here: the saves are collective.
+      if (cli.checkpointEvery > 0 && stats.step % cli.checkpointEvery == 0 &&
+          !save())
+        return 1;
     }
+    if (!cli.checkpointDir.empty() && lastSaved != session->completedSteps() &&
+        !save())
+      return 1;
     if (metrics && std::fclose(metrics) != 0)
       throw weft::exec::Error(cli.metricsPath + ": cannot write");
     if (!cli.tracePath.empty())

@@ -11,6 +11,7 @@
 
 #include "weft/exec/Session.h"
 #include "Describe.h"
+#include "weft/exec/Checkpoint.h"
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 #include "weft/kernels/Common.h"
@@ -21,10 +22,14 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
+#include <unistd.h>
 
 namespace weft::exec {
 
@@ -182,26 +187,33 @@ void Session::setUp(MPI_Comm world) {
   } catch (const std::exception &error) {
     failure = error.what();
   }
-  // Agree on the outcome: the lowest failing rank's message goes to all.
-  int firstFailing = failure.empty() ? worldSize_ : rank_;
-  MPI_Allreduce(MPI_IN_PLACE, &firstFailing, 1, MPI_INT, MPI_MIN, world);
-  if (firstFailing < worldSize_) {
-    int length = int(failure.size());
-    MPI_Bcast(&length, 1, MPI_INT, firstFailing, world);
-    failure.resize(size_t(length));
-    MPI_Bcast(failure.data(), length, MPI_CHAR, firstFailing, world);
-    if (firstFailing != 0)
-      failure = "rank " + std::to_string(firstFailing) + ": " + failure;
-    throw Error(failure);
-  }
+  agree(failure, world);
 
   buildCommunicators();
   const plan::Program &program = *rankProgram_.program;
-  persistent_ = backend_->allocateRegion(plan::Region::Persistent,
-                                         program.persistentBytes);
+  if (!persistent_) // resumeLocally() already holds the checkpoint's bytes
+    persistent_ = backend_->allocateRegion(plan::Region::Persistent,
+                                           program.persistentBytes);
   arena_ = backend_->allocateRegion(plan::Region::Arena, program.arenaBytes);
-  initializeParameters();
+  if (!resumed_)
+    initializeParameters();
   prepareInstructions();
+}
+
+void Session::agree(const std::string &localFailure, MPI_Comm comm) const {
+  // The lowest failing rank's message goes to all.
+  int firstFailing = localFailure.empty() ? worldSize_ : rank_;
+  MPI_Allreduce(MPI_IN_PLACE, &firstFailing, 1, MPI_INT, MPI_MIN, comm);
+  if (firstFailing == worldSize_)
+    return;
+  std::string failure = localFailure;
+  int length = int(failure.size());
+  MPI_Bcast(&length, 1, MPI_INT, firstFailing, comm);
+  failure.resize(size_t(length));
+  MPI_Bcast(failure.data(), length, MPI_CHAR, firstFailing, comm);
+  if (firstFailing != 0)
+    failure = "rank " + std::to_string(firstFailing) + ": " + failure;
+  throw Error(failure);
 }
 
 void Session::validateLocally() {
@@ -295,6 +307,149 @@ void Session::validateLocally() {
         throw Error(where + ": buffer 'loss' must be f32");
       lossBuffer_ = buffer.id;
     }
+  bundleHash_ = plan::contentHash(plan::toJson(bundle_), bundle_.files);
+  if (!options_.resumeDir.empty())
+    resumeLocally();
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints
+//===----------------------------------------------------------------------===//
+
+void Session::resumeLocally() {
+  double start = now();
+  std::optional<std::string> stepDir = newestCheckpoint(options_.resumeDir);
+  if (!stepDir)
+    throw Error(options_.resumeDir +
+                ": no complete checkpoint to resume from (no step-<N> "
+                "directory with a COMPLETE marker)");
+  Manifest manifest = loadManifest(*stepDir, bundleHash_, worldSize_);
+  const plan::Program &program = *rankProgram_.program;
+  RankFileInfo expected;
+  expected.bundleHash = bundleHash_;
+  expected.rank = rank_;
+  expected.worldSize = worldSize_;
+  expected.step = manifest.step;
+  expected.dataSamples = manifest.step * bundle_.training.globalBatch;
+  expected.payloadBytes = program.persistentBytes;
+  // Read straight into the region; nothing runs on it unless every rank's
+  // checksum matched (the agreement in setUp).
+  persistent_ = backend_->allocateRegion(plan::Region::Persistent,
+                                         program.persistentBytes);
+  const RankFileResult &recorded = manifest.results[size_t(rank_)];
+  readRankFile(*stepDir + "/" + manifest.files[size_t(rank_)], expected,
+               recorded, persistent_);
+  completedSteps_ = manifest.step;
+  resumed_ = CheckpointStats{*stepDir, manifest.step, recorded.fileBytes,
+                             now() - start};
+}
+
+namespace {
+
+/// Test hook: WEFT_TEST_CHECKPOINT_CRASH=<point> makes rank 0 die at that
+/// point of the commit, as a crash or kill would.
+void crashPoint(const char *point) {
+  const char *wanted = std::getenv("WEFT_TEST_CHECKPOINT_CRASH");
+  if (!wanted || std::strcmp(wanted, point) != 0)
+    return;
+  std::fprintf(stderr, "weft-run: test hook: crashing %s\n", point);
+  std::fflush(stderr);
+  std::_Exit(86);
+}
+
+void writeSmallFile(const std::string &path, const std::string &text) {
+  std::FILE *file = std::fopen(path.c_str(), "wb");
+  if (!file || std::fwrite(text.data(), 1, text.size(), file) != text.size() ||
+      std::fflush(file) != 0 || ::fsync(fileno(file)) != 0) {
+    if (file)
+      std::fclose(file);
+    throw Error(path + ": cannot write");
+  }
+  if (std::fclose(file) != 0)
+    throw Error(path + ": cannot write");
+}
+
+} // namespace
+
+CheckpointStats Session::saveCheckpoint(const std::string &dir) {
+  namespace fs = std::filesystem;
+  double start = now();
+  MPI_Comm comm = comms_->stats;
+  const std::string name = "step-" + std::to_string(completedSteps_);
+  const std::string tmp = dir + "/" + name + ".tmp";
+  const std::string final = dir + "/" + name;
+  auto attempt = [&](auto &&body) {
+    std::string failure;
+    try {
+      body();
+    } catch (const std::exception &error) {
+      failure = error.what();
+    }
+    agree(failure, comm);
+  };
+
+  // A leftover step-<N>.tmp is an interrupted save of this step: start over.
+  attempt([&] {
+    if (rank_ != 0)
+      return;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec)
+      throw Error(dir + ": cannot create: " + ec.message());
+    fs::remove_all(tmp, ec);
+    if (ec || !fs::create_directory(tmp, ec))
+      throw Error(tmp + ": cannot create: " + ec.message());
+  });
+
+  RankFileInfo info;
+  info.bundleHash = bundleHash_;
+  info.rank = rank_;
+  info.worldSize = worldSize_;
+  info.step = completedSteps_;
+  info.seed = options_.seed;
+  info.dataSamples = completedSteps_ * bundle_.training.globalBatch;
+  info.payloadBytes = rankProgram_.program->persistentBytes;
+  const std::string file = "rank-" + std::to_string(rank_) + ".bin";
+  RankFileResult result;
+  attempt([&] { result = writeRankFile(tmp + "/" + file, info, persistent_); });
+
+  int64_t mine[2] = {result.fileBytes, int64_t(result.payloadCrc)};
+  std::vector<int64_t> all(rank_ == 0 ? size_t(2 * worldSize_) : 0);
+  MPI_Gather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, 0, comm);
+
+  attempt([&] {
+    if (rank_ != 0)
+      return;
+    Manifest manifest;
+    manifest.step = completedSteps_;
+    manifest.worldSize = worldSize_;
+    manifest.bundleHash = bundleHash_;
+    for (int r = 0; r < worldSize_; ++r) {
+      manifest.files.push_back("rank-" + std::to_string(r) + ".bin");
+      manifest.results.push_back(
+          {all[size_t(2 * r)], uint32_t(all[size_t(2 * r + 1)])});
+    }
+    writeSmallFile(tmp + "/manifest.json", manifestJson(manifest));
+    syncPath(tmp);
+    crashPoint("before-rename");
+    // Re-saving a step (a fresh run over an old directory) moves the old
+    // copy aside first: rename() cannot replace a non-empty directory.
+    std::error_code ec;
+    const std::string old = final + ".old";
+    fs::remove_all(old, ec);
+    if (fs::exists(final, ec))
+      fs::rename(final, old, ec);
+    if (!ec)
+      fs::rename(tmp, final, ec);
+    if (ec)
+      throw Error(final + ": cannot commit the checkpoint: " + ec.message());
+    syncPath(dir);
+    crashPoint("before-marker");
+    writeSmallFile(final + "/COMPLETE", name + "\n");
+    syncPath(final);
+    fs::remove_all(old, ec);
+  });
+  return {final, completedSteps_, result.fileBytes, now() - start};
 }
 
 void Session::buildCommunicators() {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,17 @@ struct Options {
   bool verifyPlan = true;
   /// Record the begin/end time of every instruction (see trace()).
   bool trace = false;
+  /// Resume from the newest complete checkpoint in this directory instead of
+  /// initializing the parameters (empty: start at step 0).
+  std::string resumeDir;
+};
+
+/// One checkpoint saved or loaded by this rank.
+struct CheckpointStats {
+  std::string dir;    // D/step-<N>
+  int64_t step = 0;   // optimizer steps completed at the checkpoint
+  int64_t bytes = 0;  // this rank's file
+  double seconds = 0; // wall time on this rank, including the agreements
 };
 
 struct StepStats {
@@ -80,6 +92,14 @@ public:
   /// the job (MPI_Abort), since peers may be blocked in a collective.
   StepStats runStep();
 
+  /// Collective: writes checkpoint D/step-<completedSteps()> (each rank its
+  /// persistent region; rank 0 the manifest, the rename and the COMPLETE
+  /// marker). Throws the same Error on every rank if any rank failed; the
+  /// earlier checkpoints in `dir` stay intact.
+  CheckpointStats saveCheckpoint(const std::string &dir);
+  /// The checkpoint this session resumed from, if any.
+  const std::optional<CheckpointStats> &resumed() const { return resumed_; }
+
   int64_t completedSteps() const { return completedSteps_; }
   int rank() const { return rank_; }
   int worldSize() const { return worldSize_; }
@@ -97,6 +117,10 @@ private:
   Session();
   void setUp(MPI_Comm world);
   void validateLocally();
+  void resumeLocally();
+  /// Agrees on `failure` (empty: success) over `comm`; throws the lowest
+  /// failing rank's message on every rank.
+  void agree(const std::string &failure, MPI_Comm comm) const;
   void buildCommunicators();
   void initializeParameters();
   void prepareInstructions();
@@ -122,6 +146,8 @@ private:
   double clipSum_ = 0;
   bool clipRan_ = false;
   int64_t completedSteps_ = 0;
+  std::string bundleHash_;
+  std::optional<CheckpointStats> resumed_;
   double openTime_ = 0;
   std::vector<TraceEvent> trace_;
   std::vector<double> issuedAt_; // per stream: when the pending op began

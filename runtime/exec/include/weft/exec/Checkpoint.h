@@ -1,0 +1,90 @@
+//===- Checkpoint.h - Sharded checkpoint files and directories --*- C++ -*-===//
+//
+// The on-disk format of a checkpoint (docs/runtime.md, "Checkpoints"):
+//
+//   D/step-<N>/rank-<r>.bin   header + rank r's persistent region
+//   D/step-<N>/manifest.json  world size, bundle hash, step, per-rank files
+//   D/step-<N>/COMPLETE       commit marker, written last
+//
+// Files are written under D/step-<N>.tmp, fsynced, and the directory is
+// renamed before the marker is written, so a crash at any point leaves the
+// earlier checkpoints loadable. Session::saveCheckpoint and Options::resumeDir
+// drive these functions collectively; they are public for tests and tools.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_EXEC_CHECKPOINT_H
+#define WEFT_EXEC_CHECKPOINT_H
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft::exec {
+
+/// CRC-32C (Castagnoli) of `bytes`, continuing from `crc` (0 to start).
+uint32_t crc32c(const void *data, size_t bytes, uint32_t crc = 0);
+
+/// Everything in a rank file's header except the checksums.
+struct RankFileInfo {
+  std::string bundleHash; // 64 hex digits: the bundle's content hash
+  int32_t rank = 0;
+  int32_t worldSize = 1;
+  int64_t step = 0;        // optimizer steps completed
+  uint64_t seed = 0;       // counter-based RNG: the seed is the whole RNG state
+  int64_t dataSamples = 0; // sequences consumed: step x global batch
+  int64_t payloadBytes = 0; // the persistent region
+};
+
+/// What writing a rank file produced (recorded in the manifest).
+struct RankFileResult {
+  int64_t fileBytes = 0;
+  uint32_t payloadCrc = 0;
+};
+
+/// Size of the fixed rank-file header that precedes the payload.
+constexpr int64_t kRankHeaderBytes = 128;
+constexpr uint32_t kCheckpointVersion = 1;
+
+/// Writes `info` and `payload` (info.payloadBytes bytes, streamed from memory
+/// without a copy) to `path` and fsyncs it. Throws Error naming the file.
+RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
+                             const std::byte *payload);
+
+/// Reads the rank file at `path` into `payload` (expected.payloadBytes
+/// bytes) and checks it against `expected` (every field) and against the
+/// manifest's `fileBytes` and `payloadCrc`. Throws Error naming the file and
+/// the reason; `payload` is then unspecified.
+void readRankFile(const std::string &path, const RankFileInfo &expected,
+                  const RankFileResult &manifest, std::byte *payload);
+
+/// A parsed manifest.json.
+struct Manifest {
+  int64_t step = 0;
+  int32_t worldSize = 0;
+  std::string bundleHash;
+  std::vector<std::string> files;      // by rank
+  std::vector<RankFileResult> results; // by rank
+};
+
+std::string manifestJson(const Manifest &manifest);
+/// Parses `text` (the contents of `path`); throws Error naming `path`.
+Manifest parseManifest(const std::string &path, const std::string &text);
+
+/// The directory of the newest committed checkpoint in `dir` (a `step-<N>`
+/// holding COMPLETE); nullopt when there is none. Incomplete directories
+/// (`*.tmp`, no marker) are ignored.
+std::optional<std::string> newestCheckpoint(const std::string &dir);
+
+/// The manifest of checkpoint directory `stepDir`, checked against this
+/// run: bundle hash and world size. Throws Error naming the file.
+Manifest loadManifest(const std::string &stepDir, const std::string &bundleHash,
+                      int worldSize);
+
+/// fsync of a file or directory; throws Error naming it.
+void syncPath(const std::string &path);
+
+} // namespace weft::exec
+
+#endif // WEFT_EXEC_CHECKPOINT_H

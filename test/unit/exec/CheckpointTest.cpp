@@ -1,0 +1,260 @@
+//===- CheckpointTest.cpp - Checkpoint files, manifests and resume --------===//
+//
+// The rank-file format (round trip, every header check, corruption and
+// truncation), manifests, the choice of the newest committed directory, and
+// a 1-rank Session that saves, resumes and continues bit for bit.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/Checkpoint.h"
+#include "e2e/MlpBundle.h"
+#include "weft/exec/DataLoader.h"
+#include "weft/exec/Error.h"
+#include "weft/exec/Session.h"
+#include "weft/plan/Serialize.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <unistd.h>
+
+using namespace weft;
+using namespace weft::exec;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string freshDir(const std::string &name) {
+  static int counter = 0;
+  std::string dir = ::testing::TempDir() + "weft-ckpt-" +
+                    std::to_string(::getpid()) + "-" +
+                    std::to_string(counter++) + "-" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string errorOf(const std::function<void()> &body) {
+  try {
+    body();
+  } catch (const Error &error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+RankFileInfo sampleInfo(int64_t payloadBytes) {
+  RankFileInfo info;
+  info.bundleHash = std::string(64, 'a');
+  info.rank = 1;
+  info.worldSize = 2;
+  info.step = 6;
+  info.seed = 42;
+  info.dataSamples = 6 * 8;
+  info.payloadBytes = payloadBytes;
+  return info;
+}
+
+std::vector<std::byte> samplePayload(size_t bytes) {
+  std::vector<std::byte> payload(bytes);
+  for (size_t i = 0; i < bytes; ++i)
+    payload[i] = std::byte((i * 131 + 17) & 0xff);
+  return payload;
+}
+
+/// A rank file written to a fresh directory, with what the manifest records.
+struct WrittenFile {
+  std::string path;
+  RankFileInfo info;
+  RankFileResult result;
+  std::vector<std::byte> payload;
+
+  explicit WrittenFile(size_t bytes = 100003)
+      : path(freshDir("file") + "/rank-1.bin"),
+        info(sampleInfo(int64_t(bytes))), payload(samplePayload(bytes)) {
+    result = writeRankFile(path, info, payload.data());
+  }
+  std::string read(const RankFileInfo &expected) const {
+    std::vector<std::byte> out(size_t(expected.payloadBytes));
+    return errorOf([&] { readRankFile(path, expected, result, out.data()); });
+  }
+  void flip(int64_t offset) const {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(offset);
+    char c = 0;
+    file.get(c);
+    file.seekp(offset);
+    file.put(char(c ^ 0x10));
+  }
+};
+
+void writeText(const std::string &path, const std::string &text) {
+  std::ofstream(path) << text;
+}
+
+} // namespace
+
+TEST(Checkpoint, Crc32cMatchesTheStandardCheckValue) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);
+  // Chunked and unaligned updates agree with one pass.
+  std::vector<std::byte> data = samplePayload(1000);
+  uint32_t whole = crc32c(data.data(), data.size());
+  uint32_t parts = crc32c(data.data(), 3);
+  parts = crc32c(data.data() + 3, 500, parts);
+  parts = crc32c(data.data() + 503, 497, parts);
+  EXPECT_EQ(whole, parts);
+}
+
+TEST(Checkpoint, RankFileRoundTrips) {
+  WrittenFile file;
+  EXPECT_EQ(file.result.fileBytes, kRankHeaderBytes + 100003);
+  EXPECT_EQ(int64_t(fs::file_size(file.path)), file.result.fileBytes);
+  EXPECT_EQ(file.result.payloadCrc,
+            crc32c(file.payload.data(), file.payload.size()));
+  std::vector<std::byte> out(file.payload.size());
+  readRankFile(file.path, file.info, file.result, out.data());
+  EXPECT_EQ(out, file.payload);
+}
+
+TEST(Checkpoint, CorruptedPayloadByteIsAChecksumErrorNamingTheFile) {
+  WrittenFile file;
+  file.flip(kRankHeaderBytes + 77777);
+  std::string error = file.read(file.info);
+  EXPECT_EQ(error.rfind(file.path + ": checksum mismatch (computed ", 0), 0u)
+      << error;
+}
+
+TEST(Checkpoint, CorruptedHeaderByteIsRejected) {
+  WrittenFile file;
+  file.flip(90); // inside the step field
+  EXPECT_EQ(file.read(file.info),
+            file.path + ": header checksum mismatch (corrupted)");
+}
+
+TEST(Checkpoint, TruncatedFileIsRejected) {
+  WrittenFile file;
+  fs::resize_file(file.path, 5000);
+  EXPECT_EQ(file.read(file.info),
+            file.path + ": file holds 5000 bytes but the manifest records " +
+                std::to_string(file.result.fileBytes) +
+                " (truncated or replaced)");
+}
+
+TEST(Checkpoint, EveryHeaderFieldIsChecked) {
+  WrittenFile file;
+  RankFileInfo wrong = file.info;
+  wrong.bundleHash = std::string(64, 'b');
+  EXPECT_EQ(file.read(wrong), file.path + ": bundle hash is " +
+                                  std::string(64, 'a') + " but expected " +
+                                  std::string(64, 'b'));
+  wrong = file.info;
+  wrong.worldSize = 4;
+  EXPECT_EQ(file.read(wrong), file.path + ": world size is 2 but expected 4");
+  wrong = file.info;
+  wrong.rank = 0;
+  EXPECT_EQ(file.read(wrong), file.path + ": rank is 1 but expected 0");
+  wrong = file.info;
+  wrong.step = 7;
+  EXPECT_EQ(file.read(wrong), file.path + ": step is 6 but expected 7");
+  wrong = file.info;
+  wrong.payloadBytes = 64;
+  EXPECT_EQ(file.read(wrong),
+            file.path + ": payload size is 100003 but expected 64");
+  // A file whose recorded checksum is not the manifest's was replaced.
+  RankFileResult manifest = file.result;
+  manifest.payloadCrc ^= 1;
+  std::vector<std::byte> out(file.payload.size());
+  EXPECT_NE(errorOf([&] {
+              readRankFile(file.path, file.info, manifest, out.data());
+            }).find("differs from the manifest's"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, ManifestRoundTripsAndChecksBundleAndWorldSize) {
+  std::string dir = freshDir("manifest");
+  Manifest m;
+  m.step = 12;
+  m.worldSize = 2;
+  m.bundleHash = std::string(64, 'c');
+  m.files = {"rank-0.bin", "rank-1.bin"};
+  m.results = {{1000, 0xdeadbeef}, {2000, 7}};
+  writeText(dir + "/manifest.json", manifestJson(m));
+  Manifest back = loadManifest(dir, m.bundleHash, 2);
+  EXPECT_EQ(back.step, 12);
+  EXPECT_EQ(back.files, m.files);
+  EXPECT_EQ(back.results[0].payloadCrc, 0xdeadbeefu);
+  EXPECT_EQ(back.results[1].fileBytes, 2000);
+  std::string path = dir + "/manifest.json";
+  EXPECT_EQ(errorOf([&] { loadManifest(dir, std::string(64, 'd'), 2); }),
+            path + ": written for bundle cccccccccccc..., not this bundle "
+                   "dddddddddddd...");
+  EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 4); }),
+            path + ": written by 2 ranks but the MPI world has 4");
+  writeText(path, "{\"format\": \"weft-checkpoint\"");
+  EXPECT_EQ(errorOf([&] {
+              loadManifest(dir, m.bundleHash, 2);
+            }).rfind(path + ": invalid manifest: ", 0),
+            0u);
+}
+
+TEST(Checkpoint, OnlyMarkedStepDirectoriesCount) {
+  std::string dir = freshDir("scan");
+  EXPECT_FALSE(newestCheckpoint(dir + "/missing"));
+  EXPECT_FALSE(newestCheckpoint(dir));
+  for (const char *name : {"step-2", "step-10", "step-30", "step-40.tmp"})
+    fs::create_directories(dir + "/" + name);
+  writeText(dir + "/step-2/COMPLETE", "");
+  writeText(dir + "/step-10/COMPLETE", "");
+  writeText(dir + "/step-40.tmp/COMPLETE", ""); // never committed
+  // step-30 has no marker: a crash between its rename and its marker.
+  EXPECT_EQ(newestCheckpoint(dir), dir + "/step-10"); // numeric order
+}
+
+TEST(Checkpoint, SessionResumesBitIdentically) {
+  weft::test::MlpConfig config;
+  config.microBatch = 2;
+  std::string bundleDir = freshDir("bundle");
+  plan::writeBundle(weft::test::buildMlpBundle(config), bundleDir);
+  std::string tokens = freshDir("tokens") + "/tokens.bin";
+  std::vector<uint16_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t((i * 37 + 5) % 256);
+  writeLlmcTokens(tokens, ids.data(), int64_t(ids.size()));
+  Options options;
+  options.bundleDir = bundleDir;
+  options.dataPath = tokens;
+  options.seed = 5;
+  std::string ckpt = freshDir("ckpt");
+
+  auto straight = Session::open(options, MPI_COMM_WORLD);
+  std::vector<double> losses;
+  for (int step = 1; step <= 4; ++step) {
+    losses.push_back(straight->runStep().loss);
+    if (step == 2) {
+      EXPECT_EQ(straight->saveCheckpoint(ckpt).dir, ckpt + "/step-2");
+    }
+  }
+  CheckpointStats last = straight->saveCheckpoint(ckpt);
+  EXPECT_TRUE(fs::exists(ckpt + "/step-4/COMPLETE"));
+  EXPECT_FALSE(fs::exists(ckpt + "/step-4.tmp"));
+
+  // Resume from step-4 must reproduce it; hide it to resume from step-2.
+  fs::remove(ckpt + "/step-4/COMPLETE");
+  options.resumeDir = ckpt;
+  auto resumed = Session::open(options, MPI_COMM_WORLD);
+  ASSERT_TRUE(resumed->resumed());
+  EXPECT_EQ(resumed->completedSteps(), 2);
+  for (int step = 3; step <= 4; ++step)
+    EXPECT_EQ(resumed->runStep().loss, losses[size_t(step - 1)]);
+  std::string again = freshDir("again");
+  resumed->saveCheckpoint(again);
+  std::ifstream a(ckpt + "/step-4/rank-0.bin", std::ios::binary);
+  std::ifstream b(again + "/step-4/rank-0.bin", std::ios::binary);
+  std::string bytesA((std::istreambuf_iterator<char>(a)), {});
+  std::string bytesB((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_EQ(int64_t(bytesA.size()), last.bytes);
+  EXPECT_TRUE(bytesA == bytesB) << "final states differ";
+}
