@@ -3,10 +3,11 @@
 #include "weft/planner/Cluster.h"
 #include "weft/planner/Error.h"
 
+#include "JsonFile.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <sys/stat.h>
@@ -233,20 +234,7 @@ Cluster parseCluster(const json &root, const std::string &source) {
 }
 
 Cluster loadClusterFile(const std::string &path) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(path + ": cannot open cluster file");
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const json::parse_error &error) {
-    std::string what = error.what();
-    for (char &c : what)
-      if (c == '\n' || c == '\r')
-        c = ' ';
-    throw Error(path + ": invalid JSON: " + what);
-  }
-  return parseCluster(root, path);
+  return parseCluster(detail::readJsonFile(path, "cluster file"), path);
 }
 
 std::vector<std::string> clusterPresetNames() {

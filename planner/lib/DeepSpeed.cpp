@@ -3,9 +3,10 @@
 #include "weft/planner/DeepSpeed.h"
 #include "weft/planner/Error.h"
 
+#include "JsonFile.h"
+
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <optional>
 
 using nlohmann::json;
@@ -118,20 +119,8 @@ DeepSpeedPlan parseDeepSpeedConfig(const json &root, const std::string &source,
 }
 
 DeepSpeedPlan loadDeepSpeedConfig(const std::string &path, int64_t worldSize) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(path + ": cannot open DeepSpeed config");
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const json::parse_error &error) {
-    std::string what = error.what();
-    for (char &c : what)
-      if (c == '\n' || c == '\r')
-        c = ' ';
-    throw Error(path + ": invalid JSON: " + what);
-  }
-  return parseDeepSpeedConfig(root, path, worldSize);
+  return parseDeepSpeedConfig(detail::readJsonFile(path, "DeepSpeed config"),
+                              path, worldSize);
 }
 
 } // namespace weft::planner

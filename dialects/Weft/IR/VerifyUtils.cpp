@@ -78,4 +78,15 @@ LogicalResult verifyPositionTables(Operation *op, Value positions,
   return success();
 }
 
+FailureOr<SmallVector<int64_t>> qkvWidths(Operation *op, size_t numWeights,
+                                          int64_t qWidth, int64_t kvWidth) {
+  if (numWeights == 1)
+    return SmallVector<int64_t>{qWidth + 2 * kvWidth};
+  if (numWeights == 3)
+    return SmallVector<int64_t>{qWidth, kvWidth, kvWidth};
+  return op->emitOpError()
+         << "expects 1 fused or 3 separate query/key/value weights, got "
+         << numWeights;
+}
+
 } // namespace mlir::weft::detail

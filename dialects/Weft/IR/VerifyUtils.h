@@ -30,6 +30,11 @@ LogicalResult verifyPositionTables(Operation *op, Value positions,
                                    Value tokenTypes, int64_t hidden,
                                    int64_t positionOffset);
 
+/// Output widths of an attention op's `numWeights` query/key/value weights:
+/// one fused `[q|k|v]` matrix or three separate ones.
+FailureOr<SmallVector<int64_t>> qkvWidths(Operation *op, size_t numWeights,
+                                          int64_t qWidth, int64_t kvWidth);
+
 } // namespace mlir::weft::detail
 
 #endif // WEFT_IR_VERIFYUTILS_H

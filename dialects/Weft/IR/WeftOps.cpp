@@ -140,31 +140,26 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "rope_theta must be positive";
 
   int64_t qWidth = heads * headDim, kvWidth = kvHeads * headDim;
-  SmallVector<int64_t> widths;
-  if (getQkvWeights().size() == 1)
-    widths = {qWidth + 2 * kvWidth};
-  else if (getQkvWeights().size() == 3)
-    widths = {qWidth, kvWidth, kvWidth};
-  else
-    return emitOpError() << "expects 1 fused or 3 separate query/key/value "
-                            "weights, got "
-                         << getQkvWeights().size();
+  FailureOr<SmallVector<int64_t>> widths =
+      qkvWidths(*this, getQkvWeights().size(), qWidth, kvWidth);
+  if (failed(widths))
+    return failure();
   static constexpr StringLiteral kFused[] = {"fused qkv"};
   static constexpr StringLiteral kSeparate[] = {"query", "key", "value"};
   ArrayRef<StringLiteral> names =
-      widths.size() == 1 ? ArrayRef(kFused) : ArrayRef(kSeparate);
+      widths->size() == 1 ? ArrayRef(kFused) : ArrayRef(kSeparate);
   for (auto [weight, width, name] :
-       llvm::zip_equal(getQkvWeights(), widths, names))
+       llvm::zip_equal(getQkvWeights(), *widths, names))
     if (failed(verifyShape(*this, weight, (name + " weight").str(),
                            {*hidden, width})))
       return failure();
   if (!getQkvBiases().empty()) {
-    if (getQkvBiases().size() != widths.size())
+    if (getQkvBiases().size() != widths->size())
       return emitOpError() << "has " << getQkvBiases().size()
-                           << " query/key/value biases for " << widths.size()
+                           << " query/key/value biases for " << widths->size()
                            << " weights";
     for (auto [bias, width, name] :
-         llvm::zip_equal(getQkvBiases(), widths, names))
+         llvm::zip_equal(getQkvBiases(), *widths, names))
       if (failed(verifyShape(*this, bias, (name + " bias").str(), {width})))
         return failure();
   }

@@ -159,26 +159,21 @@ LogicalResult TPAttentionOp::verify() {
     return emitOpError() << "rope_theta must be positive";
 
   int64_t qWidth = heads * headDim, kvWidth = kvHeads * headDim;
-  SmallVector<int64_t> widths;
-  if (getQkvWeights().size() == 1)
-    widths = {qWidth + 2 * kvWidth};
-  else if (getQkvWeights().size() == 3)
-    widths = {qWidth, kvWidth, kvWidth};
-  else
-    return emitOpError() << "expects 1 fused or 3 separate query/key/value "
-                            "weights, got "
-                         << getQkvWeights().size();
+  FailureOr<SmallVector<int64_t>> widths =
+      qkvWidths(*this, getQkvWeights().size(), qWidth, kvWidth);
+  if (failed(widths))
+    return failure();
   Type element = input.getElementType();
-  for (auto [weight, width] : llvm::zip_equal(getQkvWeights(), widths))
+  for (auto [weight, width] : llvm::zip_equal(getQkvWeights(), *widths))
     if (weight.getType() != RankedTensorType::get({hidden, width}, element))
       return emitOpError() << "query/key/value weight " << weight.getType()
                            << " should be "
                            << RankedTensorType::get({hidden, width}, element);
-  if (!getQkvBiases().empty() && getQkvBiases().size() != widths.size())
+  if (!getQkvBiases().empty() && getQkvBiases().size() != widths->size())
     return emitOpError() << "has " << getQkvBiases().size()
-                         << " query/key/value biases for " << widths.size()
+                         << " query/key/value biases for " << widths->size()
                          << " weights";
-  for (auto [bias, width] : llvm::zip(getQkvBiases(), widths))
+  for (auto [bias, width] : llvm::zip(getQkvBiases(), *widths))
     if (bias.getType() != RankedTensorType::get({width}, element))
       return emitOpError() << "query/key/value bias " << bias.getType()
                            << " should be "
