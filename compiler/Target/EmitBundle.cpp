@@ -23,6 +23,26 @@ namespace plan = weft::plan;
 
 namespace {
 
+/// The weftx.config dictionary as JSON (nested dictionaries become objects).
+nlohmann::json configToJson(DictionaryAttr config) {
+  nlohmann::json out = nlohmann::json::object();
+  for (NamedAttribute entry : config) {
+    std::string key = entry.getName().str();
+    Attribute value = entry.getValue();
+    if (auto nested = dyn_cast<DictionaryAttr>(value))
+      out[key] = configToJson(nested);
+    else if (auto flag = dyn_cast<BoolAttr>(value))
+      out[key] = flag.getValue();
+    else if (auto integer = dyn_cast<IntegerAttr>(value))
+      out[key] = integer.getInt();
+    else if (auto real = dyn_cast<FloatAttr>(value))
+      out[key] = real.getValueAsDouble();
+    else
+      out[key] = cast<StringAttr>(value).str();
+  }
+  return out;
+}
+
 llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
@@ -100,20 +120,8 @@ llvm::Error BundleBuilder::buildMetadata() {
                        prediction.getMfu().convertToDouble()};
 
   if (auto config = module->getAttrOfType<DictionaryAttr>(
-          WeftExecDialect::kConfigAttrName)) {
-    for (NamedAttribute entry : config) {
-      std::string key = entry.getName().str();
-      Attribute value = entry.getValue();
-      if (auto flag = dyn_cast<BoolAttr>(value))
-        bundle.config[key] = flag.getValue();
-      else if (auto integer = dyn_cast<IntegerAttr>(value))
-        bundle.config[key] = integer.getInt();
-      else if (auto real = dyn_cast<FloatAttr>(value))
-        bundle.config[key] = real.getValueAsDouble();
-      else
-        bundle.config[key] = cast<StringAttr>(value).str();
-    }
-  }
+          WeftExecDialect::kConfigAttrName))
+    bundle.config = configToJson(config);
 
   auto meshes = module.getOps<MeshOp>();
   if (meshes.empty())

@@ -145,10 +145,11 @@ int planImpl(const ModelSpec &model, const PlanOptions &options) {
 } // namespace
 
 int weft::selectPlan(const ModelSpec &model, const PlanOptions &options,
-                     Estimate &chosen) {
+                     Estimate &chosen, std::string &clusterJson) {
   try {
-    CostModel costModel(model, loadCluster(options.cluster),
-                        trainingFrom(options));
+    Cluster cluster = loadCluster(options.cluster);
+    clusterJson = toJson(cluster).dump();
+    CostModel costModel(model, cluster, trainingFrom(options));
     SearchResult result = search(costModel, constraintsFrom(options));
     if (result.plans.empty()) {
       std::cerr << "weftc: error: no plan fits; run `weftc plan` with the "

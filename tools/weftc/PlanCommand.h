@@ -41,7 +41,7 @@ int runPlan(const planner::ModelSpec &model, const PlanOptions &options);
 /// the fixed configuration, fitting or not) in `chosen`; returns the exit
 /// code (errors are printed as one line).
 int selectPlan(const planner::ModelSpec &model, const PlanOptions &options,
-               planner::Estimate &chosen);
+               planner::Estimate &chosen, std::string &clusterJson);
 
 } // namespace weft
 

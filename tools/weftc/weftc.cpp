@@ -457,7 +457,8 @@ int runCompile(mlir::MLIRContext &context) {
   if (!spec)
     return fail(spec.takeError());
   weft::planner::Estimate plan;
-  if (int status = weft::selectPlan(*spec, options, plan))
+  std::string clusterJson;
+  if (int status = weft::selectPlan(*spec, options, plan, clusterJson))
     return status;
   if (int status = checkCompileSlice(plan.config, options.precision))
     return status;
@@ -492,6 +493,7 @@ int runCompile(mlir::MLIRContext &context) {
   schedule.predictedStepTimeS = plan.stepTimeS;
   schedule.predictedMfu = plan.mfu;
   schedule.predictedPeakBytes = int64_t(plan.peakMemoryBytes);
+  schedule.clusterJson = clusterJson;
 
   // Report only the first error, as one line.
   std::string firstError;

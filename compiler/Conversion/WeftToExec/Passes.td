@@ -66,6 +66,9 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
            "The planner's model FLOP utilization">,
     Option<"predictedPeakBytes", "predicted-peak-bytes", "int64_t", "0",
            "The planner's peak memory per rank">,
+    Option<"clusterJson", "cluster-json", "std::string", "\"\"",
+           "The cluster description (JSON, the planner's schema) to record "
+           "in the bundle's config for weft-inspect">,
   ];
 }
 

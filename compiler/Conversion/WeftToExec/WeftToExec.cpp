@@ -22,6 +22,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include <cmath>
 
@@ -33,6 +35,27 @@ namespace mlir::weft {
 using namespace mlir;
 using namespace mlir::weft;
 namespace wx = mlir::weftx;
+
+/// JSON as the scalar/dictionary attributes weftx.config holds.
+static Attribute jsonToAttribute(Builder &builder,
+                                 const llvm::json::Value &value) {
+  if (const llvm::json::Object *object = value.getAsObject()) {
+    SmallVector<NamedAttribute> entries;
+    for (const auto &[key, item] : *object)
+      entries.push_back(
+          builder.getNamedAttr(key, jsonToAttribute(builder, item)));
+    return builder.getDictionaryAttr(entries);
+  }
+  if (std::optional<bool> flag = value.getAsBoolean())
+    return builder.getBoolAttr(*flag);
+  if (std::optional<int64_t> integer = value.getAsInteger())
+    return builder.getI64IntegerAttr(*integer);
+  if (std::optional<double> number = value.getAsNumber())
+    return builder.getF64FloatAttr(*number);
+  if (std::optional<StringRef> text = value.getAsString())
+    return builder.getStringAttr(*text);
+  return builder.getStringAttr(llvm::formatv("{0}", value).str());
+}
 
 namespace {
 
@@ -1096,6 +1119,17 @@ LogicalResult StepScheduler::run() {
           builder.getNamedAttr("tp", builder.getI64IntegerAttr(par.tp)),
           builder.getNamedAttr("zero", builder.getI64IntegerAttr(par.zero)),
       }));
+  if (!options.clusterJson.empty()) {
+    llvm::Expected<llvm::json::Value> cluster =
+        llvm::json::parse(options.clusterJson);
+    if (!cluster)
+      return module.emitError() << "cluster-json is not valid JSON: "
+                                << llvm::toString(cluster.takeError());
+    auto config = module->getAttrOfType<DictionaryAttr>("weftx.config");
+    NamedAttrList entries(config);
+    entries.set("cluster", jsonToAttribute(builder, *cluster));
+    module->setAttr("weftx.config", entries.getDictionary(ctx));
+  }
   return success();
 }
 
@@ -1119,6 +1153,7 @@ struct WeftSchedulePass : mlir::weft::impl::WeftScheduleBase<WeftSchedulePass> {
     opts.predictedStepTimeS = predictedStepTimeS;
     opts.predictedMfu = predictedMfu;
     opts.predictedPeakBytes = predictedPeakBytes;
+    opts.clusterJson = clusterJson;
     if (failed(StepScheduler(getOperation(), opts).run()))
       signalPassFailure();
   }

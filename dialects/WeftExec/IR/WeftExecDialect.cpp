@@ -63,6 +63,24 @@ LogicalResult TrainingAttr::verify(
 
 /// The bundle metadata lives on the module; the training geometry and the
 /// prediction are checked against the mesh and the programs here.
+/// Configuration entries are JSON-like: scalars, or dictionaries of them
+/// (e.g. the cluster description weft-inspect simulates on).
+static LogicalResult verifyConfigEntries(Operation *op, StringRef name,
+                                         DictionaryAttr config) {
+  for (NamedAttribute entry : config) {
+    if (auto nested = dyn_cast<DictionaryAttr>(entry.getValue())) {
+      if (failed(verifyConfigEntries(op, name, nested)))
+        return failure();
+      continue;
+    }
+    if (!isa<IntegerAttr, FloatAttr, BoolAttr, StringAttr>(entry.getValue()))
+      return op->emitError()
+             << "'" << name << "' entry '" << entry.getName().getValue()
+             << "' must be an integer, float, bool, string or dictionary";
+  }
+  return success();
+}
+
 LogicalResult WeftExecDialect::verifyOperationAttribute(Operation *op,
                                                         NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
@@ -127,10 +145,5 @@ LogicalResult WeftExecDialect::verifyOperationAttribute(Operation *op,
   auto config = dyn_cast<DictionaryAttr>(value);
   if (!config)
     return mismatch("a dictionary");
-  for (NamedAttribute entry : config)
-    if (!isa<IntegerAttr, FloatAttr, BoolAttr, StringAttr>(entry.getValue()))
-      return op->emitError()
-             << "'" << name << "' entry '" << entry.getName().getValue()
-             << "' must be an integer, float, bool or string";
-  return success();
+  return verifyConfigEntries(op, name, config);
 }
