@@ -217,6 +217,20 @@ int run(const CliOptions &cli) {
                      jsonNumber(stats.tokensPerS).c_str());
         std::fflush(metrics);
       }
+      // A non-finite loss corrupts every later step (fp32/bf16 plans have no
+      // loss scaler to skip it). The statistics are all-reduced, so every
+      // rank stops here together, without a checkpoint of the bad state.
+      if (stats.lossReported && !std::isfinite(stats.loss)) {
+        if (metrics)
+          std::fclose(metrics);
+        if (rank == 0)
+          std::fprintf(stderr,
+                       "weft-run: error: step %lld: the loss is not finite "
+                       "(%g); stopping (lower the learning rate or enable "
+                       "gradient clipping)\n",
+                       (long long)stats.step, stats.loss);
+        return 1;
+      }
       // Every rank sees the same step here: the saves are collective.
       if (cli.checkpointEvery > 0 && stats.step % cli.checkpointEvery == 0 &&
           !save())

@@ -766,7 +766,8 @@ StepStats Session::runStep() {
 
   StepStats stats;
   stats.step = completedSteps_;
-  stats.loss = sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
+  stats.lossReported = sums[1] > 0;
+  stats.loss = stats.lossReported ? sums[0] / sums[1] : std::nan("");
   stats.gradNorm = norm >= 0 ? norm : std::nan("");
   stats.lr = context.lr;
   stats.stepTimeS = now() - start;

@@ -56,8 +56,9 @@ struct StepStats {
   double gradNorm =
       0;         // sqrt of the sum a clip instruction read; NaN if none ran
   double lr = 0; // the schedule's learning rate for this step
-  double stepTimeS = 0;  // wall time of the step on this rank
-  double tokensPerS = 0; // global batch tokens / step time
+  double stepTimeS = 0;      // wall time of the step on this rank
+  double tokensPerS = 0;     // global batch tokens / step time
+  bool lossReported = false; // some rank holds a 'loss' buffer
 };
 
 struct TraceEvent {
