@@ -105,6 +105,14 @@ struct Projection {
   int64_t column = 0, width = 0, ld = 0;
 };
 
+/// An attention op's forward state: the rotary constant (0 without rotary
+/// embeddings), its input projections and (q, k, v, ctx, lse).
+struct AttentionState {
+  int64_t theta = 0;
+  SmallVector<Projection, 3> proj;
+  SmallVector<Slice, 5> slices;
+};
+
 class StepScheduler {
 public:
   StepScheduler(ModuleOp module, const WeftScheduleOptions &options)
@@ -190,6 +198,25 @@ private:
                                          ArrayRef<Projection> proj,
                                          int64_t heads, int64_t kvHeads,
                                          int64_t headDim, int64_t theta);
+  /// The forward state of `op` (weft.attention or weft.attention_grad, which
+  /// recomputes it from the same operands).
+  template <typename AttentionLikeOp>
+  FailureOr<AttentionState> attentionState(AttentionLikeOp op) {
+    FailureOr<int64_t> theta =
+        rotaryTheta(op, op.getCausal(), op.getRopeTheta());
+    if (failed(theta))
+      return failure();
+    auto proj =
+        projections(op, op.getQkvWeights(), op.getQkvBiases(), op.getNumHeads(),
+                    op.getNumKvHeads(), op.getHeadDim());
+    if (failed(proj))
+      return failure();
+    AttentionState state{*theta, std::move(*proj), {}};
+    state.slices = attentionForward(
+        lookup(op.getInput()), width(op.getInput()), state.proj,
+        op.getNumHeads(), op.getNumKvHeads(), op.getHeadDim(), state.theta);
+    return state;
+  }
   /// The MLP's hidden state from x: u = x up (+ bu), g = x gate (gated only),
   /// h = act(u) or act(g) u. Returns (u, g, h).
   std::array<Slice, 3> mlpForward(Slice x, int64_t hidden, int64_t ffn,
@@ -597,19 +624,12 @@ SmallVector<Slice, 5> StepScheduler::attentionForward(
 }
 
 LogicalResult StepScheduler::lowerAttention(AttentionOp op) {
-  FailureOr<int64_t> theta = rotaryTheta(op, op.getCausal(), op.getRopeTheta());
-  if (failed(theta))
+  FailureOr<AttentionState> attention = attentionState(op);
+  if (failed(attention))
     return failure();
-  auto proj =
-      projections(op, op.getQkvWeights(), op.getQkvBiases(), op.getNumHeads(),
-                  op.getNumKvHeads(), op.getHeadDim());
-  if (failed(proj))
-    return failure();
+  ArrayRef<Slice> state = attention->slices;
   int64_t hidden = width(op.getInput()),
           inner = op.getNumHeads() * op.getHeadDim();
-  SmallVector<Slice, 5> state =
-      attentionForward(lookup(op.getInput()), hidden, *proj, op.getNumHeads(),
-                       op.getNumKvHeads(), op.getHeadDim(), *theta);
   Slice y = activation("attn.out", rows() * hidden);
   gemm(false, false, rows(), hidden, inner, state[3], inner,
        lookup(op.getOutWeight()), hidden, y, hidden, false);
@@ -747,20 +767,15 @@ LogicalResult StepScheduler::lowerRmsNormGrad(RMSNormGradOp op) {
 }
 
 LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
-  FailureOr<int64_t> theta = rotaryTheta(op, op.getCausal(), op.getRopeTheta());
-  if (failed(theta))
+  FailureOr<AttentionState> attention = attentionState(op);
+  if (failed(attention))
     return failure();
-  auto proj =
-      projections(op, op.getQkvWeights(), op.getQkvBiases(), op.getNumHeads(),
-                  op.getNumKvHeads(), op.getHeadDim());
-  if (failed(proj))
-    return failure();
+  ArrayRef<Slice> state = attention->slices;
+  ArrayRef<Projection> proj = attention->proj;
+  int64_t theta = attention->theta;
   Slice x = lookup(op.getInput()), dy = lookup(op.getGrad());
   int64_t hidden = width(op.getInput()),
           inner = op.getNumHeads() * op.getHeadDim();
-  SmallVector<Slice, 5> state =
-      attentionForward(x, hidden, *proj, op.getNumHeads(), op.getNumKvHeads(),
-                       op.getHeadDim(), *theta);
   // Output projection: dWo += ctx^T dy, dbo += sum_rows(dy), dctx = dy Wo^T.
   gemm(true, false, inner, hidden, rows(), state[3], inner, dy, hidden,
        *gradOf(op.getOutWeight()), hidden, true);
@@ -772,7 +787,7 @@ LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
        lookup(op.getOutWeight()), hidden, dctx, inner, false);
   const char *names[3] = {"attn.q.grad", "attn.k.grad", "attn.v.grad"};
   SmallVector<Slice, 3> dqkv;
-  for (auto [j, p] : llvm::enumerate(*proj))
+  for (auto [j, p] : llvm::enumerate(proj))
     dqkv.push_back(activation(names[j], rows() * p.width));
   launch("attention_backward",
          {{"batch", par.microBatch},
@@ -783,16 +798,16 @@ LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
           {"causal", 1}},
          {state[0], state[1], state[2], state[3], state[4], dctx}, dqkv);
   // dq, dk are gradients of the rotated q, k: rotate them back in place.
-  if (*theta) {
+  if (theta) {
     rotate("rotary_backward", dqkv[0], op.getNumHeads(), op.getHeadDim(),
-           *theta);
+           theta);
     rotate("rotary_backward", dqkv[1], op.getNumKvHeads(), op.getHeadDim(),
-           *theta);
+           theta);
   }
   // Input projections: dW_j += x^T dqkv_j, db_j += sum_rows(dqkv_j),
   // dx = sum_j dqkv_j W_j^T.
   Slice dx = activation("attn.grad", rows() * hidden);
-  for (auto [j, p] : llvm::enumerate(*proj)) {
+  for (auto [j, p] : llvm::enumerate(proj)) {
     gemm(true, false, hidden, p.width, rows(), x, hidden, dqkv[j], p.width,
          gradOf(p.weight)->matrix(p.column, hidden, p.width, p.ld), p.ld, true);
     if (p.bias)
