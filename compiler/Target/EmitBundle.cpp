@@ -133,10 +133,12 @@ llvm::Error BundleBuilder::buildMetadata() {
   for (GroupOp group : module.getOps<GroupOp>()) {
     int64_t id = bundle.groups.size();
     groupIds[group.getSymNameAttr()] = id;
-    bundle.groups.push_back(
-        {id,
-         parseShared(plan::parseGroupKind, stringifyGroupKind(group.getKind())),
-         group.getRanks().vec()});
+    plan::GroupFamily &family = bundle.groups.emplace_back();
+    family.id = id;
+    family.kind =
+        parseShared(plan::parseGroupKind, stringifyGroupKind(group.getKind()));
+    for (int64_t index = 0; index < group.getNumGroups(); ++index)
+      family.groups.push_back(group.getGroup(index).vec());
   }
 
   for (KernelOp kernel : module.getOps<KernelOp>()) {

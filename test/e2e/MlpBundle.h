@@ -155,7 +155,7 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
   std::vector<int64_t> ranks;
   for (int64_t r = 0; r < c.dp; ++r)
     ranks.push_back(r);
-  bundle.groups.push_back({0, GroupKind::DP, ranks});
+  bundle.groups.push_back({0, GroupKind::DP, {ranks}});
   bundle.rankRoles.assign(size_t(c.dp), 0);
 
   const int64_t R = c.microBatch * c.seqLen, V = c.vocab, H = c.hidden,

@@ -12,15 +12,15 @@ def WeftExec_Dialect : Dialect {
   let description = [{
     The `weftx` dialect is level L2 of the lowering (docs/lowering.md) and
     maps one-to-one onto the plan bundle (docs/plan-format.md). A module
-    holds the device mesh (`weftx.mesh`), communication groups
+    holds the device mesh (`weftx.mesh`), communication group families
     (`weftx.group`), generated kernels (`weftx.kernel`), model parameters
     with their shards (`weftx.parameter`) and one `weftx.program` per role.
     A program declares its buffers (`weftx.buffer`: byte extents in the
     rank's arena or persistent region) and its streams (`weftx.stream`),
     each an ordered list of instructions, one op per plan opcode. Operands
-    are byte ranges of buffers (`@buf[offset +: bytes]`), group, kernel and
-    buffer symbols, event ids and scalar fields, never SSA values: the
-    program is already scheduled and every byte is placed.
+    are byte ranges of buffers (`@buf[offset +: bytes]`), group family,
+    kernel and buffer symbols, event ids and scalar fields, never SSA
+    values: the program is already scheduled and every byte is placed.
 
     Bundle-wide metadata sits on the module as discardable attributes:
     `weftx.model`, `weftx.training`, `weftx.prediction` (all required to emit

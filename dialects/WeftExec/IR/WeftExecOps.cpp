@@ -66,6 +66,66 @@ static void printRanges(OpAsmPrinter &printer, Operation *, ArrayAttr ranges) {
       });
 }
 
+//===----------------------------------------------------------------------===//
+// Custom directive: the nested group list of weftx.group
+//===----------------------------------------------------------------------===//
+
+/// `[[0, 2], [1, 3]]`: parsed into the flat `ranks` and the common
+/// `group_size`; groups of different sizes are rejected here because the
+/// flat form cannot hold them.
+static ParseResult parseGroupFamily(OpAsmParser &parser,
+                                    DenseI64ArrayAttr &ranks,
+                                    IntegerAttr &groupSize) {
+  SmallVector<int64_t> flat;
+  std::optional<int64_t> size;
+  auto parseGroup = [&]() -> ParseResult {
+    SMLoc loc = parser.getCurrentLocation();
+    int64_t before = flat.size();
+    if (parser.parseCommaSeparatedList(
+            OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+              return parser.parseInteger(flat.emplace_back());
+            }))
+      return failure();
+    int64_t members = int64_t(flat.size()) - before;
+    if (members == 0)
+      return parser.emitError(loc) << "a group needs at least one member";
+    if (size && members != *size)
+      return parser.emitError(loc)
+             << "group of " << members << " ranks in a family of " << *size
+             << "-rank groups (all groups of a family have the same size)";
+    size = members;
+    return success();
+  };
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square,
+                                     parseGroup))
+    return failure();
+  if (!size)
+    return parser.emitError(loc) << "a group family needs at least one group";
+  Builder &builder = parser.getBuilder();
+  ranks = builder.getDenseI64ArrayAttr(flat);
+  groupSize = builder.getI64IntegerAttr(*size);
+  return success();
+}
+
+static void printGroupFamily(OpAsmPrinter &printer, Operation *,
+                             DenseI64ArrayAttr ranks, IntegerAttr groupSize) {
+  // Invalid IR (a non-positive size) prints as groups of one.
+  int64_t size = std::max<int64_t>(groupSize.getInt(), 1);
+  ArrayRef<int64_t> flat = ranks.asArrayRef();
+  printer << '[';
+  for (int64_t start = 0; start < int64_t(flat.size()); start += size) {
+    if (start != 0)
+      printer << ", ";
+    printer << '[';
+    llvm::interleaveComma(
+        flat.slice(start, std::min<int64_t>(size, flat.size() - start)),
+        printer);
+    printer << ']';
+  }
+  printer << ']';
+}
+
 #define GET_OP_CLASSES
 #include "WeftExec/IR/WeftExecOps.cpp.inc"
 
@@ -116,7 +176,7 @@ LogicalResult MeshOp::verify() {
       if (rank >= world)
         return emitOpError()
                << "of " << world << " ranks does not contain rank " << rank
-               << " of group @" << group.getSymName();
+               << " of group family @" << group.getSymName();
   SmallVector<ProgramOp> owner(world);
   for (ProgramOp program : module.getOps<ProgramOp>()) {
     for (int64_t rank : program.getRanks()) {
@@ -142,13 +202,35 @@ LogicalResult MeshOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult GroupOp::verify() {
+  int64_t size = getGroupSize();
   if (getRanks().empty())
-    return emitOpError() << "needs at least one member";
+    return emitOpError() << "needs at least one group";
+  if (int64_t(getRanks().size()) % size != 0)
+    return emitOpError() << "lists " << getRanks().size()
+                         << " ranks, not a whole number of groups of " << size;
   if (llvm::any_of(getRanks(), [](int64_t rank) { return rank < 0; }))
     return emitOpError() << "has a negative rank";
-  if (hasDuplicates(getRanks()))
-    return emitOpError() << "lists a rank twice";
+  llvm::SmallDenseMap<int64_t, int64_t> groupOfRank;
+  for (auto [position, rank] : llvm::enumerate(getRanks())) {
+    int64_t group = int64_t(position) / size;
+    auto [it, inserted] = groupOfRank.try_emplace(rank, group);
+    if (inserted)
+      continue;
+    if (it->second == group)
+      return emitOpError() << "group " << group << " lists rank " << rank
+                           << " twice";
+    return emitOpError() << "rank " << rank << " is in groups " << it->second
+                         << " and " << group
+                         << " (the groups of a family are disjoint)";
+  }
   return success();
+}
+
+std::optional<int64_t> GroupOp::findGroupOf(int64_t rank) {
+  const auto *it = llvm::find(getRanks(), rank);
+  if (it == getRanks().end())
+    return std::nullopt;
+  return int64_t(it - getRanks().begin()) / int64_t(getGroupSize());
 }
 
 /// Side files stay inside the bundle: relative, '/'-separated, no empty, '.'
@@ -502,11 +584,11 @@ static LogicalResult verifyCommunication(OpTy op,
            << op.getGroupAttr() << " does not name a weftx.group";
   auto program = op->template getParentOfType<ProgramOp>();
   for (int64_t rank : program.getRanks())
-    if (!llvm::is_contained(group.getRanks(), rank))
-      return op.emitOpError() << "on group " << op.getGroupAttr()
-                              << ", which does not contain rank " << rank
+    if (!group.findGroupOf(rank))
+      return op.emitOpError() << "on group family " << op.getGroupAttr()
+                              << ", which has no group containing rank " << rank
                               << " of program @" << program.getSymName();
-  int64_t size = group.getRanks().size();
+  int64_t size = group.getGroupSize();
   int64_t bytes = op.getCount() * getElementBytes(op.getDtype());
   std::string over = (op->getName().stripDialect() + " of " +
                       describePayload(op.getCount(), op.getDtype()) + " over " +
@@ -530,8 +612,8 @@ static LogicalResult verifyCommunication(OpTy op,
       peer = op.getPeer();
     if (peer >= size)
       return op.emitOpError()
-             << field << " " << peer << " is outside group "
-             << op.getGroupAttr() << " of " << size << " ranks";
+             << field << " " << peer << " is outside the " << size
+             << "-rank groups of family " << op.getGroupAttr();
   }
   return success();
 }

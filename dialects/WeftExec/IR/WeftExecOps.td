@@ -36,21 +36,48 @@ def Weftx_MeshOp : Weftx_Op<"mesh", [HasParent<"::mlir::ModuleOp">]> {
 
 def Weftx_GroupOp : Weftx_Op<"group", [HasParent<"::mlir::ModuleOp">,
                                        Symbol]> {
-  let summary = "A communication group";
+  let summary = "A family of communication groups";
   let description = [{
-    Members are global ranks, in group-relative order: a member's position is
-    its index for `all_gather` output blocks, `reduce_scatter` input blocks
-    and the `root`/`peer` of `broadcast`/`send`/`recv`. Group ids in the
-    bundle follow declaration order.
+    A family is a set of disjoint groups of the same size, e.g. all TP groups
+    of the mesh. A collective names a family; a rank executing it uses the
+    group of the family that contains the rank, so ranks that share a program
+    (the DP replicas of a pipeline stage) can talk to different groups.
+    Members are global ranks, in group-relative order: a member's position in
+    its group is its index for `all_gather` output blocks, `reduce_scatter`
+    input blocks and the `root`/`peer` of `broadcast`/`send`/`recv`. Group
+    family ids in the bundle follow declaration order.
+
+    The groups are stored flat (`ranks`, group after group) with their common
+    size (`group_size`) and printed nested:
 
     ```mlir
-    weftx.group @dp0 dp [0, 2]
+    weftx.group @dp dp [[0, 2], [1, 3]]
+    weftx.group @world world [[0, 1, 2, 3]]
     ```
+
+    From C++, `GroupOp::create(builder, loc, "pp", GroupKind::pp, ranks,
+    groupSize)` with `ranks` an `ArrayRef<int64_t>` listing the groups one
+    after another.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, Weftx_GroupKind:$kind,
-                       DenseI64ArrayAttr:$ranks);
-  let assemblyFormat = "$sym_name $kind $ranks attr-dict";
+                       DenseI64ArrayAttr:$ranks,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$group_size);
+  let assemblyFormat = [{
+    $sym_name $kind custom<GroupFamily>($ranks, $group_size) attr-dict
+  }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The number of groups of the family.
+    int64_t getNumGroups() {
+      return int64_t(getRanks().size()) / int64_t(getGroupSize());
+    }
+    /// Group `index` of the family, in group-relative order.
+    ::llvm::ArrayRef<int64_t> getGroup(int64_t index) {
+      return getRanks().slice(index * getGroupSize(), getGroupSize());
+    }
+    /// The index of the group that contains `rank`, if any.
+    std::optional<int64_t> findGroupOf(int64_t rank);
+  }];
 }
 
 def Weftx_KernelOp : Weftx_Op<"kernel", [HasParent<"::mlir::ModuleOp">,

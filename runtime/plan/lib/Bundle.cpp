@@ -101,6 +101,12 @@ std::optional<Opcode> weft::plan::parseOpcode(std::string_view text) {
   return parse(kOpcodes, text);
 }
 
+std::string weft::plan::unsupportedVersionReason(int64_t version) {
+  return "version " + std::to_string(version) +
+         " is not supported (this build reads version " +
+         std::to_string(kFormatVersion) + ")";
+}
+
 int64_t weft::plan::elementBytes(DType dtype) {
   switch (dtype) {
   case DType::F64:
@@ -143,7 +149,34 @@ RankProgram weft::plan::expandRankProgram(const Bundle &bundle, int64_t rank) {
   return {rank, role, bundle.mesh.coordOf(rank), &bundle.programs[role]};
 }
 
-int64_t weft::plan::groupIndexOf(const Group &group, int64_t rank) {
-  auto it = std::find(group.ranks.begin(), group.ranks.end(), rank);
-  return it == group.ranks.end() ? -1 : int64_t(it - group.ranks.begin());
+int64_t weft::plan::findGroupOf(const GroupFamily &family, int64_t rank) {
+  for (size_t i = 0; i < family.groups.size(); ++i)
+    if (groupIndexOf(family.groups[i], rank) >= 0)
+      return int64_t(i);
+  return -1;
+}
+
+std::vector<int64_t> weft::plan::groupIndexByRank(const GroupFamily &family,
+                                                  int64_t worldSize) {
+  std::vector<int64_t> index(size_t(std::max<int64_t>(worldSize, 0)), -1);
+  for (size_t g = 0; g < family.groups.size(); ++g)
+    for (int64_t rank : family.groups[g])
+      if (rank >= 0 && rank < worldSize && index[rank] < 0)
+        index[rank] = int64_t(g);
+  return index;
+}
+
+const std::vector<int64_t> *
+weft::plan::resolveGroup(const Bundle &bundle, int64_t familyId, int64_t rank) {
+  if (familyId < 0 || familyId >= int64_t(bundle.groups.size()))
+    return nullptr;
+  const GroupFamily &family = bundle.groups[familyId];
+  int64_t index = findGroupOf(family, rank);
+  return index < 0 ? nullptr : &family.groups[index];
+}
+
+int64_t weft::plan::groupIndexOf(const std::vector<int64_t> &group,
+                                 int64_t rank) {
+  auto it = std::find(group.begin(), group.end(), rank);
+  return it == group.end() ? -1 : int64_t(it - group.begin());
 }

@@ -178,10 +178,8 @@ Bundle weft::plan::loadBundle(const std::string &dir) {
   if (version == manifest.end() || !version->is_number_integer())
     throw Error(file + ": format_version: missing or not an integer");
   if (version->get<int64_t>() != kFormatVersion)
-    throw Error(file + ": format_version: unsupported version " +
-                std::to_string(version->get<int64_t>()) +
-                " (this build reads version " + std::to_string(kFormatVersion) +
-                ")");
+    throw Error(file + ": format_version: " +
+                unsupportedVersionReason(version->get<int64_t>()));
 
   auto recorded = manifest.find("content_hash");
   if (recorded == manifest.end() || !recorded->is_string())

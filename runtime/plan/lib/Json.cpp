@@ -227,6 +227,24 @@ public:
     }
     return out;
   }
+  /// An array of arrays of integers, e.g. the groups of a group family.
+  std::vector<std::vector<int64_t>> integerLists(const std::string &key) {
+    std::vector<std::vector<int64_t>> out;
+    const json &lists = array(key);
+    for (size_t i = 0; i < lists.size(); ++i) {
+      std::string listPath = indexPath(joinPath(path, key), i);
+      if (!lists[i].is_array())
+        throw Error(file + ": " + listPath + ": expected an array");
+      std::vector<int64_t> &list = out.emplace_back();
+      for (size_t j = 0; j < lists[i].size(); ++j) {
+        if (!lists[i][j].is_number_integer())
+          throw Error(file + ": " + indexPath(listPath, j) +
+                      ": expected an integer");
+        list.push_back(lists[i][j].get<int64_t>());
+      }
+    }
+    return out;
+  }
   ObjectReader object(const std::string &key) {
     return ObjectReader(field(key), joinPath(path, key), file);
   }
@@ -425,10 +443,10 @@ Parameter readParameter(ObjectReader &reader) {
 json weft::plan::toJson(const Bundle &bundle) {
   const TrainingInfo &training = bundle.training;
   json groups = json::array();
-  for (const Group &group : bundle.groups)
-    groups.push_back({{"id", group.id},
-                      {"kind", toString(group.kind)},
-                      {"ranks", group.ranks}});
+  for (const GroupFamily &family : bundle.groups)
+    groups.push_back({{"id", family.id},
+                      {"kind", toString(family.kind)},
+                      {"groups", family.groups}});
   json programs = json::array();
   for (const Program &program : bundle.programs)
     programs.push_back(programToJson(program));
@@ -494,10 +512,7 @@ Bundle weft::plan::fromJson(const json &manifest,
   Bundle bundle;
   bundle.formatVersion = root.integer("format_version");
   if (bundle.formatVersion != kFormatVersion)
-    root.fail("format_version", "unsupported version " +
-                                    std::to_string(bundle.formatVersion) +
-                                    " (this build reads version " +
-                                    std::to_string(kFormatVersion) + ")");
+    root.fail("format_version", unsupportedVersionReason(bundle.formatVersion));
   if (root.has("content_hash"))
     root.string("content_hash");
 
@@ -550,12 +565,12 @@ Bundle weft::plan::fromJson(const json &manifest,
   const json &groups = root.array("groups");
   for (size_t i = 0; i < groups.size(); ++i) {
     ObjectReader item = root.element("groups", i);
-    Group group;
-    group.id = item.integer("id");
-    group.kind = item.enumeration("kind", parseGroupKind, "group kind");
-    group.ranks = item.integers("ranks");
+    GroupFamily family;
+    family.id = item.integer("id");
+    family.kind = item.enumeration("kind", parseGroupKind, "group kind");
+    family.groups = item.integerLists("groups");
     item.finish("");
-    bundle.groups.push_back(std::move(group));
+    bundle.groups.push_back(std::move(family));
   }
   bundle.rankRoles = root.integers("rank_roles");
   const json &programs = root.array("programs");

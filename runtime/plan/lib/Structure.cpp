@@ -9,6 +9,7 @@
 
 #include "weft/plan/Serialize.h"
 
+#include <map>
 #include <set>
 
 using namespace weft::plan;
@@ -28,7 +29,7 @@ public:
   std::vector<StructuralError> run() {
     checkTop();
     for (size_t i = 0; i < bundle.groups.size(); ++i)
-      checkGroup(bundle.groups[i], at("groups", i), i);
+      checkGroupFamily(bundle.groups[i], at("groups", i), i);
     for (size_t i = 0; i < bundle.programs.size(); ++i)
       checkProgram(bundle.programs[i], at("programs", i), i);
     for (size_t i = 0; i < bundle.parameters.size(); ++i)
@@ -52,9 +53,7 @@ private:
 
   void checkTop() {
     if (bundle.formatVersion != kFormatVersion)
-      error("format_version",
-            "unsupported version " + str(bundle.formatVersion) +
-                " (this build reads version " + str(kFormatVersion) + ")");
+      error("format_version", unsupportedVersionReason(bundle.formatVersion));
     const TrainingInfo &training = bundle.training;
     checkPositive(training.globalBatch, "training.global_batch");
     checkPositive(training.seqLen, "training.seq_len");
@@ -94,21 +93,43 @@ private:
     }
   }
 
-  void checkGroup(const Group &group, const std::string &path, size_t index) {
-    if (group.id != int64_t(index))
+  void checkGroupFamily(const GroupFamily &family, const std::string &path,
+                        size_t index) {
+    if (family.id != int64_t(index))
       error(path + ".id",
-            "id " + str(group.id) + " must equal its index " + str(index));
-    if (group.ranks.empty())
-      error(path + ".ranks", "a group needs at least one rank");
-    std::set<int64_t> seen;
-    for (size_t i = 0; i < group.ranks.size(); ++i) {
-      int64_t rank = group.ranks[i];
-      if (rank < 0 || rank >= bundle.mesh.worldSize())
-        error(at(path + ".ranks", i), "rank " + str(rank) +
-                                          " is outside the world of " +
-                                          str(bundle.mesh.worldSize()));
-      else if (!seen.insert(rank).second)
-        error(at(path + ".ranks", i), "rank " + str(rank) + " is listed twice");
+            "id " + str(family.id) + " must equal its index " + str(index));
+    if (family.groups.empty())
+      error(path + ".groups", "a group family needs at least one group");
+    // The group each rank was first seen in, to reject overlapping groups.
+    std::map<int64_t, size_t> groupOfRank;
+    for (size_t g = 0; g < family.groups.size(); ++g) {
+      const std::vector<int64_t> &group = family.groups[g];
+      std::string groupPath = at(path + ".groups", g);
+      if (group.empty())
+        error(groupPath, "a group needs at least one rank");
+      else if (int64_t(group.size()) != family.groupSize())
+        error(groupPath, "has " + str(group.size()) +
+                             " ranks but group 0 has " +
+                             str(family.groupSize()) +
+                             " (the groups of a family have one size)");
+      for (size_t i = 0; i < group.size(); ++i) {
+        int64_t rank = group[i];
+        if (rank < 0 || rank >= bundle.mesh.worldSize()) {
+          error(at(groupPath, i), "rank " + str(rank) +
+                                      " is outside the world of " +
+                                      str(bundle.mesh.worldSize()));
+          continue;
+        }
+        auto [it, inserted] = groupOfRank.try_emplace(rank, g);
+        if (inserted)
+          continue;
+        if (it->second == g)
+          error(at(groupPath, i), "rank " + str(rank) + " is listed twice");
+        else
+          error(at(groupPath, i), "rank " + str(rank) + " is also in group " +
+                                      str(it->second) +
+                                      " (the groups of a family are disjoint)");
+      }
     }
   }
 
@@ -218,18 +239,26 @@ private:
                                                 str(ranges[0].bytes));
   }
 
-  void checkCommunication(const Instruction &inst, const std::string &path) {
+  void checkCommunication(const Instruction &inst, const Program &program,
+                          const std::string &path) {
     checkPositive(inst.count, path + ".count");
     if (inst.group < 0 || inst.group >= int64_t(bundle.groups.size())) {
-      error(path + ".group", "unknown group " + str(inst.group));
+      error(path + ".group", "unknown group family " + str(inst.group));
       return;
     }
-    int64_t size = bundle.groups[inst.group].ranks.size();
+    const GroupFamily &family = bundle.groups[inst.group];
+    // Each rank of the role resolves the family to the group containing it.
+    if (int64_t rank = rankOutsideFamily(program.role, family.id); rank >= 0)
+      error(path + ".group",
+            "rank " + str(rank) + " of role " + str(program.role) +
+                " is in no group of family " + str(family.id) + " (" +
+                std::string(toString(family.kind)) + ")");
+    int64_t size = family.groupSize();
     if ((isPointToPoint(inst.opcode) || inst.opcode == Opcode::Broadcast) &&
         (inst.peer < 0 || inst.peer >= size))
       error(path + (inst.opcode == Opcode::Broadcast ? ".root" : ".peer"),
-            "peer " + str(inst.peer) + " is outside group " + str(inst.group) +
-                " of " + str(size) + " ranks");
+            "peer " + str(inst.peer) + " is outside the " + str(size) +
+                "-rank groups of family " + str(inst.group));
     int64_t bytes = inst.count * elementBytes(inst.dtype);
     std::string what = std::string(toString(inst.opcode)) + " of " +
                        str(inst.count) + " " +
@@ -315,16 +344,16 @@ private:
     case Opcode::ReduceScatter:
     case Opcode::AllGather:
       checkOperandCount(inst, path, 1, 1, 1, 1);
-      checkCommunication(inst, path);
+      checkCommunication(inst, program, path);
       break;
     case Opcode::Broadcast:
     case Opcode::Recv:
       checkOperandCount(inst, path, 0, 0, 1, 1);
-      checkCommunication(inst, path);
+      checkCommunication(inst, program, path);
       break;
     case Opcode::Send:
       checkOperandCount(inst, path, 1, 1, 0, 0);
-      checkCommunication(inst, path);
+      checkCommunication(inst, program, path);
       break;
     case Opcode::RecordEvent:
     case Opcode::WaitEvent:
@@ -466,8 +495,25 @@ private:
       error("files", "invalid side-file path '" + path + "'");
   }
 
+  /// The first rank of `role` that no group of family `familyId` contains,
+  /// or -1; cached, as every communication instruction asks.
+  int64_t rankOutsideFamily(int64_t role, int64_t familyId) {
+    auto [it, inserted] = outsideFamily.try_emplace({role, familyId}, -1);
+    if (!inserted)
+      return it->second;
+    std::vector<int64_t> groupOf = groupIndexByRank(
+        bundle.groups[familyId], int64_t(bundle.rankRoles.size()));
+    for (size_t rank = 0; rank < groupOf.size(); ++rank)
+      if (bundle.rankRoles[rank] == role && groupOf[rank] < 0) {
+        it->second = int64_t(rank);
+        break;
+      }
+    return it->second;
+  }
+
   const Bundle &bundle;
   std::vector<StructuralError> errors;
+  std::map<std::pair<int64_t, int64_t>, int64_t> outsideFamily;
 };
 
 } // namespace

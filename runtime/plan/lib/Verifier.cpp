@@ -71,6 +71,8 @@ public:
 
   void run() {
     int64_t world = bundle.mesh.worldSize();
+    for (const GroupFamily &family : bundle.groups)
+      groupOfRank.push_back(groupIndexByRank(family, world));
     ranks.resize(world);
     for (int64_t rank = 0; rank < world; ++rank) {
       RankState &state = ranks[rank];
@@ -106,8 +108,9 @@ private:
     std::vector<Arrival> arrivals;
     size_t expected = 0;
   };
-  /// Collectives: (group, channel, sequence). Point-to-point: (source,
-  /// destination, channel, sequence) with group -1 - source to keep the keys
+  /// Collectives: (family, group index, channel, sequence) — each concrete
+  /// group of a family meets on its own. Point-to-point: (-1 - source,
+  /// destination, channel, sequence); the negative first entry keeps the keys
   /// of both kinds apart.
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
@@ -123,8 +126,8 @@ private:
   }
 
   /// Streams are matched by name: the runtime opens one communicator per
-  /// (group, stream name), so operations issued from different streams never
-  /// match each other.
+  /// (concrete group, stream name), so operations issued from different
+  /// streams never match each other.
   int64_t channelOf(int64_t rank, int64_t stream) {
     const std::string &name = ranks[rank].program->streams[stream].name;
     return channels.emplace(name, int64_t(channels.size())).first->second;
@@ -174,26 +177,29 @@ private:
   /// error.
   std::optional<Key> arrive(int64_t rank, int64_t stream,
                             const Instruction &inst) {
-    const Group &group = bundle.groups[inst.group];
-    int64_t self = groupIndexOf(group, rank);
-    if (self < 0) {
+    const GroupFamily &family = bundle.groups[inst.group];
+    int64_t groupIndex = groupOfRank[inst.group][rank];
+    if (groupIndex < 0) {
       report(CheckKind::Matching,
              where(rank, stream) + ": " + std::string(toString(inst.opcode)) +
-                 " on group " + str(group.id) +
-                 ", which does not contain rank " + str(rank));
+                 " on group family " + str(family.id) +
+                 ", which has no group containing rank " + str(rank));
       fatal = true;
       return std::nullopt;
     }
+    const std::vector<int64_t> &group = family.groups[groupIndex];
     int64_t channel = channelOf(rank, stream);
     Key key;
     size_t expected;
     if (isCollective(inst.opcode)) {
-      int64_t seq = sequence[{rank, group.id, channel, 0}]++;
-      key = {group.id, channel, seq, 0};
-      expected = group.ranks.size();
+      // A rank is in one group of the family, so counting per family counts
+      // per concrete group.
+      int64_t seq = sequence[{rank, family.id, channel, 0}]++;
+      key = {family.id, groupIndex, channel, seq};
+      expected = group.size();
     } else {
       bool sending = inst.opcode == Opcode::Send;
-      int64_t peer = group.ranks[inst.peer];
+      int64_t peer = group[inst.peer];
       int64_t source = sending ? rank : peer;
       int64_t destination = sending ? peer : rank;
       int64_t seq =
@@ -220,12 +226,18 @@ private:
                   a.peer == b.peer;
     if (agree)
       return;
-    std::string what =
-        p2p ? "send/recv pair" : "collective on group " + str(a.group);
+    std::string what = p2p ? "send/recv pair"
+                           : "collective on " + groupText(a.group, first.rank);
     report(CheckKind::Matching,
            "mismatched " + what + ": " + where(first.rank, first.stream) +
                " is " + operationText(a) + " but " +
                where(next.rank, next.stream) + " is " + operationText(b));
+  }
+
+  /// "group 1 of family 0": the group of family `familyId` that `rank` uses.
+  std::string groupText(int64_t familyId, int64_t rank) const {
+    return "group " + str(groupOfRank[familyId][rank]) + " of family " +
+           str(familyId);
   }
 
   std::string blockedReason(int64_t rank, int64_t stream) const {
@@ -233,9 +245,10 @@ private:
     if (inst.opcode == Opcode::WaitEvent)
       return "waits for event " + str(inst.event) +
              ", whose record_event never executes";
-    const Group &group = bundle.groups[inst.group];
+    const std::vector<int64_t> &group =
+        bundle.groups[inst.group].groups[groupOfRank[inst.group][rank]];
     if (isPointToPoint(inst.opcode)) {
-      int64_t peer = group.ranks[inst.peer];
+      int64_t peer = group[inst.peer];
       bool sending = inst.opcode == Opcode::Send;
       return std::string(toString(inst.opcode)) + (sending ? " to" : " from") +
              " rank " + str(peer) + " has no matching " +
@@ -243,19 +256,19 @@ private:
     }
     // Members that have not arrived at this collective.
     std::string missing;
-    for (int64_t member : group.ranks) {
+    for (int64_t member : group) {
       bool arrived = false;
       const RankState &other = ranks[member];
       for (size_t s = 0; s < other.pc.size() && !arrived; ++s)
         arrived = other.arrived[s] &&
                   other.program->streams[s].name ==
                       ranks[rank].program->streams[stream].name &&
-                  current(member, s).group == group.id;
+                  current(member, s).group == inst.group;
       if (!arrived)
         missing += (missing.empty() ? "" : ", ") + str(member);
     }
-    return std::string(toString(inst.opcode)) + " on group " + str(group.id) +
-           " waits for rank(s) " + missing;
+    return std::string(toString(inst.opcode)) + " on " +
+           groupText(inst.group, rank) + " waits for rank(s) " + missing;
   }
 
   void reportDeadlock() {
@@ -287,6 +300,8 @@ private:
   std::vector<RankState> ranks;
   std::deque<Arrival> ready;
   std::map<std::string, int64_t> channels;
+  /// [family][rank]: the index of the group the rank uses, -1 if none.
+  std::vector<std::vector<int64_t>> groupOfRank;
   std::map<Key, int64_t> sequence;
   std::map<Key, Rendezvous> rendezvous;
   bool fatal = false;
@@ -450,10 +465,12 @@ private:
   /// Whether some rank of this role is the root of broadcast `inst` (the root
   /// sends the contents of its buffer, so it reads it).
   bool isBroadcastRoot(const Instruction &inst) const {
-    const Group &group = bundle.groups[inst.group];
-    for (int64_t rank : roleRanks)
-      if (groupIndexOf(group, rank) == inst.peer)
+    for (int64_t rank : roleRanks) {
+      const std::vector<int64_t> *group =
+          resolveGroup(bundle, inst.group, rank);
+      if (group && groupIndexOf(*group, rank) == inst.peer)
         return true;
+    }
     return false;
   }
 

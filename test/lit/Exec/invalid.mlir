@@ -37,9 +37,9 @@ module {
 // -----
 
 module {
-  // expected-error @+1 {{of 1 ranks does not contain rank 1 of group @g}}
+  // expected-error @+1 {{of 1 ranks does not contain rank 1 of group family @g}}
   weftx.mesh dp 1 pp 1 tp 1
-  weftx.group @g world [0, 1]
+  weftx.group @g world [[0, 1]]
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {
     }
@@ -73,7 +73,19 @@ module {
 
 module {
   weftx.mesh dp 1 pp 1 tp 1
-  // expected-error @+1 {{needs at least one member}}
+  // expected-error @+1 {{a group needs at least one member}}
+  weftx.group @g dp [[]]
+  weftx.program @r0 ranks [0] {
+    weftx.stream "compute" {
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  // expected-error @+1 {{a group family needs at least one group}}
   weftx.group @g dp []
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {
@@ -84,9 +96,45 @@ module {
 // -----
 
 module {
+  weftx.mesh dp 2 pp 2 tp 1
+  // expected-error @+1 {{group of 1 ranks in a family of 2-rank groups (all groups of a family have the same size)}}
+  weftx.group @g pp [[0, 1], [2]]
+  weftx.program @r0 ranks [0, 1, 2, 3] {
+    weftx.stream "compute" {
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 2 tp 1
+  // expected-error @+1 {{rank 1 is in groups 0 and 1 (the groups of a family are disjoint)}}
+  weftx.group @g pp [[0, 1], [1, 2]]
+  weftx.program @r0 ranks [0, 1, 2, 3] {
+    weftx.stream "compute" {
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 2 tp 1
+  // expected-error @+1 {{lists 3 ranks, not a whole number of groups of 2}}
+  "weftx.group"() <{sym_name = "g", kind = 1 : i32, ranks = array<i64: 0, 1, 2>, group_size = 2}> : () -> ()
+  weftx.program @r0 ranks [0, 1, 2, 3] {
+    weftx.stream "compute" {
+    }
+  }
+}
+
+// -----
+
+module {
   weftx.mesh dp 1 pp 1 tp 1
   // expected-error @+1 {{has a negative rank}}
-  weftx.group @g dp [-1]
+  weftx.group @g dp [[-1]]
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {
     }
@@ -97,8 +145,8 @@ module {
 
 module {
   weftx.mesh dp 1 pp 1 tp 1
-  // expected-error @+1 {{lists a rank twice}}
-  weftx.group @g dp [0, 0]
+  // expected-error @+1 {{group 0 lists rank 0 twice}}
+  weftx.group @g dp [[0, 0]]
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {
     }
@@ -664,14 +712,32 @@ module {
 
 module {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @g dp [1]
+  weftx.group @g dp [[1]]
   weftx.program @r1 ranks [1] {
   }
   weftx.program @r0 ranks [0] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
-      // expected-error @+1 {{on group @g, which does not contain rank 0 of program @r0}}
+      // expected-error @+1 {{on group family @g, which has no group containing rank 0 of program @r0}}
       weftx.all_reduce sum 4 x f32 on @g reads(@a[0 +: 16]) writes(@a[0 +: 16])
+    }
+  }
+}
+
+// -----
+
+// Ranks 0 and 2 share a program; rank 0 resolves @pp to [0, 1], but no group
+// of @pp contains rank 2.
+module {
+  weftx.mesh dp 2 pp 2 tp 1
+  weftx.group @pp pp [[0, 1]]
+  weftx.program @rest ranks [1, 3] {
+  }
+  weftx.program @stage0 ranks [0, 2] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{on group family @pp, which has no group containing rank 2 of program @stage0}}
+      weftx.send 4 x f32 on @pp to 1 reads(@a[0 +: 16])
     }
   }
 }
@@ -680,7 +746,7 @@ module {
 
 module {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @g world [0, 1]
+  weftx.group @g world [[0, 1]]
   weftx.program @r0 ranks [0, 1] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
@@ -694,7 +760,7 @@ module {
 
 module {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @g world [0, 1]
+  weftx.group @g world [[0, 1]]
   weftx.program @r0 ranks [0, 1] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
@@ -708,7 +774,7 @@ module {
 
 module {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @g world [0, 1]
+  weftx.group @g world [[0, 1]]
   weftx.program @r0 ranks [0, 1] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
@@ -722,11 +788,11 @@ module {
 
 module {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @g world [0, 1]
+  weftx.group @g world [[0, 1]]
   weftx.program @r0 ranks [0, 1] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
-      // expected-error @+1 {{root 2 is outside group @g of 2 ranks}}
+      // expected-error @+1 {{root 2 is outside the 2-rank groups of family @g}}
       weftx.broadcast 4 x f32 on @g root 2 writes(@a[0 +: 16])
     }
   }
@@ -736,11 +802,11 @@ module {
 
 module {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @g world [0, 1]
+  weftx.group @g world [[0, 1]]
   weftx.program @r0 ranks [0, 1] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
-      // expected-error @+1 {{peer 5 is outside group @g of 2 ranks}}
+      // expected-error @+1 {{peer 5 is outside the 2-rank groups of family @g}}
       weftx.send 4 x f32 on @g to 5 reads(@a[0 +: 16])
     }
   }
@@ -919,7 +985,7 @@ module attributes {weftx.bogus = 1} {
 module {
   weftx.mesh dp 1 pp 1 tp 1
   // expected-error @+1 {{precision must be bf16, fp16 or fp32, got 'fp8'}}
-  weftx.group @h dp [0] {x = #weftx.training<global_batch = 1, seq_len = 16, precision = "fp8", micro_batch = 1, grad_accum = 1, steps_per_plan = 1, lr = 0.1, min_lr = 0.0, warmup_steps = 0, decay_steps = 0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.99, eps = 1.0e-8, grad_clip = 0.0, loss_scale = <dynamic = false, initial = 1.0, growth_interval = 0, backoff = 0.5>>}
+  weftx.group @h dp [[0]] {x = #weftx.training<global_batch = 1, seq_len = 16, precision = "fp8", micro_batch = 1, grad_accum = 1, steps_per_plan = 1, lr = 0.1, min_lr = 0.0, warmup_steps = 0, decay_steps = 0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.99, eps = 1.0e-8, grad_clip = 0.0, loss_scale = <dynamic = false, initial = 1.0, growth_interval = 0, backoff = 0.5>>}
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {
     }
@@ -931,7 +997,7 @@ module {
 module {
   weftx.mesh dp 1 pp 1 tp 1
   // expected-error @+1 {{'weftx.training' must be attached to a builtin.module}}
-  weftx.group @h dp [0] {weftx.training = #weftx.training<global_batch = 1, seq_len = 16, precision = "fp32", micro_batch = 1, grad_accum = 1, steps_per_plan = 1, lr = 0.1, min_lr = 0.0, warmup_steps = 0, decay_steps = 0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.99, eps = 1.0e-8, grad_clip = 0.0, loss_scale = <dynamic = false, initial = 1.0, growth_interval = 0, backoff = 0.5>>}
+  weftx.group @h dp [[0]] {weftx.training = #weftx.training<global_batch = 1, seq_len = 16, precision = "fp32", micro_batch = 1, grad_accum = 1, steps_per_plan = 1, lr = 0.1, min_lr = 0.0, warmup_steps = 0, decay_steps = 0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.99, eps = 1.0e-8, grad_clip = 0.0, loss_scale = <dynamic = false, initial = 1.0, growth_interval = 0, backoff = 0.5>>}
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {
     }

@@ -22,10 +22,12 @@ module attributes {
 } {
   // CHECK: weftx.mesh dp 2 pp 1 tp 1
   weftx.mesh dp 2 pp 1 tp 1
-  // CHECK: weftx.group @dp0 dp [0, 1]
-  weftx.group @dp0 dp [0, 1]
-  // CHECK: weftx.group @pair custom [1, 0]
-  weftx.group @pair custom [1, 0]
+  // CHECK: weftx.group @dp0 dp {{\[\[}}0, 1]]
+  weftx.group @dp0 dp [[0, 1]]
+  // CHECK: weftx.group @pair custom {{\[\[}}1, 0]]
+  weftx.group @pair custom [[1, 0]]
+  // CHECK: weftx.group @halves custom {{\[\[}}1], [0]]
+  weftx.group @halves custom [[1], [0]]
   // CHECK: weftx.kernel @embed file "kernels/embed.cu" constants {hidden = 16 : i64} source "// embed\0A"
   weftx.kernel @embed file "kernels/embed.cu" constants {hidden = 16} source "// embed\n"
   // CHECK: weftx.parameter "wte" [64, 16] f32 init normal(2.000000e-02) hf "transformer.wte.weight" shards [#weftx.shard<role = @first, buffer = @w, offset = 0, dim = -1, start = 0, length = 0, zero_shards = 2, padded_elements = 1024>]

@@ -73,8 +73,8 @@ protected:
 };
 
 TEST_F(BundleIOTest, RoundTripIsByteIdentical) {
-  for (const Bundle &bundle :
-       {dataParallelBundle(), pipelineBundle(), zero3Bundle()}) {
+  for (const Bundle &bundle : {dataParallelBundle(), pipelineBundle(),
+                               pipelineDataParallelBundle(), zero3Bundle()}) {
     writeBundle(bundle, dir("a"));
     Bundle loaded = loadBundle(dir("a"));
     EXPECT_EQ(toJson(loaded), toJson(bundle));
@@ -190,9 +190,44 @@ TEST_F(BundleIOTest, RejectsMissingManifest) {
 }
 
 TEST_F(BundleIOTest, RejectsWrongVersion) {
-  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 2; }),
-            dir("edited") + "/plan.json: format_version: unsupported version "
-                            "2 (this build reads version 1)");
+  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 3; }),
+            dir("edited") + "/plan.json: format_version: version 3 is not "
+                            "supported (this build reads version 2)");
+}
+
+TEST_F(BundleIOTest, RejectsVersion1Bundle) {
+  // A version 1 manifest: one concrete group per entry, listed as `ranks`.
+  EXPECT_EQ(loadError([](json &m) {
+              m["format_version"] = 1;
+              m["groups"] =
+                  json::array({{{"id", 0}, {"kind", "dp"}, {"ranks", {0, 1}}}});
+            }),
+            dir("edited") + "/plan.json: format_version: version 1 is not "
+                            "supported (this build reads version 2)");
+  // The version 1 group spelling under version 2 names the missing field.
+  EXPECT_EQ(loadError([](json &m) {
+              m["groups"] =
+                  json::array({{{"id", 0}, {"kind", "dp"}, {"ranks", {0, 1}}}});
+            }),
+            dir("edited") + "/plan.json: groups[0].groups: missing field");
+}
+
+TEST_F(BundleIOTest, RejectsGroupThatIsNotAnArray) {
+  EXPECT_EQ(loadError([](json &m) { m["groups"][0]["groups"][0] = 0; }),
+            dir("edited") + "/plan.json: groups[0].groups[0]: expected an "
+                            "array");
+  EXPECT_EQ(loadError([](json &m) { m["groups"][0]["groups"][0][1] = "1"; }),
+            dir("edited") + "/plan.json: groups[0].groups[0][1]: expected an "
+                            "integer");
+}
+
+TEST_F(BundleIOTest, RejectsOverlappingGroupsOfAFamily) {
+  EXPECT_EQ(loadError([](json &m) {
+              m["groups"][0]["groups"] = json::array({{0}, {0}});
+            }),
+            dir("edited") + "/plan.json: groups[0].groups[1][0]: rank 0 is "
+                            "also in group 0 (the groups of a family are "
+                            "disjoint)");
 }
 
 TEST_F(BundleIOTest, RejectsUnknownOpcode) {
@@ -233,7 +268,7 @@ TEST_F(BundleIOTest, RejectsDanglingGroup) {
               m["programs"][0]["streams"][0]["instructions"][3]["group"] = 9;
             }),
             dir("edited") + "/plan.json: programs[0].streams[0]."
-                            "instructions[3].group: unknown group 9");
+                            "instructions[3].group: unknown group family 9");
 }
 
 TEST_F(BundleIOTest, RejectsDanglingEvent) {

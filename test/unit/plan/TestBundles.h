@@ -102,7 +102,7 @@ inline Bundle baseBundle(Mesh mesh, int64_t roles) {
 /// gradient all-reduce, AdamW step. One role shared by both ranks.
 inline Bundle dataParallelBundle() {
   Bundle bundle = baseBundle({2, 1, 1}, 1);
-  bundle.groups.push_back({0, GroupKind::DP, {0, 1}});
+  bundle.groups.push_back({0, GroupKind::DP, {{0, 1}}});
   bundle.rankRoles = {0, 0};
   Program program;
   program.numEvents = 0;
@@ -146,7 +146,7 @@ inline Bundle dataParallelBundle() {
 /// activation gradient back.
 inline Bundle pipelineBundle() {
   Bundle bundle = baseBundle({1, 2, 1}, 2);
-  bundle.groups.push_back({0, GroupKind::PP, {0, 1}});
+  bundle.groups.push_back({0, GroupKind::PP, {{0, 1}}});
   bundle.rankRoles = {0, 1};
   for (int64_t role = 0; role < 2; ++role) {
     Program program;
@@ -175,13 +175,54 @@ inline Bundle pipelineBundle() {
   return bundle;
 }
 
+/// PP 2 x DP 2 (rank = dp * 2 + pp): the two DP replicas of each stage share
+/// one program. Family 0 holds the PP groups [0, 1] and [2, 3], so the
+/// send/recv of replica 0 and replica 1 resolve to different groups; family 1
+/// holds the DP groups [0, 2] and [1, 3] for the gradient all-reduce.
+inline Bundle pipelineDataParallelBundle() {
+  Bundle bundle = baseBundle({2, 2, 1}, 2);
+  bundle.groups.push_back({0, GroupKind::PP, {{0, 1}, {2, 3}}});
+  bundle.groups.push_back({1, GroupKind::DP, {{0, 2}, {1, 3}}});
+  bundle.rankRoles = {0, 1, 0, 1};
+  for (int64_t role = 0; role < 2; ++role) {
+    Program program;
+    program.role = role;
+    program.arenaBytes = 512;
+    program.persistentBytes = 512;
+    program.buffers = {buffer(0, "w", Region::Persistent, 0, 256),
+                       buffer(1, "w.grad", Region::Persistent, 256, 256),
+                       buffer(2, "act", Region::Arena, 0, 128),
+                       buffer(3, "act.grad", Region::Arena, 128, 128),
+                       buffer(4, "tokens", Region::Arena, 256, 64)};
+    const Program &p = program;
+    std::vector<Instruction> insts;
+    if (role == 0) {
+      insts = {op(Opcode::LoadBatch, {}, {whole(p, 4)}, "data"),
+               kernel(0, {whole(p, 4), whole(p, 0)}, {whole(p, 2)}, "fwd"),
+               comm(Opcode::Send, 0, 32, {whole(p, 2)}, {}, "fwd", 1),
+               comm(Opcode::Recv, 0, 32, {}, {whole(p, 3)}, "bwd", 1),
+               kernel(0, {whole(p, 3), whole(p, 4)}, {whole(p, 1)}, "bwd")};
+    } else {
+      insts = {comm(Opcode::Recv, 0, 32, {}, {whole(p, 2)}, "fwd", 0),
+               kernel(0, {whole(p, 2), whole(p, 0)}, {whole(p, 3)}, "bwd"),
+               comm(Opcode::Send, 0, 32, {whole(p, 3)}, {}, "bwd", 0),
+               kernel(0, {whole(p, 2), whole(p, 3)}, {whole(p, 1)}, "bwd")};
+    }
+    insts.push_back(comm(Opcode::AllReduce, 1, 64, {whole(p, 1)}, {whole(p, 1)},
+                         "grad sync"));
+    program.streams.push_back({"compute", insts});
+    bundle.programs.push_back(program);
+  }
+  return bundle;
+}
+
 /// ZeRO-3 over 2 ranks: the all-gather of a weight shard runs on its own
 /// stream; compute waits on the event, uses the gathered weight and releases
 /// it.
 inline Bundle zero3Bundle() {
   Bundle bundle = baseBundle({2, 1, 1}, 1);
   bundle.config["zero"] = 3;
-  bundle.groups.push_back({0, GroupKind::DP, {0, 1}});
+  bundle.groups.push_back({0, GroupKind::DP, {{0, 1}}});
   bundle.rankRoles = {0, 0};
   Program program;
   program.numEvents = 1;

@@ -44,8 +44,8 @@ Instruction &instruction(Bundle &bundle, int64_t role, int64_t stream,
 }
 
 TEST(Verifier, ValidBundlesVerifyCleanly) {
-  for (const Bundle &bundle :
-       {dataParallelBundle(), pipelineBundle(), zero3Bundle()}) {
+  for (const Bundle &bundle : {dataParallelBundle(), pipelineBundle(),
+                               pipelineDataParallelBundle(), zero3Bundle()}) {
     VerifyResult result = verify(bundle);
     EXPECT_TRUE(result.ok()) << allMessages(result);
   }
@@ -70,7 +70,8 @@ TEST(Verifier, StructuralErrorStopsVerification) {
   VerifyResult result = verify(bundle);
   ASSERT_EQ(result.diagnostics.size(), 1u);
   EXPECT_EQ(result.diagnostics[0].message,
-            "programs[0].streams[0].instructions[3].group: unknown group 9");
+            "programs[0].streams[0].instructions[3].group: unknown group "
+            "family 9");
   EXPECT_THROW(result.throwIfFailed(), Error);
 }
 
@@ -83,7 +84,8 @@ TEST(Verifier, MismatchedCollectiveSizes) {
   VerifyResult result = verify(bundle);
   EXPECT_EQ(messages(result, CheckKind::Matching),
             std::vector<std::string>{
-                "mismatched collective on group 0: rank 0 stream 0 'compute' "
+                "mismatched collective on group 0 of family 0: rank 0 stream 0 "
+                "'compute' "
                 "instruction 3 (bwd) is all_reduce of 64 f32 (sum) but rank 1 "
                 "stream 0 'compute' instruction 3 (bwd) is all_reduce of 32 "
                 "f32 (sum)"})
@@ -99,7 +101,7 @@ TEST(Verifier, MismatchedReduction) {
 
 TEST(Verifier, CollectivesInDifferentOrderDeadlock) {
   Bundle bundle = dataParallelBundle();
-  bundle.groups.push_back({1, GroupKind::Custom, {0, 1}});
+  bundle.groups.push_back({1, GroupKind::Custom, {{0, 1}}});
   splitRoles(bundle);
   // Rank 0 reduces over group 0 then group 1; rank 1 the other way round.
   auto &rank0 = bundle.programs[0].streams[0].instructions;
@@ -112,9 +114,9 @@ TEST(Verifier, CollectivesInDifferentOrderDeadlock) {
   EXPECT_EQ(messages(result, CheckKind::Deadlock),
             std::vector<std::string>{
                 "deadlock: rank 0 stream 0 'compute' instruction 3 (bwd): "
-                "all_reduce on group 0 waits for rank(s) 1; rank 1 stream 0 "
-                "'compute' instruction 3 (bwd): all_reduce on group 1 waits "
-                "for rank(s) 0"})
+                "all_reduce on group 0 of family 0 waits for rank(s) 1; rank 1 "
+                "stream 0 'compute' instruction 3 (bwd): all_reduce on group 0 "
+                "of family 1 waits for rank(s) 0"})
       << allMessages(result);
 }
 
@@ -293,13 +295,107 @@ TEST(Verifier, OverlappingPersistentBuffers) {
 
 TEST(Verifier, CollectiveOnGroupWithoutTheRank) {
   Bundle bundle = dataParallelBundle();
-  bundle.groups[0].ranks = {0};
+  bundle.groups[0].groups = {{0}};
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Structure),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[3].group: rank 1 of role "
+                "0 is in no group of family 0 (dp)"})
+      << allMessages(result);
+}
+
+//===----------------------------------------------------------------------===//
+// Group families (format version 2)
+//===----------------------------------------------------------------------===//
+
+TEST(Verifier, ReplicasSharingAProgramResolveDifferentGroups) {
+  Bundle bundle = pipelineDataParallelBundle();
+  // DP replicas 0 and 1 of each stage run one program...
+  EXPECT_EQ(bundle.programs.size(), 2u);
+  EXPECT_EQ(rankToRole(bundle, 0), rankToRole(bundle, 2));
+  // ...and resolve the PP family to their own pipeline.
+  ASSERT_NE(resolveGroup(bundle, 0, 0), nullptr);
+  ASSERT_NE(resolveGroup(bundle, 0, 2), nullptr);
+  EXPECT_EQ(*resolveGroup(bundle, 0, 0), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(*resolveGroup(bundle, 0, 2), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(*resolveGroup(bundle, 1, 3), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(resolveGroup(bundle, 2, 0), nullptr);
+  EXPECT_EQ(findGroupOf(bundle.groups[0], 3), 1);
+  EXPECT_EQ(groupIndexOf(bundle.groups[1].groups[1], 3), 1);
+  VerifyResult result = verify(bundle);
+  EXPECT_TRUE(result.ok()) << allMessages(result);
+}
+
+TEST(Verifier, ReplicaMismatchIsReportedPerConcreteGroup) {
+  // Give the replicas of stage 1 separate programs; replica 1 sends a
+  // smaller activation gradient, which only pipeline [2, 3] notices.
+  Bundle bundle = pipelineDataParallelBundle();
+  Program copy = bundle.programs[1];
+  copy.role = 2;
+  bundle.programs.push_back(copy);
+  bundle.rankRoles = {0, 1, 0, 2};
+  bundle.prediction.peakMemoryBytes.push_back(4096);
+  Instruction &send = instruction(bundle, 2, 0, 2);
+  send.count = 16;
+  send.reads[0].bytes = 64;
   VerifyResult result = verify(bundle);
   EXPECT_EQ(messages(result, CheckKind::Matching),
             std::vector<std::string>{
-                "rank 1 stream 0 'compute' instruction 3 (bwd): all_reduce on "
-                "group 0, which does not contain rank 1"})
+                "mismatched send/recv pair: rank 3 stream 0 'compute' "
+                "instruction 2 (bwd) is send of 16 f32 but rank 2 stream 0 "
+                "'compute' instruction 3 (bwd) is recv of 32 f32"})
       << allMessages(result);
+}
+
+TEST(Verifier, RankInNoGroupOfTheFamily) {
+  Bundle bundle = pipelineDataParallelBundle();
+  bundle.groups[0].groups = {{0, 1}};
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Structure),
+            (std::vector<std::string>{
+                "programs[0].streams[0].instructions[2].group: rank 2 of role "
+                "0 is in no group of family 0 (pp)",
+                "programs[0].streams[0].instructions[3].group: rank 2 of role "
+                "0 is in no group of family 0 (pp)",
+                "programs[1].streams[0].instructions[0].group: rank 3 of role "
+                "1 is in no group of family 0 (pp)",
+                "programs[1].streams[0].instructions[2].group: rank 3 of role "
+                "1 is in no group of family 0 (pp)"}))
+      << allMessages(result);
+}
+
+TEST(Verifier, OverlappingGroupsOfAFamily) {
+  Bundle bundle = pipelineDataParallelBundle();
+  bundle.groups[1].groups = {{0, 2}, {2, 3}};
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> structure = messages(result, CheckKind::Structure);
+  ASSERT_FALSE(structure.empty()) << allMessages(result);
+  EXPECT_EQ(structure.front(), "groups[1].groups[1][0]: rank 2 is also in "
+                               "group 0 (the groups of a family are "
+                               "disjoint)");
+}
+
+TEST(Verifier, UnequalGroupSizesInAFamily) {
+  Bundle bundle = pipelineDataParallelBundle();
+  bundle.groups[1].groups = {{0, 2}, {1, 3}, {}};
+  bundle.groups[0].groups = {{0, 1}, {2}};
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> structure = messages(result, CheckKind::Structure);
+  ASSERT_GE(structure.size(), 2u) << allMessages(result);
+  EXPECT_EQ(structure[0], "groups[0].groups[1]: has 1 ranks but group 0 has 2 "
+                          "(the groups of a family have one size)");
+  EXPECT_EQ(structure[1],
+            "groups[1].groups[2]: a group needs at least one rank");
+}
+
+TEST(Verifier, EmptyFamily) {
+  Bundle bundle = pipelineDataParallelBundle();
+  bundle.groups[1].groups.clear();
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> structure = messages(result, CheckKind::Structure);
+  ASSERT_FALSE(structure.empty()) << allMessages(result);
+  EXPECT_EQ(structure.front(),
+            "groups[1].groups: a group family needs at least one group");
 }
 
 } // namespace

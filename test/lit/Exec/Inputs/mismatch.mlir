@@ -12,7 +12,7 @@ module attributes {
     peak_memory_bytes = [64, 64], mfu = 0.4>
 } {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @dp dp [0, 1]
+  weftx.group @dp dp [[0, 1]]
   weftx.program @r0 ranks [0] {
     weftx.buffer @grad persistent size 64 align 64 : f32
     weftx.stream "compute" {

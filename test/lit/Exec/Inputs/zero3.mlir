@@ -14,7 +14,7 @@ module attributes {
   weftx.config = {dp = 2, pp = 1, tp = 1, zero = 3, schedule = "1f1b"}
 } {
   weftx.mesh dp 2 pp 1 tp 1
-  weftx.group @dp dp [0, 1]
+  weftx.group @dp dp [[0, 1]]
   weftx.kernel @embed file "kernels/embed.cu"
       constants {hidden = 16, vocab = 64} source "// embed kernel\n"
   weftx.parameter "wte" [2, 16] f32 init normal(0.02) hf "transformer.wte.weight"

@@ -23,7 +23,11 @@
 namespace weft::plan {
 
 /// The manifest version this library reads and writes.
-inline constexpr int64_t kFormatVersion = 1;
+inline constexpr int64_t kFormatVersion = 2;
+
+/// Why a manifest of `version` cannot be read, e.g. "version 1 is not
+/// supported (this build reads version 2)".
+std::string unsupportedVersionReason(int64_t version);
 
 enum class DType { F32, F16, BF16, F64, I32, I64, U16, U8 };
 enum class Region { Persistent, Arena };
@@ -140,10 +144,20 @@ struct Mesh {
   }
 };
 
-struct Group {
+/// A family of pairwise disjoint groups of one size, e.g. all TP groups of
+/// the mesh. An instruction names a family; a rank executing it uses the
+/// family's group that contains the rank (see resolveGroup), so ranks that
+/// share a program can communicate in different groups.
+struct GroupFamily {
   int64_t id = 0; // == index in Bundle::groups
   GroupKind kind = GroupKind::Custom;
-  std::vector<int64_t> ranks; // global ranks; group-relative index = position
+  /// Each group lists global ranks; group-relative index = position.
+  std::vector<std::vector<int64_t>> groups;
+
+  /// Ranks per group (0 for a family without groups, which checks reject).
+  int64_t groupSize() const {
+    return groups.empty() ? 0 : int64_t(groups.front().size());
+  }
 };
 
 //===----------------------------------------------------------------------===//
@@ -195,7 +209,7 @@ struct Instruction {
   GemmParams gemm;           // gemm
   int64_t microbatch = 0;    // load_batch
   double value = 0;          // fill
-  int64_t group = -1;        // collectives, send, recv
+  int64_t group = -1;        // collectives, send, recv: a group family id
   int64_t peer = -1;         // send/recv: group-relative peer; broadcast: root
   ReduceOp reduce = ReduceOp::Sum; // all_reduce, reduce_scatter
   int64_t count = 0;        // elements (per rank for reduce_scatter output and
@@ -272,9 +286,9 @@ struct Bundle {
   Prediction prediction;
   nlohmann::json config = nlohmann::json::object();
   Mesh mesh;
-  std::vector<Group> groups;
-  std::vector<int64_t> rankRoles; // rank -> role id
-  std::vector<Program> programs;  // indexed by role id
+  std::vector<GroupFamily> groups; // group families, indexed by id
+  std::vector<int64_t> rankRoles;  // rank -> role id
+  std::vector<Program> programs;   // indexed by role id
   std::vector<Parameter> parameters;
   std::vector<Kernel> kernels;
   /// Side files by bundle-relative path (kernel sources), with their bytes.
@@ -295,8 +309,21 @@ struct RankProgram {
 /// Expand `rank` to its program; throws Error if the rank is out of range.
 RankProgram expandRankProgram(const Bundle &bundle, int64_t rank);
 
-/// Position of `rank` in `group`, or -1 if it is not a member.
-int64_t groupIndexOf(const Group &group, int64_t rank);
+/// Index in `family.groups` of the group containing `rank`, or -1.
+int64_t findGroupOf(const GroupFamily &family, int64_t rank);
+
+/// findGroupOf for every rank in [0, worldSize), for code that resolves a
+/// family many times (ranks outside the world are ignored).
+std::vector<int64_t> groupIndexByRank(const GroupFamily &family,
+                                      int64_t worldSize);
+
+/// The group of family `familyId` that `rank` uses: the one containing it.
+/// Null if the family id is out of range or no group contains the rank.
+const std::vector<int64_t> *resolveGroup(const Bundle &bundle, int64_t familyId,
+                                         int64_t rank);
+
+/// Position of `rank` in `group` (its group-relative index), or -1.
+int64_t groupIndexOf(const std::vector<int64_t> &group, int64_t rank);
 
 } // namespace weft::plan
 
