@@ -2,8 +2,10 @@
 # The main job on a built-in default: installs what is needed, builds, then
 # imports GPT-2 small, summarizes what the IR analysis counts, and plans its
 # training on one DGX A100 node with the reasoning shown; then compiles a tiny
-# GPT-2 for two data-parallel CPU ranks and trains it with mpirun on the
-# shipped corpus, showing the loss fall.
+# GPT-2 for a simulated 8-rank cluster (TP 2 x PP 2 x DP 2 with ZeRO-3: 1F1B
+# pipeline, parameters sharded over the DP pair and gathered where used),
+# checks the plan, and trains it on the CPU backend with mpirun on the shipped
+# corpus, showing the loss fall.
 #   scripts/demo.sh [MODEL] [CLUSTER]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,14 +29,15 @@ echo "== weftc plan --model $MODEL --cluster $CLUSTER --global-batch 512 --seq-l
   --seq-len 1024 --explain --top 5
 
 echo
-echo "== weftc compile --model gpt2-tiny --cluster examples/clusters/cpu-sim-2.json --dp 2 -o $OUT/bundle"
-"$BIN/weftc" compile --model gpt2-tiny --cluster examples/clusters/cpu-sim-2.json \
-  --global-batch 8 --seq-len 64 --dp 2 --micro-batch 2 --lr 3e-3 \
-  --warmup-steps 10 --decay-steps 200 -o "$OUT/bundle"
+echo "== weftc compile --model gpt2-tiny --cluster examples/clusters/cpu-sim-8.json --tp 2 --pp 2 --dp 2 --zero 3 -o $OUT/bundle"
+"$BIN/weftc" compile --model gpt2-tiny --cluster examples/clusters/cpu-sim-8.json \
+  --global-batch 8 --seq-len 64 --tp 2 --pp 2 --dp 2 --zero 3 --micro-batch 1 \
+  --schedule 1f1b --lr 3e-3 --warmup-steps 10 --decay-steps 200 -o "$OUT/bundle"
+"$BIN/weft-inspect" "$OUT/bundle" verify
 "$BIN/weft-make-tokens" data/corpus.txt "$OUT/tokens.bin" >/dev/null
 echo
-echo "== mpirun -np 2 weft-run $OUT/bundle --data $OUT/tokens.bin --steps 200"
+echo "== mpirun -np 8 weft-run $OUT/bundle --data $OUT/tokens.bin --steps 200"
 MPIRUN_FLAGS="--oversubscribe"
 [ "$(id -u)" -eq 0 ] && MPIRUN_FLAGS="$MPIRUN_FLAGS --allow-run-as-root"
-mpirun $MPIRUN_FLAGS -np 2 "$BIN/weft-run" "$OUT/bundle" \
+mpirun $MPIRUN_FLAGS -np 8 "$BIN/weft-run" "$OUT/bundle" \
   --data "$OUT/tokens.bin" --steps 200 --metrics "$OUT/metrics.jsonl"

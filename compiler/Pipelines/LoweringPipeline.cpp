@@ -41,6 +41,7 @@ void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
   case CompileStage::Exec:
     pm.addPass(mlir::weft::createWeftSchedule(schedule));
     pm.addPass(mlir::weftx::createWeftPlanMemory());
+    pm.addPass(mlir::weftx::createWeftGenerateKernels());
     return;
   }
 }

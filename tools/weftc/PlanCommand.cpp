@@ -50,6 +50,12 @@ Constraints constraintsFrom(const PlanOptions &options) {
                   *options.sequenceParallel + "'");
     c.sequenceParallel = *options.sequenceParallel == "on";
   }
+  if (options.offload && *options.offload != "auto") {
+    if (*options.offload != "none" && *options.offload != "optimizer")
+      throw Error("--offload: expected none, optimizer or auto, got '" +
+                  *options.offload + "'");
+    c.offload = parseOffload(*options.offload);
+  }
   c.allowTpAcrossNodes = options.allowTpAcrossNodes;
   return c;
 }
@@ -73,8 +79,9 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
                       const PlanOptions &options) {
   DeepSpeedPlan ds =
       loadDeepSpeedConfig(*options.fromDeepSpeed, cluster.worldSize());
-  TrainingConfig training{ds.globalBatch, required(options.seqLen, "--seq-len"),
-                          ds.precision};
+  TrainingConfig training{
+      ds.globalBatch, required(options.seqLen, "--seq-len"), ds.precision,
+      parseFlag("--attention", options.attention, parseAttention)};
   if (options.globalBatch && *options.globalBatch != ds.globalBatch)
     throw Error(*options.fromDeepSpeed + ": train_batch_size " +
                 std::to_string(ds.globalBatch) +
@@ -122,7 +129,8 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
 TrainingConfig trainingFrom(const PlanOptions &options) {
   return {required(options.globalBatch, "--global-batch"),
           required(options.seqLen, "--seq-len"),
-          parseFlag("--precision", options.precision, parsePrecision)};
+          parseFlag("--precision", options.precision, parsePrecision),
+          parseFlag("--attention", options.attention, parseAttention)};
 }
 
 int planImpl(const ModelSpec &model, const PlanOptions &options) {
@@ -135,7 +143,7 @@ int planImpl(const ModelSpec &model, const PlanOptions &options) {
   SearchResult result =
       search(costModel, constraintsFrom(options), searchOptions);
   if (options.json)
-    print(toJson(result));
+    print(toJson(result, costModel));
   else
     std::cout << (options.explain ? renderExplain(result, costModel)
                                   : renderTable(result, costModel));
@@ -150,7 +158,10 @@ int weft::selectPlan(const ModelSpec &model, const PlanOptions &options,
     Cluster cluster = loadCluster(options.cluster);
     clusterJson = toJson(cluster).dump();
     CostModel costModel(model, cluster, trainingFrom(options));
-    SearchResult result = search(costModel, constraintsFrom(options));
+    Constraints constraints = constraintsFrom(options);
+    if (!constraints.offload)
+      constraints.offload = Offload::None;
+    SearchResult result = search(costModel, constraints);
     if (result.plans.empty()) {
       std::cerr << "weftc: error: no plan fits; run `weftc plan` with the "
                    "same flags for the shortfall and remedies\n";

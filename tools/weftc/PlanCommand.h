@@ -27,6 +27,10 @@ struct PlanOptions {
   std::string precision = "bf16";
   std::optional<int64_t> tp, pp, dp, zero, microBatch, virtualStages;
   std::optional<std::string> recompute, schedule, sequenceParallel;
+  /// `--offload none|optimizer|auto` (unset or auto: searched) and
+  /// `--attention flash|eager` (plan only; compile lowers neither choice).
+  std::optional<std::string> offload;
+  std::string attention = "flash";
   bool allowTpAcrossNodes = false;
   std::optional<std::string> fromDeepSpeed;
   int top = 5;
@@ -39,7 +43,8 @@ int runPlan(const planner::ModelSpec &model, const PlanOptions &options);
 
 /// Plans `model` without printing and stores the fastest fitting plan (or
 /// the fixed configuration, fitting or not) in `chosen`; returns the exit
-/// code (errors are printed as one line).
+/// code (errors are printed as one line). For `weftc compile`: an unset
+/// offload means none (the lowering has no offload yet).
 int selectPlan(const planner::ModelSpec &model, const PlanOptions &options,
                planner::Estimate &chosen, std::string &clusterJson);
 

@@ -112,6 +112,14 @@ cl::opt<int64_t> planVirtualStages(
 cl::opt<std::string> planSequenceParallel(
     "sequence-parallel", cl::desc("Fix sequence parallelism: on|off"),
     cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
+cl::opt<std::string> planOffload(
+    "offload",
+    cl::desc("Optimizer offload: none|optimizer|auto (default auto: searched "
+             "where the cluster describes its hosts)"),
+    cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<std::string> planAttention(
+    "attention", cl::desc("Attention implementation: flash|eager (flash)"),
+    cl::init("flash"), cl::sub(planCmd), cl::cat(planCategory));
 cl::opt<bool> planTpAcrossNodes("allow-tp-across-nodes",
                                 cl::desc("Let TP groups span nodes"),
                                 cl::sub(planCmd), cl::sub(compileCmd),
@@ -340,6 +348,8 @@ int runPlan(mlir::MLIRContext &context) {
   if (!spec)
     return fail(spec.takeError());
   options.fromDeepSpeed = optionalFlag(planFromDeepSpeed);
+  options.offload = optionalFlag(planOffload);
+  options.attention = planAttention;
   options.top = planTop;
   options.explain = planExplain;
   options.json = jsonOutput;
@@ -394,23 +404,14 @@ int runEmitBundle(mlir::MLIRContext &context) {
 }
 
 /// `weftc compile`: rejects what the lowering does not cover yet, so no
-/// configuration outside the slice can produce a wrong bundle.
+/// configuration it cannot lower produces a wrong bundle.
 int checkCompileSlice(const weft::planner::ParallelConfig &config,
                       StringRef precision) {
   using weft::planner::Recompute;
-  if (config.tp > 1)
-    return fail("compile: TP > 1 is not lowered yet");
-  if (config.pp > 1)
-    return fail("compile: PP > 1 is not lowered yet");
-  if (config.zero > 1)
-    return fail("compile: ZeRO " + llvm::Twine(config.zero) +
-                " is not lowered yet");
   if (config.recompute != Recompute::None)
     return fail("compile: recompute " +
                 llvm::Twine(weft::planner::toString(config.recompute).data()) +
                 " is not lowered yet");
-  if (config.sequenceParallel)
-    return fail("compile: sequence parallelism is not lowered yet");
   if (precision != "fp32")
     return fail("compile: precision " + precision + " is not lowered yet");
   return 0;
@@ -436,8 +437,9 @@ int runCompile(mlir::MLIRContext &context) {
   if (stepsPerPlan != 1)
     return fail("compile: --steps-per-plan: only 1 is supported");
 
-  // The lowered slice is fp32: that is the default here (not plan's bf16),
-  // and undecided dimensions are searched inside the slice only.
+  // The lowering is fp32: that is the default here (not plan's bf16). TP,
+  // PP, ZeRO and recompute are not searched: they default to what every
+  // cluster can run, and flags choose the rest.
   weft::PlanOptions options;
   if (int status = collectPlanOptions("compile", options))
     return status;
@@ -479,6 +481,10 @@ int runCompile(mlir::MLIRContext &context) {
       std::string(weft::planner::toString(plan.config.recompute));
   lowering.schedule =
       std::string(weft::planner::toString(plan.config.schedule));
+  lowering.virtualStages = plan.config.virtualStages;
+  lowering.sequenceParallel = plan.config.sequenceParallel;
+  lowering.prefetchDepth = plan.config.prefetchDepth;
+  lowering.bucketBytes = plan.config.bucketBytes;
   mlir::weft::WeftScheduleOptions schedule;
   schedule.seqLen = *options.seqLen;
   schedule.family = spec->family;
@@ -492,7 +498,9 @@ int runCompile(mlir::MLIRContext &context) {
   schedule.stepsPerPlan = stepsPerPlan;
   schedule.predictedStepTimeS = plan.stepTimeS;
   schedule.predictedMfu = plan.mfu;
-  schedule.predictedPeakBytes = int64_t(plan.peakMemoryBytes);
+  // What the compiled plan allocates itself (persistent state and arena),
+  // so weft-inspect compares it with the bundle's regions like for like.
+  schedule.predictedPeakBytes = int64_t(plan.memory.staticPlanBytes());
   schedule.clusterJson = clusterJson;
 
   // Report only the first error, as one line.

@@ -6,39 +6,56 @@ include "mlir/Pass/PassBase.td"
 
 def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
   let summary = "Schedule differentiated weft stage functions as one weftx "
-                "training step (level L1 to L2)";
+                "training step per role (level L1 to L2)";
   let description = [{
-    Replaces the module's contents (a stage function `@f` and its
+    Replaces the module's contents (the stage functions `@f` and their
     `@f_backward` from `weft-autodiff`, with the `weft.parallel`
-    configuration of `weft-attach-mesh`) by the weftx program every rank
-    replays per optimizer step (docs/lowering.md, docs/exec-dialect.md).
+    configuration of `weft-attach-mesh`) by the weftx programs the ranks
+    replay per optimizer step (docs/lowering.md, docs/exec-dialect.md).
 
-    Supported slice: one stage and TP = 1 (so every DP rank runs one shared
-    program), ZeRO 0 or 1, recompute `none`, fp32, and the GPT-2 and LLaMA
-    families' ops (embedding with or without learned positions, layer and
-    RMS norms, fused or separate QKV attention with GQA, biases and rotary
-    embeddings, plain or gated MLPs, tied or untied LM head, cross-entropy).
-    Anything else is rejected with an error naming the op or setting.
+    One program per role, a (pipeline rank, TP rank) pair shared by the DP
+    replicas; collectives name group families (`tp`, `pp`, `dp`, `mp`,
+    `world`, `tied`), declared when used. Supported: TP (including the
+    vocabulary-parallel embedding, head and loss, and a vocabulary padded to
+    a multiple of TP), sequence parallelism with micro-batch 1, PP with the
+    GPipe, 1F1B and interleaved 1F1B schedules (any layer split), DP with
+    ZeRO 0 to 3, recompute `none`, fp32, and the GPT-2 and LLaMA families'
+    ops. Anything else is rejected with an error naming the op or setting.
 
-    Persistent state lives in four flat f32 buffers (`params`, `grads`,
-    `exp_avg`, `exp_avg_sq`), one slot per parameter at a 64-byte aligned
-    offset, so the DP all-reduce, the gradient norm, clipping and AdamW are
-    one instruction each. On the `compute` stream: zero the gradients and
-    `loss`; per micro-batch `load_batch`, the forward, the backward (grad ops
-    recompute their kernels' internal state, docs/autodiff.md; parameter
-    gradients accumulate with beta = 1 GEMMs and the kernels' `+=`); then
-    the gradient all-reduce over the DP group, `grad_norm`, `clip` and
-    `optimizer_step`. The loss is computed by the backward's fused
-    `cross_entropy` kernel (`loss_div = grad_accum`,
-    `grad_div = grad_accum * dp`, so the all-reduced gradient is the
-    global-batch mean). Activations get one arena buffer per value and
-    micro-batch; `weft-plan-memory` overlaps them by liveness.
+    Persistent state lives in flat f32 buffers per role (`params`, `grads`,
+    `exp_avg`, `exp_avg_sq`), one 64-byte aligned slot per parameter (three
+    for a fused QKV weight or bias split over TP: one per q, k, v slice),
+    each with a `ShardSpec` naming its slice of the global tensor. On the
+    `compute` stream: zero the gradients and `loss`; the pipeline tasks of
+    the rank in schedule order, each the stage function's forward or
+    backward for one micro-batch (grad ops recompute their kernels' internal
+    state, docs/autodiff.md; parameter gradients accumulate with beta = 1
+    GEMMs and the kernels' `+=`); activations and their gradients cross
+    stages by send/recv on one stream per direction and sending rank,
+    ordered against `compute` by events. Then the sequence-parallel and
+    tied-embedding gradient sums, the DP gradient sync, the global gradient
+    norm (each gradient element counted once, summed over `mp`, `dp` or
+    `world`), `clip`, `optimizer_step` and (ZeRO 1-2) one all-gather per
+    slot. The loss comes from the backward's fused cross-entropy kernels on
+    the last stage (`loss_div = grad_accum`, `grad_div = grad_accum * dp`,
+    so the summed gradient is the global-batch mean). Activations get one
+    arena buffer per value and micro-batch; `weft-plan-memory` overlaps them
+    by liveness.
 
-    ZeRO-1 pads each slot to a multiple of DP x 16 elements and keeps the
-    rank's piece of every slot contiguously in `master`, `grads.shard` and
-    the moment buffers: one `reduce_scatter` per slot replaces the
-    all-reduce, the partial gradient norm is all-reduced, AdamW runs once
-    over the shard, and one `all_gather` per slot rebuilds `params`.
+    DP gradient sync: ZeRO-0 all-reduces buckets of neighbouring slots (up
+    to `bucket_bytes`, 25 MiB when 0) in place on an `allreduce` stream,
+    ZeRO 1-3 reduce-scatter each slot into `grads.shard` on a
+    `reducescatter` stream; each is issued after an event compute records
+    right after the last instruction that writes its slots (so it overlaps
+    the rest of the backward), and compute waits for all of them before the
+    norm. With ZeRO 1-3 AdamW updates this rank's pieces (`master`, moments) only.
+    ZeRO-2/3 keep the full gradients in the arena (accumulated over the
+    micro-batches, reduce-scattered after the last). ZeRO-3 keeps no full
+    parameters: each task (forward or backward of one micro-batch) gathers
+    every parameter it reads into a fresh arena buffer on an `allgather`
+    stream, `compute` waits for it right before its first use and releases
+    it after its last, and gather k waits until compute has begun using
+    gather k - `prefetch_depth` (at least 1).
   }];
   let dependentDialects = ["::mlir::weftx::WeftExecDialect"];
   let options = [

@@ -1,31 +1,26 @@
 //===- WeftToExec.cpp - weft-schedule: L1 training functions to weftx -----===//
 //
-// Schedules one optimizer step of a differentiated stage function as a weftx
-// program (docs/lowering.md, step 7). Every L1 tensor becomes a byte range:
-// parameters, gradients and AdamW moments slots of flat persistent buffers
-// (with ZeRO-1, the moments and master weights hold this DP rank's pieces),
-// activations one arena buffer per value and micro-batch. Each weft op
-// expands into GEMMs and launches of the runtime's registry kernels with the
-// exact operand order of docs/runtime.md.
+// Schedules one optimizer step of the differentiated stage functions as one
+// weftx program per role (docs/lowering.md, step 7). A role is a (pipeline
+// rank, TP rank) pair; the DP replicas of a role share its program and talk
+// to their own groups through group families (one disjoint group per
+// position on the other mesh axes).
+//
+// Per role: parameters, gradients and AdamW moments are slots of flat
+// persistent buffers (with ZeRO-1 the moments and master weights hold this
+// DP rank's pieces); the pipeline schedule (GPipe, 1F1B or interleaved 1F1B,
+// PipelineSchedule.h) orders the forward and backward of every (chunk,
+// micro-batch) on the `compute` stream, and activations and their gradients
+// cross stage boundaries with send/recv on streams of their own, ordered
+// against `compute` by events; then the tied-embedding and DP gradient sums,
+// the global gradient norm, clipping, AdamW and the ZeRO-1 all-gather.
 //
 //===----------------------------------------------------------------------===//
-#include "Conversion/WeftToExec/Passes.h"
+#include "StepScheduler.h"
 
-#include "Weft/IR/WeftOps.h"
-#include "WeftExec/IR/WeftExecDialect.h"
-#include "WeftExec/IR/WeftExecOps.h"
-#include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
-#include "mlir/IR/Matchers.h"
-#include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
-
-#include <cmath>
 
 namespace mlir::weft {
 #define GEN_PASS_DEF_WEFTSCHEDULE
@@ -34,7 +29,7 @@ namespace mlir::weft {
 
 using namespace mlir;
 using namespace mlir::weft;
-namespace wx = mlir::weftx;
+using namespace mlir::weft::schedule;
 
 /// JSON as the scalar/dictionary attributes weftx.config holds.
 static Attribute jsonToAttribute(Builder &builder,
@@ -57,235 +52,72 @@ static Attribute jsonToAttribute(Builder &builder,
   return builder.getStringAttr(llvm::formatv("{0}", value).str());
 }
 
-namespace {
+//===----------------------------------------------------------------------===//
+// BundleScheduler: what every role shares
+//===----------------------------------------------------------------------===//
 
-constexpr int64_t kF32Bytes = 4;
-/// Parameter slots in the flat buffers start at multiples of this many
-/// elements (64 bytes), so every parameter is aligned for vector loads.
-constexpr int64_t kSlotAlign = 16;
-
-/// A byte range of a weftx buffer: what an L1 tensor is at L2.
-struct Slice {
-  StringAttr buffer;
-  int64_t offset = 0, bytes = 0;
-
-  bool operator==(const Slice &other) const {
-    return buffer == other.buffer && offset == other.offset &&
-           bytes == other.bytes;
-  }
-  /// `elements` f32 elements from element `start`.
-  Slice sub(int64_t start, int64_t elements) const {
-    return {buffer, offset + start * kF32Bytes, elements * kF32Bytes};
-  }
-  /// The span of a row-major `rows x cols` matrix with row stride `ld`
-  /// starting at element `start` (what the column-major GEMM reads).
-  Slice matrix(int64_t start, int64_t rows, int64_t cols, int64_t ld) const {
-    return sub(start, (rows - 1) * ld + cols);
-  }
-};
-
-/// The configuration `weft-attach-mesh` recorded in `weft.parallel`.
-struct Parallel {
-  int64_t tp = 1, pp = 1, dp = 1, zero = 0, microBatch = 1, gradAccum = 1;
-  std::string recompute = "none";
-};
-
-/// Where a parameter lives in the flat buffers, in elements: its slot of the
-/// full parameter and gradient buffers, padded to `padded` elements, and the
-/// start of this rank's `padded / zeroShards` piece in the ZeRO-1 shard
-/// buffers.
-struct FlatSlot {
-  int64_t start = 0, padded = 0, shardStart = 0;
-};
-
-/// One column block of a (possibly fused) QKV projection: the weight (and
-/// bias) slice that produces q, k or v.
-struct Projection {
-  Value weight, bias;
-  int64_t column = 0, width = 0, ld = 0;
-};
-
-/// An attention op's forward state: the rotary constant (0 without rotary
-/// embeddings), its input projections and (q, k, v, ctx, lse).
-struct AttentionState {
-  int64_t theta = 0;
-  SmallVector<Projection, 3> proj;
-  SmallVector<Slice, 5> slices;
-};
-
-class StepScheduler {
-public:
-  StepScheduler(ModuleOp module, const WeftScheduleOptions &options)
-      : module(module), options(options), ctx(module.getContext()),
-        builder(ctx), f32(Float32Type::get(ctx)) {}
-
-  LogicalResult run();
-
-private:
-  // --- Setup -------------------------------------------------------------
-  LogicalResult findFunctions();
-  LogicalResult readParallel();
-  void declareParameters();
-  /// Gradient sync, clipping, AdamW and (ZeRO-1) the parameter all-gather.
-  void optimizerStep();
-
-  // --- Buffers, kernels, instructions -------------------------------------
-  Slice newBuffer(StringRef name, int64_t elements, wx::Region region,
-                  Type type);
-  Slice activation(StringRef name, int64_t elements) {
-    return newBuffer(name, elements, wx::Region::arena, f32);
-  }
-  ArrayAttr ranges(ArrayRef<Slice> slices);
-  StringAttr phase() { return builder.getStringAttr(phaseLabel); }
-  void launch(StringRef kernel,
-              ArrayRef<std::pair<StringRef, int64_t>> constants,
-              ArrayRef<Slice> reads, ArrayRef<Slice> writes);
-  /// Row-major C[m,n] (+)= op(A) op(B), emitted as the column-major GEMM of
-  /// the transposes (operands and m/n swapped).
-  void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, Slice a,
-            int64_t lda, Slice b, int64_t ldb, Slice c, int64_t ldc,
-            bool accumulate);
-
-  // --- Values -------------------------------------------------------------
-  Slice lookup(Value value) { return values.lookup(value); }
-  int64_t width(Value value) {
-    return cast<RankedTensorType>(value.getType()).getShape().back();
-  }
-  int64_t rows() const { return par.microBatch * options.seqLen; }
-  /// Binds each result of a grad op whose forward operand is a parameter to
-  /// that parameter's gradient slot (results follow the float operands).
-  void bindParameterGrads(Operation *gradOp);
-  FailureOr<Slice> gradOf(Value param);
-
-  // --- Ops ----------------------------------------------------------------
-  LogicalResult lowerBlock(Block &block);
-  LogicalResult lowerOp(Operation *op);
-  LogicalResult lowerEmbedding(EmbeddingOp op);
-  LogicalResult lowerLayerNorm(LayerNormOp op);
-  LogicalResult lowerRmsNorm(RMSNormOp op);
-  LogicalResult lowerAttention(AttentionOp op);
-  LogicalResult lowerMlp(MLPOp op);
-  LogicalResult lowerLmHead(LMHeadOp op);
-  LogicalResult lowerAddF(arith::AddFOp op);
-  LogicalResult lowerEmbeddingGrad(EmbeddingGradOp op);
-  LogicalResult lowerLayerNormGrad(LayerNormGradOp op);
-  LogicalResult lowerRmsNormGrad(RMSNormGradOp op);
-  LogicalResult lowerAttentionGrad(AttentionGradOp op);
-  LogicalResult lowerMlpGrad(MLPGradOp op);
-  LogicalResult lowerLmHeadGrad(LMHeadGradOp op);
-  LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp op);
-  LogicalResult checkReturn(func::ReturnOp op);
-
-  /// Layer norm forward into fresh buffers: (y, mean, rstd).
-  std::array<Slice, 3> layerNormForward(Value x, Value w, Value b,
-                                        double epsilon);
-  /// RMSNorm forward into fresh buffers: (y, rstd).
-  std::array<Slice, 2> rmsNormForward(Value x, Value w, double epsilon);
-  FailureOr<SmallVector<Projection, 3>>
-  projections(Operation *op, ValueRange weights, ValueRange biases,
-              int64_t heads, int64_t kvHeads, int64_t headDim);
-  /// The rotary base of a causal attention op as the registry's integer
-  /// `theta` constant, 0 without rotary embeddings.
-  FailureOr<int64_t> rotaryTheta(Operation *op, bool causal,
-                                 std::optional<APFloat> ropeTheta);
-  /// Rotary embedding (`kernel` is rotary_forward or rotary_backward) of
-  /// `heads` heads in place.
-  void rotate(StringRef kernel, Slice x, int64_t heads, int64_t headDim,
-              int64_t theta);
-  /// q, k, v = x W_j (+ b_j), rotated by `theta` if non-zero, then the
-  /// attention core: (q, k, v, ctx, lse).
-  SmallVector<Slice, 5> attentionForward(Slice x, int64_t hidden,
-                                         ArrayRef<Projection> proj,
-                                         int64_t heads, int64_t kvHeads,
-                                         int64_t headDim, int64_t theta);
-  /// The forward state of `op` (weft.attention or weft.attention_grad, which
-  /// recomputes it from the same operands).
-  template <typename AttentionLikeOp>
-  FailureOr<AttentionState> attentionState(AttentionLikeOp op) {
-    FailureOr<int64_t> theta =
-        rotaryTheta(op, op.getCausal(), op.getRopeTheta());
-    if (failed(theta))
-      return failure();
-    auto proj =
-        projections(op, op.getQkvWeights(), op.getQkvBiases(), op.getNumHeads(),
-                    op.getNumKvHeads(), op.getHeadDim());
-    if (failed(proj))
-      return failure();
-    AttentionState state{*theta, std::move(*proj), {}};
-    state.slices = attentionForward(
-        lookup(op.getInput()), width(op.getInput()), state.proj,
-        op.getNumHeads(), op.getNumKvHeads(), op.getHeadDim(), state.theta);
-    return state;
-  }
-  /// The MLP's hidden state from x: u = x up (+ bu), g = x gate (gated only),
-  /// h = act(u) or act(g) u. Returns (u, g, h).
-  std::array<Slice, 3> mlpForward(Slice x, int64_t hidden, int64_t ffn,
-                                  Value up, Value upBias, Value gate,
-                                  int64_t act);
-  /// The registry's `act` code, or -1.
-  static int64_t activationCode(StringRef name);
-
-  ModuleOp module;
-  const WeftScheduleOptions &options;
-  MLIRContext *ctx;
-  OpBuilder builder;
-  Type f32;
-  Parallel par;
-  std::string modelName;
-  func::FuncOp forward, backward;
-
-  wx::ProgramOp program;
-  wx::StreamOp compute;
-  Operation *firstStream = nullptr;
-  std::string phaseLabel;
-  llvm::StringMap<int64_t> bufferNames, kernelNames;
-  llvm::DenseMap<std::pair<StringAttr, DictionaryAttr>, StringAttr> kernels;
-
-  SmallVector<ParamOp> params; // forward declaration order, unique names
-  SmallVector<FlatSlot> slots; // parallel to `params`
-  llvm::StringMap<Slice> paramSlot, gradSlot;
-  /// DP ranks the optimizer state is split over: dp with ZeRO-1, else 1.
-  int64_t zeroShards = 1;
-  /// Elements of the full flat buffers and of the optimizer's buffers (the
-  /// shard buffers with ZeRO-1, the full ones otherwise).
-  int64_t flatElements = 0, stateElements = 0;
-  Slice paramsBuf, gradsBuf, expAvg, expAvgSq, loss, sumsq, tokens, targets;
-  /// The optimizer's fp32 weights and gradients: this rank's shards with
-  /// ZeRO-1, else `paramsBuf` and `gradsBuf`.
-  Slice master, gradShards;
-
-  llvm::DenseMap<Value, Slice> values;
-  llvm::DenseMap<int64_t, Slice> saved; // slot -> buffer, this micro-batch
-};
-
-LogicalResult StepScheduler::findFunctions() {
-  for (auto func : module.getOps<func::FuncOp>()) {
-    if (!func->hasAttr("weft.pipeline_stage"))
-      continue;
-    if (func.getName().ends_with("_backward"))
-      continue;
-    if (forward)
-      return module.emitError("weft-schedule: PP > 1 is not lowered yet (more "
-                              "than one stage function)");
-    forward = func;
-  }
-  if (!forward)
+LogicalResult BundleScheduler::findStageFunctions() {
+  SmallVector<func::FuncOp> forwards;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (func->hasAttr("weft.pipeline_stage") &&
+        !func.getName().ends_with("_backward"))
+      forwards.push_back(func);
+  if (forwards.empty())
     return module.emitError("weft-schedule: no stage function; run weft-lower "
                             "and weft-autodiff first");
-  modelName = forward.getName().str();
-  if (auto stage =
-          forward->getAttrOfType<DictionaryAttr>("weft.pipeline_stage"))
+  if (failed(readParallel()))
+    return failure();
+  stages.assign(par.pp, SmallVector<StageFunctions, 2>(par.virtualStages));
+  for (func::FuncOp forward : forwards) {
+    auto stage = forward->getAttrOfType<DictionaryAttr>("weft.pipeline_stage");
+    auto get = [&](StringRef name) -> int64_t {
+      auto value = stage.getAs<IntegerAttr>(name);
+      return value ? value.getInt() : -1;
+    };
+    int64_t rank = get("rank"), chunk = get("chunk");
+    if (rank < 0 || rank >= par.pp || chunk < 0 || chunk >= par.virtualStages ||
+        stages[rank][chunk].forward)
+      return forward.emitError("weft-schedule: stage function of rank ")
+             << rank << " chunk " << chunk << " does not fit pp = " << par.pp
+             << " x virtual_stages = " << par.virtualStages;
     if (auto model = stage.getAs<StringAttr>("model"))
       modelName = model.str();
-  backward = module.lookupSymbol<func::FuncOp>(
-      (forward.getName() + "_backward").str());
-  if (!backward)
-    return forward.emitError("weft-schedule: no @")
-           << forward.getName() << "_backward; run weft-autodiff first";
+    auto backward = module.lookupSymbol<func::FuncOp>(
+        (forward.getName() + "_backward").str());
+    if (!backward)
+      return forward.emitError("weft-schedule: no @")
+             << forward.getName() << "_backward; run weft-autodiff first";
+    stages[rank][chunk] = {forward, backward, get("stage")};
+  }
+  for (auto [rank, chunks] : llvm::enumerate(stages))
+    for (auto [chunk, functions] : llvm::enumerate(chunks))
+      if (!functions.forward)
+        return module.emitError("weft-schedule: no stage function for "
+                                "pipeline rank ")
+               << rank << " chunk " << chunk;
+  if (modelName.empty())
+    modelName = forwards.front().getName().str();
+
+  // A parameter declared on two pipeline ranks is a tied copy
+  // (weft-split-stages); its gradients are summed across the two.
+  llvm::StringMap<int64_t> rankOfParam;
+  for (auto [rank, chunks] : llvm::enumerate(stages))
+    for (StageFunctions functions : chunks)
+      functions.forward.walk([&](ParamOp op) {
+        auto [it, inserted] = rankOfParam.try_emplace(op.getName(), rank);
+        if (!inserted && it->second != int64_t(rank))
+          tiedAcrossStages.insert(op.getName());
+      });
   return success();
 }
 
-LogicalResult StepScheduler::readParallel() {
+LogicalResult BundleScheduler::readParallel() {
+  func::FuncOp forward;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (func->hasAttr("weft.pipeline_stage")) {
+      forward = func;
+      break;
+    }
   auto dict = forward->getAttrOfType<DictionaryAttr>("weft.parallel");
   if (!dict)
     return forward.emitError("weft-schedule: missing weft.parallel; run "
@@ -300,807 +132,162 @@ LogicalResult StepScheduler::readParallel() {
   get("zero", par.zero);
   get("micro_batch", par.microBatch);
   get("grad_accum", par.gradAccum);
+  get("virtual_stages", par.virtualStages);
+  get("prefetch_depth", par.prefetchDepth);
+  get("bucket_bytes", par.bucketBytes);
   if (auto recompute = dict.getAs<StringAttr>("recompute"))
     par.recompute = recompute.str();
-  // The slice this scheduler implements (docs/lowering.md, status).
-  if (par.tp > 1)
-    return forward.emitError("weft-schedule: TP > 1 is not lowered yet");
-  if (par.pp > 1)
-    return forward.emitError("weft-schedule: PP > 1 is not lowered yet");
-  if (par.zero > 1)
-    return forward.emitError("weft-schedule: ZeRO ")
-           << par.zero << " is not lowered yet";
+  if (auto schedule = dict.getAs<StringAttr>("schedule"))
+    par.schedule = schedule.str();
+  if (auto sequenceParallel = dict.getAs<BoolAttr>("sequence_parallel"))
+    par.sequenceParallel = sequenceParallel.getValue();
+  // What this scheduler implements (docs/lowering.md, status).
+  if (par.zero < 0 || par.zero > 3)
+    return forward.emitError("weft-schedule: unknown ZeRO stage ") << par.zero;
+  if (par.prefetchDepth < 0 || par.bucketBytes < 0)
+    return forward.emitError("weft-schedule: prefetch_depth and bucket_bytes "
+                             "must not be negative");
   if (par.recompute != "none")
     return forward.emitError("weft-schedule: recompute '")
            << par.recompute << "' is not lowered yet";
+  // Sequence shards of one sequence are contiguous row blocks; those of
+  // several sequences per micro-batch would interleave.
+  if (par.sequenceParallel && par.tp > 1 && par.microBatch != 1)
+    return forward.emitError("weft-schedule: sequence parallelism needs "
+                             "micro-batch 1, got ")
+           << par.microBatch;
+  if (par.sequenceParallel && options.seqLen % par.tp != 0)
+    return forward.emitError("weft-schedule: seq-len ")
+           << options.seqLen << " is not divisible by tp = " << par.tp
+           << " (sequence parallelism)";
+  std::optional<pipeline::ScheduleKind> kind =
+      pipeline::parseScheduleKind(par.schedule);
+  if (!kind)
+    return forward.emitError("weft-schedule: unknown pipeline schedule '")
+           << par.schedule << "'";
+  if (pipeline::pipelineOrder(*kind, par.pp, par.virtualStages, par.gradAccum,
+                              0)
+          .empty())
+    return forward.emitError("weft-schedule: schedule '")
+           << par.schedule << "' cannot run " << par.gradAccum
+           << " micro-batches on " << par.pp << " stages x "
+           << par.virtualStages << " chunks";
   if (options.seqLen <= 0)
     return forward.emitError("weft-schedule: seq-len must be positive");
   return success();
 }
 
-Slice StepScheduler::newBuffer(StringRef name, int64_t elements,
-                               wx::Region region, Type type) {
-  // Unique, deterministic names: the first use keeps `name`, later ones
-  // get `.1`, `.2`, ...
-  int64_t &count = bufferNames[name];
-  std::string symbol =
+FlatSymbolRefAttr BundleScheduler::kernel(StringRef name,
+                                          DictionaryAttr constants) {
+  FlatSymbolRefAttr &symbol = kernels[{builder.getStringAttr(name), constants}];
+  if (symbol)
+    return symbol;
+  // One declaration per specialization; the runtime selects the registry
+  // kernel by the name before the first '.' (docs/runtime.md).
+  int64_t &count = kernelNames[name];
+  std::string symName =
       count ? (name + "." + llvm::Twine(count)).str() : name.str();
   ++count;
   OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPoint(firstStream);
-  int64_t bytes = elements * (type.getIntOrFloatBitWidth() / 8);
-  auto buffer =
-      wx::BufferOp::create(builder, module.getLoc(), symbol, region, bytes,
-                           /*alignment=*/64, IntegerAttr(), type);
-  return {buffer.getSymNameAttr(), 0, bytes};
+  builder.setInsertionPoint(firstProgram);
+  wx::KernelOp::create(
+      builder, module.getLoc(), symName, "kernels/" + symName + ".cu",
+      constants,
+      ("// " + name + ": runtime registry kernel (docs/runtime.md)\n").str());
+  symbol = FlatSymbolRefAttr::get(ctx, symName);
+  return symbol;
 }
 
-ArrayAttr StepScheduler::ranges(ArrayRef<Slice> slices) {
-  SmallVector<Attribute> attrs;
-  for (const Slice &s : slices)
-    attrs.push_back(wx::RangeAttr::get(ctx, FlatSymbolRefAttr::get(s.buffer),
-                                       s.offset, s.bytes));
-  return builder.getArrayAttr(attrs);
-}
-
-void StepScheduler::launch(StringRef kernel,
-                           ArrayRef<std::pair<StringRef, int64_t>> constants,
-                           ArrayRef<Slice> reads, ArrayRef<Slice> writes) {
-  SmallVector<NamedAttribute> named;
-  for (auto [name, value] : constants)
-    named.emplace_back(builder.getStringAttr(name),
-                       builder.getI64IntegerAttr(value));
-  auto dict = builder.getDictionaryAttr(named);
-  StringAttr &symbol = kernels[{builder.getStringAttr(kernel), dict}];
-  if (!symbol) {
-    // One declaration per specialization; the runtime selects the registry
-    // kernel by the name before the first '.' (docs/runtime.md).
-    int64_t &count = kernelNames[kernel];
-    symbol = builder.getStringAttr(
-        count ? (kernel + "." + llvm::Twine(count)).str() : kernel.str());
-    ++count;
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPoint(program);
-    wx::KernelOp::create(
-        builder, module.getLoc(), symbol,
-        ("kernels/" + symbol.getValue() + ".cu").str(), dict,
-        ("// " + kernel + ": runtime registry kernel (docs/runtime.md)\n")
-            .str());
+FlatSymbolRefAttr BundleScheduler::family(Family kind) {
+  FlatSymbolRefAttr &symbol = families[int(kind)];
+  if (symbol)
+    return symbol;
+  // Each family lists its groups one after another, members in
+  // group-relative order (the pipeline by stage, TP by TP rank).
+  SmallVector<int64_t> ranks;
+  int64_t groupSize = 0;
+  StringRef name;
+  wx::GroupKind groupKind = wx::GroupKind::custom;
+  switch (kind) {
+  case Family::TP:
+    name = "tp", groupKind = wx::GroupKind::tp, groupSize = par.tp;
+    for (int64_t d = 0; d < par.dp; ++d)
+      for (int64_t s = 0; s < par.pp; ++s)
+        for (int64_t t = 0; t < par.tp; ++t)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::PP:
+    name = "pp", groupKind = wx::GroupKind::pp, groupSize = par.pp;
+    for (int64_t d = 0; d < par.dp; ++d)
+      for (int64_t t = 0; t < par.tp; ++t)
+        for (int64_t s = 0; s < par.pp; ++s)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::DP:
+    name = "dp", groupKind = wx::GroupKind::dp, groupSize = par.dp;
+    for (int64_t s = 0; s < par.pp; ++s)
+      for (int64_t t = 0; t < par.tp; ++t)
+        for (int64_t d = 0; d < par.dp; ++d)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::ModelParallel:
+    name = "mp", groupSize = par.pp * par.tp;
+    for (int64_t d = 0; d < par.dp; ++d)
+      for (int64_t s = 0; s < par.pp; ++s)
+        for (int64_t t = 0; t < par.tp; ++t)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::World:
+    name = "world", groupKind = wx::GroupKind::world;
+    groupSize = par.dp * par.pp * par.tp;
+    for (int64_t r = 0; r < groupSize; ++r)
+      ranks.push_back(r);
+    break;
+  case Family::Tied:
+    name = "tied", groupSize = 2;
+    for (int64_t d = 0; d < par.dp; ++d)
+      for (int64_t t = 0; t < par.tp; ++t)
+        ranks.append({rankOf(d, 0, t), rankOf(d, par.pp - 1, t)});
+    break;
   }
-  wx::LaunchOp::create(builder, module.getLoc(), symbol, DenseI64ArrayAttr(),
-                       ranges(reads), ranges(writes), phase());
-}
-
-void StepScheduler::gemm(bool transA, bool transB, int64_t m, int64_t n,
-                         int64_t k, Slice a, int64_t lda, Slice b, int64_t ldb,
-                         Slice c, int64_t ldc, bool accumulate) {
-  SmallVector<Slice, 3> reads = {b, a};
-  if (accumulate)
-    reads.push_back(c);
-  wx::GemmOp::create(builder, module.getLoc(), f32, transB, transA, n, m, k,
-                     ldb, lda, ldc, APFloat(1.0),
-                     APFloat(accumulate ? 1.0 : 0.0), ranges(reads),
-                     ranges({c}), phase());
-}
-
-void StepScheduler::declareParameters() {
-  forward.walk([&](ParamOp op) {
-    if (paramSlot.count(op.getName()))
-      return;
-    params.push_back(op);
-    paramSlot[op.getName()] = {};
-  });
-  // With ZeRO-1 every slot is padded so that each DP rank's piece is a
-  // whole number of aligned elements; the pieces are contiguous in the shard
-  // buffers, so one optimizer step covers them all.
-  int64_t shardElements = 0;
-  for (ParamOp op : params) {
-    FlatSlot slot;
-    slot.start = flatElements = llvm::alignTo(flatElements, kSlotAlign);
-    slot.padded = zeroShards == 1
-                      ? op.getNumElements()
-                      : int64_t(llvm::alignTo(op.getNumElements(),
-                                              zeroShards * kSlotAlign));
-    slot.shardStart = shardElements;
-    flatElements += slot.padded;
-    shardElements += slot.padded / zeroShards;
-    slots.push_back(slot);
-  }
-  stateElements = zeroShards == 1 ? flatElements : shardElements;
-  paramsBuf = newBuffer("params", flatElements, wx::Region::persistent, f32);
-  gradsBuf = newBuffer("grads", flatElements, wx::Region::persistent, f32);
-  expAvg = newBuffer("exp_avg", stateElements, wx::Region::persistent, f32);
-  expAvgSq =
-      newBuffer("exp_avg_sq", stateElements, wx::Region::persistent, f32);
-  master = paramsBuf;
-  gradShards = gradsBuf;
-  if (zeroShards > 1) {
-    master = newBuffer("master", stateElements, wx::Region::persistent, f32);
-    gradShards =
-        newBuffer("grads.shard", stateElements, wx::Region::persistent, f32);
-  }
-  for (auto [op, slot] : llvm::zip(params, slots)) {
-    paramSlot[op.getName()] = paramsBuf.sub(slot.start, op.getNumElements());
-    gradSlot[op.getName()] = gradsBuf.sub(slot.start, op.getNumElements());
-  }
-
   OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPointAfter(program);
-  auto role = FlatSymbolRefAttr::get(program.getSymNameAttr());
-  for (auto [op, slot] : llvm::zip(params, slots)) {
+  builder.setInsertionPointAfter(lastGroup);
+  lastGroup = wx::GroupOp::create(builder, module.getLoc(), name, groupKind,
+                                  ranks, groupSize);
+  symbol = FlatSymbolRefAttr::get(ctx, name);
+  return symbol;
+}
+
+void BundleScheduler::addShard(ParamOp op, wx::ShardAttr shard) {
+  StringRef name = op.getName();
+  if (auto info = op->getAttrOfType<DictionaryAttr>("weft.shard"))
+    if (auto global = info.getAs<StringAttr>("global_name"))
+      name = global.getValue();
+  auto &entry = parameters[name];
+  if (!entry.first)
+    entry.first = op;
+  entry.second.push_back(shard);
+}
+
+void BundleScheduler::declareParameters() {
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(module.getBody());
+  for (auto &[name, entry] : parameters) {
+    ParamOp op = entry.first;
     auto type = cast<RankedTensorType>(op.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    if (auto info = op->getAttrOfType<DictionaryAttr>("weft.shard"))
+      if (auto global = info.getAs<DenseI64ArrayAttr>("global_shape"))
+        shape.assign(global.asArrayRef().begin(), global.asArrayRef().end());
     auto init = *wx::symbolizeInitKind(stringifyInitKind(op.getInit()));
-    SmallVector<Attribute, 2> shards = {wx::ShardAttr::get(
-        ctx, role, FlatSymbolRefAttr::get(paramsBuf.buffer),
-        paramSlot[op.getName()].offset, /*dim=*/-1, /*start=*/0, /*length=*/0,
-        /*zero_shards=*/1, op.getNumElements())};
-    // The ZeRO-1 master weights start as this DP rank's piece.
-    if (zeroShards > 1)
-      shards.push_back(wx::ShardAttr::get(
-          ctx, role, FlatSymbolRefAttr::get(master.buffer),
-          slot.shardStart * kF32Bytes, /*dim=*/-1, /*start=*/0,
-          /*length=*/0, zeroShards, slot.padded));
-    wx::ParameterOp::create(builder, op.getLoc(), op.getName(), type.getShape(),
+    wx::ParameterOp::create(builder, op.getLoc(), name, shape,
                             type.getElementType(), init, op.getInitStdAttr(),
                             op.getCheckpointName(), op.getHfTransposed(),
-                            builder.getArrayAttr(shards));
+                            builder.getArrayAttr(entry.second));
   }
 }
 
-FailureOr<Slice> StepScheduler::gradOf(Value param) {
-  auto op = param.getDefiningOp<ParamOp>();
-  if (!op || !gradSlot.count(op.getName()))
-    return failure();
-  return gradSlot[op.getName()];
-}
-
-void StepScheduler::bindParameterGrads(Operation *gradOp) {
-  unsigned result = 0;
-  for (Value operand : gradOp->getOperands().drop_front()) {
-    if (!isa<FloatType>(getElementTypeOrSelf(operand.getType())))
-      continue;
-    if (FailureOr<Slice> grad = gradOf(operand); succeeded(grad))
-      values[gradOp->getResult(result)] = *grad;
-    ++result;
-  }
-}
-
-int64_t StepScheduler::activationCode(StringRef name) {
-  return llvm::StringSwitch<int64_t>(name)
-      .Case("relu", 0)
-      .Cases({"gelu", "gelu_erf"}, 1)
-      .Cases({"gelu_tanh", "gelu_new"}, 2)
-      .Cases({"silu", "swish"}, 3)
-      .Default(-1);
-}
-
-std::array<Slice, 3> StepScheduler::layerNormForward(Value x, Value w, Value b,
-                                                     double epsilon) {
-  int64_t h = width(x);
-  Slice y = activation("layer_norm", rows() * h);
-  Slice mean = activation("layer_norm.mean", rows());
-  Slice rstd = activation("layer_norm.rstd", rows());
-  launch("layer_norm_forward",
-         {{"rows", rows()},
-          {"width", h},
-          {"eps_nano", int64_t(std::llround(epsilon * 1e9))},
-          {"bias", 1}},
-         {lookup(x), lookup(w), lookup(b)}, {y, mean, rstd});
-  return {y, mean, rstd};
-}
-
-std::array<Slice, 2> StepScheduler::rmsNormForward(Value x, Value w,
-                                                   double epsilon) {
-  int64_t h = width(x);
-  Slice y = activation("rms_norm", rows() * h);
-  Slice rstd = activation("rms_norm.rstd", rows());
-  launch("rms_norm_forward",
-         {{"rows", rows()},
-          {"width", h},
-          {"eps_nano", int64_t(std::llround(epsilon * 1e9))}},
-         {lookup(x), lookup(w)}, {y, rstd});
-  return {y, rstd};
-}
-
-LogicalResult StepScheduler::lowerEmbedding(EmbeddingOp op) {
-  if (op.getTokenTypes() || op.getPositionOffset() != 0)
-    return op.emitError("weft-schedule: token types and position offsets are "
-                        "not lowered yet");
-  auto table = cast<RankedTensorType>(op.getTable().getType());
-  SmallVector<std::pair<StringRef, int64_t>> constants = {
-      {"batch", par.microBatch},
-      {"seq", options.seqLen},
-      {"hidden", table.getShape()[1]},
-      {"vocab", table.getShape()[0]}};
-  SmallVector<Slice> reads = {lookup(op.getTokens()), lookup(op.getTable())};
-  if (Value positions = op.getPositions()) {
-    constants.push_back(
-        {"positions",
-         cast<RankedTensorType>(positions.getType()).getShape()[0]});
-    reads.push_back(lookup(positions));
-  }
-  Slice out = activation("embedding", rows() * table.getShape()[1]);
-  launch("embedding_forward", constants, reads, {out});
-  values[op.getResult()] = out;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerLayerNorm(LayerNormOp op) {
-  values[op.getResult()] =
-      layerNormForward(op.getInput(), op.getWeight(), op.getBias(),
-                       op.getEpsilon().convertToDouble())[0];
-  return success();
-}
-
-LogicalResult StepScheduler::lowerRmsNorm(RMSNormOp op) {
-  values[op.getResult()] = rmsNormForward(op.getInput(), op.getWeight(),
-                                          op.getEpsilon().convertToDouble())[0];
-  return success();
-}
-
-FailureOr<SmallVector<Projection, 3>>
-StepScheduler::projections(Operation *op, ValueRange weights, ValueRange biases,
-                           int64_t heads, int64_t kvHeads, int64_t headDim) {
-  int64_t widths[3] = {heads * headDim, kvHeads * headDim, kvHeads * headDim};
-  SmallVector<Projection, 3> proj;
-  if (weights.size() == 1) {
-    // Fused [hidden, q | k | v] weight: each projection is a column block.
-    int64_t ld = widths[0] + widths[1] + widths[2], column = 0;
-    for (int64_t w : widths) {
-      proj.push_back(
-          {weights[0], biases.empty() ? Value() : biases[0], column, w, ld});
-      column += w;
-    }
-  } else if (weights.size() == 3) {
-    for (int j = 0; j < 3; ++j)
-      proj.push_back({weights[j], biases.empty() ? Value() : biases[j], 0,
-                      widths[j], widths[j]});
-  } else {
-    return op->emitError("weft-schedule: expected a fused or three QKV "
-                         "weights");
-  }
-  return proj;
-}
-
-FailureOr<int64_t>
-StepScheduler::rotaryTheta(Operation *op, bool causal,
-                           std::optional<APFloat> ropeTheta) {
-  if (!causal)
-    return op->emitError("weft-schedule: bidirectional attention is not "
-                         "lowered yet");
-  if (!ropeTheta)
-    return 0;
-  // Kernel constants are integers (docs/runtime.md).
-  double theta = ropeTheta->convertToDouble();
-  if (theta < 1 || theta != std::floor(theta))
-    return op->emitError("weft-schedule: rope_theta ")
-           << theta << " is not a positive integer";
-  return int64_t(theta);
-}
-
-void StepScheduler::rotate(StringRef kernel, Slice x, int64_t heads,
-                           int64_t headDim, int64_t theta) {
-  launch(kernel,
-         {{"batch", par.microBatch},
-          {"seq", options.seqLen},
-          {"heads", heads},
-          {"head_dim", headDim},
-          {"theta", theta}},
-         {x}, {x});
-}
-
-SmallVector<Slice, 5> StepScheduler::attentionForward(
-    Slice x, int64_t hidden, ArrayRef<Projection> proj, int64_t heads,
-    int64_t kvHeads, int64_t headDim, int64_t theta) {
-  const char *names[3] = {"attn.q", "attn.k", "attn.v"};
-  int64_t projHeads[3] = {heads, kvHeads, kvHeads};
-  SmallVector<Slice, 5> out;
-  for (auto [j, p] : llvm::enumerate(proj)) {
-    Slice y = activation(names[j], rows() * p.width);
-    gemm(false, false, rows(), p.width, hidden, x, hidden,
-         lookup(p.weight).matrix(p.column, hidden, p.width, p.ld), p.ld, y,
-         p.width, false);
-    if (p.bias)
-      launch("bias_add", {{"rows", rows()}, {"width", p.width}},
-             {y, lookup(p.bias).sub(p.column, p.width)}, {y});
-    // Rotary embeddings turn q and k in place, after any bias.
-    if (theta && j < 2)
-      rotate("rotary_forward", y, projHeads[j], headDim, theta);
-    out.push_back(y);
-  }
-  Slice context = activation("attn.context", rows() * heads * headDim);
-  Slice lse = activation("attn.lse", rows() * heads);
-  launch("attention_forward",
-         {{"batch", par.microBatch},
-          {"seq", options.seqLen},
-          {"heads", heads},
-          {"kv_heads", kvHeads},
-          {"head_dim", headDim},
-          {"causal", 1}},
-         {out[0], out[1], out[2]}, {context, lse});
-  out.push_back(context);
-  out.push_back(lse);
-  return out;
-}
-
-LogicalResult StepScheduler::lowerAttention(AttentionOp op) {
-  FailureOr<AttentionState> attention = attentionState(op);
-  if (failed(attention))
-    return failure();
-  ArrayRef<Slice> state = attention->slices;
-  int64_t hidden = width(op.getInput()),
-          inner = op.getNumHeads() * op.getHeadDim();
-  Slice y = activation("attn.out", rows() * hidden);
-  gemm(false, false, rows(), hidden, inner, state[3], inner,
-       lookup(op.getOutWeight()), hidden, y, hidden, false);
-  if (Value bias = op.getOutBias())
-    launch("bias_add", {{"rows", rows()}, {"width", hidden}}, {y, lookup(bias)},
-           {y});
-  values[op.getResult()] = y;
-  return success();
-}
-
-std::array<Slice, 3> StepScheduler::mlpForward(Slice x, int64_t hidden,
-                                               int64_t ffn, Value up,
-                                               Value upBias, Value gate,
-                                               int64_t act) {
-  int64_t n = rows() * ffn;
-  Slice u = activation("mlp.up", n);
-  gemm(false, false, rows(), ffn, hidden, x, hidden, lookup(up), ffn, u, ffn,
-       false);
-  if (upBias)
-    launch("bias_add", {{"rows", rows()}, {"width", ffn}}, {u, lookup(upBias)},
-           {u});
-  Slice h = activation("mlp.act", n);
-  if (!gate) {
-    launch("activation_forward", {{"n", n}, {"act", act}}, {u}, {h});
-    return {u, Slice(), h};
-  }
-  Slice g = activation("mlp.gate", n);
-  gemm(false, false, rows(), ffn, hidden, x, hidden, lookup(gate), ffn, g, ffn,
-       false);
-  launch("gated_forward", {{"n", n}, {"act", act}}, {g, u}, {h});
-  return {u, g, h};
-}
-
-LogicalResult StepScheduler::lowerMlp(MLPOp op) {
-  int64_t act = activationCode(op.getActivation());
-  if (act < 0)
-    return op.emitError("weft-schedule: activation '")
-           << op.getActivation() << "' is not lowered yet";
-  int64_t hidden = width(op.getInput()), ffn = width(op.getUpWeight());
-  Slice h = mlpForward(lookup(op.getInput()), hidden, ffn, op.getUpWeight(),
-                       op.getUpBias(), op.getGateWeight(), act)[2];
-  Slice y = activation("mlp.out", rows() * hidden);
-  gemm(false, false, rows(), hidden, ffn, h, ffn, lookup(op.getDownWeight()),
-       hidden, y, hidden, false);
-  if (Value bias = op.getDownBias())
-    launch("bias_add", {{"rows", rows()}, {"width", hidden}}, {y, lookup(bias)},
-           {y});
-  values[op.getResult()] = y;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerLmHead(LMHeadOp op) {
-  auto weight = cast<RankedTensorType>(op.getWeight().getType());
-  int64_t vocab = weight.getShape()[0], hidden = weight.getShape()[1];
-  Slice logits = activation("logits", rows() * vocab);
-  gemm(false, true, rows(), vocab, hidden, lookup(op.getInput()), hidden,
-       lookup(op.getWeight()), hidden, logits, vocab, false);
-  if (Value bias = op.getBias())
-    launch("bias_add", {{"rows", rows()}, {"width", vocab}},
-           {logits, lookup(bias)}, {logits});
-  values[op.getResult()] = logits;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerAddF(arith::AddFOp op) {
-  Slice lhs = lookup(op.getLhs()), rhs = lookup(op.getRhs());
-  // Tied parameters: both gradients already accumulated into one slot.
-  if (lhs == rhs && lhs.buffer == gradsBuf.buffer) {
-    values[op.getResult()] = lhs;
-    return success();
-  }
-  if (lhs.buffer == gradsBuf.buffer || rhs.buffer == gradsBuf.buffer)
-    return op.emitError("weft-schedule: cannot add a parameter gradient to "
-                        "another value");
-  auto type = cast<RankedTensorType>(op.getType());
-  int64_t n = type.hasStaticShape() ? type.getNumElements()
-                                    : rows() * type.getShape().back();
-  Slice out = activation("residual", n);
-  launch("residual_add", {{"n", n}}, {lhs, rhs}, {out});
-  values[op.getResult()] = out;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerEmbeddingGrad(EmbeddingGradOp op) {
-  auto table = cast<RankedTensorType>(op.getTable().getType());
-  SmallVector<std::pair<StringRef, int64_t>> constants = {
-      {"batch", par.microBatch},
-      {"seq", options.seqLen},
-      {"hidden", table.getShape()[1]},
-      {"vocab", table.getShape()[0]}};
-  bindParameterGrads(op);
-  SmallVector<Slice> writes = {lookup(op.getResult(0))};
-  if (Value positions = op.getPositions()) {
-    constants.push_back(
-        {"positions",
-         cast<RankedTensorType>(positions.getType()).getShape()[0]});
-    writes.push_back(lookup(op.getResult(1)));
-  }
-  launch("embedding_backward", constants,
-         {lookup(op.getTokens()), lookup(op.getGrad())}, writes);
-  return success();
-}
-
-LogicalResult StepScheduler::lowerLayerNormGrad(LayerNormGradOp op) {
-  // Recompute the row statistics (docs/autodiff.md: saved state is
-  // recomputed).
-  auto [y, mean, rstd] =
-      layerNormForward(op.getInput(), op.getWeight(), op.getBias(),
-                       op.getEpsilon().convertToDouble());
-  (void)y;
-  bindParameterGrads(op);
-  int64_t h = width(op.getInput());
-  Slice dx = activation("layer_norm.grad", rows() * h);
-  launch("layer_norm_backward", {{"rows", rows()}, {"width", h}, {"bias", 1}},
-         {lookup(op.getInput()), lookup(op.getWeight()), mean, rstd,
-          lookup(op.getGrad())},
-         {dx, lookup(op.getResult(1)), lookup(op.getResult(2))});
-  values[op.getResult(0)] = dx;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerRmsNormGrad(RMSNormGradOp op) {
-  // Recompute the row statistics, as for layer norms.
-  Slice rstd = rmsNormForward(op.getInput(), op.getWeight(),
-                              op.getEpsilon().convertToDouble())[1];
-  bindParameterGrads(op);
-  int64_t h = width(op.getInput());
-  Slice dx = activation("rms_norm.grad", rows() * h);
-  launch("rms_norm_backward", {{"rows", rows()}, {"width", h}},
-         {lookup(op.getInput()), lookup(op.getWeight()), rstd,
-          lookup(op.getGrad())},
-         {dx, lookup(op.getResult(1))});
-  values[op.getResult(0)] = dx;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerAttentionGrad(AttentionGradOp op) {
-  FailureOr<AttentionState> attention = attentionState(op);
-  if (failed(attention))
-    return failure();
-  ArrayRef<Slice> state = attention->slices;
-  ArrayRef<Projection> proj = attention->proj;
-  int64_t theta = attention->theta;
-  Slice x = lookup(op.getInput()), dy = lookup(op.getGrad());
-  int64_t hidden = width(op.getInput()),
-          inner = op.getNumHeads() * op.getHeadDim();
-  // Output projection: dWo += ctx^T dy, dbo += sum_rows(dy), dctx = dy Wo^T.
-  gemm(true, false, inner, hidden, rows(), state[3], inner, dy, hidden,
-       *gradOf(op.getOutWeight()), hidden, true);
-  if (Value bias = op.getOutBias())
-    launch("bias_grad", {{"rows", rows()}, {"width", hidden}}, {dy},
-           {*gradOf(bias)});
-  Slice dctx = activation("attn.context.grad", rows() * inner);
-  gemm(false, true, rows(), inner, hidden, dy, hidden,
-       lookup(op.getOutWeight()), hidden, dctx, inner, false);
-  const char *names[3] = {"attn.q.grad", "attn.k.grad", "attn.v.grad"};
-  SmallVector<Slice, 3> dqkv;
-  for (auto [j, p] : llvm::enumerate(proj))
-    dqkv.push_back(activation(names[j], rows() * p.width));
-  launch("attention_backward",
-         {{"batch", par.microBatch},
-          {"seq", options.seqLen},
-          {"heads", op.getNumHeads()},
-          {"kv_heads", op.getNumKvHeads()},
-          {"head_dim", op.getHeadDim()},
-          {"causal", 1}},
-         {state[0], state[1], state[2], state[3], state[4], dctx}, dqkv);
-  // dq, dk are gradients of the rotated q, k: rotate them back in place.
-  if (theta) {
-    rotate("rotary_backward", dqkv[0], op.getNumHeads(), op.getHeadDim(),
-           theta);
-    rotate("rotary_backward", dqkv[1], op.getNumKvHeads(), op.getHeadDim(),
-           theta);
-  }
-  // Input projections: dW_j += x^T dqkv_j, db_j += sum_rows(dqkv_j),
-  // dx = sum_j dqkv_j W_j^T.
-  Slice dx = activation("attn.grad", rows() * hidden);
-  for (auto [j, p] : llvm::enumerate(proj)) {
-    gemm(true, false, hidden, p.width, rows(), x, hidden, dqkv[j], p.width,
-         gradOf(p.weight)->matrix(p.column, hidden, p.width, p.ld), p.ld, true);
-    if (p.bias)
-      launch("bias_grad", {{"rows", rows()}, {"width", p.width}}, {dqkv[j]},
-             {gradOf(p.bias)->sub(p.column, p.width)});
-    gemm(false, true, rows(), hidden, p.width, dqkv[j], p.width,
-         lookup(p.weight).matrix(p.column, hidden, p.width, p.ld), p.ld, dx,
-         hidden, j > 0);
-  }
-  bindParameterGrads(op);
-  values[op.getResult(0)] = dx;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerMlpGrad(MLPGradOp op) {
-  int64_t act = activationCode(op.getActivation());
-  if (act < 0)
-    return op.emitError("weft-schedule: activation '")
-           << op.getActivation() << "' is not lowered yet";
-  Slice x = lookup(op.getInput()), dy = lookup(op.getGrad());
-  int64_t hidden = width(op.getInput()), ffn = width(op.getUpWeight());
-  int64_t n = rows() * ffn;
-  Value gate = op.getGateWeight();
-  auto [u, g, h] =
-      mlpForward(x, hidden, ffn, op.getUpWeight(), op.getUpBias(), gate, act);
-  gemm(true, false, ffn, hidden, rows(), h, ffn, dy, hidden,
-       *gradOf(op.getDownWeight()), hidden, true);
-  if (Value bias = op.getDownBias())
-    launch("bias_grad", {{"rows", rows()}, {"width", hidden}}, {dy},
-           {*gradOf(bias)});
-  Slice dh = activation("mlp.act.grad", n);
-  gemm(false, true, rows(), ffn, hidden, dy, hidden, lookup(op.getDownWeight()),
-       hidden, dh, ffn, false);
-  // du (and dg) from dh; ungated du overwrites dh.
-  Slice du = dh, dg;
-  if (gate) {
-    du = activation("mlp.up.grad", n);
-    dg = activation("mlp.gate.grad", n);
-    launch("gated_backward", {{"n", n}, {"act", act}}, {g, u, dh}, {dg, du});
-  } else {
-    launch("activation_backward", {{"n", n}, {"act", act}}, {u, dh}, {du});
-  }
-  gemm(true, false, hidden, ffn, rows(), x, hidden, du, ffn,
-       *gradOf(op.getUpWeight()), ffn, true);
-  if (Value bias = op.getUpBias())
-    launch("bias_grad", {{"rows", rows()}, {"width", ffn}}, {du},
-           {*gradOf(bias)});
-  // dx = du up^T (+ dg gate^T).
-  Slice dx = activation("mlp.grad", rows() * hidden);
-  gemm(false, true, rows(), hidden, ffn, du, ffn, lookup(op.getUpWeight()), ffn,
-       dx, hidden, false);
-  if (gate) {
-    gemm(true, false, hidden, ffn, rows(), x, hidden, dg, ffn, *gradOf(gate),
-         ffn, true);
-    gemm(false, true, rows(), hidden, ffn, dg, ffn, lookup(gate), ffn, dx,
-         hidden, true);
-  }
-  bindParameterGrads(op);
-  values[op.getResult(0)] = dx;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerLmHeadGrad(LMHeadGradOp op) {
-  auto weight = cast<RankedTensorType>(op.getWeight().getType());
-  int64_t vocab = weight.getShape()[0], hidden = weight.getShape()[1];
-  Slice dy = lookup(op.getGrad());
-  Slice dx = activation("lm_head.grad", rows() * hidden);
-  gemm(false, false, rows(), hidden, vocab, dy, vocab, lookup(op.getWeight()),
-       hidden, dx, hidden, false);
-  gemm(true, false, vocab, hidden, rows(), dy, vocab, lookup(op.getInput()),
-       hidden, *gradOf(op.getWeight()), hidden, true);
-  if (Value bias = op.getBias())
-    launch("bias_grad", {{"rows", rows()}, {"width", vocab}}, {dy},
-           {*gradOf(bias)});
-  bindParameterGrads(op);
-  values[op.getResult(0)] = dx;
-  return success();
-}
-
-LogicalResult StepScheduler::lowerCrossEntropyGrad(CrossEntropyGradOp op) {
-  // The seed must be the unscaled 1.0 of weft-autodiff (no loss scaling).
-  DenseElementsAttr seed;
-  if (!matchPattern(op.getGrad(), m_Constant(&seed)) || !seed.isSplat() ||
-      seed.getSplatValue<APFloat>().convertToDouble() != 1.0)
-    return op.emitError("weft-schedule: the loss gradient must be the "
-                        "constant 1.0");
-  if (auto ignore = op.getIgnoreIndexAttr(); ignore && ignore.getInt() != -100)
-    return op.emitError("weft-schedule: ignore_index must be -100");
-  int64_t vocab = width(op.getLogits());
-  // One fused kernel per micro-batch adds this micro-batch's share of the
-  // step loss to `loss` and writes the logit gradient scaled so that the DP
-  // sum of the accumulated gradients is the global-batch mean.
-  Slice dlogits = activation("logits.grad", rows() * vocab);
-  launch("cross_entropy",
-         {{"rows", rows()},
-          {"vocab", vocab},
-          {"loss_div", par.gradAccum},
-          {"grad_div", par.gradAccum * par.dp},
-          {"accumulate", 1},
-          {"grad", 1}},
-         {lookup(op.getLogits()), lookup(op.getLabels())}, {loss, dlogits});
-  values[op.getResult(0)] = dlogits;
-  return success();
-}
-
-LogicalResult StepScheduler::checkReturn(func::ReturnOp op) {
-  if (op->getParentOp() != backward)
-    return success();
-  for (auto [i, value] : llvm::enumerate(op.getOperands())) {
-    auto name = backward.getResultAttrOfType<StringAttr>(i, "weft.grad");
-    if (!name)
-      return op.emitError("weft-schedule: backward result ")
-             << i << " is not a parameter gradient";
-    // An unused parameter's gradient is a zero constant: its slot stays
-    // zero.
-    if (value.getDefiningOp<arith::ConstantOp>())
-      continue;
-    if (!(lookup(value) == gradSlot.lookup(name.getValue())))
-      return op.emitError("weft-schedule: the gradient of '")
-             << name.getValue() << "' is not accumulated in its slot";
-  }
-  return success();
-}
-
-LogicalResult StepScheduler::lowerOp(Operation *op) {
-  return TypeSwitch<Operation *, LogicalResult>(op)
-      .Case([&](ParamOp op) {
-        values[op.getResult()] = paramSlot.lookup(op.getName());
-        return success();
-      })
-      .Case([&](SaveOp op) {
-        saved[op.getSlot()] = lookup(op.getValue());
-        return success();
-      })
-      .Case([&](RestoreOp op) -> LogicalResult {
-        auto it = saved.find(op.getSlot());
-        if (it == saved.end())
-          return op.emitError("weft-schedule: slot ")
-                 << op.getSlot() << " was never saved";
-        values[op.getResult()] = it->second;
-        return success();
-      })
-      .Case([&](BlockOp op) -> LogicalResult {
-        Block &body = op.getBody().front();
-        values[body.getArgument(0)] = lookup(op.getInput());
-        if (failed(lowerBlock(body)))
-          return failure();
-        values[op.getResult()] =
-            lookup(cast<YieldOp>(body.getTerminator()).getValue());
-        return success();
-      })
-      .Case([&](BlockGradOp op) -> LogicalResult {
-        Block &body = op.getBody().front();
-        values[body.getArgument(0)] = lookup(op.getGrad());
-        if (failed(lowerBlock(body)))
-          return failure();
-        for (auto [result, value] :
-             llvm::zip(op->getResults(),
-                       cast<GradYieldOp>(body.getTerminator()).getValues()))
-          values[result] = lookup(value);
-        return success();
-      })
-      .Case<YieldOp, GradYieldOp, arith::ConstantOp>(
-          [](Operation *) { return success(); })
-      // The loss value itself is produced by the backward's fused kernel.
-      .Case([](CrossEntropyOp) { return success(); })
-      .Case([&](EmbeddingOp op) { return lowerEmbedding(op); })
-      .Case([&](LayerNormOp op) { return lowerLayerNorm(op); })
-      .Case([&](RMSNormOp op) { return lowerRmsNorm(op); })
-      .Case([&](AttentionOp op) { return lowerAttention(op); })
-      .Case([&](MLPOp op) { return lowerMlp(op); })
-      .Case([&](LMHeadOp op) { return lowerLmHead(op); })
-      .Case([&](arith::AddFOp op) { return lowerAddF(op); })
-      .Case([&](EmbeddingGradOp op) { return lowerEmbeddingGrad(op); })
-      .Case([&](LayerNormGradOp op) { return lowerLayerNormGrad(op); })
-      .Case([&](RMSNormGradOp op) { return lowerRmsNormGrad(op); })
-      .Case([&](AttentionGradOp op) { return lowerAttentionGrad(op); })
-      .Case([&](MLPGradOp op) { return lowerMlpGrad(op); })
-      .Case([&](LMHeadGradOp op) { return lowerLmHeadGrad(op); })
-      .Case([&](CrossEntropyGradOp op) { return lowerCrossEntropyGrad(op); })
-      .Case([&](func::ReturnOp op) { return checkReturn(op); })
-      .Default([](Operation *op) -> LogicalResult {
-        return op->emitError("weft-schedule: '")
-               << op->getName() << "' is not lowered yet";
-      });
-}
-
-LogicalResult StepScheduler::lowerBlock(Block &block) {
-  for (Operation &op : block)
-    if (failed(lowerOp(&op)))
-      return failure();
-  return success();
-}
-
-void StepScheduler::optimizerStep() {
-  Location loc = module.getLoc();
-  phaseLabel = "grad sync";
-  if (zeroShards > 1) {
-    // Each DP rank receives the sum of its piece of every gradient.
-    for (const FlatSlot &slot : slots) {
-      int64_t piece = slot.padded / zeroShards;
-      wx::ReduceScatterOp::create(
-          builder, loc, wx::ReduceKind::sum, piece, f32, "dp",
-          ranges({gradsBuf.sub(slot.start, slot.padded)}),
-          ranges({gradShards.sub(slot.shardStart, piece)}), phase());
-    }
-  } else if (par.dp > 1) {
-    wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, flatElements,
-                            f32, "dp", ranges({gradsBuf}), ranges({gradsBuf}),
-                            phase());
-  }
-  phaseLabel = "clip";
-  wx::GradNormOp::create(builder, loc, f32, ranges({gradShards}),
-                         ranges({sumsq}), phase());
-  // Sharded gradients: the global norm sums every rank's partial sum.
-  if (zeroShards > 1)
-    wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, 1, f32, "dp",
-                            ranges({sumsq}), ranges({sumsq}), phase());
-  wx::ClipOp::create(builder, loc, f32, ranges({sumsq, gradShards}),
-                     ranges({gradShards}), phase());
-  phaseLabel = "adamw";
-  wx::OptimizerStepOp::create(builder, loc, stateElements, f32,
-                              ranges({master, gradShards, expAvg, expAvgSq}),
-                              ranges({master, expAvg, expAvgSq}), phase());
-  if (zeroShards == 1)
-    return;
-  phaseLabel = "param gather";
-  for (const FlatSlot &slot : slots) {
-    int64_t piece = slot.padded / zeroShards;
-    wx::AllGatherOp::create(builder, loc, piece, f32, "dp",
-                            ranges({master.sub(slot.shardStart, piece)}),
-                            ranges({paramsBuf.sub(slot.start, slot.padded)}),
-                            phase());
-  }
-}
-
-LogicalResult StepScheduler::run() {
-  if (failed(findFunctions()) || failed(readParallel()))
-    return failure();
-  Location loc = module.getLoc();
-  builder.setInsertionPointToEnd(module.getBody());
-  auto mesh = wx::MeshOp::create(builder, loc, par.dp, 1, 1);
-  SmallVector<int64_t> ranks = llvm::to_vector(llvm::seq<int64_t>(0, par.dp));
-  wx::GroupOp::create(builder, loc, "dp", wx::GroupKind::dp, ranks);
-  program = wx::ProgramOp::create(builder, loc, "role0", ranks, IntegerAttr(),
-                                  IntegerAttr());
-  builder.setInsertionPointToEnd(&program.getBody().emplaceBlock());
-  // Collectives share the compute stream in this slice: nothing overlaps.
-  compute = wx::StreamOp::create(builder, loc, "compute");
-  firstStream = compute;
-  builder.setInsertionPointToEnd(&compute.getBody().emplaceBlock());
-
-  zeroShards = par.zero == 1 ? par.dp : 1;
-  declareParameters();
-  loss = newBuffer("loss", 1, wx::Region::persistent, f32);
-  sumsq = newBuffer("grad.sumsq", 1, wx::Region::persistent, f32);
-
-  phaseLabel = "zero grads";
-  wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
-                     ranges({gradsBuf, loss}), phase());
-
-  IntegerType i32 = builder.getI32Type();
-  for (int64_t mb = 0; mb < par.gradAccum; ++mb) {
-    saved.clear();
-    values.clear();
-    phaseLabel = ("data mb" + llvm::Twine(mb)).str();
-    tokens = newBuffer("tokens", rows(), wx::Region::arena, i32);
-    targets = newBuffer("targets", rows(), wx::Region::arena, i32);
-    wx::LoadBatchOp::create(builder, loc, mb, ArrayAttr(),
-                            ranges({tokens, targets}), phase());
-    for (func::FuncOp func : {forward, backward}) {
-      for (BlockArgument arg : func.getArguments()) {
-        auto input =
-            func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "weft.input");
-        if (!input ||
-            (input.getValue() != "tokens" && input.getValue() != "labels"))
-          return func.emitError("weft-schedule: argument ")
-                 << arg.getArgNumber() << " is not tokens or labels";
-        values[arg] = input.getValue() == "tokens" ? tokens : targets;
-      }
-      phaseLabel =
-          ((func == forward ? "fwd mb" : "bwd mb") + llvm::Twine(mb)).str();
-      if (failed(lowerBlock(func.getBody().front())))
-        return failure();
-    }
-  }
-
-  optimizerStep();
-
-  // Drop level L1: the module is now one bundle.
-  while (&module.getBody()->front() != mesh.getOperation())
-    module.getBody()->front().erase();
-
+LogicalResult BundleScheduler::setBundleAttributes() {
   auto apf = [](double v) { return APFloat(v); };
   module->setAttr("weftx.model",
                   wx::ModelAttr::get(ctx, modelName,
@@ -1116,38 +303,847 @@ LogicalResult StepScheduler::run() {
           apf(options.weightDecay), apf(options.beta1), apf(options.beta2),
           apf(options.eps), apf(options.gradClip),
           wx::LossScaleAttr::get(ctx, false, apf(1.0), 0, apf(0.5))));
+  SmallVector<int64_t> peaks(par.pp * par.tp, options.predictedPeakBytes);
   module->setAttr("weftx.prediction",
                   wx::PredictionAttr::get(ctx, apf(options.predictedStepTimeS),
-                                          {options.predictedPeakBytes},
-                                          apf(options.predictedMfu)));
-  module->setAttr(
-      "weftx.config",
-      builder.getDictionaryAttr({
-          builder.getNamedAttr("dp", builder.getI64IntegerAttr(par.dp)),
-          builder.getNamedAttr("grad_accum",
-                               builder.getI64IntegerAttr(par.gradAccum)),
-          builder.getNamedAttr("micro_batch",
-                               builder.getI64IntegerAttr(par.microBatch)),
-          builder.getNamedAttr("pp", builder.getI64IntegerAttr(par.pp)),
-          builder.getNamedAttr("recompute",
-                               builder.getStringAttr(par.recompute)),
-          builder.getNamedAttr("tp", builder.getI64IntegerAttr(par.tp)),
-          builder.getNamedAttr("zero", builder.getI64IntegerAttr(par.zero)),
-      }));
+                                          peaks, apf(options.predictedMfu)));
+  auto i64 = [&](int64_t value) { return builder.getI64IntegerAttr(value); };
+  NamedAttrList config;
+  config.set("dp", i64(par.dp));
+  config.set("grad_accum", i64(par.gradAccum));
+  config.set("micro_batch", i64(par.microBatch));
+  config.set("pp", i64(par.pp));
+  config.set("recompute", builder.getStringAttr(par.recompute));
+  config.set("tp", i64(par.tp));
+  config.set("zero", i64(par.zero));
+  if (par.zero == 3 && par.dp > 1) {
+    config.set("prefetch_depth", i64(par.prefetchDepth));
+    config.set("bucket_bytes", i64(par.bucketBytes));
+  }
+  if (par.pp > 1) {
+    config.set("schedule", builder.getStringAttr(par.schedule));
+    config.set("virtual_stages", i64(par.virtualStages));
+  }
   if (!options.clusterJson.empty()) {
     llvm::Expected<llvm::json::Value> cluster =
         llvm::json::parse(options.clusterJson);
     if (!cluster)
       return module.emitError() << "cluster-json is not valid JSON: "
                                 << llvm::toString(cluster.takeError());
-    auto config = module->getAttrOfType<DictionaryAttr>("weftx.config");
-    NamedAttrList entries(config);
-    entries.set("cluster", jsonToAttribute(builder, *cluster));
-    module->setAttr("weftx.config", entries.getDictionary(ctx));
+    config.set("cluster", jsonToAttribute(builder, *cluster));
+  }
+  module->setAttr("weftx.config", config.getDictionary(ctx));
+  return success();
+}
+
+LogicalResult BundleScheduler::run() {
+  if (failed(findStageFunctions()))
+    return failure();
+  Location loc = module.getLoc();
+  builder.setInsertionPointToEnd(module.getBody());
+  mesh = wx::MeshOp::create(builder, loc, par.dp, par.pp, par.tp);
+  lastGroup = mesh;
+  // One program per role, in role order (role = pipeline rank * TP + TP
+  // rank), created up front so that kernels declared while lowering any of
+  // them go before all.
+  SmallVector<wx::ProgramOp> programs;
+  for (int64_t s = 0; s < par.pp; ++s)
+    for (int64_t t = 0; t < par.tp; ++t) {
+      SmallVector<int64_t> ranks;
+      for (int64_t d = 0; d < par.dp; ++d)
+        ranks.push_back(rankOf(d, s, t));
+      auto program = wx::ProgramOp::create(
+          builder, loc, ("role" + llvm::Twine(programs.size())).str(), ranks,
+          IntegerAttr(), IntegerAttr());
+      program.getBody().emplaceBlock();
+      programs.push_back(program);
+    }
+  firstProgram = programs.front();
+  for (int64_t s = 0; s < par.pp; ++s)
+    for (int64_t t = 0; t < par.tp; ++t)
+      if (failed(RoleScheduler(*this, s, t, programs[s * par.tp + t]).run()))
+        return failure();
+  declareParameters();
+
+  // Drop level L1: the module is now one bundle.
+  while (&module.getBody()->front() != mesh.getOperation())
+    module.getBody()->front().erase();
+  return setBundleAttributes();
+}
+
+//===----------------------------------------------------------------------===//
+// RoleScheduler: buffers and instructions
+//===----------------------------------------------------------------------===//
+
+RoleScheduler::RoleScheduler(BundleScheduler &bundle, int64_t stage,
+                             int64_t tpRank, wx::ProgramOp program)
+    : bundle(bundle), par(bundle.par), options(bundle.options), ctx(bundle.ctx),
+      builder(ctx), f32(Float32Type::get(ctx)), stage(stage), tpRank(tpRank),
+      lastStage(stage == par.pp - 1), program(program) {}
+
+Slice RoleScheduler::newBuffer(StringRef name, int64_t elements,
+                               wx::Region region, Type type) {
+  // Unique, deterministic names: the first use keeps `name`, later ones
+  // get `.1`, `.2`, ...
+  int64_t &count = bufferNames[name];
+  std::string symbol =
+      count ? (name + "." + llvm::Twine(count)).str() : name.str();
+  ++count;
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPoint(compute);
+  int64_t bytes = elements * (type.getIntOrFloatBitWidth() / 8);
+  auto buffer =
+      wx::BufferOp::create(builder, program.getLoc(), symbol, region, bytes,
+                           /*alignment=*/64, IntegerAttr(), type);
+  return {buffer.getSymNameAttr(), 0, bytes};
+}
+
+ArrayAttr RoleScheduler::ranges(ArrayRef<Slice> slices) {
+  SmallVector<Attribute> attrs;
+  for (const Slice &s : slices)
+    attrs.push_back(wx::RangeAttr::get(ctx, FlatSymbolRefAttr::get(s.buffer),
+                                       s.offset, s.bytes));
+  return builder.getArrayAttr(attrs);
+}
+
+void RoleScheduler::launch(StringRef kernel,
+                           ArrayRef<std::pair<StringRef, int64_t>> constants,
+                           ArrayRef<Slice> reads, ArrayRef<Slice> writes) {
+  SmallVector<NamedAttribute> named;
+  for (auto [name, value] : constants)
+    named.emplace_back(builder.getStringAttr(name),
+                       builder.getI64IntegerAttr(value));
+  FlatSymbolRefAttr symbol =
+      bundle.kernel(kernel, builder.getDictionaryAttr(named));
+  wx::LaunchOp::create(builder, program.getLoc(), symbol, DenseI64ArrayAttr(),
+                       ranges(reads), ranges(writes), phase());
+}
+
+void RoleScheduler::gemm(bool transA, bool transB, int64_t m, int64_t n,
+                         int64_t k, Slice a, int64_t lda, Slice b, int64_t ldb,
+                         Slice c, int64_t ldc, bool accumulate) {
+  SmallVector<Slice, 3> reads = {b, a};
+  if (accumulate)
+    reads.push_back(c);
+  wx::GemmOp::create(builder, program.getLoc(), f32, transB, transA, n, m, k,
+                     ldb, lda, ldc, APFloat(1.0),
+                     APFloat(accumulate ? 1.0 : 0.0), ranges(reads),
+                     ranges({c}), phase());
+}
+
+Slice RoleScheduler::tpAllReduce(Slice in, StringRef name) {
+  Slice out = activation(name, in.elements());
+  wx::AllReduceOp::create(builder, program.getLoc(), wx::ReduceKind::sum,
+                          in.elements(), f32,
+                          bundle.family(Family::TP).getValue(), ranges({in}),
+                          ranges({out}), phase());
+  return out;
+}
+
+int64_t RoleScheduler::elementsOf(Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  // Activations are [batch, seq, ...] with both dynamic.
+  int64_t sequence = sequenceSharded.contains(value) ? options.seqLen / par.tp
+                                                     : options.seqLen;
+  int64_t elements = 1;
+  for (auto [dim, size] : llvm::enumerate(type.getShape()))
+    elements *= !ShapedType::isDynamic(size) ? size
+                : dim == 0                   ? par.microBatch
+                                             : sequence;
+  return elements;
+}
+
+LocalParam *RoleScheduler::paramOf(Value value) {
+  auto op = value.getDefiningOp<ParamOp>();
+  if (!op)
+    return nullptr;
+  auto it = paramIndex.find(op.getName());
+  return it == paramIndex.end() ? nullptr : &params[it->second];
+}
+
+FailureOr<Slice> RoleScheduler::gradOf(Value param) {
+  LocalParam *local = paramOf(param);
+  if (!local)
+    return failure();
+  const ParamPiece &first = local->pieces.front(), &last = local->pieces.back();
+  return gradsBuf.sub(first.start, last.start + last.elements - first.start);
+}
+
+void RoleScheduler::bindParameterGrads(Operation *gradOp) {
+  unsigned result = 0;
+  for (Value operand : gradOp->getOperands().drop_front()) {
+    if (!isa<FloatType>(getElementTypeOrSelf(operand.getType())))
+      continue;
+    if (FailureOr<Slice> grad = gradOf(operand); succeeded(grad))
+      values[gradOp->getResult(result)] = *grad;
+    ++result;
+  }
+}
+
+LocalParam *RoleScheduler::parameterReceiving(Value grad) {
+  for (OpOperand &use : grad.getUses()) {
+    Operation *user = use.getOwner();
+    StringAttr name;
+    if (auto add = dyn_cast<arith::AddFOp>(user)) {
+      if (LocalParam *param = parameterReceiving(add.getResult()))
+        return param;
+      continue;
+    }
+    if (auto ret = dyn_cast<func::ReturnOp>(user))
+      name = cast<func::FuncOp>(ret->getParentOp())
+                 .getResultAttrOfType<StringAttr>(use.getOperandNumber(),
+                                                  "weft.grad");
+    if (auto yield = dyn_cast<GradYieldOp>(user)) {
+      // The yield lists the input's gradient, then the parameters'.
+      auto block = cast<BlockGradOp>(yield->getParentOp());
+      unsigned index = use.getOperandNumber();
+      if (index > 0 && index <= block.getParams().size())
+        name = cast<StringAttr>(block.getParams()[index - 1]);
+    }
+    if (!name)
+      continue;
+    auto it = paramIndex.find(name.getValue());
+    if (it != paramIndex.end())
+      return &params[it->second];
+  }
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// RoleScheduler: parameters
+//===----------------------------------------------------------------------===//
+
+LogicalResult RoleScheduler::declareParameters() {
+  // Every parameter of this rank's chunks, once (a chunk's tied copy of a
+  // parameter this rank also declares shares its slot).
+  for (StageFunctions functions : bundle.stages[stage]) {
+    WalkResult result = functions.forward.walk([&](ParamOp op) {
+      if (paramIndex.count(op.getName()))
+        return WalkResult::advance();
+      LocalParam param;
+      param.op = op;
+      auto info = op->getAttrOfType<DictionaryAttr>("weft.shard");
+      auto tpDim = info ? info.getAs<IntegerAttr>("tp_dim") : IntegerAttr();
+      bool split = tpDim && par.tp > 1;
+      param.countsInNorm =
+          (split || tpRank == 0) && !op->hasAttr("weft.tied_to");
+      param.tiedAcrossStages = bundle.tiedAcrossStages.contains(op.getName());
+      param.sequencePartial =
+          info && info.get("sequence_partial") && par.tp > 1;
+      auto local = cast<RankedTensorType>(op.getType());
+      if (!split) {
+        param.pieces.push_back({0, op.getNumElements(), 0, 0, -1, 0, 0});
+      } else {
+        int64_t dim = tpDim.getInt();
+        int64_t localSize = local.getDimSize(dim);
+        int64_t elementsPerIndex = op.getNumElements() / localSize;
+        auto global = info.getAs<DenseI64ArrayAttr>("global_shape");
+        int64_t extent = global[dim];
+        if (auto segments = info.getAs<DenseI64ArrayAttr>("segments")) {
+          // A fused [q | k | v] tensor: this rank's columns of each third.
+          int64_t segmentStart = 0;
+          for (int64_t segment : segments.asArrayRef()) {
+            int64_t length = segment / par.tp;
+            param.pieces.push_back({0, elementsPerIndex * length, 0, 0, dim,
+                                    segmentStart + tpRank * length, length});
+            segmentStart += segment;
+          }
+        } else {
+          // The vocabulary is padded to a multiple of TP: the last shards'
+          // slices stop at the global extent and their padding rows start
+          // (and stay) zero.
+          int64_t start = tpRank * localSize;
+          if (start >= extent) {
+            op.emitError("weft-schedule: TP rank ")
+                << tpRank << " holds only padding of parameter '"
+                << op.getName() << "'";
+            return WalkResult::interrupt();
+          }
+          param.pieces.push_back({0, op.getNumElements(), 0, 0, dim, start,
+                                  std::min(localSize, extent - start)});
+        }
+      }
+      paramIndex[op.getName()] = params.size();
+      params.push_back(std::move(param));
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted())
+      return failure();
+  }
+
+  // With ZeRO-1 every slot is padded so that each DP rank's piece is a
+  // whole number of aligned elements; the pieces are contiguous in the shard
+  // buffers, so one optimizer step covers them all.
+  int64_t shardElements = 0;
+  for (LocalParam &param : params)
+    for (ParamPiece &piece : param.pieces) {
+      piece.start = flatElements = llvm::alignTo(flatElements, kSlotAlign);
+      piece.padded =
+          zeroShards == 1
+              ? piece.elements
+              : int64_t(llvm::alignTo(piece.elements, zeroShards * kSlotAlign));
+      piece.shardStart = shardElements;
+      flatElements += piece.padded;
+      shardElements += piece.padded / zeroShards;
+    }
+  stateElements = zeroShards == 1 ? flatElements : shardElements;
+  // ZeRO-3 keeps no full parameters (they are gathered into the arena where
+  // used); ZeRO-2/3 keep full gradients only during the step, in the arena,
+  // and the persistent region only this rank's shard of them.
+  if (zero < 3)
+    paramsBuf = newBuffer("params", flatElements, wx::Region::persistent, f32);
+  gradsBuf =
+      newBuffer("grads", flatElements,
+                zero >= 2 ? wx::Region::arena : wx::Region::persistent, f32);
+  expAvg = newBuffer("exp_avg", stateElements, wx::Region::persistent, f32);
+  expAvgSq =
+      newBuffer("exp_avg_sq", stateElements, wx::Region::persistent, f32);
+  master = paramsBuf;
+  gradShards = gradsBuf;
+  if (zeroShards > 1) {
+    master = newBuffer("master", stateElements, wx::Region::persistent, f32);
+    gradShards =
+        newBuffer("grads.shard", stateElements, wx::Region::persistent, f32);
+  }
+
+  auto role = FlatSymbolRefAttr::get(program.getSymNameAttr());
+  for (LocalParam &param : params)
+    for (const ParamPiece &piece : param.pieces) {
+      if (paramsBuf)
+        bundle.addShard(param.op,
+                        wx::ShardAttr::get(
+                            ctx, role, FlatSymbolRefAttr::get(paramsBuf.buffer),
+                            piece.start * kF32Bytes, piece.dim,
+                            piece.sliceStart, piece.sliceLength,
+                            /*zero_shards=*/1, piece.elements));
+      // The ZeRO master weights start as this DP rank's piece.
+      if (zeroShards > 1)
+        bundle.addShard(
+            param.op,
+            wx::ShardAttr::get(ctx, role, FlatSymbolRefAttr::get(master.buffer),
+                               piece.shardStart * kF32Bytes, piece.dim,
+                               piece.sliceStart, piece.sliceLength, zeroShards,
+                               piece.padded));
+    }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RoleScheduler: the pipeline
+//===----------------------------------------------------------------------===//
+
+wx::StreamOp RoleScheduler::p2pStream(StringRef direction, int64_t sender) {
+  // Transfers are matched per (sender, receiver, stream name) in order: one
+  // stream per direction and sending pipeline rank keeps a rank's sends
+  // independent of its receives, so neither waits behind the other.
+  std::string name = ("p2p." + direction + ".s" + llvm::Twine(sender)).str();
+  wx::StreamOp &stream = p2pStreams[name];
+  if (!stream) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToEnd(&program.getBody().front());
+    stream = wx::StreamOp::create(builder, program.getLoc(), name);
+    stream.getBody().emplaceBlock();
+  }
+  return stream;
+}
+
+void RoleScheduler::send(Slice slice, int64_t peer, StringRef direction) {
+  Location loc = program.getLoc();
+  int64_t event = numEvents++;
+  wx::RecordEventOp::create(builder, loc, event, ArrayAttr(), ArrayAttr(),
+                            phase());
+  auto p2p =
+      OpBuilder::atBlockEnd(&p2pStream(direction, stage).getBody().front());
+  StringAttr label =
+      p2p.getStringAttr(("send " + llvm::Twine(phaseLabel)).str());
+  wx::WaitEventOp::create(p2p, loc, event, ArrayAttr(), ArrayAttr(), label);
+  wx::SendOp::create(p2p, loc, slice.elements(), f32,
+                     bundle.family(Family::PP).getValue(), peer,
+                     ranges({slice}), ArrayAttr(), label);
+}
+
+Slice RoleScheduler::receive(StringRef name, int64_t elements, int64_t peer,
+                             StringRef direction) {
+  Location loc = program.getLoc();
+  Slice slice = activation(name, elements);
+  int64_t event = numEvents++;
+  auto p2p =
+      OpBuilder::atBlockEnd(&p2pStream(direction, peer).getBody().front());
+  StringAttr label =
+      p2p.getStringAttr(("recv " + llvm::Twine(phaseLabel)).str());
+  wx::RecvOp::create(p2p, loc, elements, f32,
+                     bundle.family(Family::PP).getValue(), peer, ArrayAttr(),
+                     ranges({slice}), label);
+  wx::RecordEventOp::create(p2p, loc, event, ArrayAttr(), ArrayAttr(), label);
+  wx::WaitEventOp::create(builder, loc, event, ArrayAttr(), ArrayAttr(),
+                          phase());
+  return slice;
+}
+
+LogicalResult RoleScheduler::bindArguments(const StageFunctions &functions,
+                                           func::FuncOp func,
+                                           int64_t microBatch) {
+  std::pair<int64_t, int64_t> key = {functions.virtualStage, microBatch};
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    if (func.getArgAttr(i, "weft.output_grad")) {
+      values[arg] = receivedGradient[key];
+      continue;
+    }
+    auto input = func.getArgAttrOfType<StringAttr>(i, "weft.input");
+    if (input && input.getValue() == "tokens")
+      values[arg] = batches[microBatch].first;
+    else if (input && input.getValue() == "labels")
+      values[arg] = batches[microBatch].second;
+    else if (input && input.getValue() == "activation")
+      values[arg] = receivedActivation[key];
+    else
+      return func.emitError("weft-schedule: argument ")
+             << i << " is not tokens, labels, an activation or a gradient";
   }
   return success();
 }
 
+LogicalResult RoleScheduler::runTask(const pipeline::Task &task) {
+  StageFunctions functions = bundle.stages[stage][task.chunk];
+  int64_t virtualStage = functions.virtualStage;
+  bool firstVirtual = virtualStage == 0,
+       lastVirtual = virtualStage == bundle.numVirtualStages() - 1;
+  int64_t previousRank = (stage + par.pp - 1) % par.pp,
+          nextRank = (stage + 1) % par.pp;
+  microBatch = task.microBatch;
+  std::string where = ("mb" + llvm::Twine(microBatch)).str();
+  if (par.virtualStages > 1)
+    where = ("c" + llvm::Twine(task.chunk) + " " + where).str();
+  values.clear();
+  sequenceSharded.clear();
+  gathered.clear();
+  Block &computeBlock = compute.getBody().front();
+  Operation *taskBegin = computeBlock.empty() ? nullptr : &computeBlock.back();
+
+  // This rank's share of the micro-batch, once, before its first use.
+  bool readsData =
+      llvm::any_of(functions.forward.getArguments(), [&](BlockArgument arg) {
+        auto input = functions.forward.getArgAttrOfType<StringAttr>(
+            arg.getArgNumber(), "weft.input");
+        return input && input.getValue() != "activation";
+      });
+  if (readsData && !batches.count(microBatch)) {
+    phaseLabel = ("data mb" + llvm::Twine(microBatch)).str();
+    IntegerType i32 = builder.getI32Type();
+    Slice tokens = newBuffer("tokens", rows(), wx::Region::arena, i32);
+    Slice targets = newBuffer("targets", rows(), wx::Region::arena, i32);
+    wx::LoadBatchOp::create(builder, program.getLoc(), microBatch, ArrayAttr(),
+                            ranges({tokens, targets}), phase());
+    batches[microBatch] = {tokens, targets};
+  }
+
+  std::pair<int64_t, int64_t> key = {virtualStage, microBatch};
+  func::FuncOp func = task.backward ? functions.backward : functions.forward;
+  // Under sequence parallelism the residual stream between blocks, and so
+  // every stage boundary, holds this rank's part of the sequence.
+  if (par.sequenceParallel && par.tp > 1)
+    for (BlockArgument arg : func.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(), "weft.output_grad") ||
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "weft.input") ==
+              StringAttr::get(ctx, "activation"))
+        sequenceSharded.insert(arg);
+  phaseLabel = ((task.backward ? "bwd " : "fwd ") + where);
+  if (!task.backward && !firstVirtual) {
+    BlockArgument arg;
+    for (BlockArgument candidate : func.getArguments())
+      if (auto input = func.getArgAttrOfType<StringAttr>(
+              candidate.getArgNumber(), "weft.input");
+          input && input.getValue() == "activation")
+        arg = candidate;
+    if (!arg)
+      return func.emitError("weft-schedule: a stage after the first takes "
+                            "exactly one activation");
+    receivedActivation[key] =
+        receive("activation", elementsOf(arg), previousRank, "fwd");
+  }
+  if (task.backward && !lastVirtual) {
+    BlockArgument arg = func.getArguments().back();
+    if (!func.getArgAttr(arg.getArgNumber(), "weft.output_grad"))
+      return func.emitError("weft-schedule: the backward of a stage before "
+                            "the last takes its output's gradient last");
+    receivedGradient[key] =
+        receive("activation.grad", elementsOf(arg), nextRank, "bwd");
+  }
+
+  if (failed(bindArguments(functions, func, microBatch)))
+    return failure();
+  currentFunction = func;
+  if (failed(lowerBlock(func.getBody().front())))
+    return failure();
+  scheduleGathers(taskBegin);
+
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  if (!task.backward && !lastVirtual)
+    send(lookup(ret.getOperand(0)), nextRank, "fwd");
+  if (task.backward && !firstVirtual) {
+    for (auto [i, value] : llvm::enumerate(ret.getOperands()))
+      if (func.getResultAttr(i, "weft.input_grad"))
+        send(lookup(value), previousRank, "bwd");
+  }
+  return success();
+}
+
+void RoleScheduler::optimizerStep() {
+  Location loc = program.getLoc();
+  // Sequence parallelism: replicated parameters used on sequence shards
+  // have one partial gradient per TP rank.
+  phaseLabel = "sequence-parallel grads";
+  for (const LocalParam &param : params)
+    if (param.sequencePartial)
+      for (const ParamPiece &piece : param.pieces)
+        wx::AllReduceOp::create(
+            builder, loc, wx::ReduceKind::sum, piece.elements, f32,
+            bundle.family(Family::TP).getValue(),
+            ranges({gradsBuf.sub(piece.start, piece.elements)}),
+            ranges({gradsBuf.sub(piece.start, piece.elements)}), phase());
+
+  // The copies of a tied embedding on the first and last pipeline rank each
+  // hold part of its gradient: sum them, so both take the same step.
+  phaseLabel = "tied grads";
+  for (const LocalParam &param : params)
+    if (param.tiedAcrossStages)
+      for (const ParamPiece &piece : param.pieces)
+        wx::AllReduceOp::create(
+            builder, loc, wx::ReduceKind::sum, piece.elements, f32,
+            bundle.family(Family::Tied).getValue(),
+            ranges({gradsBuf.sub(piece.start, piece.elements)}),
+            ranges({gradsBuf.sub(piece.start, piece.elements)}), phase());
+
+  // The DP sync overlaps the backward on a stream of its own.
+  phaseLabel = "grad sync";
+  if (par.dp > 1)
+    syncGradients();
+
+  // The global norm counts every gradient element once: this rank's part
+  // leaves out the copies other ranks count (TP-replicated parameters off TP
+  // rank 0, the tied copy on the last stage), then one all-reduce sums the
+  // parts over the ranks that hold distinct gradients.
+  phaseLabel = "clip";
+  // Runs of counted pieces become one range each: between neighbouring
+  // slots lies only alignment padding, which no instruction writes.
+  SmallVector<Slice> counted;
+  bool previousCounted = false;
+  for (const LocalParam &param : params) {
+    for (const ParamPiece &piece : param.pieces) {
+      Slice part = zeroShards > 1 ? gradShards.sub(piece.shardStart,
+                                                   piece.padded / zeroShards)
+                                  : gradsBuf.sub(piece.start, piece.elements);
+      if (param.countsInNorm && previousCounted)
+        counted.back().bytes = part.offset + part.bytes - counted.back().offset;
+      else if (param.countsInNorm)
+        counted.push_back(part);
+      previousCounted = param.countsInNorm;
+    }
+  }
+  if (counted.empty())
+    wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
+                       ranges({sumsq}), phase());
+  else
+    wx::GradNormOp::create(builder, loc, f32, ranges(counted), ranges({sumsq}),
+                           phase());
+  std::optional<Family> normFamily;
+  if (zeroShards > 1)
+    normFamily = par.tp * par.pp > 1 ? Family::World : Family::DP;
+  else if (par.tp * par.pp > 1)
+    normFamily = Family::ModelParallel;
+  if (normFamily)
+    wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, 1, f32,
+                            bundle.family(*normFamily).getValue(),
+                            ranges({sumsq}), ranges({sumsq}), phase());
+  wx::ClipOp::create(builder, loc, f32, ranges({sumsq, gradShards}),
+                     ranges({gradShards}), phase());
+
+  phaseLabel = "adamw";
+  wx::OptimizerStepOp::create(builder, loc, stateElements, f32,
+                              ranges({master, gradShards, expAvg, expAvgSq}),
+                              ranges({master, expAvg, expAvgSq}), phase());
+  // ZeRO-3 gathers the parameters where the next step uses them.
+  if (zeroShards == 1 || zero == 3)
+    return;
+  phaseLabel = "param gather";
+  for (const LocalParam &param : params)
+    for (const ParamPiece &piece : param.pieces) {
+      int64_t count = piece.padded / zeroShards;
+      wx::AllGatherOp::create(
+          builder, loc, count, f32, bundle.family(Family::DP).getValue(),
+          ranges({master.sub(piece.shardStart, count)}),
+          ranges({paramsBuf.sub(piece.start, piece.padded)}), phase());
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// RoleScheduler: ZeRO-2/3 side streams
+//===----------------------------------------------------------------------===//
+
+wx::StreamOp RoleScheduler::sideStream(StringRef name) {
+  wx::StreamOp &stream = sideStreams[name];
+  if (!stream) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToEnd(&program.getBody().front());
+    stream = wx::StreamOp::create(builder, program.getLoc(), name);
+    stream.getBody().emplaceBlock();
+  }
+  return stream;
+}
+
+/// Whether one of the `attr` ("reads" or "writes") ranges of `op` overlaps
+/// `slice`.
+static bool touches(Operation *op, StringRef attr, const Slice &slice) {
+  auto list = op->getAttrOfType<ArrayAttr>(attr);
+  if (!list)
+    return false;
+  for (Attribute attribute : list) {
+    auto range = cast<wx::RangeAttr>(attribute);
+    if (range.getBuffer().getAttr() == slice.buffer &&
+        range.getOffset() < slice.offset + slice.bytes &&
+        slice.offset < range.getEnd())
+      return true;
+  }
+  return false;
+}
+
+Slice RoleScheduler::gatheredParameter(LocalParam &param) {
+  StringRef name = param.op.getName();
+  if (auto it = gathered.find(name); it != gathered.end())
+    return it->second;
+  const ParamPiece &first = param.pieces.front(), &last = param.pieces.back();
+  Slice full = activation((name + ".gathered").str(),
+                          last.start + last.padded - first.start);
+  pendingGathers.push_back({&param, full});
+  Slice value = full.sub(0, last.start + last.elements - first.start);
+  gathered[name] = value;
+  return value;
+}
+
+void RoleScheduler::scheduleGathers(Operation *taskBegin) {
+  if (pendingGathers.empty())
+    return;
+  Block &block = compute.getBody().front();
+  SmallVector<Operation *> ops;
+  for (Operation &op : llvm::make_range(
+           taskBegin ? std::next(Block::iterator(taskBegin)) : block.begin(),
+           block.end()))
+    ops.push_back(&op);
+  // Where the task first and last touches each gathered parameter; a
+  // parameter the task never reads (e.g. a position table in the backward)
+  // is not gathered.
+  struct Use {
+    size_t first, last;
+    LocalParam *param;
+    Slice full;
+  };
+  SmallVector<Use> uses;
+  for (auto [param, full] : pendingGathers) {
+    std::optional<size_t> first;
+    size_t last = 0;
+    for (auto [i, op] : llvm::enumerate(ops))
+      if (touches(op, "reads", full) || touches(op, "writes", full)) {
+        if (!first)
+          first = i;
+        last = i;
+      }
+    if (first) {
+      uses.push_back({*first, last, param, full});
+      continue;
+    }
+    for (auto buffer :
+         llvm::make_early_inc_range(program.getBody().getOps<wx::BufferOp>()))
+      if (buffer.getSymNameAttr() == full.buffer)
+        buffer.erase();
+  }
+  pendingGathers.clear();
+  // In first-use order, gather k waits for compute to begin using gather
+  // k - depth: at most `depth` gathers run ahead, and since compute begins
+  // using them in the same order, no wait can deadlock.
+  llvm::stable_sort(
+      uses, [](const Use &a, const Use &b) { return a.first < b.first; });
+  Location loc = program.getLoc();
+  auto gather =
+      OpBuilder::atBlockEnd(&sideStream("allgather").getBody().front());
+  int64_t depth = std::max<int64_t>(1, par.prefetchDepth);
+  StringRef dp = bundle.family(Family::DP).getValue();
+  for (const Use &use : uses) {
+    Operation *firstOp = ops[use.first], *lastOp = ops[use.last];
+    StringAttr label = gather.getStringAttr(
+        ("gather " + use.param->op.getName() + " (" + phaseLabel + ")").str());
+    int64_t index = gatherUsedEvents.size();
+    if (index >= depth)
+      wx::WaitEventOp::create(gather, loc, gatherUsedEvents[index - depth],
+                              ArrayAttr(), ArrayAttr(), label);
+    const ParamPiece &first = use.param->pieces.front();
+    for (const ParamPiece &piece : use.param->pieces) {
+      int64_t count = piece.padded / zeroShards;
+      wx::AllGatherOp::create(
+          gather, loc, count, f32, dp,
+          ranges({master.sub(piece.shardStart, count)}),
+          ranges({use.full.sub(piece.start - first.start, piece.padded)}),
+          label);
+    }
+    int64_t ready = numEvents++, used = numEvents++;
+    wx::RecordEventOp::create(gather, loc, ready, ArrayAttr(), ArrayAttr(),
+                              label);
+    OpBuilder before(firstOp);
+    auto firstPhase = firstOp->getAttrOfType<StringAttr>("phase");
+    wx::WaitEventOp::create(before, loc, ready, ArrayAttr(), ArrayAttr(),
+                            firstPhase);
+    wx::RecordEventOp::create(before, loc, used, ArrayAttr(), ArrayAttr(),
+                              firstPhase);
+    gatherUsedEvents.push_back(used);
+    OpBuilder after(ctx);
+    after.setInsertionPointAfter(lastOp);
+    wx::ReleaseOp::create(after, loc, ArrayAttr(), ranges({use.full}),
+                          lastOp->getAttrOfType<StringAttr>("phase"));
+  }
+}
+
+void RoleScheduler::syncGradients() {
+  // The last compute instruction that writes each slot (the zeroing fill
+  // for a parameter without a gradient), in compute order.
+  Block &block = compute.getBody().front();
+  llvm::DenseMap<Operation *, size_t> position;
+  for (Operation &op : block)
+    position[&op] = position.size();
+  struct Ready {
+    Operation *op;
+    size_t slot; // index in slot order
+    const ParamPiece *piece;
+  };
+  SmallVector<Ready> ready;
+  for (const LocalParam &param : params)
+    for (const ParamPiece &piece : param.pieces) {
+      Slice grad = gradsBuf.sub(piece.start, piece.padded);
+      for (Operation &op : llvm::reverse(block))
+        if (touches(&op, "writes", grad)) {
+          ready.push_back({&op, ready.size(), &piece});
+          break;
+        }
+    }
+  llvm::stable_sort(ready, [&](const Ready &a, const Ready &b) {
+    return position[a.op] < position[b.op];
+  });
+  Location loc = program.getLoc();
+  bool scatter = zeroShards > 1;
+  auto stream = OpBuilder::atBlockEnd(
+      &sideStream(scatter ? "reducescatter" : "allreduce").getBody().front());
+  StringAttr label = stream.getStringAttr("grad sync");
+  StringRef dp = bundle.family(Family::DP).getValue();
+  // The side stream waits for an event compute records right after `op`
+  // (one per producing instruction).
+  llvm::DenseMap<Operation *, int64_t> events;
+  auto waitFor = [&](Operation *op) {
+    auto [it, inserted] = events.try_emplace(op, numEvents);
+    if (!inserted)
+      return;
+    ++numEvents;
+    OpBuilder after(ctx);
+    after.setInsertionPointAfter(op);
+    wx::RecordEventOp::create(after, loc, it->second, ArrayAttr(), ArrayAttr(),
+                              op->getAttrOfType<StringAttr>("phase"));
+    wx::WaitEventOp::create(stream, loc, it->second, ArrayAttr(), ArrayAttr(),
+                            label);
+  };
+  if (scatter) {
+    // ZeRO 1-3: each DP rank receives the sum of its piece of every slot in
+    // the gradient shard, one reduce-scatter per slot as soon as it is
+    // final.
+    for (const Ready &item : ready) {
+      waitFor(item.op);
+      int64_t count = item.piece->padded / zeroShards;
+      wx::ReduceScatterOp::create(
+          stream, loc, wx::ReduceKind::sum, count, f32, dp,
+          ranges({gradsBuf.sub(item.piece->start, item.piece->padded)}),
+          ranges({gradShards.sub(item.piece->shardStart, count)}), label);
+    }
+  } else {
+    // ZeRO-0: in-place all-reduces of buckets of neighbouring slots (the
+    // alignment gaps between them are zero) of at most bucket_bytes (25 MiB
+    // when unset), each issued once its latest slot is final.
+    int64_t limit = par.bucketBytes > 0 ? par.bucketBytes : 25 << 20;
+    SmallVector<const ParamPiece *> slots(ready.size());
+    for (const Ready &item : ready)
+      slots[item.slot] = item.piece;
+    std::optional<std::pair<size_t, size_t>> bucket; // [first, last] slot
+    Operation *trigger = nullptr;
+    auto bucketBytes = [&](size_t first, size_t last) {
+      return (slots[last]->start + slots[last]->padded - slots[first]->start) *
+             kF32Bytes;
+    };
+    auto flush = [&] {
+      if (!bucket)
+        return;
+      waitFor(trigger);
+      const ParamPiece *first = slots[bucket->first],
+                       *last = slots[bucket->second];
+      Slice range =
+          gradsBuf.sub(first->start, last->start + last->padded - first->start);
+      wx::AllReduceOp::create(stream, loc, wx::ReduceKind::sum,
+                              range.elements(), f32, dp, ranges({range}),
+                              ranges({range}), label);
+      bucket.reset();
+    };
+    for (const Ready &item : ready) {
+      if (bucket) {
+        std::pair<size_t, size_t> grown = *bucket;
+        if (item.slot + 1 == bucket->first)
+          grown.first = item.slot;
+        else if (item.slot == bucket->second + 1)
+          grown.second = item.slot;
+        if (grown != *bucket && bucketBytes(grown.first, grown.second) <= limit)
+          bucket = grown;
+        else
+          flush();
+      }
+      if (!bucket)
+        bucket = {item.slot, item.slot};
+      trigger = item.op;
+    }
+    flush();
+  }
+  int64_t done = numEvents++;
+  wx::RecordEventOp::create(stream, loc, done, ArrayAttr(), ArrayAttr(), label);
+  wx::WaitEventOp::create(builder, loc, done, ArrayAttr(), ArrayAttr(),
+                          phase());
+}
+
+LogicalResult RoleScheduler::run() {
+  Location loc = program.getLoc();
+  builder.setInsertionPointToEnd(&program.getBody().front());
+  compute = wx::StreamOp::create(builder, loc, "compute");
+  builder.setInsertionPointToEnd(&compute.getBody().emplaceBlock());
+
+  zero = par.dp > 1 ? par.zero : 0;
+  zeroShards = zero > 0 ? par.dp : 1;
+  if (failed(declareParameters()))
+    return failure();
+  // Only the last stage computes the loss; the runtime reports the mean of
+  // the `loss` buffers of the ranks that have one (docs/runtime.md).
+  if (lastStage)
+    loss = newBuffer("loss", 1, wx::Region::persistent, f32);
+  sumsq = newBuffer("grad.sumsq", 1, wx::Region::persistent, f32);
+
+  phaseLabel = "zero grads";
+  SmallVector<Slice, 2> zeroed = {gradsBuf};
+  if (loss)
+    zeroed.push_back(loss);
+  wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
+                     ranges(zeroed), phase());
+
+  auto kind = *pipeline::parseScheduleKind(par.schedule);
+  for (const pipeline::Task &task : pipeline::pipelineOrder(
+           kind, par.pp, par.virtualStages, par.gradAccum, stage))
+    if (failed(runTask(task)))
+      return failure();
+  optimizerStep();
+  return success();
+}
+
+namespace {
 struct WeftSchedulePass : mlir::weft::impl::WeftScheduleBase<WeftSchedulePass> {
   using Base::Base;
 
@@ -1169,9 +1165,8 @@ struct WeftSchedulePass : mlir::weft::impl::WeftScheduleBase<WeftSchedulePass> {
     opts.predictedMfu = predictedMfu;
     opts.predictedPeakBytes = predictedPeakBytes;
     opts.clusterJson = clusterJson;
-    if (failed(StepScheduler(getOperation(), opts).run()))
+    if (failed(BundleScheduler(getOperation(), opts).run()))
       signalPassFailure();
   }
 };
-
 } // namespace

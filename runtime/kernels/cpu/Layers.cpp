@@ -127,6 +127,44 @@ void embeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
 }
 
 template <typename T>
+void vocabEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                           int64_t vocabStart, int64_t shardRows,
+                           const std::int32_t *ids, const T *table, T *out) {
+  for (int64_t t = 0; t < batch * seq; ++t)
+    vocabEmbeddingRowForward(hidden, vocabStart, shardRows, table, ids[t],
+                             out + t * hidden);
+}
+
+template <typename T>
+void vocabEmbeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
+                            int64_t vocabStart, int64_t shardRows,
+                            const std::int32_t *ids, const T *dOut, T *dTable) {
+  for (int64_t t = 0; t < batch * seq; ++t)
+    vocabEmbeddingRowBackward(hidden, vocabStart, shardRows, ids[t],
+                              dOut + t * hidden, dTable);
+}
+
+template <typename T>
+void positionEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                              int64_t positionOffset, const T *x, const T *wpe,
+                              T *out) {
+  for (int64_t t = 0; t < batch * seq; ++t)
+    positionEmbeddingRowForward(hidden, x + t * hidden,
+                                wpe + (t % seq + positionOffset) * hidden,
+                                out + t * hidden);
+}
+
+template <typename T>
+void positionEmbeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
+                               int64_t positionOffset, const T *dOut, T *dWpe) {
+  for (int64_t t = 0; t < batch * seq; ++t) {
+    T *row = dWpe + (t % seq + positionOffset) * hidden;
+    for (int64_t i = 0; i < hidden; ++i)
+      row[i] += dOut[t * hidden + i];
+  }
+}
+
+template <typename T>
 static void rotaryApply(int64_t batch, int64_t seq, int64_t heads,
                         int64_t headDim, int64_t positionOffset, T theta,
                         bool inverse, const T *x, T *y) {
@@ -176,6 +214,16 @@ void rotaryBackward(int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
   template void embeddingBackward<T>(int64_t, int64_t, int64_t,                \
                                      const std::int32_t *, const T *, int64_t, \
                                      T *, T *, T *);                           \
+  template void vocabEmbeddingForward<T>(int64_t, int64_t, int64_t, int64_t,   \
+                                         int64_t, const std::int32_t *,        \
+                                         const T *, T *);                      \
+  template void vocabEmbeddingBackward<T>(int64_t, int64_t, int64_t, int64_t,  \
+                                          int64_t, const std::int32_t *,       \
+                                          const T *, T *);                     \
+  template void positionEmbeddingForward<T>(                                   \
+      int64_t, int64_t, int64_t, int64_t, const T *, const T *, T *);          \
+  template void positionEmbeddingBackward<T>(int64_t, int64_t, int64_t,        \
+                                             int64_t, const T *, T *);         \
   template void rotaryForward<T>(int64_t, int64_t, int64_t, int64_t, int64_t,  \
                                  T, const T *, T *);                           \
   template void rotaryBackward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, \

@@ -3,6 +3,7 @@
 #include "weft/kernels/Loss.h"
 #include "weft/kernels/CpuKernels.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace weft::kernels::cpu {
@@ -14,13 +15,20 @@ int64_t countValidTargets(int64_t rows, const std::int32_t *targets) {
   return count;
 }
 
+/// The number of real (not padding) columns of a shard; -1 means all.
+static int64_t validColumnsOf(int64_t vocabLocal, int64_t validColumns) {
+  return validColumns < 0 ? vocabLocal : std::min(validColumns, vocabLocal);
+}
+
 /// Shared tail of the fused and the sharded forms: given each row's global
-/// log-sum-exp and target logit, the mean loss and this shard's gradient.
+/// log-sum-exp and target logit, the mean loss and this shard's gradient
+/// (zero on padding columns).
 template <typename T>
 static T finishCrossEntropy(int64_t rows, int64_t vocabLocal,
                             int64_t vocabStart, const T *logits,
                             const std::int32_t *targets, const T *rowLse,
-                            const T *targetLogit, T *dLogits) {
+                            const T *targetLogit, T *dLogits,
+                            int64_t validColumns) {
   int64_t count = countValidTargets(rows, targets);
   T scale = count ? T(1) / T(count) : T(0);
   T total = 0;
@@ -34,9 +42,10 @@ static T finishCrossEntropy(int64_t rows, int64_t vocabLocal,
     T *dRow = dLogits + r * vocabLocal;
     int64_t localTarget = int64_t(targets[r]) - vocabStart;
     for (int64_t c = 0; c < vocabLocal; ++c)
-      dRow[c] = valid ? crossEntropyLogitGrad(row[c], rowLse[r],
-                                              c == localTarget, scale)
-                      : T(0);
+      dRow[c] = valid && c < validColumns
+                    ? crossEntropyLogitGrad(row[c], rowLse[r], c == localTarget,
+                                            scale)
+                    : T(0);
   }
   return total * scale;
 }
@@ -53,24 +62,27 @@ T crossEntropyForwardBackward(int64_t rows, int64_t vocab, const T *logits,
       lse[r] = rowLse[r];
   }
   return finishCrossEntropy(rows, vocab, 0, logits, targets, rowLse.data(),
-                            targetLogit.data(), dLogits);
+                            targetLogit.data(), dLogits, vocab);
 }
 
 template <typename T>
 void crossEntropyShardMax(int64_t rows, int64_t vocabLocal, const T *logits,
-                          T *localMax) {
+                          T *localMax, int64_t validColumns) {
+  int64_t valid = validColumnsOf(vocabLocal, validColumns);
   for (int64_t r = 0; r < rows; ++r)
-    localMax[r] = rowMax(vocabLocal, logits + r * vocabLocal);
+    localMax[r] = rowMax(valid, logits + r * vocabLocal);
 }
 
 template <typename T>
 void crossEntropyShardSums(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
                            const T *logits, const std::int32_t *targets,
-                           const T *globalMax, T *sumExp, T *targetLogit) {
+                           const T *globalMax, T *sumExp, T *targetLogit,
+                           int64_t validColumns) {
+  int64_t valid = validColumnsOf(vocabLocal, validColumns);
   for (int64_t r = 0; r < rows; ++r) {
     const T *row = logits + r * vocabLocal;
-    sumExp[r] = rowSumExp(vocabLocal, row, globalMax[r]);
-    targetLogit[r] = shardTargetLogit(vocabLocal, vocabStart, row, targets[r]);
+    sumExp[r] = rowSumExp(valid, row, globalMax[r]);
+    targetLogit[r] = shardTargetLogit(valid, vocabStart, row, targets[r]);
   }
 }
 
@@ -78,24 +90,27 @@ template <typename T>
 T crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
                           const T *logits, const std::int32_t *targets,
                           const T *globalMax, const T *globalSumExp,
-                          const T *globalTargetLogit, T *dLogits) {
+                          const T *globalTargetLogit, T *dLogits,
+                          int64_t validColumns) {
   std::vector<T> rowLse(rows);
   for (int64_t r = 0; r < rows; ++r)
     rowLse[r] = globalMax[r] + math::log(globalSumExp[r]);
   return finishCrossEntropy(rows, vocabLocal, vocabStart, logits, targets,
-                            rowLse.data(), globalTargetLogit, dLogits);
+                            rowLse.data(), globalTargetLogit, dLogits,
+                            validColumnsOf(vocabLocal, validColumns));
 }
 
 #define WEFT_INSTANTIATE(T)                                                    \
   template T crossEntropyForwardBackward<T>(int64_t, int64_t, const T *,       \
                                             const std::int32_t *, T *, T *);   \
-  template void crossEntropyShardMax<T>(int64_t, int64_t, const T *, T *);     \
+  template void crossEntropyShardMax<T>(int64_t, int64_t, const T *, T *,      \
+                                        int64_t);                              \
   template void crossEntropyShardSums<T>(int64_t, int64_t, int64_t, const T *, \
                                          const std::int32_t *, const T *, T *, \
-                                         T *);                                 \
+                                         T *, int64_t);                        \
   template T crossEntropyShardFinish<T>(int64_t, int64_t, int64_t, const T *,  \
                                         const std::int32_t *, const T *,       \
-                                        const T *, const T *, T *);
+                                        const T *, const T *, T *, int64_t);
 
 WEFT_INSTANTIATE(float)
 WEFT_INSTANTIATE(double)

@@ -153,6 +153,67 @@ TEST(EmbeddingGradTest, MatchesFiniteDifferences) {
             kGradTolerance);
 }
 
+// Two vocabulary shards of 4 rows over a 7-word vocabulary (row 3 of the
+// second shard is padding that no token selects): the shards' lookups sum to
+// the full lookup, and each shard's table gradient matches finite differences.
+TEST(VocabEmbeddingGradTest, ShardsSumToFullLookupAndMatchFiniteDifferences) {
+  std::mt19937_64 rng(71);
+  const int64_t batch = 2, seq = 5, hidden = 3, vocab = 7, shardRows = 4;
+  vector<std::int32_t> ids = randomIds(rng, batch * seq, vocab);
+  ids[0] = 3; // last row of shard 0
+  ids[1] = 4; // first row of shard 1
+  vector<double> wte = randomVector(rng, vocab * hidden),
+                 w = randomVector(rng, batch * seq * hidden);
+  vector<double> full(batch * seq * hidden);
+  cpu::embeddingForward(batch, seq, hidden, ids.data(), wte.data(),
+                        static_cast<const double *>(nullptr),
+                        static_cast<const double *>(nullptr), 0, full.data());
+  vector<double> sum(full.size(), 0.0);
+  for (int64_t shard = 0; shard < 2; ++shard) {
+    int64_t start = shard * shardRows;
+    vector<double> table(shardRows * hidden, 0.0);
+    for (int64_t i = 0; i < shardRows * hidden; ++i)
+      if (start * hidden + i < vocab * hidden)
+        table[i] = wte[start * hidden + i];
+    table.back() = shard == 1 ? 1e3 : table.back(); // padding: never read
+    vector<double> out(full.size());
+    auto loss = [&] {
+      cpu::vocabEmbeddingForward(batch, seq, hidden, start, shardRows,
+                                 ids.data(), table.data(), out.data());
+      return weightedSum(w, out);
+    };
+    loss();
+    for (size_t i = 0; i < out.size(); ++i)
+      sum[i] += out[i];
+    vector<double> dTable(table.size(), 0.0);
+    cpu::vocabEmbeddingBackward(batch, seq, hidden, start, shardRows,
+                                ids.data(), w.data(), dTable.data());
+    EXPECT_LT(relativeError(dTable, numericGradient(table, loss)),
+              kGradTolerance);
+  }
+  EXPECT_LT(relativeError(sum, full), 1e-15);
+}
+
+TEST(PositionEmbeddingGradTest, MatchesFiniteDifferences) {
+  std::mt19937_64 rng(73);
+  const int64_t batch = 2, seq = 4, hidden = 3, offset = 2;
+  vector<double> x = randomVector(rng, batch * seq * hidden),
+                 wpe = randomVector(rng, (seq + offset) * hidden),
+                 w = randomVector(rng, batch * seq * hidden);
+  vector<double> out(x.size());
+  auto loss = [&] {
+    cpu::positionEmbeddingForward(batch, seq, hidden, offset, x.data(),
+                                  wpe.data(), out.data());
+    return weightedSum(w, out);
+  };
+  vector<double> dWpe(wpe.size(), 0.0);
+  cpu::positionEmbeddingBackward(batch, seq, hidden, offset, w.data(),
+                                 dWpe.data());
+  EXPECT_LT(relativeError(dWpe, numericGradient(wpe, loss)), kGradTolerance);
+  // The input gradient is the upstream gradient itself.
+  EXPECT_LT(relativeError(w, numericGradient(x, loss)), kGradTolerance);
+}
+
 TEST(RotaryGradTest, MatchesFiniteDifferences) {
   std::mt19937_64 rng(53);
   const int64_t batch = 2, seq = 5, heads = 3, headDim = 8, offset = 2;
@@ -287,6 +348,75 @@ TEST(CrossEntropyGradTest, VocabParallelShardsMatchUnsharded) {
         grad[r * vocab + starts[s] + c] = localGrad[r * widths[s] + c];
   }
   EXPECT_LT(relativeError(grad, expectedGrad), 1e-12);
+}
+
+// A vocabulary of 11 words padded to two shards of 6 columns: the padding
+// column holds a large logit that must count as -inf (no effect on the loss)
+// and gets a zero gradient; the phases still reproduce the unsharded loss and
+// gradient, and the sharded loss matches finite differences of the shard.
+TEST(CrossEntropyGradTest, VocabParallelPaddingIsMasked) {
+  std::mt19937_64 rng(79);
+  const int64_t rows = 4, vocab = 11, width = 6;
+  vector<double> logits = randomVector(rng, rows * vocab, -4, 4);
+  vector<std::int32_t> targets = randomIds(rng, rows, vocab);
+  targets[0] = 10; // the last real word, in the padded shard
+  vector<double> expectedGrad(rows * vocab);
+  double expectedLoss = cpu::crossEntropyForwardBackward(
+      rows, vocab, logits.data(), targets.data(), expectedGrad.data());
+
+  vector<double> shard[2];
+  for (int s = 0; s < 2; ++s)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        int64_t word = s * width + c;
+        shard[s].push_back(word < vocab ? logits[r * vocab + word] : 50.0);
+      }
+  const int64_t valid[2] = {width, vocab - width};
+  // The sharded loss as a function of both shards' logits.
+  auto shardedLoss = [&](vector<double> *grads) {
+    vector<double> globalMax(rows, -1e300), sumExp(rows, 0.0),
+        target(rows, 0.0);
+    for (int s = 0; s < 2; ++s) {
+      vector<double> localMax(rows), localSum(rows), localTarget(rows);
+      cpu::crossEntropyShardMax(rows, width, shard[s].data(), localMax.data(),
+                                valid[s]);
+      for (int64_t r = 0; r < rows; ++r)
+        globalMax[r] = std::max(globalMax[r], localMax[r]);
+    }
+    for (int s = 0; s < 2; ++s) {
+      vector<double> localSum(rows), localTarget(rows);
+      cpu::crossEntropyShardSums(rows, width, s * width, shard[s].data(),
+                                 targets.data(), globalMax.data(),
+                                 localSum.data(), localTarget.data(), valid[s]);
+      for (int64_t r = 0; r < rows; ++r) {
+        sumExp[r] += localSum[r];
+        target[r] += localTarget[r];
+      }
+    }
+    double loss = 0;
+    for (int s = 0; s < 2; ++s)
+      loss = cpu::crossEntropyShardFinish(
+          rows, width, s * width, shard[s].data(), targets.data(),
+          globalMax.data(), sumExp.data(), target.data(),
+          grads ? grads[s].data() : nullptr, valid[s]);
+    return loss;
+  };
+  vector<double> grads[2] = {vector<double>(rows * width),
+                             vector<double>(rows * width)};
+  double loss = shardedLoss(grads);
+  EXPECT_NEAR(loss, expectedLoss, 1e-12 * std::abs(expectedLoss));
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(grads[1][r * width + width - 1], 0.0);
+    for (int64_t word = 0; word < vocab; ++word)
+      EXPECT_NEAR(grads[word / width][r * width + word % width],
+                  expectedGrad[r * vocab + word], 1e-12);
+  }
+  for (int s = 0; s < 2; ++s)
+    EXPECT_LT(
+        relativeError(
+            grads[s],
+            numericGradient(shard[s], [&] { return shardedLoss(nullptr); })),
+        kGradTolerance);
 }
 
 } // namespace

@@ -20,7 +20,11 @@ for p in plans:
     assert p["recompute"] in ("none", "selective", "full"), p["recompute"]
     assert p["schedule"] in ("gpipe", "1f1b", "interleaved"), p["schedule"]
     assert p["fits"] is True
+    assert p["offload"] in ("none", "optimizer"), p["offload"]
+# Fastest first, except that plans within the planner's 0.5% tie tolerance
+# rank the simpler first (docs/planner.md, "Tie-breaking").
 times = [p["step_time_s"] for p in plans]
-assert times == sorted(times), f"not sorted fastest first: {times}"
+assert all(a <= b * 1.005 for a, b in zip(times, times[1:])), \
+    f"not sorted fastest first: {times}"
 assert result["configs_evaluated"] >= len(plans)
 print("plan json ok")

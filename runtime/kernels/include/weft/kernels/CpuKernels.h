@@ -97,6 +97,28 @@ void embeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
                        const std::int32_t *ids, const T *dOut,
                        int64_t positionOffset, T *dWte, T *dWpe, T *dTokenType);
 
+/// Vocabulary-parallel token lookup: this shard holds rows [vocabStart,
+/// vocabStart + shardRows) of the token table; tokens outside them yield zeros
+/// (the shards' outputs sum to the full lookup).
+template <typename T>
+void vocabEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                           int64_t vocabStart, int64_t shardRows,
+                           const std::int32_t *ids, const T *table, T *out);
+/// Scatter-adds dOut into dTable for the tokens this shard owns.
+template <typename T>
+void vocabEmbeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
+                            int64_t vocabStart, int64_t shardRows,
+                            const std::int32_t *ids, const T *dOut, T *dTable);
+/// out = x + wpe[pos], pos = (t % seq) + positionOffset; out may alias x.
+template <typename T>
+void positionEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                              int64_t positionOffset, const T *x, const T *wpe,
+                              T *out);
+/// dWpe[pos] += dOut[t] (the input gradient is dOut itself).
+template <typename T>
+void positionEmbeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
+                               int64_t positionOffset, const T *dOut, T *dWpe);
+
 //===--- Rotary embedding on [batch, seq, heads, headDim] ----------------===//
 
 /// Position of token (b, s) is s + positionOffset. y may alias x.
@@ -135,22 +157,29 @@ T crossEntropyForwardBackward(int64_t rows, int64_t vocab, const T *logits,
 
 /// Vocab-parallel phase 1: localMax[r] = max of this shard's logits
 /// ([rows, vocabLocal]). Combine with an all-reduce MAX.
+///
+/// In all three phases only the first `validColumns` columns of each row are
+/// real words (-1: all); the rest pad the vocabulary to a multiple of the
+/// shard count and count as -inf: they add nothing to the sums and get a zero
+/// gradient.
 template <typename T>
 void crossEntropyShardMax(int64_t rows, int64_t vocabLocal, const T *logits,
-                          T *localMax);
+                          T *localMax, int64_t validColumns = -1);
 /// Phase 2: sum of exp(logit - globalMax) over the shard and the target logit
 /// if the shard owns it (else 0). Combine both with an all-reduce SUM.
 template <typename T>
 void crossEntropyShardSums(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
                            const T *logits, const std::int32_t *targets,
-                           const T *globalMax, T *sumExp, T *targetLogit);
+                           const T *globalMax, T *sumExp, T *targetLogit,
+                           int64_t validColumns = -1);
 /// Phase 3: the mean loss (identical on every shard) and, when dLogits is
 /// non-null, this shard's gradient.
 template <typename T>
 T crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
                           const T *logits, const std::int32_t *targets,
                           const T *globalMax, const T *globalSumExp,
-                          const T *globalTargetLogit, T *dLogits);
+                          const T *globalTargetLogit, T *dLogits,
+                          int64_t validColumns = -1);
 
 //===--- Optimizer -------------------------------------------------------===//
 

@@ -43,6 +43,43 @@ WEFT_HD inline void embeddingRowBackward(std::int64_t hidden, const T *dOut,
   }
 }
 
+/// Vocabulary-parallel lookup of one token: this shard holds rows
+/// [vocabStart, vocabStart + shardRows) of the (padded) token table; a token it
+/// owns yields its row, any other token zeros, so the shards' outputs sum to
+/// the full lookup.
+template <typename T>
+WEFT_HD inline void
+vocabEmbeddingRowForward(std::int64_t hidden, std::int64_t vocabStart,
+                         std::int64_t shardRows, const T *table,
+                         std::int32_t id, T *out) {
+  std::int64_t local = std::int64_t(id) - vocabStart;
+  bool owned = local >= 0 && local < shardRows;
+  for (std::int64_t i = 0; i < hidden; ++i)
+    out[i] = owned ? table[local * hidden + i] : T(0);
+}
+
+/// Scatter-adds dOut into the shard's row of `id` when the shard owns it.
+template <typename T>
+WEFT_HD inline void
+vocabEmbeddingRowBackward(std::int64_t hidden, std::int64_t vocabStart,
+                          std::int64_t shardRows, std::int32_t id,
+                          const T *dOut, T *dTable) {
+  std::int64_t local = std::int64_t(id) - vocabStart;
+  if (local < 0 || local >= shardRows)
+    return;
+  for (std::int64_t i = 0; i < hidden; ++i)
+    accumulate(&dTable[local * hidden + i], dOut[i]);
+}
+
+/// out = x + positionRow: the position rows added after a vocabulary-parallel
+/// lookup has been reduced (out may alias x).
+template <typename T>
+WEFT_HD inline void positionEmbeddingRowForward(std::int64_t hidden, const T *x,
+                                                const T *positionRow, T *out) {
+  for (std::int64_t i = 0; i < hidden; ++i)
+    out[i] = x[i] + positionRow[i];
+}
+
 } // namespace weft::kernels
 
 #endif // WEFT_KERNELS_EMBEDDING_H

@@ -1,0 +1,127 @@
+#!/bin/bash
+# Tensor, pipeline and combined parallel layouts of `weftc compile` against
+# the serial run (registered by CMakeLists.txt):
+#   compile-parallel.sh WORK_DIR CORPUS WEFT_RUN WEFT_MAKE_TOKENS WEFTC
+#                       CLUSTER_DIR MODEL LAYOUT [WEFT_EXPORT]
+# Compiles MODEL serially (one micro-batch of 4 sequences) and in LAYOUT with
+# the same global batch of 4, trains 8 steps of each on the corpus (the data
+# order does not depend on the layout), and requires every step's loss to
+# match the serial run to relative 1e-5 and its gradient norm to 1e-4. With
+# WEFT_EXPORT (and numpy), both runs save a checkpoint at step 8, export it
+# by Hugging Face names, and every parameter element must match the serial
+# one to 5e-4 absolute: 8 AdamW steps at lr 1e-2 turn float reordering into
+# differences up to ~1e-4 (the most where the true gradient is zero, e.g.
+# GPT-2's key bias, so AdamW normalizes rounding noise), while a misplaced
+# shard or a missed gradient moves weights of magnitude ~0.03 by O(lr).
+#
+# Layouts (ranks = dp x pp x tp):
+#   tp2             TP 2 (vocabulary-parallel embedding, head and loss)
+#   pp2-gpipe       PP 2, GPipe, 4 micro-batches
+#   pp2-1f1b        PP 2, 1F1B, 4 micro-batches
+#   tp2-pp2         TP 2 x PP 2, 1F1B
+#   tp2-sp          TP 2 with sequence parallelism (micro-batches of 1)
+#   tp2-pp2-sp      TP 2 x PP 2 with sequence parallelism
+#   pp2-interleaved PP 2 x 2 virtual stages (the model needs 4 blocks)
+#   dp2-tp2-pp2     DP 2 x TP 2 x PP 2 (8 ranks), 2 micro-batches per replica
+#   dp2-tp2-pp2-zero1  the same with ZeRO-1 (sharded AdamW state)
+#   dp2-zero2       DP 2 with ZeRO-2 (gradients reduce-scattered on their
+#                   own stream as the backward finishes each slot)
+#   dp2-zero3       DP 2 with ZeRO-3 and 2 micro-batches per replica
+#                   (parameters gathered on the allgather stream, released
+#                   after use, re-gathered for the backward)
+#   dp2-tp2-pp2-zero3  DP 2 x TP 2 x PP 2 (8 ranks) with ZeRO-3
+set -u
+corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6 model=$7 layout=$8
+export_tool=${9:-}
+case $layout in
+tp2) ranks=2 flags="--tp 2 --dp 1 --micro-batch 4" ;;
+pp2-gpipe) ranks=2 flags="--pp 2 --dp 1 --micro-batch 1 --schedule gpipe" ;;
+pp2-1f1b) ranks=2 flags="--pp 2 --dp 1 --micro-batch 1 --schedule 1f1b" ;;
+tp2-pp2) ranks=4 flags="--tp 2 --pp 2 --dp 1 --micro-batch 1 --schedule 1f1b" ;;
+tp2-sp)
+  ranks=2 flags="--tp 2 --dp 1 --micro-batch 1 --sequence-parallel on" ;;
+tp2-pp2-sp)
+  ranks=4
+  flags="--tp 2 --pp 2 --dp 1 --micro-batch 1 --sequence-parallel on"
+  ;;
+pp2-interleaved)
+  ranks=2
+  flags="--pp 2 --dp 1 --micro-batch 1 --schedule interleaved --virtual-stages 2"
+  ;;
+dp2-tp2-pp2)
+  ranks=8 flags="--tp 2 --pp 2 --dp 2 --micro-batch 1 --schedule 1f1b" ;;
+dp2-tp2-pp2-zero1)
+  ranks=8
+  flags="--tp 2 --pp 2 --dp 2 --zero 1 --micro-batch 1 --schedule 1f1b"
+  ;;
+dp2-zero2) ranks=2 flags="--dp 2 --zero 2 --micro-batch 2" ;;
+dp2-zero3) ranks=2 flags="--dp 2 --zero 3 --micro-batch 1" ;;
+dp2-tp2-pp2-zero3)
+  ranks=8
+  flags="--tp 2 --pp 2 --dp 2 --zero 3 --micro-batch 1 --schedule 1f1b"
+  ;;
+*) echo "FAIL: unknown layout '$layout'"; exit 1 ;;
+esac
+work=$1/compile-parallel-$(basename "$model" .json)-$layout
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+"$tokenize" "$corpus" tokens.bin >/dev/null || fail "tokenizer"
+
+compare_params=0
+if [ -n "$export_tool" ] && python3 -c "import numpy" 2>/dev/null; then
+  compare_params=1
+fi
+train() { # NAME RANKS FLAGS...
+  local name=$1 ranks=$2; shift 2
+  "$weftc" compile --model "$model" --cluster "$clusters/cpu-sim-$ranks.json" \
+    --global-batch 4 --seq-len 32 --lr 1e-2 --warmup-steps 2 \
+    --decay-steps 20 "$@" -o "$name" || fail "weftc compile $name"
+  local checkpoint=()
+  [ $compare_params = 1 ] && checkpoint=(--checkpoint-dir "$name.ck")
+  timeout 150 mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$run" \
+    "$name" --data tokens.bin --steps 8 --metrics "$name.jsonl" --quiet \
+    "${checkpoint[@]}" || fail "weft-run $name exited $?"
+  if [ $compare_params = 1 ]; then
+    "$export_tool" "$name" "$name.ck/step-8" -o "$name.safetensors" \
+      >/dev/null || fail "weft-export $name"
+  fi
+}
+train serial 1 --dp 1 --micro-batch 4
+# shellcheck disable=SC2086 # the layout's flags are words
+train "$layout" "$ranks" $flags
+
+python3 - serial "$layout" $compare_params <<'PY' || fail "$layout differs from serial"
+import json, struct, sys
+serial, layout, params = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+a, b = ([json.loads(l) for l in open(n + ".jsonl")] for n in (serial, layout))
+assert len(a) == len(b) == 8, (len(a), len(b))
+assert a[-1]["loss"] < a[0]["loss"] - 0.5, f"loss did not fall: {a}"
+worst = 0.0
+for step, (x, y) in enumerate(zip(a, b), 1):
+    rel = abs(x["loss"] - y["loss"]) / abs(x["loss"])
+    worst = max(worst, rel)
+    assert rel <= 1e-5, f"step {step}: loss serial {x['loss']} {layout} {y['loss']}"
+    g = abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"]
+    assert g <= 1e-4, f"step {step}: grad norm serial {x['grad_norm']} {layout} {y['grad_norm']}"
+print(f"{layout}: 8 steps, max relative loss difference {worst:.2e}")
+if params:
+    import numpy as np
+    def load(path):
+        data = open(path, "rb").read()
+        n = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8:8 + n])
+        return {k: np.frombuffer(data[8 + n + v["data_offsets"][0]:
+                                      8 + n + v["data_offsets"][1]],
+                                 dtype=np.float32).reshape(v["shape"])
+                for k, v in header.items() if k != "__metadata__"}
+    pa, pb = load(serial + ".safetensors"), load(layout + ".safetensors")
+    assert pa.keys() == pb.keys(), (sorted(pa), sorted(pb))
+    worst = 0.0
+    for name in pa:
+        diff = float(np.abs(pa[name] - pb[name]).max())
+        worst = max(worst, diff)
+        assert diff <= 5e-4, f"parameter {name}: differs by {diff:.2e}"
+    print(f"{layout}: {len(pa)} parameters after 8 steps, max absolute "
+          f"difference {worst:.2e}")
+PY
+echo "PASS: compile-parallel $model $layout"

@@ -1,0 +1,93 @@
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2 grad-accum=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=ZERO3
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=ZERO2
+
+// ZeRO-3 over 2 DP ranks with 2 micro-batches: the persistent region holds
+// only this rank's halves (master weights, gradient shard, AdamW moments);
+// each parameter is gathered into an arena buffer on the `allgather` stream,
+// waited for by `compute` right before its first use and released after its
+// last, once per forward and again per backward. Gather k waits for the
+// event compute records when it begins using gather k - 2 (prefetch depth
+// 2). Full gradients live in the arena and are reduce-scattered slot by slot
+// on the `reducescatter` stream as the last micro-batch's backward finishes
+// each; there is no all-gather after the optimizer step.
+
+// ZERO3-LABEL: weftx.program @role0 ranks [0, 1] {
+// ZERO3-NOT: weftx.buffer @params
+// ZERO3: weftx.buffer @grads arena size 498688
+// ZERO3-NEXT: weftx.buffer @exp_avg persistent size 249344
+// ZERO3-NEXT: weftx.buffer @exp_avg_sq persistent size 249344
+// ZERO3-NEXT: weftx.buffer @master persistent size 249344
+// ZERO3-NEXT: weftx.buffer @grads.shard persistent size 249344
+// ZERO3: weftx.buffer @transformer.wte.weight.gathered arena size 65536
+
+// ZERO3-LABEL: weftx.stream "compute" {
+// ZERO3-NEXT: weftx.fill f32 0.000000e+00 writes(@grads[0 +: 498688], @loss[0 +: 4]) phase "zero grads"
+// ZERO3-NEXT: weftx.load_batch 0
+// ZERO3-NEXT: weftx.wait_event [[WTE_READY:[0-9]+]] phase "fwd mb0"
+// ZERO3-NEXT: weftx.record_event [[WTE_USED:[0-9]+]] phase "fwd mb0"
+// ZERO3-NEXT: weftx.wait_event [[WPE_READY:[0-9]+]] phase "fwd mb0"
+// ZERO3-NEXT: weftx.record_event [[WPE_USED:[0-9]+]] phase "fwd mb0"
+// ZERO3-NEXT: weftx.launch @embedding_forward reads(@tokens[0 +: 32], @transformer.wte.weight.gathered[0 +: 65536], @transformer.wpe.weight.gathered[0 +: 32768])
+// The position table is dead after the embedding; the tied token table
+// lives until the head.
+// ZERO3-NEXT: weftx.release writes(@transformer.wpe.weight.gathered[0 +: 32768]) phase "fwd mb0"
+// ZERO3: weftx.gemm f32 trans_a m 256 n 8 k 64 {{.*}} reads(@transformer.wte.weight.gathered[0 +: 65536], {{.*}} writes(@logits[0 +: 8192]) phase "fwd mb0"
+// ZERO3-NEXT: weftx.release writes(@transformer.wte.weight.gathered[0 +: 65536]) phase "fwd mb0"
+// The backward gathers again into fresh buffers.
+// ZERO3: weftx.gemm {{.*}} reads(@transformer.wte.weight.gathered.1[0 +: 65536], @logits.grad[0 +: 8192]) writes(@lm_head.grad[0 +: 2048]) phase "bwd mb0"
+// ZERO3-NEXT: weftx.release writes(@transformer.wte.weight.gathered.1[0 +: 65536]) phase "bwd mb0"
+// Gradients accumulate over both micro-batches in the arena; the last
+// micro-batch's final write of a slot signals the reduce-scatter stream.
+// ZERO3: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad.5[0 +: 2048], @grads[498176 +: 256], @grads[498432 +: 256]) phase "bwd mb1"
+// ZERO3-NEXT: weftx.record_event [[LNF_GRADS:[0-9]+]] phase "bwd mb1"
+// ZERO3: weftx.wait_event [[GRADS_DONE:[0-9]+]] phase "grad sync"
+// ZERO3-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: 249344]) writes(@grad.sumsq[0 +: 4])
+// ZERO3-NEXT: weftx.all_reduce sum 1 x f32 on @dp
+// ZERO3-NEXT: weftx.clip
+// ZERO3-NEXT: weftx.optimizer_step 62336 x f32 reads(@master[0 +: 249344], @grads.shard[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344]) writes(@master[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344]) phase "adamw"
+// ZERO3-NEXT: }
+
+// ZERO3-LABEL: weftx.stream "allgather" {
+// ZERO3-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@transformer.wte.weight.gathered[0 +: 65536]) phase "gather transformer.wte.weight (fwd mb0)"
+// ZERO3-NEXT: weftx.record_event [[WTE_READY]] phase
+// ZERO3-NEXT: weftx.all_gather 4096 x f32 on @dp reads(@master[32768 +: 16384]) writes(@transformer.wpe.weight.gathered[0 +: 32768])
+// ZERO3-NEXT: weftx.record_event [[WPE_READY]] phase
+// ZERO3-NEXT: weftx.wait_event [[WTE_USED]] phase "gather transformer.h.0.ln_1.weight (fwd mb0)"
+// ZERO3-NEXT: weftx.all_gather 32 x f32 on @dp reads(@master[49152 +: 128]) writes(@transformer.h.0.ln_1.weight.gathered[0 +: 256])
+// ZERO3-NEXT: weftx.record_event
+// ZERO3-NEXT: weftx.wait_event [[WPE_USED]] phase "gather transformer.h.0.ln_1.bias (fwd mb0)"
+
+// ZERO3-LABEL: weftx.stream "reducescatter" {
+// ZERO3-NEXT: weftx.wait_event [[LNF_GRADS]] phase "grad sync"
+// ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498176 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
+// ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498432 +: 256]) writes(@grads.shard[249216 +: 128]) phase "grad sync"
+// ZERO3: weftx.reduce_scatter sum 8192 x f32 on @dp reads(@grads[0 +: 65536]) writes(@grads.shard[0 +: 32768]) phase "grad sync"
+// ZERO3-NEXT: weftx.reduce_scatter sum 4096 x f32 on @dp reads(@grads[65536 +: 32768]) writes(@grads.shard[32768 +: 16384]) phase "grad sync"
+// ZERO3-NEXT: weftx.record_event [[GRADS_DONE]] phase "grad sync"
+// ZERO3-NEXT: }
+
+// Every parameter's only shard is its master half.
+// ZERO3: weftx.parameter "transformer.wte.weight" [256, 64] f32 {{.*}} shards [#weftx.shard<role = @role0, buffer = @master, offset = 0, dim = -1, start = 0, length = 0, zero_shards = 2, padded_elements = 16384>]
+
+// ZeRO-2: full parameters stay (persistent); gradients live in the arena and
+// are reduce-scattered on their own stream as soon as the backward has
+// written each slot, the sharded AdamW step is followed by the parameter
+// all-gather.
+
+// ZERO2-LABEL: weftx.program @role0 ranks [0, 1] {
+// ZERO2: weftx.buffer @params persistent size 498688
+// ZERO2-NEXT: weftx.buffer @grads arena size 498688
+// ZERO2: weftx.buffer @master persistent size 249344
+// ZERO2-NEXT: weftx.buffer @grads.shard persistent size 249344
+// ZERO2-LABEL: weftx.stream "compute" {
+// ZERO2: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048], @grads[498176 +: 256], @grads[498432 +: 256]) phase "bwd mb0"
+// ZERO2-NEXT: weftx.record_event [[LNF:[0-9]+]] phase "bwd mb0"
+// ZERO2: weftx.wait_event [[DONE:[0-9]+]] phase "grad sync"
+// ZERO2-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: 249344])
+// ZERO2: weftx.optimizer_step 62336 x f32
+// ZERO2-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
+// ZERO2-LABEL: weftx.stream "reducescatter" {
+// ZERO2-NEXT: weftx.wait_event [[LNF]] phase "grad sync"
+// ZERO2-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498176 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
+// ZERO2: weftx.record_event [[DONE]] phase "grad sync"
+// ZERO2-NEXT: }
