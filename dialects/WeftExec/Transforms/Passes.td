@@ -39,4 +39,36 @@ def WeftPlanMemory : Pass<"weft-plan-memory", "::mlir::ModuleOp"> {
   ];
 }
 
+def WeftGenerateKernels : Pass<"weft-generate-kernels", "::mlir::ModuleOp"> {
+  let summary = "Write the CUDA C++ source of every weftx.kernel, specialized "
+                "to its constants";
+  let description = [{
+    Sets the `source` of every `weftx.kernel` whose name (up to the first
+    `.`) is a runtime registry kernel (docs/runtime.md, "Kernel ABI") to a
+    self-contained CUDA C++ translation unit. It includes one header of
+    `runtime/kernels/include/weft/kernels/` and calls its `WEFT_HD`
+    functions with the kernel's constants (defaults applied) as `constexpr`s,
+    so the compiler sees every shape.
+
+    A kernel is one or more phases, each a `WEFT_HD` function of an item
+    index (an element, a row, a column, ...). The source defines, per phase
+    `i`, an `extern "C" __global__` entry `weft_<name>_<i>` run by one thread
+    per item, whose pointer parameters are the launch's reads then its
+    writes; `weft_<name>_launch(operands, stream)`, which launches the phases
+    in order with the geometry documented in the header comment; and a host
+    entry `weft_<name>_host(operands)` that runs every phase's items in
+    order (the CUDA parts are under `__CUDACC__`, so the host entry also
+    compiles as plain C++). Scratch arrays (attention's `delta`,
+    cross-entropy's row log-sum-exp) are `__device__` arrays on the GPU.
+
+    The pass checks the constants as the runtime does (unknown, missing,
+    out of range) plus what the generated code relies on (an even
+    `head_dim` for rotary, `heads` a multiple of `kv_heads`, enough position
+    rows for `seq`), and that every `weftx.launch` of a generated kernel
+    passes as many reads and writes as the entries take and no scalar
+    `args`. A kernel with any other name keeps a one-line comment as its
+    source and gets a warning. The output is deterministic.
+  }];
+}
+
 #endif // WEFTEXEC_TRANSFORMS_PASSES_TD

@@ -3,6 +3,7 @@
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/Error.h"
 #include "weft/kernels/CpuKernels.h"
+#include "weft/kernels/KernelAbi.h"
 
 #include <algorithm>
 #include <cmath>
@@ -183,6 +184,49 @@ void embeddingBackwardRun(const KernelCall &k) {
                          static_cast<float *>(nullptr));
 }
 
+KernelSignature vocabEmbeddingSig(const KernelConstants &c, bool backward) {
+  int64_t tokens = get(c, "batch") * get(c, "seq"), hidden = get(c, "hidden");
+  int64_t table = get(c, "vocab_local") * hidden;
+  if (get(c, "vocab_start") < 0)
+    throw Error("constant 'vocab_start' must not be negative");
+  if (backward)
+    return {{idx(tokens), f(tokens * hidden)}, {f(table)}};
+  return {{idx(tokens), f(table)}, {f(tokens * hidden)}};
+}
+KernelSignature vocabEmbeddingForwardSig(const KernelConstants &c) {
+  return vocabEmbeddingSig(c, false);
+}
+void vocabEmbeddingForwardRun(const KernelCall &k) {
+  cpu::vocabEmbeddingForward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                             k.c("vocab_start"), k.c("vocab_local"),
+                             k.readIndices[0], k.reads[1], k.writes[0]);
+}
+KernelSignature vocabEmbeddingBackwardSig(const KernelConstants &c) {
+  return vocabEmbeddingSig(c, true);
+}
+void vocabEmbeddingBackwardRun(const KernelCall &k) {
+  cpu::vocabEmbeddingBackward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                              k.c("vocab_start"), k.c("vocab_local"),
+                              k.readIndices[0], k.reads[1], k.writes[0]);
+}
+
+KernelSignature positionEmbeddingForwardSig(const KernelConstants &c) {
+  int64_t n = get(c, "batch") * get(c, "seq") * get(c, "hidden");
+  return {{f(n), f(get(c, "positions") * get(c, "hidden"))}, {f(n)}};
+}
+void positionEmbeddingForwardRun(const KernelCall &k) {
+  cpu::positionEmbeddingForward(k.c("batch"), k.c("seq"), k.c("hidden"), 0,
+                                k.reads[0], k.reads[1], k.writes[0]);
+}
+KernelSignature positionEmbeddingBackwardSig(const KernelConstants &c) {
+  int64_t n = get(c, "batch") * get(c, "seq") * get(c, "hidden");
+  return {{f(n)}, {f(get(c, "positions") * get(c, "hidden"))}};
+}
+void positionEmbeddingBackwardRun(const KernelCall &k) {
+  cpu::positionEmbeddingBackward(k.c("batch"), k.c("seq"), k.c("hidden"), 0,
+                                 k.reads[0], k.writes[0]);
+}
+
 KernelSignature rotarySig(const KernelConstants &c) {
   int64_t n =
       get(c, "batch") * get(c, "seq") * get(c, "heads") * get(c, "head_dim");
@@ -260,60 +304,114 @@ void crossEntropyRun(const KernelCall &k) {
   }
 }
 
+// The vocabulary-parallel phases on a [rows, vocab_local] shard of logits
+// starting at word vocab_start of a `vocab`-word vocabulary: columns at or past
+// `vocab` are padding.
+int64_t validColumns(const KernelCall &k) {
+  return std::clamp<int64_t>(k.c("vocab") - k.c("vocab_start"), 0,
+                             k.c("vocab_local"));
+}
+void checkShard(const KernelConstants &c) {
+  if (get(c, "vocab_start") < 0 || get(c, "vocab_local") <= 0)
+    throw Error("constants 'vocab_start' and 'vocab_local' must be "
+                "non-negative and positive");
+}
+
+KernelSignature crossEntropyShardMaxSig(const KernelConstants &c) {
+  checkShard(c);
+  int64_t rows = get(c, "rows");
+  return {{f(rows * get(c, "vocab_local"))}, {f(rows)}};
+}
+void crossEntropyShardMaxRun(const KernelCall &k) {
+  cpu::crossEntropyShardMax(k.c("rows"), k.c("vocab_local"), k.reads[0],
+                            k.writes[0], validColumns(k));
+}
+
+KernelSignature crossEntropyShardSumsSig(const KernelConstants &c) {
+  checkShard(c);
+  int64_t rows = get(c, "rows");
+  return {{f(rows * get(c, "vocab_local")), idx(rows), f(rows)},
+          {f(rows), f(rows)}};
+}
+void crossEntropyShardSumsRun(const KernelCall &k) {
+  cpu::crossEntropyShardSums(
+      k.c("rows"), k.c("vocab_local"), k.c("vocab_start"), k.reads[0],
+      k.readIndices[1], k.reads[2], k.writes[0], k.writes[1], validColumns(k));
+}
+
+KernelSignature crossEntropyShardFinishSig(const KernelConstants &c) {
+  checkShard(c);
+  if (get(c, "loss_div") <= 0 || get(c, "grad_div") <= 0)
+    throw Error("constants 'loss_div' and 'grad_div' must be positive");
+  int64_t rows = get(c, "rows"), logits = rows * get(c, "vocab_local");
+  KernelSignature sig{{f(logits), idx(rows), f(rows), f(rows), f(rows)},
+                      {f(1)}};
+  if (get(c, "grad"))
+    sig.writes.push_back(f(logits));
+  return sig;
+}
+void crossEntropyShardFinishRun(const KernelCall &k) {
+  int64_t rows = k.c("rows"), logits = rows * k.c("vocab_local");
+  float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
+  float loss = cpu::crossEntropyShardFinish(
+      rows, k.c("vocab_local"), k.c("vocab_start"), k.reads[0],
+      k.readIndices[1], k.reads[2], k.reads[3], k.reads[4], dLogits,
+      validColumns(k));
+  float lossPart = loss / float(k.c("loss_div"));
+  k.writes[0][0] = k.c("accumulate") ? k.writes[0][0] + lossPart : lossPart;
+  if (dLogits && k.c("grad_div") != 1) {
+    float scale = 1.0f / float(k.c("grad_div"));
+    for (int64_t i = 0; i < logits; ++i)
+      dLogits[i] *= scale;
+  }
+}
+
+/// The signature and host loop of every kernel of kernels::kKernelAbi, which
+/// gives the names, constants and defaults; sorted by name.
 std::vector<KernelSpec> buildRegistry() {
-  using C = std::vector<ConstantSpec>;
-  const C rowsWidth = {{"rows", {}}, {"width", {}}};
-  const C nAct = {{"act", {}}, {"n", {}}};
-  const C attention = {{"batch", {}}, {"causal", 1},    {"head_dim", {}},
-                       {"heads", {}}, {"kv_heads", {}}, {"seq", {}}};
-  const C embedding = {{"batch", {}},
-                       {"hidden", {}},
-                       {"positions", 0},
-                       {"seq", {}},
-                       {"vocab", {}}};
-  const C rotary = {{"batch", {}},
-                    {"head_dim", {}},
-                    {"heads", {}},
-                    {"seq", {}},
-                    {"theta", 10000}};
-  std::vector<KernelSpec> registry = {
-      {"activation_backward", nAct, activationBackwardSig,
-       activationBackwardRun},
-      {"activation_forward", nAct, activationForwardSig, activationForwardRun},
-      {"attention_backward", attention, attentionBackwardSig,
-       attentionBackwardRun},
-      {"attention_forward", attention, attentionForwardSig,
-       attentionForwardRun},
-      {"bias_add", rowsWidth, biasAddSig, biasAddRun},
-      {"bias_grad", rowsWidth, biasGradSig, biasGradRun},
-      {"cross_entropy",
-       C{{"accumulate", 0},
-         {"grad", 1},
-         {"grad_div", 1},
-         {"loss_div", 1},
-         {"rows", {}},
-         {"vocab", {}}},
-       crossEntropySig, crossEntropyRun},
-      {"embedding_backward", embedding, embeddingBackwardSig,
-       embeddingBackwardRun},
-      {"embedding_forward", embedding, embeddingForwardSig,
-       embeddingForwardRun},
-      {"gated_backward", C{{"act", 3}, {"n", {}}}, gatedBackwardSig,
-       gatedBackwardRun},
-      {"gated_forward", C{{"act", 3}, {"n", {}}}, gatedForwardSig,
-       gatedForwardRun},
-      {"layer_norm_backward", C{{"bias", 1}, {"rows", {}}, {"width", {}}},
-       layerNormBackwardSig, layerNormBackwardRun},
-      {"layer_norm_forward",
-       C{{"bias", 1}, {"eps_nano", 10000}, {"rows", {}}, {"width", {}}},
-       layerNormForwardSig, layerNormForwardRun},
-      {"residual_add", C{{"n", {}}}, residualAddSig, residualAddRun},
-      {"rms_norm_backward", rowsWidth, rmsNormBackwardSig, rmsNormBackwardRun},
-      {"rms_norm_forward", C{{"eps_nano", 1000}, {"rows", {}}, {"width", {}}},
-       rmsNormForwardSig, rmsNormForwardRun},
-      {"rotary_backward", rotary, rotarySig, rotaryBackwardRun},
-      {"rotary_forward", rotary, rotarySig, rotaryForwardRun},
+  struct Implementation {
+    std::string_view name;
+    KernelSignature (*signature)(const KernelConstants &);
+    void (*run)(const KernelCall &);
   };
+  static constexpr Implementation implementations[] = {
+      {"activation_backward", activationBackwardSig, activationBackwardRun},
+      {"activation_forward", activationForwardSig, activationForwardRun},
+      {"attention_backward", attentionBackwardSig, attentionBackwardRun},
+      {"attention_forward", attentionForwardSig, attentionForwardRun},
+      {"bias_add", biasAddSig, biasAddRun},
+      {"bias_grad", biasGradSig, biasGradRun},
+      {"cross_entropy", crossEntropySig, crossEntropyRun},
+      {"cross_entropy_shard_finish", crossEntropyShardFinishSig,
+       crossEntropyShardFinishRun},
+      {"cross_entropy_shard_max", crossEntropyShardMaxSig,
+       crossEntropyShardMaxRun},
+      {"cross_entropy_shard_sums", crossEntropyShardSumsSig,
+       crossEntropyShardSumsRun},
+      {"embedding_backward", embeddingBackwardSig, embeddingBackwardRun},
+      {"embedding_forward", embeddingForwardSig, embeddingForwardRun},
+      {"gated_backward", gatedBackwardSig, gatedBackwardRun},
+      {"gated_forward", gatedForwardSig, gatedForwardRun},
+      {"layer_norm_backward", layerNormBackwardSig, layerNormBackwardRun},
+      {"layer_norm_forward", layerNormForwardSig, layerNormForwardRun},
+      {"position_embedding_backward", positionEmbeddingBackwardSig,
+       positionEmbeddingBackwardRun},
+      {"position_embedding_forward", positionEmbeddingForwardSig,
+       positionEmbeddingForwardRun},
+      {"residual_add", residualAddSig, residualAddRun},
+      {"rms_norm_backward", rmsNormBackwardSig, rmsNormBackwardRun},
+      {"rms_norm_forward", rmsNormForwardSig, rmsNormForwardRun},
+      {"rotary_backward", rotarySig, rotaryBackwardRun},
+      {"rotary_forward", rotarySig, rotaryForwardRun},
+      {"vocab_embedding_backward", vocabEmbeddingBackwardSig,
+       vocabEmbeddingBackwardRun},
+      {"vocab_embedding_forward", vocabEmbeddingForwardSig,
+       vocabEmbeddingForwardRun},
+  };
+  std::vector<KernelSpec> registry;
+  for (const Implementation &impl : implementations)
+    registry.push_back({impl.name, kernels::findKernelAbi(impl.name),
+                        impl.signature, impl.run});
   return registry;
 }
 
@@ -338,8 +436,11 @@ const KernelSpec *findKernel(std::string_view name) {
 KernelConstants resolveConstants(const KernelSpec &spec,
                                  const KernelConstants &constants,
                                  const std::string &where) {
+  if (!spec.abi)
+    throw Error(where + ": kernel '" + std::string(spec.name) +
+                "' is missing from weft/kernels/KernelAbi.h");
   KernelConstants resolved;
-  for (const ConstantSpec &constant : spec.constants) {
+  for (const kernels::ConstantAbi &constant : *spec.abi) {
     std::string name(constant.name);
     auto it = constants.find(name);
     if (it != constants.end())

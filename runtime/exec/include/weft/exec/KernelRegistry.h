@@ -1,7 +1,10 @@
 //===- KernelRegistry.h - The kernel ABI of the CPU backend -----*- C++ -*-===//
 //
 // A `kernel` instruction names a bundle kernel; its name selects an entry of
-// this registry and its specialization constants give the shapes. Operands
+// this registry and its specialization constants give the shapes. The names,
+// constants and defaults are those of weft/kernels/KernelAbi.h, which the
+// compiler's kernel-source generator reads too; an entry here adds the
+// operand signature and the host loop. Operands
 // are the instruction's reads then writes, in order (docs/runtime.md, "Kernel
 // ABI", lists every entry). Float operands may be f32 or bf16 (converted to
 // fp32 around the call); index operands are i32. Every operand's size is
@@ -13,10 +16,13 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace weft::kernels {
+struct KernelAbi; // weft/kernels/KernelAbi.h
+} // namespace weft::kernels
 
 namespace weft::exec {
 
@@ -43,14 +49,12 @@ struct KernelCall {
   int64_t c(const char *name) const { return constants->at(name); }
 };
 
-struct ConstantSpec {
-  std::string_view name;
-  std::optional<int64_t> defaultValue; // nullopt: required
-};
-
 struct KernelSpec {
   std::string_view name;
-  std::vector<ConstantSpec> constants;
+  /// The entry of kernels::kKernelAbi called `name`: the constants and their
+  /// defaults (null only for a registry kernel missing from that table, a bug
+  /// that resolveConstants reports and KernelAbiTest catches).
+  const kernels::KernelAbi *abi;
   /// The operands for given (defaulted) constants.
   KernelSignature (*signature)(const KernelConstants &);
   void (*run)(const KernelCall &);
@@ -62,8 +66,8 @@ const KernelSpec *findKernel(std::string_view name);
 /// Every entry, in name order (documentation and tests).
 const std::vector<KernelSpec> &kernelRegistry();
 
-/// `constants` with defaults filled in. Throws Error (prefixed by `where`)
-/// for a missing required or an unknown constant.
+/// `constants` with defaults filled in (from spec.abi). Throws Error
+/// (prefixed by `where`) for a missing required or an unknown constant.
 KernelConstants resolveConstants(const KernelSpec &spec,
                                  const KernelConstants &constants,
                                  const std::string &where);

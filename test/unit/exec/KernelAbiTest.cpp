@@ -1,0 +1,121 @@
+//===- KernelAbiTest.cpp - The registry against weft/kernels/KernelAbi.h --===//
+//
+// The runtime's kernel registry and the compiler's kernel-source generator
+// both take their kernel names, constants and defaults from kKernelAbi. These
+// tests check the runtime side: one registry entry (signature and host loop)
+// per ABI entry and no other, and constants resolved with the ABI's defaults.
+// (weft-generate-kernels stops with a fatal error if it lacks a generator.)
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/kernels/KernelAbi.h"
+#include "weft/exec/Error.h"
+#include "weft/exec/KernelRegistry.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+using namespace weft;
+using kernels::ConstantAbi;
+using kernels::KernelAbi;
+using kernels::kKernelAbi;
+
+namespace {
+
+size_t abiEntriesNamed(std::string_view name) {
+  return size_t(std::count_if(
+      std::begin(kKernelAbi), std::end(kKernelAbi),
+      [&](const KernelAbi &kernel) { return kernel.name == name; }));
+}
+
+size_t registryEntriesNamed(std::string_view name) {
+  const auto &registry = exec::kernelRegistry();
+  return size_t(std::count_if(
+      registry.begin(), registry.end(),
+      [&](const exec::KernelSpec &spec) { return spec.name == name; }));
+}
+
+/// Every required constant of `kernel` set to its minimum (at least 1).
+exec::KernelConstants requiredOnly(const KernelAbi &kernel) {
+  exec::KernelConstants constants;
+  for (const ConstantAbi &constant : kernel)
+    if (!constant.defaultValue)
+      constants[std::string(constant.name)] =
+          std::max<int64_t>(constant.min, 1);
+  return constants;
+}
+
+} // namespace
+
+TEST(KernelAbi, EveryRegistryKernelHasExactlyOneEntry) {
+  for (const exec::KernelSpec &spec : exec::kernelRegistry()) {
+    EXPECT_EQ(abiEntriesNamed(spec.name), 1u) << spec.name;
+    ASSERT_NE(spec.abi, nullptr) << spec.name;
+    EXPECT_EQ(spec.abi->name, spec.name);
+    EXPECT_EQ(spec.abi, kernels::findKernelAbi(spec.name));
+  }
+}
+
+TEST(KernelAbi, EveryEntryHasExactlyOneRegistryKernel) {
+  for (const KernelAbi &kernel : kKernelAbi) {
+    EXPECT_EQ(registryEntriesNamed(kernel.name), 1u) << kernel.name;
+    const exec::KernelSpec *spec = exec::findKernel(kernel.name);
+    ASSERT_NE(spec, nullptr) << kernel.name;
+    EXPECT_EQ(spec->abi, &kernel) << kernel.name;
+  }
+  EXPECT_EQ(exec::kernelRegistry().size(), std::size(kKernelAbi));
+}
+
+TEST(KernelAbi, ResolveAppliesTheAbiDefaults) {
+  for (const KernelAbi &kernel : kKernelAbi) {
+    const exec::KernelSpec *spec = exec::findKernel(kernel.name);
+    ASSERT_NE(spec, nullptr) << kernel.name;
+    exec::KernelConstants resolved =
+        exec::resolveConstants(*spec, requiredOnly(kernel), "test");
+    EXPECT_EQ(resolved.size(), kernel.numConstants) << kernel.name;
+    for (const ConstantAbi &constant : kernel) {
+      if (constant.defaultValue) {
+        EXPECT_EQ(resolved.at(std::string(constant.name)),
+                  *constant.defaultValue)
+            << kernel.name << "." << constant.name;
+      }
+    }
+    // Every required constant is required at run time too.
+    for (const ConstantAbi &constant : kernel) {
+      if (constant.defaultValue)
+        continue;
+      exec::KernelConstants missing = requiredOnly(kernel);
+      missing.erase(std::string(constant.name));
+      try {
+        exec::resolveConstants(*spec, missing, "test");
+        ADD_FAILURE() << kernel.name << " accepted no " << constant.name;
+      } catch (const exec::Error &error) {
+        EXPECT_EQ(std::string(error.what()),
+                  "test: kernel '" + std::string(kernel.name) +
+                      "' needs constant '" + std::string(constant.name) + "'");
+      }
+    }
+  }
+}
+
+// The defaults docs/runtime.md ("Kernel ABI") documents; a change here is a
+// change of the bundle ABI.
+TEST(KernelAbi, DocumentedDefaults) {
+  auto defaultOf = [](std::string_view kernel, std::string_view constant) {
+    const KernelAbi *abi = kernels::findKernelAbi(kernel);
+    const ConstantAbi *c = abi ? abi->find(constant) : nullptr;
+    return c && c->defaultValue ? *c->defaultValue : int64_t(-1);
+  };
+  EXPECT_EQ(defaultOf("layer_norm_forward", "eps_nano"), 10000);
+  EXPECT_EQ(defaultOf("rms_norm_forward", "eps_nano"), 1000);
+  EXPECT_EQ(defaultOf("rotary_forward", "theta"), 10000);
+  EXPECT_EQ(defaultOf("gated_forward", "act"), 3);
+  EXPECT_EQ(defaultOf("attention_forward", "causal"), 1);
+  EXPECT_EQ(defaultOf("embedding_forward", "positions"), 0);
+  EXPECT_EQ(defaultOf("cross_entropy", "grad"), 1);
+  EXPECT_EQ(defaultOf("cross_entropy", "accumulate"), 0);
+  EXPECT_EQ(defaultOf("cross_entropy_shard_finish", "loss_div"), 1);
+  EXPECT_EQ(defaultOf("activation_forward", "act"), -1); // required
+}
