@@ -135,6 +135,12 @@ Case caseFromRow(const Row &row) {
   c.training.globalBatch = integer(row, "global_batch");
   c.training.seqLen = seq;
   c.training.precision = Precision::BF16;
+  // Neither the CSV nor its README records the attention kernel. The
+  // Megatron-LM rows (2021-22) predate FlashAttention; llm-foundry's MPT
+  // rows ran it, but without a column saying so every row keeps the model
+  // it was calibrated with: eager (Korthikanti) activations and softmax
+  // traffic.
+  c.training.attention = Attention::Eager;
 
   Constraints &fixed = c.published;
   fixed.tp = integer(row, "tp");
@@ -143,6 +149,8 @@ Case caseFromRow(const Row &row) {
   fixed.zero = int(integer(row, "zero"));
   fixed.sequenceParallel = row.at("sequence_parallel") == "yes";
   fixed.recompute = parseRecompute(row.at("recompute"));
+  // None of these runs offloaded its optimizer.
+  fixed.offload = Offload::None;
   if (!row.at("micro_batch").empty())
     fixed.microBatch = integer(row, "micro_batch");
   if (!row.at("virtual_stages").empty()) {

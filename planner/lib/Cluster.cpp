@@ -82,6 +82,15 @@ public:
     return value.get<double>();
   }
 
+  const json *
+  optionalObject(const json &parent, const std::string &key,
+                 const std::string &prefix,
+                 std::initializer_list<const char *> allowedKeys) const {
+    if (parent.find(key) == parent.end())
+      return nullptr;
+    return &object(parent, key, prefix, allowedKeys);
+  }
+
   int64_t positiveInteger(const json &parent, const std::string &key,
                           const std::string &prefix) const {
     const json &value = field(parent, key, prefix);
@@ -131,28 +140,40 @@ Cluster dgxA100() {
   // DGX A100 80GB: A100-SXM4-80GB, HBM2e 2039 GB/s, NVLink3 600 GB/s
   // bidirectional = 300 GB/s per direction, 8x HDR 200 Gb/s InfiniBand per
   // node = 25 GB/s per GPU.
-  return Cluster{"dgx-a100-80g",
-                 1,
-                 8,
-                 GpuSpec{"A100-SXM4-80GB", 80, 312, 312, 19.5, 2039},
-                 300,
-                 25,
-                 2,
-                 5};
+  // Host (DGX A100 user guide): 2x AMD EPYC 7742 (2 x 64 cores), 2 TB DDR4,
+  // 8 channels of DDR4-3200 per socket = 2 x 204.8 GB/s. GPUs hang off PCIe
+  // Gen4 switches two per x16 uplink: ~25 GB/s pinned for one GPU
+  // (cudaMemcpy bandwidthTest), ~12 GB/s each with all eight copying.
+  Cluster cluster{"dgx-a100-80g",
+                  1,
+                  8,
+                  GpuSpec{"A100-SXM4-80GB", 80, 312, 312, 19.5, 2039},
+                  300,
+                  25,
+                  2,
+                  5};
+  cluster.host = HostSpec{2048, 409.6, 128, 12};
+  return cluster;
 }
 
 Cluster dgxH100() {
   // DGX H100: H100-SXM5-80GB, HBM3 3350 GB/s, NVLink4 900 GB/s
   // bidirectional = 450 GB/s per direction, 8x NDR 400 Gb/s per node = 50 GB/s
   // per GPU.
-  return Cluster{"dgx-h100-80g",
-                 1,
-                 8,
-                 GpuSpec{"H100-SXM5-80GB", 80, 989, 989, 67, 3350},
-                 450,
-                 50,
-                 2,
-                 5};
+  // Host (DGX H100 user guide): 2x Xeon Platinum 8480C (2 x 56 cores), 2 TB
+  // DDR5-4800, 8 channels per socket = 2 x 307.2 GB/s. PCIe Gen5 x16 per GPU
+  // (~50 GB/s pinned alone); with all eight copying through the shared
+  // switches and root ports, ~25 GB/s each.
+  Cluster cluster{"dgx-h100-80g",
+                  1,
+                  8,
+                  GpuSpec{"H100-SXM5-80GB", 80, 989, 989, 67, 3350},
+                  450,
+                  50,
+                  2,
+                  5};
+  cluster.host = HostSpec{2048, 614.4, 112, 25};
+  return cluster;
 }
 
 const std::vector<Preset> &presets() {
@@ -161,32 +182,45 @@ const std::vector<Preset> &presets() {
       {"dgx-h100-80g", dgxH100},
       {"h100-1gpu",
        [] {
+         // One GPU with an eighth of a DGX H100's host (what single-GPU
+         // cloud instances of 8-GPU machines get), and the full Gen5 pinned
+         // bandwidth of a GPU copying alone.
          Cluster c = dgxH100();
          c.name = "h100-1gpu";
          c.gpusPerNode = 1;
+         c.host = HostSpec{256, 76.8, 14, 50};
          return c;
        }},
       // V100-SXM2-32GB: 125 TF/s fp16 tensor cores, no bf16 units (bf16 runs
       // at the 15.7 TF/s fp32 rate), 900 GB/s HBM2, NVLink2 150 GB/s per
-      // direction, EDR 100 Gb/s = 12.5 GB/s per GPU across nodes.
+      // direction, EDR 100 Gb/s = 12.5 GB/s per GPU across nodes. Host of a
+      // DGX Station V100 (4x V100 32GB): one Xeon E5-2698 v4 (20 cores),
+      // 256 GB DDR4-2400 on 4 channels = 76.8 GB/s, PCIe Gen3 x16 ~12 GB/s
+      // pinned per GPU.
       {"v100-32g-4gpu",
        [] {
-         return Cluster{"v100-32g-4gpu",
-                        1,
-                        4,
-                        GpuSpec{"V100-SXM2-32GB", 32, 15.7, 125, 15.7, 900},
-                        150,
-                        12.5,
-                        2,
-                        5};
+         Cluster c{"v100-32g-4gpu",
+                   1,
+                   4,
+                   GpuSpec{"V100-SXM2-32GB", 32, 15.7, 125, 15.7, 900},
+                   150,
+                   12.5,
+                   2,
+                   5};
+         c.host = HostSpec{256, 76.8, 20, 12};
+         return c;
        }},
       // Simulated ranks for demos and CPU tests of the runtime: 8 processes
-      // on one host, shared-memory transport.
+      // on one host, shared-memory transport. The "host" is a simulated one
+      // (64 GiB, 8 cores, 20 GB/s DRAM, 10 GB/s copies) so that offload can
+      // be exercised without GPUs.
       {"cpu-sim-8",
        [] {
-         return Cluster{
+         Cluster c{
              "cpu-sim-8", 1,    8,  GpuSpec{"cpu-sim", 8, 0.5, 0.5, 1, 20},
              10,          1.25, 10, 50};
+         c.host = HostSpec{64, 20, 8, 10};
+         return c;
        }},
   };
   return table;
@@ -198,11 +232,11 @@ Cluster parseCluster(const json &root, const std::string &source) {
   StrictReader reader(source);
   if (!root.is_object())
     throw Error(source + ": must be a JSON object, got " + root.dump());
-  reader.rejectUnknownKeys(root, "",
-                           {"name", "nodes", "gpus_per_node", "gpu",
-                            "intra_node_bandwidth_gb_s",
-                            "inter_node_bandwidth_gb_s",
-                            "intra_node_latency_us", "inter_node_latency_us"});
+  reader.rejectUnknownKeys(
+      root, "",
+      {"name", "nodes", "gpus_per_node", "gpu", "intra_node_bandwidth_gb_s",
+       "inter_node_bandwidth_gb_s", "intra_node_latency_us",
+       "inter_node_latency_us", "host"});
   Cluster cluster;
   cluster.name = reader.string(root, "name", "");
   cluster.nodes = reader.positiveInteger(root, "nodes", "");
@@ -230,6 +264,19 @@ Cluster parseCluster(const json &root, const std::string &source) {
       reader.positiveNumber(root, "intra_node_latency_us", "");
   cluster.interNodeLatencyUs =
       reader.positiveNumber(root, "inter_node_latency_us", "");
+  if (const json *host =
+          reader.optionalObject(root, "host", "",
+                                {"memory_gib", "memory_bandwidth_gb_s", "cores",
+                                 "pinned_bandwidth_gb_s"})) {
+    HostSpec spec;
+    spec.memoryGib = reader.positiveNumber(*host, "memory_gib", "host");
+    spec.memoryBandwidthGBs =
+        reader.positiveNumber(*host, "memory_bandwidth_gb_s", "host");
+    spec.cores = reader.positiveInteger(*host, "cores", "host");
+    spec.pinnedBandwidthGBs =
+        reader.positiveNumber(*host, "pinned_bandwidth_gb_s", "host");
+    cluster.host = spec;
+  }
   return cluster;
 }
 
@@ -278,21 +325,27 @@ Cluster loadCluster(const std::string &spec) {
 }
 
 json toJson(const Cluster &cluster) {
-  return json{{"name", cluster.name},
-              {"nodes", cluster.nodes},
-              {"gpus_per_node", cluster.gpusPerNode},
-              {"gpu",
-               {{"model", cluster.gpu.model},
-                {"memory_gib", cluster.gpu.memoryGib},
-                {"peak_tflops",
-                 {{"bf16", cluster.gpu.peakTflopsBf16},
-                  {"fp16", cluster.gpu.peakTflopsFp16},
-                  {"fp32", cluster.gpu.peakTflopsFp32}}},
-                {"memory_bandwidth_gb_s", cluster.gpu.memoryBandwidthGBs}}},
-              {"intra_node_bandwidth_gb_s", cluster.intraNodeBandwidthGBs},
-              {"inter_node_bandwidth_gb_s", cluster.interNodeBandwidthGBs},
-              {"intra_node_latency_us", cluster.intraNodeLatencyUs},
-              {"inter_node_latency_us", cluster.interNodeLatencyUs}};
+  json out{{"name", cluster.name},
+           {"nodes", cluster.nodes},
+           {"gpus_per_node", cluster.gpusPerNode},
+           {"gpu",
+            {{"model", cluster.gpu.model},
+             {"memory_gib", cluster.gpu.memoryGib},
+             {"peak_tflops",
+              {{"bf16", cluster.gpu.peakTflopsBf16},
+               {"fp16", cluster.gpu.peakTflopsFp16},
+               {"fp32", cluster.gpu.peakTflopsFp32}}},
+             {"memory_bandwidth_gb_s", cluster.gpu.memoryBandwidthGBs}}},
+           {"intra_node_bandwidth_gb_s", cluster.intraNodeBandwidthGBs},
+           {"inter_node_bandwidth_gb_s", cluster.interNodeBandwidthGBs},
+           {"intra_node_latency_us", cluster.intraNodeLatencyUs},
+           {"inter_node_latency_us", cluster.interNodeLatencyUs}};
+  if (cluster.host)
+    out["host"] = {{"memory_gib", cluster.host->memoryGib},
+                   {"memory_bandwidth_gb_s", cluster.host->memoryBandwidthGBs},
+                   {"cores", cluster.host->cores},
+                   {"pinned_bandwidth_gb_s", cluster.host->pinnedBandwidthGBs}};
+  return out;
 }
 
 } // namespace weft::planner

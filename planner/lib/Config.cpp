@@ -43,6 +43,14 @@ std::string_view toString(Schedule schedule) {
   return "?";
 }
 
+std::string_view toString(Offload offload) {
+  return offload == Offload::Optimizer ? "optimizer" : "none";
+}
+
+std::string_view toString(Attention attention) {
+  return attention == Attention::Eager ? "eager" : "flash";
+}
+
 Precision parsePrecision(std::string_view text) {
   for (Precision p : {Precision::BF16, Precision::FP16, Precision::FP32})
     if (text == toString(p))
@@ -68,6 +76,22 @@ Schedule parseSchedule(std::string_view text) {
               "' (expected gpipe|1f1b|interleaved)");
 }
 
+Offload parseOffload(std::string_view text) {
+  for (Offload o : {Offload::None, Offload::Optimizer})
+    if (text == toString(o))
+      return o;
+  throw Error("unknown offload mode '" + std::string(text) +
+              "' (expected none|optimizer)");
+}
+
+Attention parseAttention(std::string_view text) {
+  for (Attention a : {Attention::Flash, Attention::Eager})
+    if (text == toString(a))
+      return a;
+  throw Error("unknown attention implementation '" + std::string(text) +
+              "' (expected flash|eager)");
+}
+
 int64_t computeElementBytes(Precision precision) {
   return precision == Precision::FP32 ? 4 : 2;
 }
@@ -84,6 +108,8 @@ std::string ParallelConfig::describe() const {
   }
   if (sequenceParallel)
     os << " SP";
+  if (offload == Offload::Optimizer)
+    os << " offload";
   return os.str();
 }
 

@@ -16,25 +16,44 @@
 namespace weft::planner {
 
 double MemoryBreakdown::total() const {
-  return weights + gradients + optimizer + activations + recomputeWorkspace +
-         logits + zero3Buffers + commBuffers + workspace;
+  return weights + gradients + optimizer + masterWeights + activations +
+         recomputeWorkspace + logits + zero3Buffers + gradientBuffer +
+         pipelineBuffers + commBuffers + workspace;
+}
+
+double MemoryBreakdown::staticPlanBytes() const {
+  return weights + gradients + optimizer + masterWeights + activations +
+         recomputeWorkspace + logits + zero3Buffers + gradientBuffer +
+         pipelineBuffers;
 }
 
 double TimeBreakdown::total() const {
   return compute + recompute + tpComm + ppComm + dpComm + zeroComm + bubble +
-         optimizer;
+         optimizer + offload;
 }
 
 double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
                             int64_t microBatch, int64_t tp,
                             bool sequenceParallel, Recompute recompute,
-                            int64_t elementBytes) {
+                            int64_t elementBytes, Attention attention) {
   double sbh = double(seqLen) * microBatch * model.hiddenSize;
   double h = double(model.hiddenSize);
   double e = double(elementBytes);
   double spShard = sequenceParallel ? double(tp) : 1.0;
   if (recompute == Recompute::Full)
     return sbh * e / spShard; // only the layer input
+  if (attention == Attention::Flash) {
+    // Weft's compiled plan (docs/autodiff.md, "Recompute modes"): flash-style
+    // kernels and grad ops that recompute op-internal state (Q, K, V, the
+    // context, lse, the MLP hidden), so a layer saves only [b, s, h] tensors:
+    // its input, both norm outputs and the residual (none), or its input and
+    // the residual (selective). Under SP the norm outputs are saved as the
+    // all-gathered, full-sequence inputs of the column-parallel matmuls
+    // (WeftToExec's `sp.gather` buffers); input and residual stay sharded.
+    if (recompute == Recompute::None)
+      return 2 * sbh * e / spShard + 2 * sbh * e;
+    return 2.0 * sbh * e / spShard;
+  }
   // Korthikanti et al. 2022, Sec. 4.1, per layer (e = 2 gives 34sbh + 5as^2b):
   // kept whole on every TP rank unless SP: both norm inputs, the QKV and MLP
   // inputs (4 elements) and two dropout masks (1 byte each);
@@ -53,6 +72,48 @@ double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
     bytes += scores * (2 * e + 1) / tp;
   }
   return bytes;
+}
+
+double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
+                                   int64_t microBatch, int64_t tp,
+                                   bool sequenceParallel, Recompute recompute,
+                                   int64_t elementBytes, Attention attention) {
+  if (attention == Attention::Eager) {
+    // Megatron: full re-materialises one layer's whole activation set,
+    // selective one layer's attention scores; none keeps everything.
+    double whole =
+        layerActivationBytes(model, seqLen, microBatch, tp, sequenceParallel,
+                             Recompute::None, elementBytes, attention);
+    if (recompute == Recompute::Full)
+      return whole;
+    if (recompute == Recompute::Selective)
+      return whole - layerActivationBytes(
+                         model, seqLen, microBatch, tp, sequenceParallel,
+                         Recompute::Selective, elementBytes, attention);
+    return 0;
+  }
+  // Weft's grad ops (WeftToExec), at their peaks: attention_grad holds the
+  // recomputed q, k, v, context and lse with dctx, dq, dk, dv; mlp_grad the
+  // recomputed up output and activation (or dh), gated: up, gate, dh, dgate,
+  // dup; both beside the layer's incoming gradient ([b, s, h]), which the
+  // residual branch still needs (the input gradient is allocated once the
+  // recomputed state is dead). Re-run saved tensors come on top: the two
+  // norm outputs (selective), three of the four (full).
+  double sbh = double(seqLen) * microBatch * model.hiddenSize;
+  double h = double(model.hiddenSize);
+  double e = double(elementBytes);
+  double t = double(tp);
+  double spShard = sequenceParallel ? t : 1.0;
+  double q = double(model.numHeads * model.headDim) / h;
+  double kv = double(model.numKvHeads * model.headDim) / h;
+  double lse = double(model.numHeads) * seqLen * microBatch * 4 / t;
+  double attentionGrad = 2 * (2 * q + 2 * kv) * sbh * e / t + lse;
+  double mlpGrad =
+      (model.gatedMlp ? 5.0 : 2.0) * model.ffnSize / h * sbh * e / t;
+  double rerun = recompute == Recompute::None        ? 0.0
+                 : recompute == Recompute::Selective ? 2.0
+                                                     : 3.0;
+  return std::max(attentionGrad, mlpGrad) + (1 + rerun) * sbh * e / spShard;
 }
 
 double activationsInFlight(Schedule schedule, int64_t pp, int64_t stage,
@@ -85,17 +146,31 @@ double bubbleFraction(Schedule schedule, int64_t pp, int64_t microBatches,
   return double(pp - 1) / double(microBatches * v);
 }
 
-StateBytes stateBytesPerParam(Precision precision, int zero, int64_t dp) {
+StateBytes stateBytesPerParam(Precision precision, int zero, int64_t dp,
+                              Offload offload) {
   // Mixed precision: half weights and gradients, fp32 master + Adam m + v.
-  // fp32: fp32 weights and gradients, Adam m + v.
+  // fp32: fp32 weights and gradients, Adam m + v; the weights are the master
+  // copy, except that ZeRO-1/2 keep an fp32 copy of this rank's shard for the
+  // optimizer (and ZeRO-1 the reduce-scatter's gradient shard), as the
+  // compiled plan lays them out (docs/planner.md).
   bool mixed = precision != Precision::FP32;
-  StateBytes bytes{mixed ? 2.0 : 4.0, mixed ? 2.0 : 4.0, mixed ? 12.0 : 8.0};
-  if (zero >= 1)
+  StateBytes bytes{mixed ? 2.0 : 4.0, mixed ? 2.0 : 4.0, 8.0,
+                   mixed ? 4.0 : 0.0};
+  if (zero >= 1) {
     bytes.optimizer /= dp;
+    bytes.master /= dp;
+  }
+  if (!mixed && (zero == 1 || zero == 2) && dp > 1) {
+    bytes.master = 4.0 / dp;
+    if (zero == 1)
+      bytes.gradients += 4.0 / dp;
+  }
   if (zero >= 2)
     bytes.gradients /= dp;
   if (zero >= 3)
     bytes.weights /= dp;
+  if (offload == Offload::Optimizer)
+    bytes.optimizer = bytes.master = 0;
   return bytes;
 }
 
@@ -237,6 +312,12 @@ std::string CostModel::check(const ParallelConfig &c) const {
         << " micro-batches per step are not a multiple of PP=" << c.pp;
   else if (c.zero == 3 && (c.prefetchDepth < 1 || c.bucketBytes <= 0))
     why << "ZeRO-3 needs a prefetch depth >= 1 and a positive bucket size";
+  else if (c.offload == Offload::Optimizer && !hardware.host)
+    why << "optimizer offload needs the cluster's host description (field "
+           "'host')";
+  else if (c.offload == Offload::Optimizer && c.dp > 1 && c.zero == 0)
+    why << "optimizer offload with DP > 1 needs ZeRO >= 1 (each DP rank "
+           "offloads its own optimizer shard, as in DeepSpeed)";
   return why.str();
 }
 
@@ -281,11 +362,12 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // Elementwise traffic per token in the forward pass, in elements: two norms
   // (read + write: 4h), two bias-dropout-residual adds (read 2h, write h: 6h)
   // -- done redundantly on every TP rank unless SP --, the fused
-  // scale-mask-softmax and attention dropout (4 a s), the MLP activation
-  // (GELU: read + write f; SwiGLU: read 2f, write f). Backward moves twice as
-  // much.
+  // scale-mask-softmax and attention dropout (4 a s; eager attention only,
+  // flash keeps the scores on chip), the MLP activation (GELU: read + write
+  // f; SwiGLU: read 2f, write f). Backward moves twice as much.
+  bool flash = train.attention == Attention::Flash;
   double spShard = c.sequenceParallel ? t : 1.0;
-  double softmaxElems = 4.0 * ms.numHeads * s / t;
+  double softmaxElems = flash ? 0.0 : 4.0 * ms.numHeads * s / t;
   double elementwiseElems = 10 * h / spShard + softmaxElems +
                             (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t;
   double elementwise = tokens * elementwiseElems * e / hbm;
@@ -294,10 +376,31 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double forward = linear + attention + elementwise;
   costs.layerForward = forward;
   costs.layerBackward = 2 * forward; // input and weight gradients
-  if (c.recompute == Recompute::Full)
+  // Flash attention's backward recomputes the scores: 5 s*s*d GEMMs against
+  // the forward's 2 (2.5x, not 2x; Dao 2023).
+  if (flash)
+    costs.layerBackward += 0.5 * attention;
+  if (flash) {
+    // Weft's grad ops recompute op-internal state in every mode
+    // (docs/autodiff.md): the QKV and MLP up/gate GEMMs, the attention
+    // forward, the activation and the norms' statistics. Selective also
+    // re-runs the norms; full re-runs the layer's forward on top.
+    double internalLinear =
+        linear *
+        (gemmSeconds(tokens, qkvOut, h) + gemmSeconds(tokens, mlpOut, h)) /
+        shapeSeconds;
+    double norms = tokens * 4 * h / spShard * e / hbm;
+    double internals =
+        internalLinear + attention + norms +
+        tokens * (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t * e / hbm;
+    costs.layerRecompute = internals +
+                           (c.recompute == Recompute::Selective ? norms : 0.0) +
+                           (c.recompute == Recompute::Full ? forward : 0.0);
+  } else if (c.recompute == Recompute::Full) {
     costs.layerRecompute = costs.layerForward;
-  else if (c.recompute == Recompute::Selective)
+  } else if (c.recompute == Recompute::Selective) {
     costs.layerRecompute = attention + tokens * softmaxElems * e / hbm;
+  }
 
   // Megatron TP: two all-reduces of the s*b*h activations per pass (with SP:
   // an all-gather and a reduce-scatter each, the same volume).
@@ -392,58 +495,162 @@ double CostModel::stageParams(const Layout &layout, int64_t stage) const {
   return params;
 }
 
+double CostModel::rankParams(const Layout &layout, int64_t stage,
+                             int64_t tp) const {
+  double params = stageParams(layout, stage);
+  if (tp == 1)
+    return params;
+  // Megatron TP (and Weft's weft-partition-tensor) keeps the norms, the
+  // row-parallel biases (attention output, MLP down) and learned position
+  // embeddings whole on every TP rank; everything else is split.
+  double h = double(spec.hiddenSize);
+  double norm = spec.rmsNorm ? h : 2 * h;
+  double replicated = double(layout.layersOn(stage)) *
+                      (2 * norm + (spec.linearBias ? 2 * h : 0.0));
+  if (stage == 0 && !spec.rotary)
+    replicated += double(spec.maxPositions) * h;
+  if (stage == layout.pp - 1)
+    replicated += norm;
+  replicated = std::min(replicated, params);
+  return (params - replicated) / double(tp) + replicated;
+}
+
 MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
                                        const Layout &layout,
                                        int64_t stage) const {
   MemoryBreakdown memory;
-  double params = stageParams(layout, stage) / c.tp;
-  StateBytes state = stateBytesPerParam(train.precision, c.zero, c.dp);
+  double params = rankParams(layout, stage, c.tp);
+  StateBytes state =
+      stateBytesPerParam(train.precision, c.zero, c.dp, c.offload);
   memory.weights = params * state.weights;
   memory.gradients = params * state.gradients;
   memory.optimizer = params * state.optimizer;
+  memory.masterWeights = params * state.master;
 
-  double perLayer = layerActivationBytes(spec, train.seqLen, c.microBatch, c.tp,
-                                         c.sequenceParallel, c.recompute, elem);
+  Attention attn = train.attention;
+  double perLayer =
+      layerActivationBytes(spec, train.seqLen, c.microBatch, c.tp,
+                           c.sequenceParallel, c.recompute, elem, attn);
   double inFlight = activationsInFlight(c.schedule, c.pp, stage, c.gradAccum,
                                         c.virtualStages);
   memory.activations = perLayer * layout.layersOn(stage) * inFlight;
-  if (c.recompute != Recompute::None) {
-    // Backward re-materialises one layer at a time: full keeps that layer's
-    // whole activation set, selective its attention scores.
-    double whole =
-        layerActivationBytes(spec, train.seqLen, c.microBatch, c.tp,
-                             c.sequenceParallel, Recompute::None, elem);
-    memory.recomputeWorkspace =
-        c.recompute == Recompute::Full
-            ? whole
-            : whole - layerActivationBytes(spec, train.seqLen, c.microBatch,
-                                           c.tp, c.sequenceParallel,
-                                           Recompute::Selective, elem);
-  }
+  // Backward works on one layer at a time (see layerBackwardWorkspaceBytes).
+  memory.recomputeWorkspace =
+      layerBackwardWorkspaceBytes(spec, train.seqLen, c.microBatch, c.tp,
+                                  c.sequenceParallel, c.recompute, elem, attn);
+  double tokens = double(train.seqLen) * c.microBatch;
+  double savedMicroBatches =
+      (c.pp > 1 && c.schedule == Schedule::GPipe) ? double(c.gradAccum) : 1.0;
+  if (attn == Attention::Flash && stage == 0)
+    memory.activations += 4 * tokens * inFlight; // int32 token ids
   if (stage == layout.pp - 1) {
-    // s*b*V/t logits: the fp32 softmax saved for backward (one micro-batch,
-    // or all of them under GPipe), plus one half-precision logits buffer and
-    // its fp32 gradient while the loss runs.
-    double logitElems =
-        double(train.seqLen) * c.microBatch * spec.vocabSize / c.tp;
-    double saved =
-        (c.pp > 1 && c.schedule == Schedule::GPipe) ? double(c.gradAccum) : 1.0;
-    memory.logits = logitElems * (4 * saved + elem + 4);
+    double logitElems = tokens * spec.vocabSize / c.tp;
+    if (attn == Attention::Eager) {
+      // s*b*V/t logits: the fp32 softmax saved for backward (one
+      // micro-batch, or all of them under GPipe), plus one half-precision
+      // logits buffer and its fp32 gradient while the loss runs.
+      memory.logits = logitElems * (4 * savedMicroBatches + elem + 4);
+    } else {
+      // Weft: the saved last-layer output, final-norm output, logits and
+      // int32 targets, plus the logits' gradient while the loss runs. The
+      // layer backward starts after these are freed: its workspace counts
+      // only beyond them.
+      // Under SP the last-layer output is sequence-sharded and the final
+      // norm's output all-gathered (full sequence).
+      double hiddenBytes = tokens * spec.hiddenSize * elem;
+      memory.logits =
+          savedMicroBatches *
+              (logitElems * elem +
+               hiddenBytes * (1 + 1 / (c.sequenceParallel ? double(c.tp) : 1)) +
+               4 * tokens) +
+          logitElems * elem;
+      memory.recomputeWorkspace =
+          std::max(0.0, memory.recomputeWorkspace - memory.logits);
+    }
   }
-  if (c.zero == 3) {
-    // The gathered working unit (a layer, or the embedding on the end
-    // stages) and its unreduced gradient, plus the buckets fetched ahead.
-    double unit = double(spec.layerParams);
-    if (stage == 0)
-      unit = std::max(unit, double(spec.embeddingParams));
-    if (stage == layout.pp - 1 && spec.tiedHead)
-      unit = std::max(unit, double(spec.vocabSize) * spec.hiddenSize);
+  if (c.dp > 1 && c.zero >= 2) {
+    // ZeRO-2/3 accumulate the full gradient of the rank's parameters over
+    // the step (in the compute precision) and reduce-scatter it into the
+    // persistent shard once it is final (WeftToExec: `grads` in the arena).
+    memory.gradientBuffer = params * elem;
+  }
+  if (c.zero == 3 && c.dp > 1) {
+    // ZeRO-3 gathers parameter by parameter into the arena, at most
+    // `prefetch_depth` gathers ahead of the one in use, each released after
+    // its last use in the phase. The peak: the largest tensor in use (the
+    // vocabulary-parallel embedding or head on the end stages, else a layer
+    // matrix) with `depth` layer matrices gathered ahead.
+    double h = double(spec.hiddenSize);
+    double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
+    double layerMatrix = std::max(qkv, double(spec.ffnSize) * h) / c.tp;
+    double big = 0;
+    if (stage == 0 || stage == layout.pp - 1)
+      big = double(spec.vocabSize) * h / c.tp;
+    double depth = double(std::max<int64_t>(1, c.prefetchDepth));
     memory.zero3Buffers =
-        unit / c.tp * elem * 2 + double(c.prefetchDepth) * c.bucketBytes;
-  } else if (c.dp > 1) {
-    memory.commBuffers = 2 * consts.dpBucketBytes; // one filling, one in flight
+        (std::max(big, layerMatrix) + depth * layerMatrix) * elem;
+  }
+  // The GPU runtime's communication staging, beside the static plan: ZeRO-3
+  // prefetches `prefetch_depth` all-gather buckets of `bucket_bytes` (what
+  // the time model's prefetch coverage assumes); otherwise the gradient
+  // reduction buckets, one filling and one in flight.
+  if (c.dp > 1)
+    memory.commBuffers = c.zero == 3
+                             ? double(c.prefetchDepth) * c.bucketBytes
+                             : 2 * consts.dpBucketBytes;
+  if (layout.pp > 1) {
+    // Stage-boundary buffers of the compiled schedule: each micro-batch's
+    // activation is sent from (and its gradient received into) a buffer of
+    // its own, live from its forward to its backward; the static packing
+    // cannot fold them across the asynchronous p2p streams. Per micro-batch
+    // m, on [b, s, h] (split by TP under SP): the first stage m + 1 (the
+    // sends and the gradient being received; GPipe, whose backwards all
+    // follow the forwards, 2m - 1), the last stage m - 1 (the gradients sent
+    // back), middle stages both sides, 2m. Fitted to the compiled plans
+    // (docs/planner.md, "Memory fidelity"): within one buffer of the
+    // first-fit packing for 1F1B, two for GPipe.
+    double unit = tokens * spec.hiddenSize * elem /
+                  (c.sequenceParallel ? double(c.tp) : 1.0);
+    double m = double(c.gradAccum);
+    bool gpipe = c.schedule == Schedule::GPipe;
+    double count = stage == 0 ? (gpipe ? 2 * m - 1 : m + 1)
+                   : stage == layout.pp - 1 ? std::max(0.0, m - 1)
+                                            : 2 * m;
+    memory.pipelineBuffers = count * unit;
   }
   memory.workspace = consts.workspaceBytes;
+  return memory;
+}
+
+double CostModel::usableHostMemoryBytes() const {
+  return hardware.host ? hardware.host->memoryGib * 1073741824.0 *
+                             consts.hostMemoryUsableFraction
+                       : 0;
+}
+
+double CostModel::hostMemoryBytes(const ParallelConfig &c) const {
+  if (c.offload != Offload::Optimizer)
+    return 0;
+  // Every rank on the node offloads its own (ZeRO-sharded) optimizer state;
+  // the heaviest stage is an upper bound for the node's ranks.
+  Layout stages = layout(c, stageCosts(c));
+  double rankParams = 0;
+  for (int64_t stage : {int64_t(0), int64_t(1), c.pp - 1})
+    if (stage < c.pp)
+      rankParams = std::max(rankParams, this->rankParams(stages, stage, c.tp));
+  double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;
+  int64_t ranksOnHost = std::min(hardware.gpusPerNode, hardware.worldSize());
+  return optimizerParams * ranksOnHost * consts.hostBytesPerParam;
+}
+
+std::vector<MemoryBreakdown>
+CostModel::memoryByStage(const ParallelConfig &c) const {
+  if (std::string why = check(c); !why.empty())
+    throw Error("invalid plan " + c.describe() + ": " + why);
+  Layout stages = layout(c, stageCosts(c));
+  std::vector<MemoryBreakdown> memory;
+  for (int64_t stage = 0; stage < c.pp; ++stage)
+    memory.push_back(stageMemory(c, stages, stage));
   return memory;
 }
 
@@ -482,9 +689,16 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   }
   est.peakMemoryBytes = est.memory.total();
   est.usableMemoryBytes = usableMemoryBytes();
-  est.fits = est.peakMemoryBytes <= est.usableMemoryBytes;
+  est.marginBytes = hardware.memoryBytes() * consts.memoryMarginFraction;
   est.shortfallBytes =
-      est.fits ? 0 : est.peakMemoryBytes - est.usableMemoryBytes;
+      std::max(0.0, est.peakMemoryBytes - est.usableMemoryBytes);
+  if (c.offload == Offload::Optimizer) {
+    est.hostMemoryBytes = hostMemoryBytes(c);
+    est.usableHostMemoryBytes = usableHostMemoryBytes();
+    est.hostShortfallBytes =
+        std::max(0.0, est.hostMemoryBytes - est.usableHostMemoryBytes);
+  }
+  est.fits = est.shortfallBytes == 0 && est.hostShortfallBytes == 0;
 
   // Time: the slowest stage sets the pipeline's pace.
   int64_t slowest = 0;
@@ -520,12 +734,15 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   }
 
   // Data parallelism.
-  double rankParams = stageParams(stages, slowest) / c.tp;
+  double rankParams = this->rankParams(stages, slowest, c.tp);
   double overlap = consts.commOverlapFraction;
   double forwardWindow = overlap * layers * costs.layerForward;
   double backwardWindow =
       overlap * layers * (costs.layerBackward + costs.layerRecompute);
   GroupSpan dpSpan = spanOfGroup(hardware, c.dp, c.tp * c.pp);
+  // Parts of the last backward and the next forward that DP collectives
+  // already occupy (optimizer offload copies share what is left).
+  double reduceBusy = 0, gatherBusy = 0;
   if (c.dp > 1 && c.zero < 3) {
     double gradBytes = rankParams * elem;
     double buckets = std::max(1.0, std::ceil(gradBytes / consts.dpBucketBytes));
@@ -533,6 +750,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
         c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
     double reduceTime =
         collectiveTime(reduce, hardware, consts, dpSpan, gradBytes);
+    reduceBusy = std::min(reduceTime, backwardWindow);
     // Buckets reduce while backward continues; the last one cannot hide.
     double exposed =
         std::max(reduceTime / buckets, reduceTime - backwardWindow);
@@ -543,6 +761,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
       double gather = collectiveTime(Collective::AllGather, hardware, consts,
                                      dpSpan, rankParams * elem);
       time.dpComm += std::max(0.0, gather - forwardWindow);
+      gatherBusy = std::min(gather, forwardWindow);
     }
   } else if (c.dp > 1) {
     // ZeRO-3: every layer's parameters are gathered before its forward and
@@ -576,7 +795,34 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   }
 
   double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;
-  time.optimizer = optimizerParams * consts.optimizerBytesPerParam / hbm;
+  if (c.offload == Offload::Optimizer) {
+    // ZeRO-Offload: this rank's gradients (its shard under ZeRO >= 1, in the
+    // compute precision) go to the host during the last backward, the CPU
+    // runs AdamW once every gradient has arrived (clipping needs the global
+    // norm), and the updated half/fp32 parameters come back under the next
+    // forward. Copies run in buckets; the last one never hides.
+    const HostSpec &host = *hardware.host;
+    double copyBytes = optimizerParams * elem;
+    double copy = copyBytes / (host.pinnedBandwidthGBs * 1e9);
+    double buckets = std::max(1.0, std::ceil(copyBytes / consts.dpBucketBytes));
+    double backwardLeft = std::max(0.0, backwardWindow - reduceBusy);
+    double forwardLeft = std::max(0.0, forwardWindow - gatherBusy);
+    time.offload = std::max(copy / buckets, copy - backwardLeft) +
+                   std::max(copy / buckets, copy - forwardLeft);
+    // All ranks of a node share its CPU: memory-bound or compute-bound.
+    int64_t ranksOnHost = std::min(hardware.gpusPerNode, hardware.worldSize());
+    double bytesPerParam = consts.cpuAdamBytesPerParam +
+                           (train.precision == Precision::FP32
+                                ? 0.0
+                                : consts.cpuAdamMixedExtraBytesPerParam);
+    double perParam =
+        std::max(bytesPerParam / (host.memoryBandwidthGBs * 1e9 *
+                                  consts.hostMemoryBandwidthFraction),
+                 1.0 / (double(host.cores) * consts.cpuAdamParamsPerCoreS));
+    time.optimizer = optimizerParams * double(ranksOnHost) * perParam;
+  } else {
+    time.optimizer = optimizerParams * consts.optimizerBytesPerParam / hbm;
+  }
 
   est.stepTimeS = time.total();
   double tokens = double(train.globalBatch) * train.seqLen;

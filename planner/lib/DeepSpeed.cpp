@@ -77,6 +77,7 @@ DeepSpeedPlan parseDeepSpeedConfig(const json &root, const std::string &source,
                 " x " + std::to_string(worldSize) + " GPUs");
 
   int zero = 0;
+  Offload offload = Offload::None;
   if (auto section = root.find("zero_optimization"); section != root.end()) {
     if (!section->is_object())
       throw Error(source +
@@ -91,6 +92,21 @@ DeepSpeedPlan parseDeepSpeedConfig(const json &root, const std::string &source,
                     "1, 2 or 3, got " +
                     stage->dump());
       zero = stage->get<int>();
+    }
+    // offload_optimizer.device: "cpu" is optimizer offload; "nvme"
+    // (ZeRO-Infinity) is not modelled; "none" or absent is no offload.
+    if (auto off = section->find("offload_optimizer"); off != section->end()) {
+      auto device = off->is_object() ? off->find("device") : off->end();
+      std::string value = device != off->end() && device->is_string()
+                              ? device->get<std::string>()
+                              : "";
+      if (value != "cpu" && value != "none")
+        throw Error(source +
+                    ": field 'zero_optimization.offload_optimizer.device': "
+                    "must be \"cpu\" or \"none\" (nvme is not modelled), "
+                    "got " +
+                    (device != off->end() ? device->dump() : off->dump()));
+      offload = value == "cpu" ? Offload::Optimizer : Offload::None;
     }
   }
 
@@ -115,6 +131,7 @@ DeepSpeedPlan parseDeepSpeedConfig(const json &root, const std::string &source,
   fixed.schedule = Schedule::OneFOneB;
   fixed.virtualStages = 1;
   fixed.sequenceParallel = false;
+  fixed.offload = offload;
   return plan;
 }
 

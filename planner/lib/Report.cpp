@@ -35,20 +35,24 @@ struct Term {
 };
 
 std::vector<Term> timeTerms(const TimeBreakdown &t) {
-  return {{"compute", t.compute}, {"recompute", t.recompute},
-          {"TP comm", t.tpComm},  {"PP comm", t.ppComm},
-          {"DP comm", t.dpComm},  {"ZeRO-3 comm", t.zeroComm},
-          {"bubble", t.bubble},   {"optimizer", t.optimizer}};
+  return {{"compute", t.compute},       {"recompute", t.recompute},
+          {"TP comm", t.tpComm},        {"PP comm", t.ppComm},
+          {"DP comm", t.dpComm},        {"ZeRO-3 comm", t.zeroComm},
+          {"bubble", t.bubble},         {"optimizer", t.optimizer},
+          {"offload copies", t.offload}};
 }
 
 std::vector<Term> memoryTerms(const MemoryBreakdown &m) {
   return {{"weights", m.weights},
           {"gradients", m.gradients},
-          {"optimizer", m.optimizer},
+          {"optimizer states", m.optimizer},
+          {"master weights", m.masterWeights},
           {"activations", m.activations},
           {"recompute workspace", m.recomputeWorkspace},
           {"logits", m.logits},
           {"ZeRO-3 buffers", m.zero3Buffers},
+          {"ZeRO-2/3 full grads", m.gradientBuffer},
+          {"pipeline buffers", m.pipelineBuffers},
           {"comm buckets", m.commBuffers},
           {"workspace", m.workspace}};
 }
@@ -62,6 +66,54 @@ std::string header(const CostModel &model) {
      << "batch " << t.globalBatch << " x " << t.seqLen << " tokens, "
      << toString(t.precision) << "\n";
   return os.str();
+}
+
+std::string percent(double fraction) {
+  return format("%.1f%%", 100 * fraction);
+}
+
+/// Why the winner does or does not offload its optimizer (issue #8: offload
+/// is chosen only when it makes a configuration fit or is faster).
+void appendOffload(std::ostringstream &os, const SearchResult &result,
+                   const CostModel &model) {
+  const Estimate &best = result.plans.front();
+  bool on = best.config.offload == Offload::Optimizer;
+  os << "optimizer offload: " << (on ? "on" : "off");
+  if (!model.cluster().host) {
+    os << " (the cluster has no 'host' description)\n";
+    return;
+  }
+  if (!result.offloadSearched) {
+    os << " (fixed by --offload)\n";
+  } else if (on) {
+    const std::optional<Estimate> &other = result.bestWithoutOffload;
+    if (!other) {
+      double need = result.leanestWithoutOffloadBytes;
+      os << " -- nothing fits without it: the leanest plan without offload "
+            "needs "
+         << gib(need) << " per GPU, " << gib(need - best.usableMemoryBytes)
+         << " over\n";
+    } else {
+      os << " -- " << percent(other->stepTimeS / best.stepTimeS - 1)
+         << " faster than the best plan without it ("
+         << other->config.describe() << ", " << seconds(other->stepTimeS)
+         << ")\n";
+    }
+  } else {
+    const std::optional<Estimate> &other = result.bestWithOffload;
+    if (!other)
+      os << " -- no offloaded plan fits or is valid here\n";
+    else
+      os << " -- the best offloaded plan (" << other->config.describe()
+         << ") is " << percent(other->stepTimeS / best.stepTimeS - 1)
+         << " slower: CPU AdamW " << seconds(other->time.optimizer)
+         << ", exposed host copies " << seconds(other->time.offload) << "\n";
+  }
+  if (on)
+    os << "  host memory " << gib(best.hostMemoryBytes) << " per node of "
+       << gib(best.usableHostMemoryBytes) << " usable; CPU AdamW "
+       << seconds(best.time.optimizer) << ", exposed host copies "
+       << seconds(best.time.offload) << " per step\n";
 }
 
 void appendNothingFits(std::ostringstream &os, const SearchResult &result) {
@@ -162,6 +214,7 @@ std::string renderExplain(const SearchResult &result, const CostModel &model) {
       os << "  ZeRO-3 prefetch: " << best.config.prefetchDepth
          << " bucket(s) of " << format("%.0f", best.config.bucketBytes / 1e6)
          << " MB\n";
+    appendOffload(os, result, model);
     os << "  " << seconds(best.stepTimeS) << " per step, "
        << format("%.0f", best.tokensPerS) << " tokens/s, "
        << format("%.1f", best.modelTflopsPerGpu) << " model TFLOP/s per GPU, "
@@ -202,7 +255,10 @@ std::string renderExplain(const SearchResult &result, const CostModel &model) {
            << format("%+.3f s", deltas[k].value);
         separator = ", ";
       }
-      os << (separator[0] == ',' ? ")\n" : "\n");
+      os << (separator[0] == ',' ? ")" : "");
+      if (other.stepTimeS < best.stepTimeS)
+        os << " -- a tie within the model's noise; #1 is simpler";
+      os << "\n";
     }
   }
   std::vector<std::string> rejected = describeRejected(result);
@@ -221,52 +277,69 @@ std::string renderExplain(const SearchResult &result, const CostModel &model) {
   return os.str();
 }
 
+namespace {
+
+json memoryJson(const MemoryBreakdown &m) {
+  return json{{"weights", int64_t(m.weights)},
+              {"gradients", int64_t(m.gradients)},
+              {"optimizer", int64_t(m.optimizer)},
+              {"master_weights", int64_t(m.masterWeights)},
+              {"activations", int64_t(m.activations)},
+              {"recompute_workspace", int64_t(m.recomputeWorkspace)},
+              {"logits", int64_t(m.logits)},
+              {"zero3_buffers", int64_t(m.zero3Buffers)},
+              {"gradient_buffer", int64_t(m.gradientBuffer)},
+              {"pipeline_buffers", int64_t(m.pipelineBuffers)},
+              {"comm_buffers", int64_t(m.commBuffers)},
+              {"workspace", int64_t(m.workspace)},
+              {"static_plan_bytes", int64_t(m.staticPlanBytes())}};
+}
+
+} // namespace
+
 json toJson(const Estimate &e) {
   const ParallelConfig &c = e.config;
   const TimeBreakdown &t = e.time;
-  const MemoryBreakdown &m = e.memory;
-  return json{{"tp", c.tp},
-              {"pp", c.pp},
-              {"dp", c.dp},
-              {"zero", c.zero},
-              {"micro_batch", c.microBatch},
-              {"grad_accum", c.gradAccum},
-              {"recompute", toString(c.recompute)},
-              {"schedule", toString(c.schedule)},
-              {"virtual_stages", c.virtualStages},
-              {"sequence_parallel", c.sequenceParallel},
-              {"prefetch_depth", c.prefetchDepth},
-              {"bucket_bytes", c.bucketBytes},
-              {"layers_per_stage", e.layersPerStage},
-              {"step_time_s", e.stepTimeS},
-              {"tokens_per_s", e.tokensPerS},
-              {"model_tflops_per_gpu", e.modelTflopsPerGpu},
-              {"mfu", e.mfu},
-              {"peak_memory_bytes", int64_t(e.peakMemoryBytes)},
-              {"usable_memory_bytes", int64_t(e.usableMemoryBytes)},
-              {"peak_stage", e.peakStage},
-              {"fits", e.fits},
-              {"shortfall_bytes", int64_t(e.shortfallBytes)},
-              {"breakdown",
-               {{"time_s",
-                 {{"compute", t.compute},
-                  {"recompute", t.recompute},
-                  {"tp_comm", t.tpComm},
-                  {"pp_comm", t.ppComm},
-                  {"dp_comm", t.dpComm},
-                  {"zero_comm", t.zeroComm},
-                  {"bubble", t.bubble},
-                  {"optimizer", t.optimizer}}},
-                {"memory_bytes",
-                 {{"weights", int64_t(m.weights)},
-                  {"gradients", int64_t(m.gradients)},
-                  {"optimizer", int64_t(m.optimizer)},
-                  {"activations", int64_t(m.activations)},
-                  {"recompute_workspace", int64_t(m.recomputeWorkspace)},
-                  {"logits", int64_t(m.logits)},
-                  {"zero3_buffers", int64_t(m.zero3Buffers)},
-                  {"comm_buffers", int64_t(m.commBuffers)},
-                  {"workspace", int64_t(m.workspace)}}}}}};
+  json memory = memoryJson(e.memory);
+  json out{{"tp", c.tp},
+           {"pp", c.pp},
+           {"dp", c.dp},
+           {"zero", c.zero},
+           {"micro_batch", c.microBatch},
+           {"grad_accum", c.gradAccum},
+           {"recompute", toString(c.recompute)},
+           {"schedule", toString(c.schedule)},
+           {"virtual_stages", c.virtualStages},
+           {"sequence_parallel", c.sequenceParallel},
+           {"prefetch_depth", c.prefetchDepth},
+           {"bucket_bytes", c.bucketBytes},
+           {"offload", toString(c.offload)},
+           {"layers_per_stage", e.layersPerStage},
+           {"step_time_s", e.stepTimeS},
+           {"tokens_per_s", e.tokensPerS},
+           {"model_tflops_per_gpu", e.modelTflopsPerGpu},
+           {"mfu", e.mfu},
+           {"peak_memory_bytes", int64_t(e.peakMemoryBytes)},
+           {"usable_memory_bytes", int64_t(e.usableMemoryBytes)},
+           {"host_memory_bytes", int64_t(e.hostMemoryBytes)},
+           {"usable_host_memory_bytes", int64_t(e.usableHostMemoryBytes)},
+           {"peak_stage", e.peakStage},
+           {"fits", e.fits},
+           {"shortfall_bytes", int64_t(e.shortfallBytes)},
+           {"breakdown",
+            {{"time_s",
+              {{"compute", t.compute},
+               {"recompute", t.recompute},
+               {"tp_comm", t.tpComm},
+               {"pp_comm", t.ppComm},
+               {"dp_comm", t.dpComm},
+               {"zero_comm", t.zeroComm},
+               {"bubble", t.bubble},
+               {"optimizer", t.optimizer},
+               {"offload", t.offload}}},
+             {"memory_bytes", memory}}}};
+  out["breakdown"]["memory_bytes"]["margin"] = int64_t(e.marginBytes);
+  return out;
 }
 
 json toJson(const SearchResult &result) {
@@ -286,6 +359,18 @@ json toJson(const SearchResult &result) {
            {"remedies", result.remedies}};
   if (result.outcome == SearchResult::Outcome::NothingFits)
     out["closest"] = toJson(*result.closest);
+  return out;
+}
+
+json toJson(const SearchResult &result, const CostModel &model) {
+  json out = toJson(result);
+  for (size_t i = 0; i < result.plans.size(); ++i) {
+    json stages = json::array();
+    int64_t stage = 0;
+    for (const MemoryBreakdown &m : model.memoryByStage(result.plans[i].config))
+      stages.push_back({{"stage", stage++}, {"memory_bytes", memoryJson(m)}});
+    out["plans"][i]["memory_by_stage"] = stages;
+  }
   return out;
 }
 

@@ -69,7 +69,8 @@ std::vector<ScheduleChoice> scheduleChoices(const Constraints &fixed,
   return choices;
 }
 
-/// Keeps the `capacity` fastest estimates, sorted.
+/// Keeps the `capacity` fastest estimates, sorted. The search keeps more
+/// than it reports so that tie-breaking sees every near-tie of the winner.
 class Leaderboard {
 public:
   explicit Leaderboard(size_t capacity) : capacity(capacity) {}
@@ -114,6 +115,9 @@ std::vector<std::string> remediesFor(const Estimate &closest,
   if (c.tp > 1 && !c.sequenceParallel)
     remedies.push_back(
         "sequence parallelism splits the replicated activations");
+  if (c.offload == Offload::None && model.cluster().host)
+    remedies.push_back("optimizer offload (--offload optimizer) moves the "
+                       "AdamW moments and master weights to host memory");
   // Model states shrink with the world size under ZeRO-3; the rest does not.
   const Cluster &cluster = model.cluster();
   double states = 16.0 * model.model().totalParams;
@@ -137,6 +141,36 @@ std::vector<std::string> remediesFor(const Estimate &closest,
 
 } // namespace
 
+std::array<int64_t, 7> complexityKey(const ParallelConfig &c) {
+  return {int64_t(c.offload), c.zero, int64_t(c.recompute),       c.pp,
+          c.virtualStages,    c.tp,   int64_t(c.sequenceParallel)};
+}
+
+std::vector<Estimate> rankWithTies(std::vector<Estimate> plans,
+                                   double tolerance, size_t limit) {
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const Estimate &a, const Estimate &b) {
+                     return a.stepTimeS < b.stepTimeS;
+                   });
+  std::vector<Estimate> ranked;
+  std::vector<bool> taken(plans.size(), false);
+  size_t first = 0; // fastest plan not yet ranked
+  while (ranked.size() < limit && first < plans.size()) {
+    double within = plans[first].stepTimeS * (1 + tolerance);
+    size_t pick = first;
+    for (size_t i = first + 1; i < plans.size() && plans[i].stepTimeS <= within;
+         ++i)
+      if (!taken[i] &&
+          complexityKey(plans[i].config) < complexityKey(plans[pick].config))
+        pick = i;
+    taken[pick] = true;
+    ranked.push_back(std::move(plans[pick]));
+    while (first < plans.size() && taken[first])
+      ++first;
+  }
+  return ranked;
+}
+
 SearchResult search(const CostModel &model, const Constraints &fixed,
                     const SearchOptions &options) {
   auto start = std::chrono::steady_clock::now();
@@ -154,7 +188,21 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
 
   SearchResult result;
   int64_t world = cluster.worldSize();
-  Leaderboard leaderboard(size_t(options.topK));
+  Leaderboard leaderboard(size_t(options.topK) + 256);
+  std::vector<Offload> offloads =
+      fixed.offload  ? std::vector<Offload>{*fixed.offload}
+      : cluster.host ? std::vector<Offload>{Offload::None, Offload::Optimizer}
+                     : std::vector<Offload>{Offload::None};
+  result.offloadSearched = offloads.size() > 1;
+  result.leanestWithoutOffloadBytes = INFINITY;
+  // Flash attention keeps no scores: selective recompute would save nothing
+  // and cost time, so it is only evaluated when asked for.
+  std::vector<Recompute> recomputes =
+      fixed.recompute ? std::vector<Recompute>{*fixed.recompute}
+      : training.attention == Attention::Flash
+          ? std::vector<Recompute>{Recompute::None, Recompute::Full}
+          : std::vector<Recompute>{Recompute::None, Recompute::Selective,
+                                   Recompute::Full};
   struct RegionState {
     bool anyFits = false;
     double leanest = INFINITY;
@@ -163,10 +211,39 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
   std::string lastInvalid;
   int64_t validConfigs = 0;
 
+  // A configuration that does not fit is reported with the ZeRO-3 prefetch
+  // settings (left free) that the search would pick were it not for the
+  // full-gradient buffer of Weft's ZeRO-2/3 lowering (docs/planner.md): the
+  // fastest variant that fits without it, else the leanest. The closest
+  // plan's time is then that of the configuration as a bucketed runtime
+  // would run it, not of the grid's first corner.
+  auto fastestVariant = [&](ParallelConfig config) {
+    std::vector<int64_t> depths = {config.prefetchDepth},
+                         buckets = {config.bucketBytes};
+    if (config.zero == 3) {
+      depths = fixedOr(fixed.prefetchDepth, kPrefetchDepths);
+      buckets = fixedOr(fixed.bucketBytes, kBucketBytes);
+    }
+    std::optional<Estimate> best;
+    for (int64_t depth : depths)
+      for (int64_t bucket : buckets) {
+        config.prefetchDepth = depth;
+        config.bucketBytes = bucket;
+        Estimate estimate = model.evaluate(config);
+        bool first = depth == depths.front() && bucket == buckets.front();
+        if (!first && estimate.peakMemoryBytes - estimate.memory.gradientBuffer >
+                          estimate.usableMemoryBytes)
+          continue;
+        if (!best || first || estimate.stepTimeS < best->stepTimeS)
+          best = std::move(estimate);
+      }
+    return *best;
+  };
+
   auto considerClosest = [&](const ParallelConfig &config, double peak) {
     if (result.closest && peak >= result.closest->peakMemoryBytes)
       return;
-    result.closest = model.evaluate(config);
+    result.closest = fastestVariant(config);
   };
 
   // Evaluates one configuration (tuning the ZeRO-3 knobs left free); returns
@@ -187,11 +264,17 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
     ++result.configsEvaluated;
     RegionState &region = regions[{config.zero, config.tp, config.pp}];
     double leanPeak = model.peakMemoryBytes(config);
+    if (config.offload == Offload::None)
+      result.leanestWithoutOffloadBytes =
+          std::min(result.leanestWithoutOffloadBytes, leanPeak);
     if (leanPeak > model.usableMemoryBytes()) {
       region.leanest = std::min(region.leanest, leanPeak);
       considerClosest(config, leanPeak);
       return false;
     }
+    // Host memory does not depend on the micro-batch either.
+    if (model.hostMemoryBytes(config) > model.usableHostMemoryBytes())
+      return false;
     region.anyFits = true;
     std::optional<Estimate> best;
     for (int64_t depth : depths) {
@@ -213,6 +296,11 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
     if (options.referenceStepTimeS &&
         best->stepTimeS < *options.referenceStepTimeS)
       ++result.fasterThanReference;
+    std::optional<Estimate> &bestOfKind = config.offload == Offload::None
+                                              ? result.bestWithoutOffload
+                                              : result.bestWithOffload;
+    if (!bestOfKind || best->stepTimeS < bestOfKind->stepTimeS)
+      bestOfKind = *best;
     leaderboard.offer(std::move(*best));
     return true;
   };
@@ -234,14 +322,28 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
     config.virtualStages =
         config.schedule == Schedule::Interleaved ? *fixed.virtualStages : 1;
     config.sequenceParallel = fixed.sequenceParallel.value_or(false);
-    tryConfig(config);
+    for (Offload offload : offloads) {
+      config.offload = offload;
+      tryConfig(config);
+    }
     if (validConfigs == 0)
       throw Error("fixed configuration " + config.describe() + ": " +
                   lastInvalid);
     result.outcome = SearchResult::Outcome::Fixed;
     if (!leaderboard.plans.empty()) {
-      result.plans = std::move(leaderboard.plans);
+      result.plans = rankWithTies(std::move(leaderboard.plans),
+                                  options.tieTolerance, size_t(options.topK));
     } else {
+      // Nothing fits: report the configuration as described (without
+      // offload unless asked for); the remedies mention offload.
+      if (offloads.front() == Offload::None && offloads.size() > 1) {
+        config.offload = Offload::None;
+        config.prefetchDepth = fixed.prefetchDepth.value_or(
+            config.zero == 3 ? kPrefetchDepths.front() : 0);
+        config.bucketBytes = fixed.bucketBytes.value_or(
+            config.zero == 3 ? kBucketBytes.front() : 0);
+        result.closest = fastestVariant(config);
+      }
       result.plans.push_back(*result.closest);
       result.remedies = remediesFor(*result.closest, model);
     }
@@ -282,25 +384,25 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
         for (bool sp : sps)
           for (ScheduleChoice schedule :
                scheduleChoices(fixed, pp, spec.numLayers))
-            for (Recompute recompute : fixedOr<Recompute>(
-                     fixed.recompute,
-                     {Recompute::None, Recompute::Selective, Recompute::Full}))
-              for (int64_t mb : microBatches) {
-                ParallelConfig config;
-                config.tp = tp;
-                config.pp = pp;
-                config.dp = dp;
-                config.zero = zero;
-                config.microBatch = mb;
-                config.gradAccum = perReplica / mb;
-                config.recompute = recompute;
-                config.schedule = schedule.schedule;
-                config.virtualStages = schedule.virtualStages;
-                config.sequenceParallel = sp;
-                // Memory never shrinks with a larger micro-batch.
-                if (!tryConfig(config))
-                  break;
-              }
+            for (Recompute recompute : recomputes)
+              for (Offload offload : offloads)
+                for (int64_t mb : microBatches) {
+                  ParallelConfig config;
+                  config.tp = tp;
+                  config.pp = pp;
+                  config.dp = dp;
+                  config.zero = zero;
+                  config.microBatch = mb;
+                  config.gradAccum = perReplica / mb;
+                  config.recompute = recompute;
+                  config.schedule = schedule.schedule;
+                  config.virtualStages = schedule.virtualStages;
+                  config.sequenceParallel = sp;
+                  config.offload = offload;
+                  // Memory never shrinks with a larger micro-batch.
+                  if (!tryConfig(config))
+                    break;
+                }
     }
   }
   if (validConfigs == 0) {
@@ -318,7 +420,8 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
       result.rejected.push_back({std::get<0>(key), std::get<1>(key),
                                  std::get<2>(key), region.leanest,
                                  model.usableMemoryBytes()});
-  result.plans = std::move(leaderboard.plans);
+  result.plans = rankWithTies(std::move(leaderboard.plans),
+                              options.tieTolerance, size_t(options.topK));
   if (result.plans.empty()) {
     result.outcome = SearchResult::Outcome::NothingFits;
     result.remedies = remediesFor(*result.closest, model);

@@ -85,6 +85,42 @@ TEST(Cluster, EachErrorNamesFileFieldAndReason) {
             "cluster.json: must be a JSON object, got []");
 }
 
+TEST(Cluster, OptionalHostForOffload) {
+  EXPECT_FALSE(parseCluster(validCluster(), "cluster.json").host);
+  json withHost = validCluster();
+  withHost["host"] = json::parse(R"({"memory_gib": 1024,
+      "memory_bandwidth_gb_s": 400, "cores": 64, "pinned_bandwidth_gb_s": 20})");
+  Cluster c = parseCluster(withHost, "cluster.json");
+  ASSERT_TRUE(c.host);
+  EXPECT_DOUBLE_EQ(c.host->memoryGib, 1024);
+  EXPECT_EQ(c.host->cores, 64);
+  EXPECT_DOUBLE_EQ(c.host->pinnedBandwidthGBs, 20);
+  EXPECT_EQ(toJson(parseCluster(toJson(c), "again")), toJson(c));
+
+  json bad = withHost;
+  bad["host"]["pinned_bandwidth_gb_s"] = 0;
+  EXPECT_EQ(errorOf(bad), "cluster.json: field 'host.pinned_bandwidth_gb_s': "
+                          "must be a positive number, got 0");
+  bad = withHost;
+  bad["host"]["cores"] = 6.5;
+  EXPECT_EQ(errorOf(bad), "cluster.json: field 'host.cores': must be a "
+                          "positive integer, got 6.5");
+  bad = withHost;
+  bad["host"].erase("memory_gib");
+  EXPECT_EQ(errorOf(bad), "cluster.json: field 'host.memory_gib': missing");
+  bad = withHost;
+  bad["host"]["numa_nodes"] = 2;
+  EXPECT_EQ(errorOf(bad),
+            "cluster.json: field 'host.numa_nodes': unknown field");
+  bad = withHost;
+  bad["host"] = "big";
+  EXPECT_EQ(errorOf(bad),
+            "cluster.json: field 'host': must be an object, got \"big\"");
+  // Every preset describes its host.
+  for (const std::string &name : clusterPresetNames())
+    EXPECT_TRUE(clusterPreset(name).host) << name;
+}
+
 TEST(Cluster, FileErrorsAreOneLine) {
   std::string path = ::testing::TempDir() + "weft-bad-cluster.json";
   std::ofstream(path) << "{\n \"name\": \"x\",\n";

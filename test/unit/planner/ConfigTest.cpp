@@ -15,6 +15,10 @@ TEST(Config, EnumsRoundTrip) {
   for (Schedule s :
        {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved})
     EXPECT_EQ(parseSchedule(toString(s)), s);
+  for (Offload o : {Offload::None, Offload::Optimizer})
+    EXPECT_EQ(parseOffload(toString(o)), o);
+  for (Attention a : {Attention::Flash, Attention::Eager})
+    EXPECT_EQ(parseAttention(toString(a)), a);
   EXPECT_EQ(toString(Schedule::OneFOneB), "1f1b");
   EXPECT_EQ(toString(Recompute::Selective), "selective");
 }
@@ -35,6 +39,10 @@ TEST(Config, UnknownSpellingsAreErrors) {
   EXPECT_EQ(
       message(parseSchedule, "1F1B"),
       "unknown pipeline schedule '1F1B' (expected gpipe|1f1b|interleaved)");
+  EXPECT_EQ(message(parseOffload, "cpu"),
+            "unknown offload mode 'cpu' (expected none|optimizer)");
+  EXPECT_EQ(message(parseAttention, "sdpa"),
+            "unknown attention implementation 'sdpa' (expected flash|eager)");
 }
 
 TEST(Config, AllFixedNeedsEveryDimension) {

@@ -41,6 +41,13 @@ TEST(DeepSpeed, FixesEveryDimension) {
   EXPECT_EQ(*plan.constraints.zero, 2);
   EXPECT_EQ(*plan.constraints.microBatch, 4);
   EXPECT_EQ(*plan.constraints.gradAccum, 8);
+  EXPECT_EQ(*plan.constraints.offload, Offload::None);
+  plan = parseDeepSpeedConfig(
+      json::parse(R"({"train_batch_size": 64, "zero_optimization": {
+                      "stage": 2, "offload_optimizer": {"device": "cpu",
+                                                        "pin_memory": true}}})"),
+      "ds_config.json", 8);
+  EXPECT_EQ(*plan.constraints.offload, Offload::Optimizer);
 }
 
 TEST(DeepSpeed, DerivesTheMissingBatchTerm) {
@@ -71,6 +78,11 @@ TEST(DeepSpeed, ErrorsAreOneLine) {
                         "zero_optimization": {"stage": 4}})"),
             "ds_config.json: field 'zero_optimization.stage': must be 0, 1, "
             "2 or 3, got 4");
+  EXPECT_EQ(errorOf(R"({"train_batch_size": 64, "zero_optimization":
+                        {"offload_optimizer": {"device": "nvme"}}})"),
+            "ds_config.json: field 'zero_optimization.offload_optimizer."
+            "device': must be \"cpu\" or \"none\" (nvme is not modelled), "
+            "got \"nvme\"");
   EXPECT_EQ(errorOf(R"({"train_batch_size": 64, "bf16": {"enabled": true},
                         "fp16": {"enabled": true}})"),
             "ds_config.json: bf16.enabled and fp16.enabled are both true");

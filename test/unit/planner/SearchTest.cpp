@@ -28,8 +28,8 @@ TEST(Search, FindsValidPlansFastestFirst) {
     EXPECT_EQ(c.tp * c.pp * c.dp, 16);                // world identity
     EXPECT_EQ(c.microBatch * c.gradAccum * c.dp, 64); // batch identity
     EXPECT_LE(c.tp, 8);                               // TP inside a node
-    if (i > 0) {
-      EXPECT_LE(result.plans[i - 1].stepTimeS, plan.stepTimeS);
+    if (i > 0) { // fastest first, up to the documented tie tolerance
+      EXPECT_LE(result.plans[i - 1].stepTimeS, plan.stepTimeS * 1.005);
     }
   }
 }
@@ -82,8 +82,10 @@ TEST(Search, EveryDimensionFixedEvaluatesANonFittingPlan) {
   EXPECT_GT(plan.stepTimeS, 0);
   EXPECT_NEAR(plan.shortfallBytes,
               plan.peakMemoryBytes - plan.usableMemoryBytes, 1);
-  EXPECT_GT(plan.memory.weights + plan.memory.gradients + plan.memory.optimizer,
+  EXPECT_GT(plan.memory.weights + plan.memory.gradients +
+                plan.memory.optimizer + plan.memory.masterWeights,
             16.0 * 1.3e9);
+  EXPECT_EQ(plan.config.offload, Offload::None); // as described
   ASSERT_FALSE(result.remedies.empty());
   EXPECT_NE(result.remedies[0].find("ZeRO-3"), std::string::npos);
   nlohmann::json json = toJson(result);
@@ -152,7 +154,27 @@ TEST(Report, JsonHasTheDocumentedFields) {
         "fits", "breakdown"})
     EXPECT_TRUE(json["plans"][0].contains(key)) << key;
   EXPECT_TRUE(json["plans"][0]["breakdown"]["time_s"].contains("bubble"));
-  EXPECT_TRUE(json["plans"][0]["breakdown"]["memory_bytes"].contains("logits"));
+  const nlohmann::json &memory = json["plans"][0]["breakdown"]["memory_bytes"];
+  for (const char *key :
+       {"weights", "gradients", "optimizer", "master_weights", "activations",
+        "recompute_workspace", "logits", "zero3_buffers", "gradient_buffer",
+        "pipeline_buffers", "comm_buffers", "workspace", "margin",
+        "static_plan_bytes"})
+    EXPECT_TRUE(memory.contains(key)) << key;
+  // The breakdown sums to the peak; the static plan leaves out the GPU
+  // runtime's workspace and buckets.
+  int64_t sum = 0;
+  for (const char *key : {"weights", "gradients", "optimizer", "master_weights",
+                          "activations", "recompute_workspace", "logits",
+                          "zero3_buffers", "gradient_buffer",
+                          "pipeline_buffers", "comm_buffers", "workspace"})
+    sum += memory[key].get<int64_t>();
+  EXPECT_NEAR(double(sum), json["plans"][0]["peak_memory_bytes"].get<double>(),
+              16);
+  EXPECT_NEAR(memory["static_plan_bytes"].get<double>(),
+              double(sum - memory["workspace"].get<int64_t>() -
+                     memory["comm_buffers"].get<int64_t>()),
+              16);
   EXPECT_EQ(json["configs_evaluated"], result.configsEvaluated);
   EXPECT_TRUE(json.contains("search_time_s"));
   EXPECT_LE(json["plans"][0]["step_time_s"].get<double>(),

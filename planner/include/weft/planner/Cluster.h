@@ -7,8 +7,13 @@
 //    "gpu": {"model", "memory_gib", "peak_tflops": {"bf16", "fp16", "fp32"},
 //            "memory_bandwidth_gb_s"},
 //    "intra_node_bandwidth_gb_s", "inter_node_bandwidth_gb_s",
-//    "intra_node_latency_us", "inter_node_latency_us"}
-// Peak TFLOP/s are dense (no sparsity).
+//    "intra_node_latency_us", "inter_node_latency_us",
+//    "host": {"memory_gib", "memory_bandwidth_gb_s", "cores",
+//             "pinned_bandwidth_gb_s"}}
+// Peak TFLOP/s are dense (no sparsity). "host" is optional (without it the
+// planner never offloads); when present all four fields are required. Host
+// memory, its bandwidth and cores are per node; the pinned host<->device copy
+// bandwidth is per GPU and direction with every GPU of the node copying.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_PLANNER_CLUSTER_H
@@ -19,6 +24,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +39,14 @@ struct GpuSpec {
   double memoryBandwidthGBs = 0;
 };
 
+/// The CPU side of one node, for optimizer-state offload.
+struct HostSpec {
+  double memoryGib = 0;          // DRAM per node
+  double memoryBandwidthGBs = 0; // DRAM bandwidth per node (all sockets)
+  int64_t cores = 0;             // physical cores per node
+  double pinnedBandwidthGBs = 0; // pinned copies, per GPU and direction
+};
+
 struct Cluster {
   std::string name;
   int64_t nodes = 0;
@@ -42,6 +56,7 @@ struct Cluster {
   double interNodeBandwidthGBs = 0; // per GPU, per direction (NIC share)
   double intraNodeLatencyUs = 0;
   double interNodeLatencyUs = 0;
+  std::optional<HostSpec> host; // unset: offload is not considered
 
   int64_t worldSize() const { return nodes * gpusPerNode; }
   double memoryBytes() const { return gpu.memoryGib * 1073741824.0; }

@@ -24,15 +24,29 @@ enum class Recompute { None, Selective, Full };
 /// Pipeline schedule: GPipe (all forwards, then all backwards), 1F1B
 /// (PipeDream-Flush), interleaved 1F1B with virtual stages (Megatron-LM).
 enum class Schedule { GPipe, OneFOneB, Interleaved };
+/// Optimizer-state offload (ZeRO-Offload, Ren et al. 2021): none, or the
+/// AdamW moments and fp32 master weights in host memory with the AdamW step on
+/// the CPU (gradients go device->host, updated parameters host->device).
+enum class Offload { None, Optimizer };
+/// Attention implementation, for activation memory and softmax traffic:
+/// flash (fused kernel: keeps q, k, v, the context and one fp32 log-sum-exp
+/// per row and head; no a*s*s score tensors) or eager (Megatron-LM of
+/// 2021-22: softmax output, dropout mask and dropout output per score).
+enum class Attention { Flash, Eager };
 
 std::string_view toString(Precision precision);
 std::string_view toString(Recompute recompute);
 std::string_view toString(Schedule schedule);
-/// Parse "bf16|fp16|fp32", "none|selective|full", "gpipe|1f1b|interleaved";
-/// throw Error naming the value and the accepted spellings otherwise.
+std::string_view toString(Offload offload);
+std::string_view toString(Attention attention);
+/// Parse "bf16|fp16|fp32", "none|selective|full", "gpipe|1f1b|interleaved",
+/// "none|optimizer", "flash|eager"; throw Error naming the value and the
+/// accepted spellings otherwise.
 Precision parsePrecision(std::string_view text);
 Recompute parseRecompute(std::string_view text);
 Schedule parseSchedule(std::string_view text);
+Offload parseOffload(std::string_view text);
+Attention parseAttention(std::string_view text);
 
 /// Bytes of one activation/weight element in the compute precision.
 int64_t computeElementBytes(Precision precision);
@@ -41,6 +55,9 @@ struct TrainingConfig {
   int64_t globalBatch = 0; // sequences per optimizer step
   int64_t seqLen = 0;
   Precision precision = Precision::BF16;
+  /// How attention is computed (an implementation property of the training
+  /// code, not a search dimension: flash is never worse).
+  Attention attention = Attention::Flash;
 };
 
 /// One fully specified plan. Invariants (checked by checkParallelConfig):
@@ -58,6 +75,7 @@ struct ParallelConfig {
   bool sequenceParallel = false;
   int64_t prefetchDepth = 0; // ZeRO-3: all-gather buckets issued ahead
   int64_t bucketBytes = 0;   // ZeRO-3: all-gather bucket size
+  Offload offload = Offload::None;
 
   /// Compact one-line form, e.g. "TP=8 PP=8 DP=1 ZeRO-0 mb=1 ga=64 ...".
   std::string describe() const;
@@ -73,12 +91,15 @@ struct Constraints {
   std::optional<int64_t> virtualStages;
   std::optional<bool> sequenceParallel;
   std::optional<int64_t> prefetchDepth, bucketBytes;
+  /// Unset: searched where the cluster describes its hosts, else none.
+  std::optional<Offload> offload;
   /// Let TP groups span nodes (off: TP <= GPUs per node, the usual choice).
   bool allowTpAcrossNodes = false;
 
   /// True when the constraints pin exactly one configuration (up to the
-  /// ZeRO-3 prefetch settings, which the search still tunes). gradAccum and
-  /// dp follow from the others; virtual stages matter only when interleaved.
+  /// ZeRO-3 prefetch settings and an unset offload, which the search still
+  /// tunes). gradAccum and dp follow from the others; virtual stages matter
+  /// only when interleaved.
   bool allFixed() const;
 };
 

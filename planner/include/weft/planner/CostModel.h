@@ -49,6 +49,25 @@ struct CostConstants {
   // Optimizer: fused AdamW traffic per parameter (see docs).
   double optimizerBytesPerParam = 32;
 
+  // Optimizer offload (docs/planner.md, "Optimizer offload").
+  /// Host DRAM traffic of the CPU AdamW step per parameter: fp32 master,
+  /// gradient, m and v read, master, m and v written.
+  double cpuAdamBytesPerParam = 28;
+  /// Extra host traffic per parameter in mixed precision: the half gradient
+  /// upcast into the fp32 staging buffer (2 + 4) and the half copy of the
+  /// updated weight (2).
+  double cpuAdamMixedExtraBytesPerParam = 8;
+  /// Share of the node's DRAM bandwidth a vectorised CPU AdamW reaches.
+  double hostMemoryBandwidthFraction = 0.5;
+  /// Parameters one core updates per second when compute-bound (AVX2/512).
+  double cpuAdamParamsPerCoreS = 1e8;
+  /// Host bytes per offloaded parameter: fp32 master, m, v and the fp32
+  /// gradient staging buffer.
+  double hostBytesPerParam = 16;
+  /// Share of host DRAM the planner may fill (the OS, data loaders, pinned
+  /// staging and the page cache keep the rest).
+  double hostMemoryUsableFraction = 0.8;
+
   // Memory.
   /// CUDA context, cuBLAS and NCCL workspaces held outside the static plan.
   double workspaceBytes = 1.0 * (1 << 30);
@@ -61,14 +80,26 @@ struct CostConstants {
 struct MemoryBreakdown {
   double weights = 0;
   double gradients = 0;
-  double optimizer = 0;
-  double activations = 0; // stored activations of in-flight micro-batches
-  double recomputeWorkspace = 0; // one layer re-materialised in backward
+  double optimizer = 0;     // AdamW moments m and v (0 when offloaded)
+  double masterWeights = 0; // fp32 master weights (0 when offloaded)
+  double activations = 0;   // stored activations of in-flight micro-batches
+  double recomputeWorkspace = 0; // one layer's backward transients
   double logits = 0;             // fp32 logits/softmax and their gradients
-  double zero3Buffers = 0;       // gathered parameters + prefetch buckets
+  double zero3Buffers = 0;       // ZeRO-3 gathered parameters (in use + ahead)
+  /// ZeRO-2/3: the full (unsharded) gradient accumulated over the step before
+  /// its reduce-scatter into the persistent shard.
+  double gradientBuffer = 0;
+  /// Pipeline stage-boundary send/receive buffers (activations out, their
+  /// gradients in) of the micro-batches in flight.
+  double pipelineBuffers = 0;
   double commBuffers = 0;        // gradient reduction buckets
-  double workspace = 0;
+  double workspace = 0;          // CUDA context, cuBLAS/NCCL workspaces
   double total() const;
+  /// What a compiled plan places itself (persistent region + arena): model
+  /// states, activations, backward workspace, logits, ZeRO-3 buffers, the
+  /// ZeRO-2/3 gradient buffer, pipeline boundary buffers; not
+  /// the GPU runtime's workspace and communication buckets.
+  double staticPlanBytes() const;
 };
 
 /// Contributions to one optimizer step, seconds; they sum to the step time.
@@ -80,7 +111,8 @@ struct TimeBreakdown {
   double dpComm = 0;    // exposed data-parallel gradient/param collectives
   double zeroComm = 0;  // exposed ZeRO-3 gathers and reduce-scatters
   double bubble = 0;    // pipeline fill and drain
-  double optimizer = 0; // AdamW step
+  double optimizer = 0; // AdamW step (on the CPU when offloaded)
+  double offload = 0;   // exposed host<->device gradient/parameter copies
   double total() const;
 };
 
@@ -96,18 +128,37 @@ struct Estimate {
   double mfu = 0;
   double peakMemoryBytes = 0;
   double usableMemoryBytes = 0; // capacity minus the margin
-  bool fits = false;
-  double shortfallBytes = 0; // peak - usable when it does not fit
+  double marginBytes = 0;       // capacity x memoryMarginFraction
+  /// Optimizer offload: host bytes per node (every rank of the node's
+  /// offloaded state) and what the host may hold; 0 without offload.
+  double hostMemoryBytes = 0;
+  double usableHostMemoryBytes = 0;
+  bool fits = false;         // device and host memory
+  double shortfallBytes = 0; // device peak - usable when it does not fit
+  double hostShortfallBytes = 0;
 };
 
 // --- Closed forms, exposed for tests and explanations. ---
 
 /// Activation bytes one transformer layer keeps for one micro-batch on one
-/// TP rank (Korthikanti et al. 2022, generalised to ffn != 4h, GQA, SwiGLU).
+/// TP rank. Eager: Korthikanti et al. 2022 (Megatron-LM, generalised to
+/// ffn != 4h, GQA, SwiGLU), a*s*s scores included without recompute. Flash:
+/// Weft's compiled plan, whose flash-style grad ops recompute Q, K, V, the
+/// context, lse and the MLP hidden: 4 (none), 2 (selective) or 1 (full)
+/// [s, b, h] tensors (docs/autodiff.md).
 double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
                             int64_t microBatch, int64_t tp,
                             bool sequenceParallel, Recompute recompute,
-                            int64_t elementBytes);
+                            int64_t elementBytes,
+                            Attention attention = Attention::Eager);
+
+/// Transient bytes of one layer's backward beyond the saved activations:
+/// eager, the re-materialised layer (full) or scores (selective); flash,
+/// Weft's grad ops' recomputed op-internal state and gradients.
+double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
+                                   int64_t microBatch, int64_t tp,
+                                   bool sequenceParallel, Recompute recompute,
+                                   int64_t elementBytes, Attention attention);
 
 /// Micro-batches whose activations stage `stage` holds at its peak, in units
 /// of the stage's full set of layers (interleaving holds fractions).
@@ -118,12 +169,14 @@ double activationsInFlight(Schedule schedule, int64_t pp, int64_t stage,
 double bubbleFraction(Schedule schedule, int64_t pp, int64_t microBatches,
                       int64_t virtualStages);
 
-/// Bytes per parameter held on each rank for weights, gradients and
-/// optimizer state under ZeRO `zero` over `dp` ranks.
+/// Bytes per parameter held on each GPU for weights, gradients, AdamW moments
+/// and fp32 master weights under ZeRO `zero` over `dp` ranks; with optimizer
+/// offload the moments and master weights live in host memory instead.
 struct StateBytes {
-  double weights, gradients, optimizer;
+  double weights, gradients, optimizer, master;
 };
-StateBytes stateBytesPerParam(Precision precision, int zero, int64_t dp);
+StateBytes stateBytesPerParam(Precision precision, int zero, int64_t dp,
+                              Offload offload = Offload::None);
 
 /// Where a communication group's ranks sit: `size` ranks, `ranksPerNode` of
 /// them per node, spanning `nodes` nodes.
@@ -154,6 +207,13 @@ public:
   std::string check(const ParallelConfig &config) const;
   /// Peak per-GPU memory over stages (cheaper than evaluate; for pruning).
   double peakMemoryBytes(const ParallelConfig &config) const;
+  /// Memory of every pipeline stage, stage 0 first (evaluate keeps only the
+  /// most loaded one).
+  std::vector<MemoryBreakdown>
+  memoryByStage(const ParallelConfig &config) const;
+  /// Host bytes per node of an offloaded configuration (0 without offload).
+  double hostMemoryBytes(const ParallelConfig &config) const;
+  double usableHostMemoryBytes() const;
   /// Full estimate; throws Error when check() fails.
   Estimate evaluate(const ParallelConfig &config) const;
 
@@ -174,6 +234,8 @@ private:
   MemoryBreakdown stageMemory(const ParallelConfig &config,
                               const Layout &layout, int64_t stage) const;
   double stageParams(const Layout &layout, int64_t stage) const;
+  /// Parameters on one TP rank of `stage`: split ones / tp + replicated.
+  double rankParams(const Layout &layout, int64_t stage, int64_t tp) const;
   double gemmSeconds(double m, double n, double k) const;
 
   ModelSpec spec;

@@ -1,7 +1,8 @@
 //===- DeepSpeed.h - Read a DeepSpeed config as fixed constraints -*- C++ -*-=//
 //
 // Reads train_batch_size, train_micro_batch_size_per_gpu,
-// gradient_accumulation_steps, zero_optimization.stage and
+// gradient_accumulation_steps, zero_optimization.stage,
+// zero_optimization.offload_optimizer.device (cpu | none) and
 // bf16.enabled / fp16.enabled. DeepSpeed's data parallelism spans the whole
 // world (TP = PP = 1) and it only recomputes when the model code asks, so the
 // result fixes recompute to none; callers may override any dimension. Other

@@ -21,6 +21,9 @@ std::string renderTable(const SearchResult &result, const CostModel &model);
 std::string renderExplain(const SearchResult &result, const CostModel &model);
 nlohmann::json toJson(const Estimate &estimate);
 nlohmann::json toJson(const SearchResult &result);
+/// toJson(result) with every plan's per-stage memory breakdown added
+/// ("memory_by_stage": [{"stage", "memory_bytes": {...}}]).
+nlohmann::json toJson(const SearchResult &result, const CostModel &model);
 /// "ZeRO-0, PP=1, TP<=2: needs 41.3 GiB per GPU, 9.3 GiB over" lines, one per
 /// (ZeRO, PP) with its rejected TP degrees merged.
 std::vector<std::string> describeRejected(const SearchResult &result);
