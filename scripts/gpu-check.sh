@@ -27,9 +27,32 @@ status=0
 } 2>&1 | tee "$OUT/machine.txt"
 
 echo "== GPU unit tests (binaries staged by scripts/gpu-prepare.sh)"
+# The staged shared libraries (libmpi, OpenBLAS, ...) the binaries load; the
+# CUDA toolkit libraries (cuBLASLt, NCCL, cudart) come from the machine.
+if [ -f .gpu/libs.tar.xz ]; then
+  mkdir -p /tmp/weft-gpu-libs && tar -C /tmp/weft-gpu-libs -xJf .gpu/libs.tar.xz
+  export LD_LIBRARY_PATH=/tmp/weft-gpu-libs/lib:/usr/local/cuda/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+# Open MPI's components for WeftCudaSessionTests (singleton MPI_Init, world
+# size 1): staged by gpu-prepare.sh, found through the MCA search paths.
+if [ -f .gpu/mpi.tar.xz ]; then
+  mkdir -p /tmp/weft-gpu-mpi && tar -C /tmp/weft-gpu-mpi -xJf .gpu/mpi.tar.xz
+  export LD_LIBRARY_PATH=/tmp/weft-gpu-mpi/mpi/lib:$LD_LIBRARY_PATH
+  export OMPI_MCA_mca_base_component_path=/tmp/weft-gpu-mpi/mpi/openmpi3
+  export PMIX_MCA_mca_base_component_path=/tmp/weft-gpu-mpi/mpi/pmix
+  export OPAL_PKGDATADIR=/tmp/weft-gpu-mpi/mpi/help
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 if ls .gpu/bin/* >/dev/null 2>&1; then
   for t in .gpu/bin/*; do
-    "$t" --gtest_output="xml:$OUT/$(basename "$t").xml" 2>&1 | tail -n 25 || status=1
+    # Full log kept; the tail and every skip/failure line printed.
+    "$t" --gtest_output="xml:$OUT/$(basename "$t").xml" >"$OUT/$(basename "$t").log" 2>&1 || status=1
+    log="$OUT/$(basename "$t").log"
+    echo "-- $(basename "$t")"
+    grep -m1 "no CUDA device" "$log" || true
+    grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test|^\[  FAILED  \] [A-Za-z]|Failure$|CUDA table|built with" \
+      "$log" | head -n 60
   done
 else
   echo "no staged GPU test binaries in .gpu/bin: run scripts/gpu-prepare.sh first"
@@ -40,6 +63,7 @@ fi
 
 echo "== HF parameter counts"
 python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1
+echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"; python3 scripts/hf-crosscheck.py check .gpu/hf-crosscheck 2>&1 | tee "$OUT/hf_crosscheck.txt" || status=1
 
 echo "== GPU ceilings"
 python3 bench/gpu/ceilings.py | tee "$OUT/ceilings.json" || status=1

@@ -1,12 +1,62 @@
 #!/usr/bin/env bash
 # Builds the GPU test binaries here (the device machine has no MLIR or
 # OpenMPI to build the whole tree) and stages them in .gpu/ (git-ignored),
-# to be carried to the device machine and run by scripts/gpu-check.sh.
+# to be carried to the device machine and run by scripts/gpu-check.sh:
+#   .gpu/bin/WeftCuda*Tests   every executable holding gpu-labelled tests
+#   .gpu/libs.tar.xz          the shared libraries they link that a bare
+#                             device machine may lack (OpenMPI's libmpi and
+#                             friends, OpenBLAS, gfortran, cudart); never libc,
+#                             the C++ runtime, the CUDA driver, cuBLASLt or
+#                             NCCL (too large to carry: the device machine's
+#                             /usr/local/cuda/lib provides them).
+#   .gpu/mpi.tar.xz           Open MPI's components (openmpi3/, pmix/), their
+#                             libraries and help files: WeftCudaSessionTests
+#                             calls MPI_Init (Session needs MPI; world size
+#                             1, no mpirun). The other binaries never call it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${WEFT_BUILD_DIR:-build}
-./scripts/build.sh >/dev/null
-rm -rf .gpu && mkdir -p .gpu/bin
+if [ -f "$BUILD/build.ninja" ]; then
+  ninja -C "$BUILD" -j "${WEFT_JOBS:-$(nproc)}" \
+    WeftCudaKernelsTests WeftCudaBackendTests WeftCudaSessionTests >/dev/null
+else
+  ./scripts/build.sh >/dev/null
+fi
+rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
 # Every executable that holds a gpu-labelled test.
-find "$BUILD" -type f -perm -u+x -name 'WeftCuda*Tests' -exec cp {} .gpu/bin/ \;
+find "$BUILD"/ -type f -perm -u+x -name 'WeftCuda*Tests' -exec cp {} .gpu/bin/ \;
+ls .gpu/bin/* >/dev/null 2>&1 || { echo "no WeftCuda*Tests in $BUILD (built with CUDA?)"; exit 1; }
+for t in .gpu/bin/*; do
+  ldd "$t" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|\
+    librt.so*|libcuda.so*|libnvidia*|libcublas*|libnccl*|libnvrtc*) ;;
+    *) cp -L "$lib" .gpu/lib/ ;;
+  esac
+done
+tar -C .gpu -cJf .gpu/libs.tar.xz lib && rm -rf .gpu/lib
+# Open MPI for singleton MPI_Init on the device machine (components are
+# dlopen'ed from compiled-in paths: gpu-check.sh points Open MPI and PMIx at
+# the staged copies).
+ompi=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+pmix=/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+if [ -d "$ompi" ]; then
+  mkdir -p .gpu/mpi/openmpi3 .gpu/mpi/pmix .gpu/mpi/lib .gpu/mpi/help
+  cp -L "$ompi"/*.so .gpu/mpi/openmpi3/
+  [ -d "$pmix" ] && cp -L "$pmix"/*.so .gpu/mpi/pmix/ 2>/dev/null || true
+  cp -L /usr/lib/x86_64-linux-gnu/openmpi/lib/libmca_common_*.so* .gpu/mpi/lib/ 2>/dev/null || true
+  cp /usr/share/openmpi/help-*.txt .gpu/mpi/help/ 2>/dev/null || true
+  for f in .gpu/mpi/openmpi3/*.so .gpu/mpi/pmix/*.so; do
+    [ -e "$f" ] && ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|\
+      librt.so*|libcuda.so*|libnvidia*|libcublas*|libnccl*|libnvrtc*) ;;
+      *) cp -Ln "$lib" .gpu/mpi/lib/ 2>/dev/null || true ;;
+    esac
+  done
+  tar -C .gpu -cJf .gpu/mpi.tar.xz mpi && rm -rf .gpu/mpi
+fi
 ls .gpu/bin
+du -sh .gpu

@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
   try {
     plan::writeBundle(dataParallelBundle(), dir + "/dp");
     plan::writeBundle(pipelineBundle(), dir + "/pp");
-    plan::writeBundle(zero3Bundle(), dir + "/zero3");
+    plan::writeBundle(shardedZero3Bundle(), dir + "/zero3");
     plan::writeBundle(gpipeBundle(2, 2, 2, 2, 2), dir + "/gpipe");
     plan::Bundle deadlock = pipelineBundle();
     // Stage 0 waits for the gradient before it sends the activation.

@@ -26,19 +26,24 @@ json_ok() {
 case $case_name in
 summary)
   run 0 zero3 summary --cluster dgx-a100-80g
-  has "model: tiny (gpt2), 0 parameters"
+  has "model: tiny (gpt2), 64 parameters"
   has "mesh: dp=2 pp=1 tp=1 (2 ranks"
   has "cluster: dgx-a100-80g (--cluster)"
   has "predicted step: 125.000 ms, MFU 40.0%"
   has "role 0 (stage 0, ranks 0-1)"
+  has "role 0 (stage 0, ranks 0-1): 32 parameters held"
+  # Categories come from the instructions and the parameter records: the
+  # ZeRO shard is a parameter, what the all_gather writes a gathered one.
+  has "params            128 B"
   has "gathered          256 B"
+  has "other             0 B"
   run 0 pp summary --json
   json_ok 'assert [r["stage"] for r in d["roles"]] == [0, 1]; assert "default" in d["cluster"]["source"]'
   ;;
 program)
   run 0 pp program --rank 1
   has "rank 1 (role 1, dp 0 pp 1 tp 0): 3 instructions"
-  has "    0  compute      recv           32 x f32 from rank 0 (group 0)  writes act[0:128]  ; fwd"
+  has "    0  compute      recv           32 x f32 from rank 0 (group 0 of family 0)  writes act[0:128]  ; fwd"
   run 0 zero3 program --rank 0 --stream allgather --json
   json_ok 'assert [i["op"] for i in d["instructions"]] == ["all_gather", "record_event"]'
   run 2 zero3 program --rank 5
@@ -50,7 +55,10 @@ memory)
   run 0 zero3 memory --rank 1
   has "<- peak"
   has "live at the peak:"
+  has "w.shard                 persistent params            128 B"
   has "w.full                  arena      gathered          256 B"
+  run 0 dp memory --rank 0 --json
+  json_ok 'c = {b["name"]: b["category"] for b in d["live_at_peak"]}; assert c["w"] == "params" and c["w.grad"] == "gradients" and c["w.exp_avg"] == "optimizer_states", c' 
   run 0 gpipe memory --rank 3 --json
   json_ok 'assert d["peak_bytes"] <= d["planned_bytes"] and d["samples"][0]["time_s"] == 0'
   ;;
@@ -91,7 +99,7 @@ class P(HTMLParser):
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag); self.ids |= {v for k, v in attrs if k == "id"}
 p = P(); p.feed(html)
-assert {"summary", "schedule", "memory", "overlap"} <= p.ids, p.ids
+assert {"summary", "schedule", "memory", "memory-categories", "overlap"} <= p.ids, p.ids
 assert p.tags.count("svg") == 3 and "script" not in p.tags and "link" not in p.tags
 assert "http" not in html
 PY

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/inspect/Report.h"
+#include "weft/inspect/State.h"
 #include "weft/plan/Error.h"
 #include "weft/plan/Serialize.h"
 
@@ -34,6 +35,7 @@ const char *kUsage =
     "       weft-inspect BUNDLE trace -o trace.json [--cluster C] [--json]\n"
     "       weft-inspect BUNDLE html -o report.html [--cluster C] [--json]\n"
     "       weft-inspect BUNDLE verify [--json]\n"
+    "       weft-inspect BUNDLE state [--rank R] [--json]\n"
     "       weft-inspect A diff B [--json]\n"
     "C is a cluster file or preset (default: the bundle's, else "
     "dgx-h100-80g); see docs/inspect.md.\n";
@@ -126,6 +128,10 @@ int run(const Options &options) {
     json diff = inspect::diffJson(inspect::diffBundles(bundle, other));
     emit(options, diff, inspect::diffText);
     return diff["identical"].get<bool>() ? 0 : 1;
+  }
+  if (command == "state") {
+    emit(options, inspect::stateJson(bundle, options.rank), inspect::stateText);
+    return 0;
   }
   if (command == "program") {
     emit(options,

@@ -5,6 +5,8 @@
 // streaming from memory with fsync) and reads it back with checksum
 // verification, printing GB/s. Run N copies under mpirun for N ranks sharing
 // one disk; each rank uses DIR/rank-<r>.bin (r from OMPI_COMM_WORLD_RANK).
+// Full vs weights-only saves through a Session, loads and a raw-write
+// baseline: `weft-bench-runtime checkpoint` (bench/runtime/BenchRuntime.cpp).
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,12 +1,13 @@
 //===- WeftRun.cpp - weft-run: replay a plan bundle on every rank ---------===//
 //
 // mpirun -np N weft-run BUNDLE --data TOKENS [--steps K] ... (see --help and
-// docs/runtime.md). Without mpirun it runs as world size 1.
+// docs/runtime.md). Without mpirun it runs as world size 1. A thin command
+// line over weft::exec::Runtime (Runtime.h): parsing, logging and metrics.
 //
 //===----------------------------------------------------------------------===//
 
 #include "weft/exec/Error.h"
-#include "weft/exec/Session.h"
+#include "weft/exec/Runtime.h"
 
 #include <nlohmann/json.hpp>
 
@@ -23,9 +24,16 @@ namespace {
 
 const char *const kUsage =
     "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
+    "                [--no-graph]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
-    "                [--watchdog-s SECONDS] [--quiet]\n";
+    "                [--watchdog-s SECONDS] [--quiet]\n"
+    "                [--save-weights-every K] [--offload-between-steps "
+    "GROUPS|all]\n"
+    "                [--offload-to pinned|pageable]\n"
+    "GROUPS: a comma list of params, master_params, optimizer_states, "
+    "gradients,\n"
+    "activations, other.\n";
 
 struct CliOptions {
   weft::exec::Options session;
@@ -34,8 +42,14 @@ struct CliOptions {
   std::string tracePath;
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
+  int64_t saveWeightsEvery = 0;
+  std::vector<weft::exec::StateGroup> offloadGroups;
+  weft::exec::HostMemoryKind offloadTo = weft::exec::HostMemoryKind::Pinned;
   bool resume = false;
   bool quiet = false;
+  /// --backend cuda: capture the step as a CUDA graph after a warm-up step
+  /// (--no-graph: issue every step instruction by instruction).
+  bool cudaGraph = true;
 };
 
 /// Parses argv; returns an error message for bad usage.
@@ -61,6 +75,11 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       cli.quiet = true;
       continue;
     }
+    if (arg == "--no-graph") {
+      cli.cudaGraph = false;
+      cli.session.graph = false;
+      continue;
+    }
     if (arg == "--unverified") { // fault-injection tests only
       cli.session.verifyPlan = false;
       continue;
@@ -80,8 +99,21 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
         cli.tracePath = value;
       else if (arg == "--checkpoint-dir")
         cli.checkpointDir = value;
-      else if (arg == "--steps" || arg == "--seed" ||
-               arg == "--checkpoint-every" || arg == "--watchdog-s") {
+      else if (arg == "--offload-between-steps") {
+        try {
+          cli.offloadGroups = weft::exec::parseStateGroupList(value);
+        } catch (const weft::exec::Error &error) {
+          return arg + ": " + error.what();
+        }
+      } else if (arg == "--offload-to") {
+        if (value != "pinned" && value != "pageable")
+          return arg + " expects pinned or pageable, got '" + value + "'";
+        cli.offloadTo = value == "pinned"
+                            ? weft::exec::HostMemoryKind::Pinned
+                            : weft::exec::HostMemoryKind::Pageable;
+      } else if (arg == "--steps" || arg == "--seed" ||
+                 arg == "--checkpoint-every" || arg == "--watchdog-s" ||
+                 arg == "--save-weights-every") {
         if (auto error = number(arg, value, x))
           return error;
         if (arg == "--steps")
@@ -90,6 +122,8 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
           cli.session.seed = uint64_t(x);
         else if (arg == "--checkpoint-every")
           cli.checkpointEvery = int64_t(x);
+        else if (arg == "--save-weights-every")
+          cli.saveWeightsEvery = int64_t(x);
         else
           cli.session.watchdogSeconds = x;
       } else
@@ -104,8 +138,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     return "missing BUNDLE";
   if (cli.session.dataPath.empty())
     return "missing --data TOKENS";
-  if ((cli.checkpointEvery > 0 || cli.resume) && cli.checkpointDir.empty())
-    return "--checkpoint-every and --resume need --checkpoint-dir D";
+  if ((cli.checkpointEvery > 0 || cli.resume || cli.saveWeightsEvery > 0) &&
+      cli.checkpointDir.empty())
+    return "--checkpoint-every, --save-weights-every and --resume need "
+           "--checkpoint-dir D";
   if (cli.resume)
     cli.session.resumeDir = cli.checkpointDir;
   return std::nullopt;
@@ -155,34 +191,74 @@ void logCheckpoint(const char *verb, const weft::exec::CheckpointStats &stats) {
   std::fflush(stdout);
 }
 
+/// Several offloads or reloads of one rank, summed.
+struct OffloadTotals {
+  int64_t bytes = 0;
+  double seconds = 0;
+  int64_t drained = 0;
+  int64_t deviceBefore = 0, deviceAfter = 0;
+
+  explicit OffloadTotals(
+      const std::vector<weft::exec::OffloadReport> &reports) {
+    for (const weft::exec::OffloadReport &r : reports) {
+      bytes += r.bytesMoved;
+      seconds += r.seconds;
+      drained += r.drained;
+    }
+    if (!reports.empty()) {
+      deviceBefore = reports.front().deviceBytesBefore;
+      deviceAfter = reports.back().deviceBytesAfter;
+    }
+  }
+};
+
+void logOffload(const char *what, int64_t step, const OffloadTotals &t,
+                const char *where) {
+  std::printf("%s step %lld: %.2f MB %s in %.2f ms; device memory %.2f MB -> "
+              "%.2f MB\n",
+              what, (long long)step, double(t.bytes) / 1e6, where,
+              t.seconds * 1e3, double(t.deviceBefore) / 1e6,
+              double(t.deviceAfter) / 1e6);
+  std::fflush(stdout);
+}
+
 int run(const CliOptions &cli) {
-  std::unique_ptr<weft::exec::Session> session;
+  using weft::exec::Runtime;
+  std::unique_ptr<Runtime> runtime;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {
-    session = weft::exec::Session::open(cli.session, MPI_COMM_WORLD);
+    runtime = Runtime::open(cli.session.bundleDir, cli.session, MPI_COMM_WORLD);
   } catch (const weft::exec::Error &error) {
     // Every rank holds the same agreed message; one prints it.
+    std::string message = error.what();
+    if (message.find("/manifest.json: written for bundle ") !=
+        std::string::npos)
+      message += " (a checkpoint of another layout converts with weft-reshard "
+                 "OLD_BUNDLE CHECKPOINT BUNDLE OUT_DIR)";
     if (rank == 0)
-      std::fprintf(stderr, "weft-run: error: %s\n", error.what());
+      std::fprintf(stderr, "weft-run: error: %s\n", message.c_str());
     return 1;
   }
+  const bool log = rank == 0 && !cli.quiet;
   // The step of the newest checkpoint in the directory, so a resumed run
   // that has nothing left to do does not rewrite it.
   int64_t lastSaved = -1;
-  if (const auto &resumed = session->resumed()) {
+  if (const auto &resumed = runtime->resumed()) {
     lastSaved = resumed->step;
-    if (rank == 0 && !cli.quiet)
+    if (log)
       logCheckpoint("loaded", *resumed);
   }
   // A failed save is agreed by every rank, so the job exits cleanly.
-  auto save = [&]() {
+  auto save = [&](bool weightsOnly) {
     try {
       weft::exec::CheckpointStats stats =
-          session->saveCheckpoint(cli.checkpointDir);
-      lastSaved = stats.step;
-      if (rank == 0 && !cli.quiet)
-        logCheckpoint("saved", stats);
+          weightsOnly ? runtime->saveWeights(cli.checkpointDir)
+                      : runtime->saveCheckpoint(cli.checkpointDir);
+      if (!weightsOnly)
+        lastSaved = stats.step;
+      if (log)
+        logCheckpoint(weightsOnly ? "saved weights" : "saved", stats);
       return true;
     } catch (const weft::exec::Error &error) {
       if (rank == 0)
@@ -190,6 +266,9 @@ int run(const CliOptions &cli) {
       return false;
     }
   };
+  const char *offloadWhere = cli.offloadTo == weft::exec::HostMemoryKind::Pinned
+                                 ? "to host-pinned"
+                                 : "to host-pageable";
 
   try {
     std::FILE *metrics = nullptr;
@@ -198,23 +277,49 @@ int run(const CliOptions &cli) {
       if (!metrics)
         throw weft::exec::Error(cli.metricsPath + ": cannot open for writing");
     }
-    while (session->completedSteps() < cli.steps) {
-      weft::exec::StepStats stats = session->runStep();
-      if (rank == 0 && !cli.quiet)
+    std::optional<OffloadTotals> reloaded; // before the step about to run
+    while (runtime->completedSteps() < cli.steps) {
+      if (!cli.offloadGroups.empty()) {
+        reloaded.emplace(runtime->reload(cli.offloadGroups));
+        if (log && (reloaded->bytes > 0 ||
+                    reloaded->deviceBefore != reloaded->deviceAfter))
+          logOffload("reload before", runtime->completedSteps() + 1, *reloaded,
+                     "from host");
+      }
+      weft::exec::StepStats stats = runtime->step();
+      if (log)
         std::printf("step %lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | "
                     "%.1f ms | %.0f tok/s\n",
                     (long long)stats.step, (long long)cli.steps, stats.loss,
                     stats.gradNorm, stats.lr, stats.stepTimeS * 1e3,
                     stats.tokensPerS);
+      // Offload right after the step: the checkpoints below are then
+      // written from the host copies, and the next step reloads.
+      std::optional<OffloadTotals> offloaded;
+      if (!cli.offloadGroups.empty()) {
+        offloaded.emplace(runtime->offload(cli.offloadGroups, cli.offloadTo));
+        if (log)
+          logOffload("offload after", stats.step, *offloaded, offloadWhere);
+      }
       if (metrics) {
+        std::string extra;
+        if (offloaded)
+          extra = ",\"offload_bytes\":" + std::to_string(offloaded->bytes) +
+                  ",\"offload_s\":" + jsonNumber(offloaded->seconds) +
+                  ",\"reload_s\":" +
+                  jsonNumber(reloaded ? reloaded->seconds : 0.0) +
+                  ",\"device_bytes_before\":" +
+                  std::to_string(offloaded->deviceBefore) +
+                  ",\"device_bytes_after\":" +
+                  std::to_string(offloaded->deviceAfter);
         std::fprintf(metrics,
                      "{\"step\":%lld,\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,"
-                     "\"step_time_s\":%s,\"tokens_per_s\":%s}\n",
+                     "\"step_time_s\":%s,\"tokens_per_s\":%s%s}\n",
                      (long long)stats.step, jsonNumber(stats.loss).c_str(),
                      jsonNumber(stats.gradNorm).c_str(),
                      jsonNumber(stats.lr).c_str(),
                      jsonNumber(stats.stepTimeS).c_str(),
-                     jsonNumber(stats.tokensPerS).c_str());
+                     jsonNumber(stats.tokensPerS).c_str(), extra.c_str());
         std::fflush(metrics);
       }
       // A non-finite loss corrupts every later step (fp32/bf16 plans have no
@@ -233,16 +338,19 @@ int run(const CliOptions &cli) {
       }
       // Every rank sees the same step here: the saves are collective.
       if (cli.checkpointEvery > 0 && stats.step % cli.checkpointEvery == 0 &&
-          !save())
+          !save(false))
+        return 1;
+      if (cli.saveWeightsEvery > 0 && stats.step % cli.saveWeightsEvery == 0 &&
+          !save(true))
         return 1;
     }
-    if (!cli.checkpointDir.empty() && lastSaved != session->completedSteps() &&
-        !save())
+    if (!cli.checkpointDir.empty() && lastSaved != runtime->completedSteps() &&
+        !save(false))
       return 1;
     if (metrics && std::fclose(metrics) != 0)
       throw weft::exec::Error(cli.metricsPath + ": cannot write");
     if (!cli.tracePath.empty())
-      writeTrace(*session, cli.tracePath);
+      writeTrace(runtime->session(), cli.tracePath);
   } catch (const std::exception &error) {
     // Peers may be blocked in a collective with this rank: take the job down.
     std::fprintf(stderr, "weft-run: error: %s\n", error.what());

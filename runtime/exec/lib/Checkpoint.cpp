@@ -141,8 +141,19 @@ std::string hex32(uint32_t value) {
 
 RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
                              const std::byte *payload) {
+  return writeRankFile(path, info, PayloadPieces{{payload, info.payloadBytes}});
+}
+
+RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
+                             const PayloadPieces &payload) {
   if (info.bundleHash.size() != 64)
     throw Error(path + ": bundle hash must be 64 hex digits");
+  int64_t total = 0;
+  for (const auto &piece : payload)
+    total += piece.second;
+  if (total != info.payloadBytes)
+    throw Error(path + ": payload pieces hold " + std::to_string(total) +
+                " bytes, the header says " + std::to_string(info.payloadBytes));
   Fd file;
   file.fd =
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -162,13 +173,16 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
     }
   };
   uint32_t crc = 0;
-  const auto *data = reinterpret_cast<const uint8_t *>(payload);
-  for (int64_t done = 0; done < info.payloadBytes;) {
-    size_t n =
-        size_t(std::min<int64_t>(int64_t(kChunk), info.payloadBytes - done));
-    crc = crc32c(data + done, n, crc);
-    writeAll(data + done, n, off_t(kRankHeaderBytes + done));
-    done += int64_t(n);
+  off_t at = off_t(kRankHeaderBytes);
+  for (const auto &[piece, pieceBytes] : payload) {
+    const auto *data = reinterpret_cast<const uint8_t *>(piece);
+    for (int64_t done = 0; done < pieceBytes;) {
+      size_t n = size_t(std::min<int64_t>(int64_t(kChunk), pieceBytes - done));
+      crc = crc32c(data + done, n, crc);
+      writeAll(data + done, n, at);
+      at += off_t(n);
+      done += int64_t(n);
+    }
   }
   uint8_t header[kRankHeaderBytes] = {};
   std::memcpy(header, kMagic, sizeof(kMagic));
@@ -289,6 +303,10 @@ std::string manifestJson(const Manifest &m) {
                          {"world_size", m.worldSize},
                          {"bundle_hash", m.bundleHash},
                          {"files", files}};
+  // Full checkpoints keep the version-1 manifest unchanged; a weights
+  // snapshot says what it holds (absent means full).
+  if (m.contents == CheckpointContents::Weights)
+    json["contents"] = "weights";
   return json.dump(2) + "\n";
 }
 
@@ -303,6 +321,14 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
                   json.at("version").dump() + ", this weft-run reads version " +
                   std::to_string(kCheckpointVersion));
     m.step = json.at("step").get<int64_t>();
+    if (json.contains("contents")) {
+      std::string contents = json.at("contents").get<std::string>();
+      if (contents != "weights" && contents != "full")
+        throw Error(path + ": 'contents' must be full or weights, got '" +
+                    contents + "'");
+      m.contents = contents == "weights" ? CheckpointContents::Weights
+                                         : CheckpointContents::Full;
+    }
     m.worldSize = json.at("world_size").get<int32_t>();
     m.bundleHash = json.at("bundle_hash").get<std::string>();
     const nlohmann::json &files = json.at("files");

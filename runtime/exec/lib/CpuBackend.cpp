@@ -12,9 +12,15 @@
 #include "weft/kernels/CpuKernels.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace weft::exec {
 
@@ -49,33 +55,199 @@ int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
   return (cols - 1) * ld + rows;
 }
 
+size_t pageBytes() {
+  static const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+size_t roundUpToPage(size_t bytes) {
+  return (bytes + pageBytes() - 1) / pageBytes() * pageBytes();
+}
+/// The whole pages inside [data, data + bytes): [first, last), empty when
+/// last <= first.
+std::pair<std::byte *, std::byte *> wholePages(std::byte *data, int64_t bytes) {
+  uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  uintptr_t end = begin + uintptr_t(bytes);
+  uintptr_t first = (begin + pageBytes() - 1) / pageBytes() * pageBytes();
+  uintptr_t last = end / pageBytes() * pageBytes();
+  return {reinterpret_cast<std::byte *>(first),
+          reinterpret_cast<std::byte *>(std::max(first, last))};
+}
+
 struct ResolvedKernel {
   const KernelSpec *spec = nullptr;
   KernelConstants constants;
 };
 
+//===--- Communication: non-blocking MPI ----------------------------------===//
+
+template <typename Combine>
+void combineBf16(void *in, void *inout, int *len, Combine combine) {
+  auto *a = static_cast<const kernels::BF16 *>(in);
+  auto *b = static_cast<kernels::BF16 *>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = kernels::floatToBf16(
+        combine(kernels::bf16ToFloat(a[i]), kernels::bf16ToFloat(b[i])));
+}
+void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
+  combineBf16(in, inout, len, [](float x, float y) { return x + y; });
+}
+void bf16Max(void *in, void *inout, int *len, MPI_Datatype *) {
+  combineBf16(in, inout, len, [](float x, float y) { return std::max(x, y); });
+}
+void bf16Min(void *in, void *inout, int *len, MPI_Datatype *) {
+  combineBf16(in, inout, len, [](float x, float y) { return std::min(x, y); });
+}
+
+MPI_Datatype mpiType(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return MPI_FLOAT;
+  case DType::F64:
+    return MPI_DOUBLE;
+  case DType::I32:
+    return MPI_INT32_T;
+  case DType::I64:
+    return MPI_INT64_T;
+  case DType::U8:
+    return MPI_UINT8_T;
+  case DType::F16:
+  case DType::BF16:
+  case DType::U16:
+    return MPI_UINT16_T; // half types move as bits; bf16 reduces via user ops
+  }
+  return MPI_BYTE;
+}
+
+/// The MPI arguments of one communication instruction, resolved at connect.
+struct MpiCall {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+  int peer = -1; // send/recv: world rank; broadcast: group-relative root
+  int index = 0; // this rank's index in the communicator (all_gather)
+};
+
+/// One communicator per (group family, stream name) used by a collective and
+/// one per stream name used by send/recv (docs/runtime.md, "Communicators").
+struct MpiChannels {
+  std::map<std::pair<int64_t, std::string>, MPI_Comm> collective;
+  std::map<std::string, MPI_Comm> p2p;
+  MPI_Op bf16Ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+
+  ~MpiChannels() {
+    for (auto &[key, comm] : collective)
+      MPI_Comm_free(&comm);
+    for (auto &[key, comm] : p2p)
+      MPI_Comm_free(&comm);
+    for (MPI_Op &op : bf16Ops)
+      if (op != MPI_OP_NULL)
+        MPI_Op_free(&op);
+  }
+};
+
 class CpuBackend final : public Backend {
 public:
   ~CpuBackend() override {
-    for (std::byte *region : regions_)
-      std::free(region);
+    for (const Mapping &region : regions_)
+      ::munmap(region.data, region.bytes);
   }
 
   std::string_view name() const override { return "cpu"; }
 
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override {
-    // 64-byte alignment covers every buffer alignment a plan uses on the host
-    // (alignments above it only matter for the device).
-    size_t size = (size_t(std::max<int64_t>(bytes, 1)) + 63) / 64 * 64;
-    auto *data = static_cast<std::byte *>(std::aligned_alloc(64, size));
-    if (!data)
+    // Page-aligned anonymous mappings (zeroed by the kernel): offload can
+    // return whole pages to the OS and protect them (decommit).
+    size_t size = roundUpToPage(size_t(std::max<int64_t>(bytes, 1)));
+    void *data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED)
       throw Error("cannot allocate the " + std::string(plan::toString(region)) +
                   " region of " + std::to_string(bytes) + " bytes");
-    // Zeroed persistent state (gradients, moments); a NaN-filled arena makes
-    // reads of unwritten bytes visible instead of silently plausible.
-    std::memset(data, region == plan::Region::Persistent ? 0 : 0xff, size);
-    regions_.push_back(data);
-    return data;
+    // A NaN-filled arena makes reads of unwritten bytes visible instead of
+    // silently plausible; the persistent region starts zeroed.
+    if (region == plan::Region::Arena)
+      std::memset(data, 0xff, size);
+    regions_.push_back({static_cast<std::byte *>(data), size});
+    inUse_ += int64_t(size);
+    return static_cast<std::byte *>(data);
+  }
+
+  int64_t decommit(std::byte *data, int64_t bytes) override {
+    auto [first, last] = wholePages(data, bytes);
+    // Partial pages are shared with other state: poison only our bytes.
+    std::memset(data, 0xff, size_t(std::min(first, data + bytes) - data));
+    if (last > first) {
+      std::memset(last, 0xff, size_t(data + bytes - last));
+      size_t length = size_t(last - first);
+      if (::madvise(first, length, MADV_DONTNEED) != 0 ||
+          ::mprotect(first, length, PROT_NONE) != 0) {
+        int error = errno;
+        // Leave the range usable (the caller restores its bytes).
+        ::mprotect(first, length, PROT_READ | PROT_WRITE);
+        throw Error("cannot release " + std::to_string(length) +
+                    " bytes of device memory: " + std::strerror(error));
+      }
+      inUse_ -= int64_t(length);
+      return int64_t(length);
+    }
+    return 0;
+  }
+
+  void recommit(std::byte *data, int64_t bytes) override {
+    auto [first, last] = wholePages(data, bytes);
+    if (last <= first)
+      return;
+    size_t length = size_t(last - first);
+    if (::mprotect(first, length, PROT_READ | PROT_WRITE) != 0)
+      throw Error("cannot re-map " + std::to_string(length) +
+                  " bytes of device memory: " + std::strerror(errno));
+#ifdef MADV_POPULATE_WRITE
+    // Fault the pages in with one call instead of one fault per page while
+    // the caller copies (Linux >= 5.14; older kernels fault lazily).
+    (void)::madvise(first, length, MADV_POPULATE_WRITE);
+#endif
+    inUse_ += int64_t(length);
+  }
+
+  bool hostAddressable() const override { return true; }
+  void poison(std::byte *data, int64_t bytes) override {
+    std::memset(data, 0xff, size_t(bytes));
+  }
+  void copyToHost(std::byte *host, const std::byte *device,
+                  int64_t bytes) override {
+    std::memcpy(host, device, size_t(bytes));
+  }
+  void copyToDevice(std::byte *device, const std::byte *host,
+                    int64_t bytes) override {
+    std::memcpy(device, host, size_t(bytes));
+  }
+  std::byte *stagingBuffer(int64_t bytes) override {
+    staging_.emplace_back(size_t(std::max<int64_t>(bytes, 1)));
+    return staging_.back().data();
+  }
+  void copyToDeviceAsync(std::byte *device, const std::byte *host,
+                         int64_t bytes, int64_t) override {
+    std::memcpy(device, host, size_t(bytes));
+  }
+  void copyToHostAsync(std::byte *host, const std::byte *device, int64_t bytes,
+                       int64_t) override {
+    std::memcpy(host, device, size_t(bytes));
+  }
+  int64_t deviceBytesInUse() const override { return inUse_; }
+
+  void connect(const plan::Bundle &bundle, int rank, int worldSize,
+               MPI_Comm world) override;
+  void communicate(const Instruction &inst, int64_t stream,
+                   const std::vector<Operand> &reads,
+                   const std::vector<Operand> &writes,
+                   const std::string &where) override;
+  bool communicationDone(int64_t stream) override {
+    MPI_Request &request = requests_[size_t(stream)];
+    if (request == MPI_REQUEST_NULL)
+      return true;
+    int complete = 0;
+    MPI_Test(&request, &complete, MPI_STATUS_IGNORE);
+    return complete != 0;
   }
 
   void prepare(const plan::Bundle &bundle,
@@ -99,7 +271,18 @@ private:
                     const std::vector<Operand> &writes,
                     const StepContext &context);
 
-  std::vector<std::byte *> regions_;
+  struct Mapping {
+    std::byte *data;
+    size_t bytes;
+  };
+  const plan::Program *program_ = nullptr;
+  int rank_ = 0;
+  std::unique_ptr<MpiChannels> channels_;
+  std::vector<std::vector<MpiCall>> calls_; // [stream][instruction]
+  std::vector<MPI_Request> requests_;       // per stream: pending operation
+  std::vector<std::vector<std::byte>> staging_;
+  std::vector<Mapping> regions_;
+  int64_t inUse_ = 0;                   // mapped and not decommitted
   std::vector<ResolvedKernel> kernels_; // by bundle kernel id
   std::vector<float> workspace_;        // bf16 operands widened to fp32
   KernelCall call_;                     // reused so execute() never allocates
@@ -107,6 +290,8 @@ private:
 
 void CpuBackend::prepare(const plan::Bundle &bundle,
                          const plan::Program &program) {
+  program_ = &program;
+  requests_.assign(program.streams.size(), MPI_REQUEST_NULL);
   kernels_.assign(bundle.kernels.size(), {});
   for (const plan::Kernel &kernel : bundle.kernels) {
     const KernelSpec *spec = findKernel(kernel.name);
@@ -442,6 +627,206 @@ void CpuBackend::runOptimizer(const Instruction &inst,
 }
 
 } // namespace
+
+std::string_view toString(HostMemoryKind kind) {
+  return kind == HostMemoryKind::Pinned ? "pinned" : "pageable";
+}
+
+HostBuffer::HostBuffer(int64_t bytes, HostMemoryKind kind)
+    : bytes_(bytes), kind_(kind) {
+  size_t size = size_t(std::max<int64_t>(bytes, 1));
+  if (kind == HostMemoryKind::Pageable) {
+    data_ = static_cast<std::byte *>(std::malloc(size));
+    if (!data_)
+      throw Error("cannot allocate " + std::to_string(bytes) +
+                  " bytes of pageable host memory");
+    return;
+  }
+  // Pinned: page-aligned and locked in RAM (never swapped), the host side of
+  // what cudaHostAlloc gives a CUDA backend for DMA.
+  mapped_ = roundUpToPage(size);
+  void *data = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED)
+    throw Error("cannot allocate " + std::to_string(bytes) +
+                " bytes of pinned host memory: " + std::strerror(errno));
+  if (::mlock(data, mapped_) != 0) {
+    int error = errno;
+    ::munmap(data, mapped_);
+    throw Error("cannot pin " + std::to_string(bytes) +
+                " bytes of host memory: " + std::strerror(error) +
+                (error == ENOMEM || error == EPERM
+                     ? " (RLIMIT_MEMLOCK, see ulimit -l; or offload to "
+                       "pageable memory)"
+                     : ""));
+  }
+  data_ = static_cast<std::byte *>(data);
+}
+
+HostBuffer::~HostBuffer() { reset(); }
+
+void HostBuffer::reset() {
+  if (data_ && mapped_)
+    ::munmap(data_, mapped_);
+  else
+    std::free(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  mapped_ = 0;
+}
+
+HostBuffer::HostBuffer(HostBuffer &&other) noexcept
+    : data_(other.data_), bytes_(other.bytes_), mapped_(other.mapped_),
+      kind_(other.kind_) {
+  other.data_ = nullptr;
+  other.bytes_ = 0;
+  other.mapped_ = 0;
+}
+
+HostBuffer &HostBuffer::operator=(HostBuffer &&other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    mapped_ = other.mapped_;
+    kind_ = other.kind_;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+    other.mapped_ = 0;
+  }
+  return *this;
+}
+
+void CpuBackend::connect(const plan::Bundle &bundle, int rank, int,
+                         MPI_Comm world) {
+  if (!program_)
+    throw Error("connect() before prepare()");
+  rank_ = rank;
+  channels_ = std::make_unique<MpiChannels>();
+  // Every rank sees the whole bundle, so every rank derives the same list
+  // of (group family, stream name) channels and calls MPI_Comm_split in the
+  // same order, including for channels it is not part of. One split per
+  // channel gives each concrete group of the family its own communicator:
+  // the color is the index of the group containing the rank.
+  std::set<std::pair<int64_t, std::string>> channels;
+  std::set<std::string> p2pStreams;
+  for (const plan::Program &program : bundle.programs)
+    for (const plan::Stream &stream : program.streams)
+      for (const Instruction &inst : stream.instructions) {
+        if (plan::isCollective(inst.opcode))
+          channels.insert({inst.group, stream.name});
+        else if (plan::isPointToPoint(inst.opcode))
+          p2pStreams.insert(stream.name);
+      }
+  for (const auto &channel : channels) {
+    const plan::GroupFamily &family = bundle.groups[channel.first];
+    int groupIndex = int(plan::findGroupOf(family, rank));
+    int indexInGroup =
+        groupIndex < 0
+            ? 0
+            : int(plan::groupIndexOf(family.groups[groupIndex], rank));
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm_split(world, groupIndex >= 0 ? groupIndex : MPI_UNDEFINED,
+                   indexInGroup, &comm);
+    if (comm != MPI_COMM_NULL)
+      channels_->collective[channel] = comm;
+  }
+  for (const std::string &name : p2pStreams)
+    MPI_Comm_dup(world, &channels_->p2p[name]);
+  MPI_Op_create(bf16Sum, 1, &channels_->bf16Ops[0]);
+  MPI_Op_create(bf16Max, 1, &channels_->bf16Ops[1]);
+  MPI_Op_create(bf16Min, 1, &channels_->bf16Ops[2]);
+
+  // Resolve every communication instruction of this rank's program once.
+  const plan::Program &program = *program_;
+  calls_.assign(program.streams.size(), {});
+  for (size_t s = 0; s < program.streams.size(); ++s) {
+    const plan::Stream &stream = program.streams[s];
+    calls_[s].resize(stream.instructions.size());
+    for (size_t i = 0; i < stream.instructions.size(); ++i) {
+      const Instruction &inst = stream.instructions[i];
+      MpiCall &call = calls_[s][i];
+      if (plan::isCollective(inst.opcode)) {
+        call.comm = channels_->collective.at({inst.group, stream.name});
+        call.peer = int(inst.peer);
+        MPI_Comm_rank(call.comm, &call.index);
+      } else if (plan::isPointToPoint(inst.opcode)) {
+        call.comm = channels_->p2p.at(stream.name);
+        call.peer =
+            int((*plan::resolveGroup(bundle, inst.group, rank))[inst.peer]);
+      } else {
+        continue;
+      }
+      call.type = mpiType(inst.dtype);
+      bool bf16 = inst.dtype == DType::BF16;
+      switch (inst.reduce) {
+      case plan::ReduceOp::Sum:
+        call.op = bf16 ? channels_->bf16Ops[0] : MPI_SUM;
+        break;
+      case plan::ReduceOp::Max:
+        call.op = bf16 ? channels_->bf16Ops[1] : MPI_MAX;
+        break;
+      case plan::ReduceOp::Min:
+        call.op = bf16 ? channels_->bf16Ops[2] : MPI_MIN;
+        break;
+      }
+    }
+  }
+}
+
+void CpuBackend::communicate(const Instruction &inst, int64_t stream,
+                             const std::vector<Operand> &reads,
+                             const std::vector<Operand> &writes,
+                             const std::string &where) {
+  const std::vector<Instruction> &insts =
+      program_->streams.at(size_t(stream)).instructions;
+  size_t index = size_t(&inst - insts.data());
+  if (!channels_ || &inst < insts.data() || index >= insts.size())
+    throw Error("rank " + std::to_string(rank_) + " " + where +
+                ": not an instruction of the connected program");
+  const MpiCall &p = calls_[size_t(stream)][index];
+  MPI_Request &request = requests_[size_t(stream)];
+  int count = int(inst.count);
+  int rc = MPI_SUCCESS;
+  switch (inst.opcode) {
+  case Opcode::AllReduce: {
+    const void *in =
+        reads[0].data == writes[0].data ? MPI_IN_PLACE : reads[0].data;
+    rc = MPI_Iallreduce(in, writes[0].data, count, p.type, p.op, p.comm,
+                        &request);
+    break;
+  }
+  case Opcode::ReduceScatter:
+    rc = MPI_Ireduce_scatter_block(reads[0].data, writes[0].data, count, p.type,
+                                   p.op, p.comm, &request);
+    break;
+  case Opcode::AllGather: {
+    int64_t block = inst.count * plan::elementBytes(inst.dtype);
+    const void *in = reads[0].data == writes[0].data + p.index * block
+                         ? MPI_IN_PLACE
+                         : reads[0].data;
+    rc = MPI_Iallgather(in, count, p.type, writes[0].data, count, p.type,
+                        p.comm, &request);
+    break;
+  }
+  case Opcode::Broadcast:
+    rc = MPI_Ibcast(writes[0].data, count, p.type, p.peer, p.comm, &request);
+    break;
+  case Opcode::Send:
+    rc = MPI_Isend(reads[0].data, count, p.type, p.peer, 0, p.comm, &request);
+    break;
+  case Opcode::Recv:
+    rc = MPI_Irecv(writes[0].data, count, p.type, p.peer, 0, p.comm, &request);
+    break;
+  default:
+    throw Error("rank " + std::to_string(rank_) + " " + where + ": " +
+                std::string(plan::toString(inst.opcode)) +
+                " is not a communication instruction");
+  }
+  if (rc != MPI_SUCCESS)
+    throw Error("rank " + std::to_string(rank_) + " " + where + ": " +
+                std::string(plan::toString(inst.opcode)) + " failed in MPI");
+}
 
 std::unique_ptr<Backend> makeCpuBackend() {
   return std::make_unique<CpuBackend>();

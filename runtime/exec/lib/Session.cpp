@@ -2,10 +2,11 @@
 //
 // The scheduler is single-threaded and deterministic: it visits the streams
 // round-robin and advances each until it must wait for an event or for a
-// pending communication, so runs are bit-reproducible. Communication is
-// non-blocking MPI on one communicator per (group, stream name) and one per
-// stream name for point-to-point, which is exactly how the plan format
-// matches operations; the verifier guarantees this cannot deadlock.
+// pending communication, so runs are bit-reproducible. Everything that
+// touches device memory, events or the plan's communication goes through the
+// Backend (CPU: host memory and non-blocking MPI; CUDA: streams, events,
+// NCCL, graphs); the Session itself uses MPI only for the open agreement,
+// step statistics and checkpoint commits, on its own communicator.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +19,9 @@
 #include "weft/plan/Error.h"
 #include "weft/plan/Serialize.h"
 #include "weft/plan/Verifier.h"
+#ifdef WEFT_WITH_CUDA
+#include "weft/exec/cuda/CudaBackend.h"
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -28,6 +32,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -89,75 +94,51 @@ double initialValue(uint64_t seed, const plan::Parameter &param,
 
 namespace {
 
-template <typename Combine>
-void combineBf16(void *in, void *inout, int *len, Combine combine) {
-  auto *a = static_cast<const kernels::BF16 *>(in);
-  auto *b = static_cast<kernels::BF16 *>(inout);
-  for (int i = 0; i < *len; ++i)
-    b[i] = kernels::floatToBf16(
-        combine(kernels::bf16ToFloat(a[i]), kernels::bf16ToFloat(b[i])));
-}
-void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
-  combineBf16(in, inout, len, [](float x, float y) { return x + y; });
-}
-void bf16Max(void *in, void *inout, int *len, MPI_Datatype *) {
-  combineBf16(in, inout, len, [](float x, float y) { return std::max(x, y); });
-}
-void bf16Min(void *in, void *inout, int *len, MPI_Datatype *) {
-  combineBf16(in, inout, len, [](float x, float y) { return std::min(x, y); });
-}
-
-MPI_Datatype mpiType(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return MPI_FLOAT;
-  case DType::F64:
-    return MPI_DOUBLE;
-  case DType::I32:
-    return MPI_INT32_T;
-  case DType::I64:
-    return MPI_INT64_T;
-  case DType::U8:
-    return MPI_UINT8_T;
-  case DType::F16:
-  case DType::BF16:
-  case DType::U16:
-    return MPI_UINT16_T; // half types move as bits; bf16 reduces via user ops
-  }
-  return MPI_BYTE;
-}
-
 double now() { return MPI_Wtime(); }
 
 } // namespace
 
-struct Session::Comms {
-  std::map<std::pair<int64_t, std::string>, MPI_Comm> collective;
-  std::map<std::string, MPI_Comm> p2p;
-  MPI_Comm stats = MPI_COMM_NULL;
-  MPI_Op bf16Ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+std::vector<std::pair<size_t, size_t>>
+communicationBuckets(const plan::Stream &stream) {
+  std::vector<std::pair<size_t, size_t>> buckets;
+  const auto &insts = stream.instructions;
+  auto communicates = [&](size_t i) {
+    return plan::isCollective(insts[i].opcode) ||
+           plan::isPointToPoint(insts[i].opcode);
+  };
+  for (size_t i = 0; i < insts.size();) {
+    if (!communicates(i)) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < insts.size() && communicates(j))
+      ++j;
+    if (j - i >= 2)
+      buckets.emplace_back(i, j);
+    i = j;
+  }
+  return buckets;
+}
 
+/// The runtime's own communicator (statistics, checkpoint agreement); the
+/// plan's communication belongs to the backend.
+struct Session::Comms {
+  MPI_Comm stats = MPI_COMM_NULL;
   ~Comms() {
-    for (auto &[key, comm] : collective)
-      MPI_Comm_free(&comm);
-    for (auto &[key, comm] : p2p)
-      MPI_Comm_free(&comm);
     if (stats != MPI_COMM_NULL)
       MPI_Comm_free(&stats);
-    for (MPI_Op &op : bf16Ops)
-      if (op != MPI_OP_NULL)
-        MPI_Op_free(&op);
   }
 };
 
-/// An instruction resolved at open: operand memory, MPI arguments.
+/// An instruction resolved at open: operand memory, its name in errors,
+/// load_batch staging, the communication bucket it starts.
 struct Session::Prepared {
   std::vector<Operand> reads;
   std::vector<Operand> writes;
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  MPI_Op op = MPI_OP_NULL;
-  int peer = -1; // send/recv: world rank; broadcast: group-relative root
+  std::string where;                // communication: the instruction
+  std::vector<std::byte *> staging; // load_batch, not host-addressable
+  size_t bucketEnd = 0;             // > index: first of a bucket up to here
 };
 
 //===----------------------------------------------------------------------===//
@@ -198,6 +179,7 @@ void Session::setUp(MPI_Comm world) {
   if (!resumed_)
     initializeParameters();
   prepareInstructions();
+  layout_ = stateGroupLayout(bundle_, program);
 }
 
 void Session::agree(const std::string &localFailure, MPI_Comm comm) const {
@@ -216,13 +198,31 @@ void Session::agree(const std::string &localFailure, MPI_Comm comm) const {
   throw Error(failure);
 }
 
+namespace {
+
+std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
+  if (options.backend == "cpu")
+    return makeCpuBackend();
+  if (options.backend == "cuda") {
+#ifdef WEFT_WITH_CUDA
+    cuda::CudaBackendOptions cudaOptions;
+    cudaOptions.graph = options.graph;
+    cudaOptions.rank = rank;
+    return cuda::makeCudaBackend(cudaOptions); // "no CUDA device: ..."
+#else
+    (void)rank;
+    throw Error("the cuda backend is not available: built without CUDA (no "
+                "nvcc at configure time)");
+#endif
+  }
+  throw Error("unknown backend '" + options.backend +
+              "' (expected cpu or cuda)");
+}
+
+} // namespace
+
 void Session::validateLocally() {
-  if (options_.backend == "cuda")
-    throw Error("the cuda backend is not built into this weft-run (CPU only; "
-                "see issue 8)");
-  if (options_.backend != "cpu")
-    throw Error("unknown backend '" + options_.backend +
-                "' (expected cpu or cuda)");
+  backend_ = makeBackend(options_, rank_);
   try {
     bundle_ = plan::loadBundle(options_.bundleDir);
     if (options_.verifyPlan)
@@ -249,7 +249,6 @@ void Session::validateLocally() {
   rankProgram_ = plan::expandRankProgram(bundle_, rank_);
   const plan::Program &program = *rankProgram_.program;
 
-  backend_ = makeCpuBackend();
   backend_->prepare(bundle_, program);
 
   bool loadsData = false;
@@ -274,11 +273,12 @@ void Session::validateLocally() {
       }
       if (plan::isCollective(inst.opcode) ||
           plan::isPointToPoint(inst.opcode)) {
-        const plan::Group &group = bundle_.groups[inst.group];
-        if (plan::groupIndexOf(group, rank_) < 0)
-          throw Error(at + ": group " + std::to_string(inst.group) +
-                      " does not contain rank " + std::to_string(rank_));
-        if (inst.count > INT_MAX / std::max<int64_t>(1, group.ranks.size()))
+        const std::vector<int64_t> *group =
+            plan::resolveGroup(bundle_, inst.group, rank_);
+        if (!group)
+          throw Error(at + ": group family " + std::to_string(inst.group) +
+                      " has no group containing rank " + std::to_string(rank_));
+        if (inst.count > INT_MAX / std::max<int64_t>(1, group->size()))
           throw Error(at + ": count " + std::to_string(inst.count) +
                       " exceeds what one MPI call moves");
         bool reduces = inst.opcode == Opcode::AllReduce ||
@@ -317,13 +317,30 @@ void Session::validateLocally() {
 //===----------------------------------------------------------------------===//
 
 void Session::resumeLocally() {
+  // Read straight into the region; nothing runs on it unless every rank's
+  // checksum matched (the agreement in setUp).
+  persistent_ = backend_->allocateRegion(plan::Region::Persistent,
+                                         rankProgram_.program->persistentBytes);
+  resumed_ = readCheckpointLocally(options_.resumeDir);
+}
+
+CheckpointStats Session::readCheckpointLocally(const std::string &dir,
+                                               int *payloadTouched) {
   double start = now();
-  std::optional<std::string> stepDir = newestCheckpoint(options_.resumeDir);
+  std::optional<std::string> stepDir;
+  struct stat st {};
+  if (::stat((dir + "/COMPLETE").c_str(), &st) == 0)
+    stepDir = dir; // a checkpoint directory itself
+  else
+    stepDir = newestCheckpoint(dir);
   if (!stepDir)
-    throw Error(options_.resumeDir +
-                ": no complete checkpoint to resume from (no step-<N> "
-                "directory with a COMPLETE marker)");
+    throw Error(dir + ": no complete checkpoint to resume from (no step-<N> "
+                      "directory with a COMPLETE marker)");
   Manifest manifest = loadManifest(*stepDir, bundleHash_, worldSize_);
+  if (manifest.contents != CheckpointContents::Full)
+    throw Error(*stepDir + "/manifest.json: a weights snapshot (parameters "
+                           "only) cannot resume training; load a step-<N> "
+                           "checkpoint");
   const plan::Program &program = *rankProgram_.program;
   RankFileInfo expected;
   expected.bundleHash = bundleHash_;
@@ -332,16 +349,22 @@ void Session::resumeLocally() {
   expected.step = manifest.step;
   expected.dataSamples = manifest.step * bundle_.training.globalBatch;
   expected.payloadBytes = program.persistentBytes;
-  // Read straight into the region; nothing runs on it unless every rank's
-  // checksum matched (the agreement in setUp).
-  persistent_ = backend_->allocateRegion(plan::Region::Persistent,
-                                         program.persistentBytes);
   const RankFileResult &recorded = manifest.results[size_t(rank_)];
-  readRankFile(*stepDir + "/" + manifest.files[size_t(rank_)], expected,
-               recorded, persistent_);
+  if (payloadTouched)
+    *payloadTouched = 1; // readRankFile writes into the region as it goes
+  if (backend_->hostAddressable()) {
+    readRankFile(*stepDir + "/" + manifest.files[size_t(rank_)], expected,
+                 recorded, persistent_);
+  } else {
+    // Read and checked in host memory, then copied to the device whole.
+    std::vector<std::byte> host(size_t(program.persistentBytes));
+    readRankFile(*stepDir + "/" + manifest.files[size_t(rank_)], expected,
+                 recorded, host.data());
+    backend_->copyToDevice(persistent_, host.data(), program.persistentBytes);
+  }
   completedSteps_ = manifest.step;
-  resumed_ = CheckpointStats{*stepDir, manifest.step, recorded.fileBytes,
-                             now() - start};
+  return CheckpointStats{*stepDir, manifest.step, recorded.fileBytes,
+                         now() - start};
 }
 
 namespace {
@@ -371,11 +394,65 @@ void writeSmallFile(const std::string &path, const std::string &text) {
 
 } // namespace
 
+MPI_Comm Session::statsComm() const { return comms_->stats; }
+
+PayloadPieces Session::hostPieces(const PayloadPieces &pieces,
+                                  std::vector<std::byte> &staging) const {
+  if (backend_->hostAddressable())
+    return pieces; // zero-copy: stream straight from the region
+  // Region pieces (device addresses) are copied to host memory; offloaded
+  // pieces already are host memory.
+  const std::byte *begin = persistent_,
+                  *end = persistent_ + rankProgram_.program->persistentBytes;
+  auto onDevice = [&](const std::pair<const std::byte *, int64_t> &piece) {
+    return piece.first >= begin && piece.first < end;
+  };
+  int64_t bytes = 0;
+  for (const auto &piece : pieces)
+    if (onDevice(piece))
+      bytes += piece.second;
+  staging.assign(size_t(bytes), std::byte{0});
+  PayloadPieces out;
+  int64_t at = 0;
+  for (const auto &piece : pieces) {
+    if (!onDevice(piece)) {
+      out.push_back(piece);
+      continue;
+    }
+    backend_->copyToHost(staging.data() + at, piece.first, piece.second);
+    out.push_back({staging.data() + at, piece.second});
+    at += piece.second;
+  }
+  return out;
+}
+
 CheckpointStats Session::saveCheckpoint(const std::string &dir) {
+  std::vector<std::byte> staging;
+  return commitCheckpoint(
+      dir, "step-" + std::to_string(completedSteps_),
+      hostPieces(persistentPieces(0, rankProgram_.program->persistentBytes),
+                 staging),
+      false);
+}
+
+CheckpointStats Session::saveWeights(const std::string &dir) {
+  PayloadPieces payload;
+  for (const ByteRange &range : layout_[size_t(StateGroup::Params)].ranges) {
+    PayloadPieces pieces = persistentPieces(range.offset, range.bytes);
+    payload.insert(payload.end(), pieces.begin(), pieces.end());
+  }
+  std::vector<std::byte> staging;
+  return commitCheckpoint(dir, "weights-" + std::to_string(completedSteps_),
+                          hostPieces(payload, staging), true);
+}
+
+CheckpointStats Session::commitCheckpoint(const std::string &dir,
+                                          const std::string &name,
+                                          const PayloadPieces &payload,
+                                          bool weightsOnly) {
   namespace fs = std::filesystem;
   double start = now();
   MPI_Comm comm = comms_->stats;
-  const std::string name = "step-" + std::to_string(completedSteps_);
   const std::string tmp = dir + "/" + name + ".tmp";
   const std::string final = dir + "/" + name;
   auto attempt = [&](auto &&body) {
@@ -390,6 +467,10 @@ CheckpointStats Session::saveCheckpoint(const std::string &dir) {
 
   // A leftover step-<N>.tmp is an interrupted save of this step: start over.
   attempt([&] {
+    if (stepInProgress_)
+      throw Error("cannot save " + final + " during step " +
+                  std::to_string(completedSteps_ + 1) +
+                  " (finishStep() first)");
     if (rank_ != 0)
       return;
     std::error_code ec;
@@ -408,10 +489,17 @@ CheckpointStats Session::saveCheckpoint(const std::string &dir) {
   info.step = completedSteps_;
   info.seed = options_.seed;
   info.dataSamples = completedSteps_ * bundle_.training.globalBatch;
-  info.payloadBytes = rankProgram_.program->persistentBytes;
+  info.payloadBytes = 0;
+  for (const auto &piece : payload)
+    info.payloadBytes += piece.second;
   const std::string file = "rank-" + std::to_string(rank_) + ".bin";
   RankFileResult result;
-  attempt([&] { result = writeRankFile(tmp + "/" + file, info, persistent_); });
+  attempt([&] {
+    if (!stateLost_.empty())
+      throw Error("rank " + std::to_string(rank_) +
+                  ": refusing to save: " + stateLost_);
+    result = writeRankFile(tmp + "/" + file, info, payload);
+  });
 
   int64_t mine[2] = {result.fileBytes, int64_t(result.payloadCrc)};
   std::vector<int64_t> all(rank_ == 0 ? size_t(2 * worldSize_) : 0);
@@ -422,6 +510,8 @@ CheckpointStats Session::saveCheckpoint(const std::string &dir) {
       return;
     Manifest manifest;
     manifest.step = completedSteps_;
+    manifest.contents =
+        weightsOnly ? CheckpointContents::Weights : CheckpointContents::Full;
     manifest.worldSize = worldSize_;
     manifest.bundleHash = bundleHash_;
     for (int r = 0; r < worldSize_; ++r) {
@@ -453,34 +543,12 @@ CheckpointStats Session::saveCheckpoint(const std::string &dir) {
 }
 
 void Session::buildCommunicators() {
+  // The plan's communicators belong to the backend (collective over the
+  // world, the same order on every rank); the runtime keeps one private
+  // duplicate for statistics and agreements.
+  backend_->connect(bundle_, rank_, worldSize_, world_);
   comms_ = std::make_unique<Comms>();
-  // Every rank sees the whole bundle, so every rank derives the same list
-  // of (group, stream name) channels and calls MPI_Comm_split in the same
-  // order, including for channels it is not part of.
-  std::set<std::pair<int64_t, std::string>> channels;
-  std::set<std::string> p2pStreams;
-  for (const plan::Program &program : bundle_.programs)
-    for (const plan::Stream &stream : program.streams)
-      for (const Instruction &inst : stream.instructions) {
-        if (plan::isCollective(inst.opcode))
-          channels.insert({inst.group, stream.name});
-        else if (plan::isPointToPoint(inst.opcode))
-          p2pStreams.insert(stream.name);
-      }
-  for (const auto &channel : channels) {
-    const plan::Group &group = bundle_.groups[channel.first];
-    int index = int(plan::groupIndexOf(group, rank_));
-    MPI_Comm comm = MPI_COMM_NULL;
-    MPI_Comm_split(world_, index >= 0 ? 0 : MPI_UNDEFINED, index, &comm);
-    if (comm != MPI_COMM_NULL)
-      comms_->collective[channel] = comm;
-  }
-  for (const std::string &name : p2pStreams)
-    MPI_Comm_dup(world_, &comms_->p2p[name]);
   MPI_Comm_dup(world_, &comms_->stats);
-  MPI_Op_create(bf16Sum, 1, &comms_->bf16Ops[0]);
-  MPI_Op_create(bf16Max, 1, &comms_->bf16Ops[1]);
-  MPI_Op_create(bf16Min, 1, &comms_->bf16Ops[2]);
 }
 
 void Session::initializeParameters() {
@@ -511,6 +579,12 @@ void Session::initializeParameters() {
       const plan::Buffer &buffer = program.buffers[shard.buffer];
       Operand out = this->buffer(buffer.id);
       out.data += shard.offset;
+      std::byte *device = out.data;
+      std::vector<std::byte> host;
+      if (!backend_->hostAddressable()) {
+        host.resize(size_t(part * plan::elementBytes(buffer.dtype)));
+        out.data = host.data();
+      }
       for (int64_t e = 0; e < part; ++e) {
         int64_t j = first + e;
         double value = 0; // padding
@@ -532,6 +606,8 @@ void Session::initializeParameters() {
           break;
         }
       }
+      if (!host.empty())
+        backend_->copyToDevice(device, host.data(), int64_t(host.size()));
     }
   }
 }
@@ -543,6 +619,17 @@ Operand Session::buffer(int64_t id) const {
   return {base + buffer.offset, buffer.size, buffer.dtype};
 }
 
+void Session::readBuffer(int64_t id, int64_t offset, void *host,
+                         int64_t bytes) const {
+  Operand b = buffer(id);
+  if (offset < 0 || bytes < 0 || offset + bytes > b.bytes)
+    throw Error("readBuffer: bytes [" + std::to_string(offset) + ", " +
+                std::to_string(offset + bytes) + ") outside buffer " +
+                std::to_string(id) + " of " + std::to_string(b.bytes) +
+                " bytes");
+  backend_->copyToHost(static_cast<std::byte *>(host), b.data + offset, bytes);
+}
+
 void Session::prepareInstructions() {
   const plan::Program &program = *rankProgram_.program;
   auto resolve = [&](const plan::BufferRange &range) {
@@ -551,40 +638,32 @@ void Session::prepareInstructions() {
     operand.bytes = range.bytes;
     return operand;
   };
+  bool staged = !backend_->hostAddressable();
   prepared_.resize(program.streams.size());
   for (size_t s = 0; s < program.streams.size(); ++s) {
     const plan::Stream &stream = program.streams[s];
-    for (const Instruction &inst : stream.instructions) {
+    for (size_t i = 0; i < stream.instructions.size(); ++i) {
+      const Instruction &inst = stream.instructions[i];
       Prepared p;
       for (const plan::BufferRange &range : inst.reads)
         p.reads.push_back(resolve(range));
       for (const plan::BufferRange &range : inst.writes)
         p.writes.push_back(resolve(range));
-      if (plan::isCollective(inst.opcode)) {
-        p.comm = comms_->collective.at({inst.group, stream.name});
-        p.peer = int(inst.peer);
-      } else if (plan::isPointToPoint(inst.opcode)) {
-        p.comm = comms_->p2p.at(stream.name);
-        p.peer = int(bundle_.groups[inst.group].ranks[size_t(inst.peer)]);
-      }
-      p.type = mpiType(inst.dtype);
-      bool bf16 = inst.dtype == DType::BF16;
-      switch (inst.reduce) {
-      case plan::ReduceOp::Sum:
-        p.op = bf16 ? comms_->bf16Ops[0] : MPI_SUM;
-        break;
-      case plan::ReduceOp::Max:
-        p.op = bf16 ? comms_->bf16Ops[1] : MPI_MAX;
-        break;
-      case plan::ReduceOp::Min:
-        p.op = bf16 ? comms_->bf16Ops[2] : MPI_MIN;
-        break;
-      }
+      if (plan::isCollective(inst.opcode) || plan::isPointToPoint(inst.opcode))
+        p.where = describeInstruction(program, s, i); // the backend adds
+                                                      // "rank R"
+      if (inst.opcode == Opcode::LoadBatch && staged)
+        for (const Operand &write : p.writes)
+          p.staging.push_back(backend_->stagingBuffer(write.bytes));
       prepared_[s].push_back(std::move(p));
     }
+    if (backend_->coalescesCommunication())
+      for (auto [first, last] : communicationBuckets(stream))
+        prepared_[s][first].bucketEnd = last;
   }
+  clipSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
   next_.assign(program.streams.size(), 0);
-  requests_.assign(program.streams.size(), MPI_REQUEST_NULL);
+  pending_.assign(program.streams.size(), 0);
   issuedAt_.assign(program.streams.size(), 0);
   recorded_.assign(size_t(program.numEvents), 0);
 }
@@ -593,23 +672,51 @@ void Session::prepareInstructions() {
 // Replay
 //===----------------------------------------------------------------------===//
 
+void Session::stageBatches(const StepContext &context) {
+  const plan::Program &program = *rankProgram_.program;
+  const plan::TrainingInfo &t = bundle_.training;
+  for (size_t s = 0; s < program.streams.size(); ++s)
+    for (size_t i = 0; i < program.streams[s].instructions.size(); ++i) {
+      const Instruction &inst = program.streams[s].instructions[i];
+      const Prepared &p = prepared_[s][i];
+      if (inst.opcode != Opcode::LoadBatch)
+        continue;
+      int64_t firstSlot =
+          (rankProgram_.coord.dp * t.gradAccum + inst.microbatch) *
+          t.microBatch;
+      data_->read(context.step - 1, firstSlot, t.microBatch,
+                  reinterpret_cast<int32_t *>(p.staging[0]),
+                  p.staging.size() > 1
+                      ? reinterpret_cast<int32_t *>(p.staging[1])
+                      : nullptr);
+    }
+}
+
 void Session::issue(size_t s, size_t index, const StepContext &context) {
   const plan::Program &program = *rankProgram_.program;
   const Instruction &inst = program.streams[s].instructions[index];
   const Prepared &p = prepared_[s][index];
   const plan::TrainingInfo &t = bundle_.training;
-  MPI_Request &request = requests_[s];
-  int count = int(inst.count);
-  int rc = MPI_SUCCESS;
   switch (inst.opcode) {
   case Opcode::RecordEvent:
     recorded_[size_t(inst.event)] = 1;
+    backend_->recordEvent(inst.event, int64_t(s));
     return;
   case Opcode::WaitEvent:
+    backend_->waitEvent(inst.event, int64_t(s));
+    return;
   case Opcode::Release: // the arena bytes simply become dead
     return;
   case Opcode::LoadBatch: {
-    // This DP rank's rows of micro-batch `microbatch` (see DataLoader.h).
+    if (!p.staging.empty()) {
+      // Staged by stageBatches() at the step's start.
+      for (size_t w = 0; w < p.writes.size(); ++w)
+        backend_->copyToDeviceAsync(p.writes[w].data, p.staging[w],
+                                    p.writes[w].bytes, int64_t(s));
+      return;
+    }
+    // Host-addressable: this DP rank's rows of micro-batch `microbatch`
+    // straight into the region (see DataLoader.h).
     int64_t firstSlot =
         (rankProgram_.coord.dp * t.gradAccum + inst.microbatch) * t.microBatch;
     data_->read(context.step - 1, firstSlot, t.microBatch,
@@ -617,51 +724,22 @@ void Session::issue(size_t s, size_t index, const StepContext &context) {
                 p.writes.size() > 1 ? p.writes[1].as<int32_t>() : nullptr);
     return;
   }
-  case Opcode::AllReduce: {
-    const void *in =
-        p.reads[0].data == p.writes[0].data ? MPI_IN_PLACE : p.reads[0].data;
-    rc = MPI_Iallreduce(in, p.writes[0].data, count, p.type, p.op, p.comm,
-                        &request);
-    break;
-  }
-  case Opcode::ReduceScatter:
-    rc = MPI_Ireduce_scatter_block(p.reads[0].data, p.writes[0].data, count,
-                                   p.type, p.op, p.comm, &request);
-    break;
-  case Opcode::AllGather: {
-    int index = 0;
-    MPI_Comm_rank(p.comm, &index);
-    int64_t block = inst.count * plan::elementBytes(inst.dtype);
-    const void *in = p.reads[0].data == p.writes[0].data + index * block
-                         ? MPI_IN_PLACE
-                         : p.reads[0].data;
-    rc = MPI_Iallgather(in, count, p.type, p.writes[0].data, count, p.type,
-                        p.comm, &request);
-    break;
-  }
-  case Opcode::Broadcast:
-    rc = MPI_Ibcast(p.writes[0].data, count, p.type, p.peer, p.comm, &request);
-    break;
-  case Opcode::Send:
-    rc = MPI_Isend(p.reads[0].data, count, p.type, p.peer, 0, p.comm, &request);
-    break;
-  case Opcode::Recv:
-    rc =
-        MPI_Irecv(p.writes[0].data, count, p.type, p.peer, 0, p.comm, &request);
-    break;
   case Opcode::Clip:
-    clipSum_ = double(p.reads[0].as<float>()[0]);
+    // The sum before clipping: the reported gradient norm.
+    backend_->copyToHostAsync(reinterpret_cast<std::byte *>(clipSum_),
+                              p.reads[0].data, 4, int64_t(s));
     clipRan_ = true;
     backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
     return;
   default:
-    backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
+    break;
+  }
+  if (plan::isCollective(inst.opcode) || plan::isPointToPoint(inst.opcode)) {
+    backend_->communicate(inst, int64_t(s), p.reads, p.writes, p.where);
+    pending_[s] = 1;
     return;
   }
-  if (rc != MPI_SUCCESS)
-    throw Error("rank " + std::to_string(rank_) + " " +
-                describeInstruction(program, s, index) + ": " +
-                std::string(plan::toString(inst.opcode)) + " failed in MPI");
+  backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
 }
 
 void Session::stalled(double waitedS) const {
@@ -674,9 +752,10 @@ void Session::stalled(double waitedS) const {
     if (!message.empty())
       message += "; ";
     message += describeInstruction(program, s, next_[s]) + ": ";
-    if (requests_[s] != MPI_REQUEST_NULL)
-      message += std::string(plan::toString(inst.opcode)) + " on group " +
-                 std::to_string(inst.group) + " has not completed";
+    if (pending_[s])
+      message += std::string(plan::toString(inst.opcode)) +
+                 " on group family " + std::to_string(inst.group) +
+                 " has not completed";
     else if (inst.opcode == Opcode::WaitEvent)
       message += "waits for event " + std::to_string(inst.event);
     else
@@ -690,17 +769,67 @@ void Session::stalled(double waitedS) const {
 }
 
 StepStats Session::runStep() {
-  const plan::Program &program = *rankProgram_.program;
-  StepContext context;
-  context.step = completedSteps_ + 1;
-  context.lr = learningRate(bundle_.training, context.step);
-  context.training = &bundle_.training;
+  beginStep();
+  return finishStep();
+}
+
+void Session::beginStep() {
+  if (stepInProgress_)
+    throw Error("rank " + std::to_string(rank_) + ": step " +
+                std::to_string(completedSteps_ + 1) +
+                " has begun already (finishStep() completes it)");
+  requireResident("begin");
+  stepContext_ = StepContext();
+  stepContext_.step = completedSteps_ + 1;
+  stepContext_.lr = learningRate(bundle_.training, stepContext_.step);
+  stepContext_.training = &bundle_.training;
   std::fill(next_.begin(), next_.end(), 0);
   std::fill(recorded_.begin(), recorded_.end(), 0);
   clipRan_ = false;
+  stepInProgress_ = true;
+  stepStart_ = now();
+  if (!backend_->hostAddressable())
+    stageBatches(stepContext_);
+  backend_->beginStep(stepContext_);
+  const plan::Program &program = *rankProgram_.program;
+  if (backend_->graphEnabled() && backend_->hasGraph()) {
+    // The captured step reads this step's tokens and scalars from the
+    // staging and scalar buffers just refilled.
+    backend_->replay();
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      next_[s] = program.streams[s].instructions.size();
+    clipRan_ = clipCaptured_;
+    return;
+  }
+  if (backend_->graphEnabled() && eagerSteps_ >= 1) {
+    // Step 1 was the warm-up (workspaces touched, algorithms loaded): this
+    // step is captured whole and launched once captured.
+    backend_->beginCapture();
+    try {
+      advance(true);
+    } catch (...) {
+      try {
+        backend_->endCapture();
+      } catch (...) {
+      }
+      throw;
+    }
+    backend_->endCapture();
+    clipCaptured_ = clipRan_;
+    backend_->replay();
+    return;
+  }
+  ++eagerSteps_;
+  advance(false);
+}
 
-  double start = now();
-  double lastProgress = start;
+/// Runs the streams round-robin. With untilDone false, returns as soon as
+/// no stream can progress without waiting for a peer; returns whether the
+/// step is complete.
+bool Session::advance(bool untilDone) {
+  const plan::Program &program = *rankProgram_.program;
+  const StepContext &context = stepContext_;
+  double lastProgress = now();
   int idleRounds = 0;
   for (;;) {
     bool progressed = false, done = true, waitingOnPeers = false;
@@ -708,21 +837,46 @@ StepStats Session::runStep() {
       const std::vector<Instruction> &insts = program.streams[s].instructions;
       size_t &next = next_[s];
       while (next < insts.size()) {
-        if (requests_[s] != MPI_REQUEST_NULL) {
-          int complete = 0;
-          MPI_Test(&requests_[s], &complete, MPI_STATUS_IGNORE);
-          if (!complete) {
+        if (pending_[s]) {
+          if (!backend_->communicationDone(int64_t(s))) {
             waitingOnPeers = true;
             break;
           }
+          pending_[s] = 0;
         } else {
           const Instruction &inst = insts[next];
           if (inst.opcode == Opcode::WaitEvent &&
               !recorded_[size_t(inst.event)])
             break;
+          if (openRange_ ? *openRange_ != inst.phase : !inst.phase.empty()) {
+            // One profiler range per run of a phase (NVTX on CUDA).
+            if (openRange_)
+              backend_->popRange();
+            openRange_ = inst.phase.empty() ? nullptr : &inst.phase;
+            if (openRange_)
+              backend_->pushRange(inst.phase);
+          }
+          const Prepared &p = prepared_[s][next];
+          if (p.bucketEnd > next) {
+            // A bucket of communication (a backend that coalesces it): all
+            // issued together; its completion is ordered on the stream.
+            backend_->beginBucket();
+            for (size_t i = next; i < p.bucketEnd; ++i) {
+              double issued = options_.trace ? now() : 0;
+              issue(s, i, context);
+              pending_[s] = 0;
+              if (options_.trace)
+                trace_.push_back({int32_t(s), int32_t(i), context.step,
+                                  issued - openTime_, now() - openTime_});
+            }
+            backend_->endBucket();
+            next = p.bucketEnd;
+            progressed = true;
+            continue;
+          }
           issuedAt_[s] = options_.trace ? now() : 0;
           issue(s, next, context);
-          if (requests_[s] != MPI_REQUEST_NULL) {
+          if (pending_[s]) {
             progressed = true;
             continue; // test it right away: small messages finish at once
           }
@@ -736,7 +890,7 @@ StepStats Session::runStep() {
       done = done && next >= insts.size();
     }
     if (done)
-      break;
+      return true;
     double t = now();
     if (progressed) {
       lastProgress = t;
@@ -745,21 +899,39 @@ StepStats Session::runStep() {
     }
     if (!waitingOnPeers)
       stalled(t - lastProgress); // only events block: a local deadlock
+    if (!untilDone)
+      return false;
     if (t - lastProgress > options_.watchdogSeconds)
       stalled(t - lastProgress);
     // Peers are behind: stop burning the core they may be sharing.
     if (++idleRounds > 64)
       std::this_thread::yield();
   }
+}
+
+StepStats Session::finishStep() {
+  if (!stepInProgress_)
+    throw Error("rank " + std::to_string(rank_) +
+                ": finishStep() without beginStep()");
+  requireResident("finish");
+  advance(true);
+  if (openRange_) {
+    backend_->popRange();
+    openRange_ = nullptr;
+  }
+  backend_->synchronize(); // the device's work, and the clip sum's copy
+  stepInProgress_ = false;
 
   // The step's statistics: one small all-reduce on the runtime's own
   // communicator, so it can never cross-match a plan collective.
   double sums[2] = {0, 0}; // loss sum, ranks holding a loss
   if (lossBuffer_ >= 0) {
-    sums[0] = double(buffer(lossBuffer_).as<float>()[0]);
+    float loss = 0;
+    readBuffer(lossBuffer_, 0, &loss, 4);
+    sums[0] = double(loss);
     sums[1] = 1;
   }
-  double norm = clipRan_ ? std::sqrt(clipSum_) : -1;
+  double norm = clipRan_ ? std::sqrt(double(*clipSum_)) : -1;
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comms_->stats);
   MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_MAX, comms_->stats);
   ++completedSteps_;
@@ -769,12 +941,49 @@ StepStats Session::runStep() {
   stats.lossReported = sums[1] > 0;
   stats.loss = stats.lossReported ? sums[0] / sums[1] : std::nan("");
   stats.gradNorm = norm >= 0 ? norm : std::nan("");
-  stats.lr = context.lr;
-  stats.stepTimeS = now() - start;
+  stats.lr = stepContext_.lr;
+  stats.stepTimeS = now() - stepStart_;
   stats.tokensPerS = double(bundle_.training.globalBatch) *
                      double(bundle_.training.seqLen) /
                      std::max(stats.stepTimeS, 1e-12);
   return stats;
+}
+
+int64_t Session::inFlight() const {
+  return std::count(pending_.begin(), pending_.end(), char(1));
+}
+
+int64_t Session::drain() {
+  int64_t pending = inFlight();
+  double lastProgress = now();
+  int idleRounds = 0;
+  for (int64_t left = pending; left > 0;) {
+    bool progressed = false;
+    for (size_t s = 0; s < pending_.size(); ++s) {
+      if (!pending_[s])
+        continue;
+      if (backend_->communicationDone(int64_t(s))) {
+        pending_[s] = 0;
+        // Exactly what advance() does when it sees the completion.
+        if (options_.trace)
+          trace_.push_back({int32_t(s), int32_t(next_[s]), stepContext_.step,
+                            issuedAt_[s] - openTime_, now() - openTime_});
+        ++next_[s];
+        --left;
+        progressed = true;
+      }
+    }
+    double t = now();
+    if (progressed) {
+      lastProgress = t;
+      continue;
+    }
+    if (t - lastProgress > options_.watchdogSeconds)
+      stalled(t - lastProgress);
+    if (++idleRounds > 64)
+      std::this_thread::yield();
+  }
+  return pending;
 }
 
 } // namespace weft::exec

@@ -60,7 +60,7 @@ struct OneRank {
     config.microBatch = 2;
     bundle.training = weft::test::mlpTraining(config);
     bundle.prediction = {0.1, {0}, 0.1};
-    bundle.groups.push_back({0, GroupKind::World, {0}});
+    bundle.groups.push_back({0, GroupKind::World, {{0}}});
     bundle.rankRoles = {0};
     program.streams.push_back({"compute", {}});
   }
@@ -339,7 +339,7 @@ TEST(Executor, WorldSizeMismatchIsRejected) {
   OneRank r;
   r.bundle.mesh = {2, 1, 1};
   r.bundle.rankRoles = {0, 0};
-  r.bundle.groups[0].ranks = {0, 1};
+  r.bundle.groups[0].groups = {{0, 1}};
   r.bundle.training.globalBatch = 4;
   std::string error = openError(r);
   EXPECT_NE(error.find("the plan needs 2 ranks (dp 2 x pp 1 x tp 1) but the "

@@ -66,4 +66,21 @@ TEST(Diff, DifferentMeshesAndMissingItems) {
   EXPECT_TRUE(has("memory: ranks 0-1 1536 -> 768"));
 }
 
+TEST(Diff, PersistentBytesByCategory) {
+  // DDP keeps the whole weight, its gradient and both AdamW moments on each
+  // rank; the ZeRO-3 plan holds half of the weight (its shard) and, having
+  // no optimizer step, nothing else.
+  std::vector<std::string> out =
+      lines(dataParallelBundle(), shardedZero3Bundle());
+  std::vector<std::string> state;
+  for (const std::string &entry : out)
+    if (entry.rfind("state: ", 0) == 0)
+      state.push_back(entry);
+  EXPECT_EQ(state, (std::vector<std::string>{
+                       "state: gradients bytes 512 -> 0",
+                       "state: optimizer_states bytes 1024 -> 0",
+                       "state: params bytes 512 -> 256",
+                   }));
+}
+
 } // namespace

@@ -75,7 +75,7 @@ inline Bundle twoStreamBundle(bool ordered) {
 /// 300 s, then both all-reduce 25 f32 (100 B: 100 s over two ranks).
 inline Bundle slowRankBundle() {
   Bundle bundle = baseBundle({2, 1, 1}, 2);
-  bundle.groups.push_back({0, GroupKind::DP, {0, 1}});
+  bundle.groups.push_back({0, GroupKind::DP, {{0, 1}}});
   bundle.rankRoles = {0, 1};
   for (int64_t role = 0; role < 2; ++role) {
     Program program;
@@ -93,6 +93,70 @@ inline Bundle slowRankBundle() {
                "bwd")}});
     bundle.programs.push_back(program);
   }
+  return bundle;
+}
+
+/// zero3Bundle() with the parameter record weftc writes: the 8x8 weight
+/// whose ZeRO shard (half of it, 128 bytes) is "w.shard". Categories come
+/// from what the plan does with buffers, so without the record nothing says
+/// "w.shard" holds a parameter.
+inline Bundle shardedZero3Bundle() {
+  Bundle bundle = zero3Bundle();
+  Parameter w;
+  w.name = "h.0.mlp.w";
+  w.shape = {8, 8};
+  w.init = {"normal", 0.02};
+  w.hfName = "transformer.h.0.mlp.c_fc.weight";
+  w.shards.push_back({0, 0, 0, -1, 0, 0, 2, 64});
+  bundle.parameters.push_back(w);
+  return bundle;
+}
+
+/// One rank whose buffer names say nothing ("b0".."b11"); what each holds
+/// follows from the instructions alone:
+///   b0  persistent  ZeRO shard of the weight (gathered, updated by AdamW)
+///   b1  persistent  reduced gradient shard (AdamW's gradient)
+///   b2  persistent  exp_avg          b3 persistent  exp_avg_sq
+///   b4  persistent  loss             b5 arena       gathered weight
+///   b6  arena       tokens           b7 arena       activation
+///   b8  arena       activation gradient
+///   b9  arena       unsharded weight gradient (written by the backward)
+///   b10 arena       bucket: b9 copied in, reduce-scattered into b1
+///   b11 arena       scratch of one kernel (read and written by it only)
+inline Bundle categoriesBundle() {
+  Bundle bundle = baseBundle({2, 1, 1}, 1);
+  bundle.config["zero"] = 3;
+  bundle.groups.push_back({0, GroupKind::DP, {{0, 1}}});
+  bundle.rankRoles = {0, 0};
+  Program program;
+  program.arenaBytes = 7 * 256;
+  program.persistentBytes = 5 * 128;
+  for (int64_t b = 0; b < 5; ++b)
+    program.buffers.push_back(
+        buffer(b, "b" + std::to_string(b), Region::Persistent, 128 * b, 128));
+  for (int64_t b = 5; b < 12; ++b)
+    program.buffers.push_back(
+        buffer(b, "b" + std::to_string(b), Region::Arena, 256 * (b - 5), 256));
+  const Program &p = program;
+  Instruction adamw = op(Opcode::OptimizerStep,
+                         {whole(p, 0), whole(p, 1), whole(p, 2), whole(p, 3)},
+                         {whole(p, 0), whole(p, 2), whole(p, 3)}, "adamw");
+  adamw.count = 32;
+  program.streams.push_back(
+      {"compute",
+       {comm(Opcode::AllGather, 0, 32, {whole(p, 0)}, {whole(p, 5)}, "gather"),
+        op(Opcode::LoadBatch, {}, {whole(p, 6)}, "data"),
+        kernel(0, {whole(p, 6), whole(p, 5)}, {whole(p, 7)}, "fwd"),
+        kernel(0, {whole(p, 7), whole(p, 11)}, {whole(p, 4), whole(p, 11)},
+               "loss"),
+        kernel(0, {whole(p, 7)}, {whole(p, 8)}, "bwd"),
+        kernel(0, {whole(p, 8), whole(p, 7)}, {whole(p, 9)}, "bwd"),
+        op(Opcode::Release, {}, {whole(p, 5)}, "bwd"),
+        op(Opcode::Copy, {whole(p, 9)}, {whole(p, 10)}, "grad sync"),
+        comm(Opcode::ReduceScatter, 0, 32, {whole(p, 10)}, {whole(p, 1)},
+             "grad sync"),
+        adamw}});
+  bundle.programs.push_back(program);
   return bundle;
 }
 
@@ -117,60 +181,59 @@ inline Bundle reuseBundle() {
   return bundle;
 }
 
-/// A GPipe plan over tp x pp x dp ranks, one program per rank (a program's
-/// TP group differs by DP index): every layer is a gemm, a kernel and a TP
-/// all-reduce forward, two gemms and an all-reduce backward; activations go
-/// between stages by send/recv; gradients are all-reduced over DP on their
-/// own stream, then AdamW runs.
+/// A GPipe plan over tp x pp x dp ranks: every layer is a gemm, a kernel and
+/// a TP all-reduce forward, two gemms and an all-reduce backward; activations
+/// go between stages by send/recv; gradients are all-reduced over DP on their
+/// own stream, then AdamW runs. Instructions name the TP, PP and DP group
+/// families (ids 0, 1, 2). With `shareReplicas` the DP replicas of a (pp, tp)
+/// position share one program (one role per position); otherwise every rank
+/// has its own program.
 inline Bundle gpipeBundle(int64_t tp, int64_t pp, int64_t dp,
-                          int64_t microBatches, int64_t layersPerStage) {
+                          int64_t microBatches, int64_t layersPerStage,
+                          bool shareReplicas = false) {
   Mesh mesh{dp, pp, tp};
-  Bundle bundle = baseBundle(mesh, mesh.worldSize());
+  int64_t numRoles = shareReplicas ? pp * tp : mesh.worldSize();
+  Bundle bundle = baseBundle(mesh, numRoles);
   bundle.training.gradAccum = microBatches;
   bundle.training.globalBatch = microBatches * dp;
   bundle.config["pp"] = pp;
   bundle.config["schedule"] = "gpipe";
-  // Groups: TP per (dp, pp), PP per (dp, tp), DP per (pp, tp).
-  auto addGroup = [&](GroupKind kind, std::vector<int64_t> ranks) {
-    bundle.groups.push_back({int64_t(bundle.groups.size()), kind, ranks});
-    return int64_t(bundle.groups.size()) - 1;
-  };
-  std::vector<int64_t> tpGroup(mesh.worldSize()), ppGroup(mesh.worldSize()),
-      dpGroup(mesh.worldSize());
+  // Families: TP groups per (dp, pp), PP groups per (dp, tp), DP groups per
+  // (pp, tp).
+  const int64_t tpFamily = 0, ppFamily = 1, dpFamily = 2;
+  GroupFamily tpGroups{tpFamily, GroupKind::TP, {}};
+  GroupFamily ppGroups{ppFamily, GroupKind::PP, {}};
+  GroupFamily dpGroups{dpFamily, GroupKind::DP, {}};
   for (int64_t d = 0; d < dp; ++d)
     for (int64_t s = 0; s < pp; ++s) {
-      std::vector<int64_t> ranks;
+      std::vector<int64_t> &ranks = tpGroups.groups.emplace_back();
       for (int64_t t = 0; t < tp; ++t)
         ranks.push_back(mesh.rankOf({d, s, t}));
-      int64_t id = addGroup(GroupKind::TP, ranks);
-      for (int64_t rank : ranks)
-        tpGroup[rank] = id;
     }
   for (int64_t d = 0; d < dp; ++d)
     for (int64_t t = 0; t < tp; ++t) {
-      std::vector<int64_t> ranks;
+      std::vector<int64_t> &ranks = ppGroups.groups.emplace_back();
       for (int64_t s = 0; s < pp; ++s)
         ranks.push_back(mesh.rankOf({d, s, t}));
-      int64_t id = addGroup(GroupKind::PP, ranks);
-      for (int64_t rank : ranks)
-        ppGroup[rank] = id;
     }
   for (int64_t s = 0; s < pp; ++s)
     for (int64_t t = 0; t < tp; ++t) {
-      std::vector<int64_t> ranks;
+      std::vector<int64_t> &ranks = dpGroups.groups.emplace_back();
       for (int64_t d = 0; d < dp; ++d)
         ranks.push_back(mesh.rankOf({d, s, t}));
-      int64_t id = addGroup(GroupKind::DP, ranks);
-      for (int64_t rank : ranks)
-        dpGroup[rank] = id;
     }
+  bundle.groups = {tpGroups, ppGroups, dpGroups};
 
   constexpr int64_t kAct = 1 << 20, kWeight = 1 << 22;
-  for (int64_t rank = 0; rank < mesh.worldSize(); ++rank) {
-    bundle.rankRoles.push_back(rank);
+  for (int64_t rank = 0; rank < mesh.worldSize(); ++rank)
+    bundle.rankRoles.push_back(shareReplicas ? rank % (pp * tp) : rank);
+  for (int64_t role = 0; role < numRoles; ++role) {
+    // The role's first rank stands for all of its ranks: they differ only by
+    // DP index, which the families resolve.
+    int64_t rank = role;
     int64_t stage = mesh.coordOf(rank).pp;
     Program program;
-    program.role = rank;
+    program.role = role;
     program.numEvents = 2;
     program.persistentBytes = 4 * kWeight;
     program.arenaBytes = 3 * kAct;
@@ -190,8 +253,8 @@ inline Bundle gpipeBundle(int64_t tp, int64_t pp, int64_t dp,
       return inst;
     };
     auto tpAllReduce = [&](int64_t buffer, std::string phase) {
-      return comm(Opcode::AllReduce, tpGroup[rank], kAct / 4,
-                  {whole(p, buffer)}, {whole(p, buffer)}, phase);
+      return comm(Opcode::AllReduce, tpFamily, kAct / 4, {whole(p, buffer)},
+                  {whole(p, buffer)}, phase);
     };
     int64_t prev = stage - 1, next = stage + 1; // PP-group-relative peers
     for (int64_t mb = 0; mb < microBatches; ++mb) {
@@ -199,7 +262,7 @@ inline Bundle gpipeBundle(int64_t tp, int64_t pp, int64_t dp,
       if (stage == 0)
         compute.push_back(op(Opcode::LoadBatch, {}, {whole(p, 4)}, "data"));
       else
-        compute.push_back(comm(Opcode::Recv, ppGroup[rank], kAct / 4, {},
+        compute.push_back(comm(Opcode::Recv, ppFamily, kAct / 4, {},
                                {whole(p, 4)}, "fwd" + tag, prev));
       for (int64_t l = 0; l < layersPerStage; ++l) {
         std::string phase = "fwd L" + std::to_string(l) + tag;
@@ -208,13 +271,13 @@ inline Bundle gpipeBundle(int64_t tp, int64_t pp, int64_t dp,
         compute.push_back(tpAllReduce(4, phase));
       }
       if (stage + 1 < pp)
-        compute.push_back(comm(Opcode::Send, ppGroup[rank], kAct / 4,
-                               {whole(p, 4)}, {}, "fwd" + tag, next));
+        compute.push_back(comm(Opcode::Send, ppFamily, kAct / 4, {whole(p, 4)},
+                               {}, "fwd" + tag, next));
     }
     for (int64_t mb = 0; mb < microBatches; ++mb) {
       std::string tag = " mb" + std::to_string(mb);
       if (stage + 1 < pp)
-        compute.push_back(comm(Opcode::Recv, ppGroup[rank], kAct / 4, {},
+        compute.push_back(comm(Opcode::Recv, ppFamily, kAct / 4, {},
                                {whole(p, 6)}, "bwd" + tag, next));
       else
         compute.push_back(
@@ -229,8 +292,8 @@ inline Bundle gpipeBundle(int64_t tp, int64_t pp, int64_t dp,
         compute.push_back(tpAllReduce(6, phase));
       }
       if (stage > 0)
-        compute.push_back(comm(Opcode::Send, ppGroup[rank], kAct / 4,
-                               {whole(p, 6)}, {}, "bwd" + tag, prev));
+        compute.push_back(comm(Opcode::Send, ppFamily, kAct / 4, {whole(p, 6)},
+                               {}, "bwd" + tag, prev));
     }
     compute.push_back(event(Opcode::RecordEvent, 0, "bwd"));
     compute.push_back(event(Opcode::WaitEvent, 1, "adamw"));
@@ -240,16 +303,14 @@ inline Bundle gpipeBundle(int64_t tp, int64_t pp, int64_t dp,
     adamw.count = kWeight / 4;
     compute.push_back(adamw);
     program.streams.push_back({"compute", compute});
-    program.streams.push_back(
-        {"reducescatter",
-         {event(Opcode::WaitEvent, 0, "dp grads"),
-          comm(Opcode::AllReduce, dpGroup[rank], kWeight / 4, {whole(p, 1)},
-               {whole(p, 1)}, "dp grads"),
-          event(Opcode::RecordEvent, 1, "dp grads")}});
+    program.streams.push_back({"reducescatter",
+                               {event(Opcode::WaitEvent, 0, "dp grads"),
+                                comm(Opcode::AllReduce, dpFamily, kWeight / 4,
+                                     {whole(p, 1)}, {whole(p, 1)}, "dp grads"),
+                                event(Opcode::RecordEvent, 1, "dp grads")}});
     bundle.programs.push_back(program);
   }
-  bundle.prediction.peakMemoryBytes.assign(mesh.worldSize(),
-                                           4 * kWeight + 3 * kAct);
+  bundle.prediction.peakMemoryBytes.assign(numRoles, 4 * kWeight + 3 * kAct);
   return bundle;
 }
 

@@ -41,16 +41,19 @@ TEST(Report, ClusterResolution) {
 }
 
 TEST(Report, SummaryBreaksMemoryDownByCategory) {
-  plan::Bundle bundle = zero3Bundle();
+  plan::Bundle bundle = shardedZero3Bundle();
   Inspection inspection(bundle, unitCluster(), "unit");
   json summary = summaryJson(inspection);
   ASSERT_EQ(summary["roles"].size(), 1u);
   const json &role = summary["roles"][0];
   EXPECT_EQ(role["ranks"], "0-1");
-  EXPECT_EQ(role["bytes_at_peak"]["weights"], 128);
+  EXPECT_EQ(role["bytes_at_peak"]["params"], 128);
+  EXPECT_EQ(role["bytes_at_peak"]["master_params"], 0);
   EXPECT_EQ(role["bytes_at_peak"]["gathered"], 256);
   EXPECT_EQ(role["bytes_at_peak"]["activations"], 320);
   EXPECT_EQ(role["bytes_at_peak"]["optimizer_states"], 0);
+  EXPECT_EQ(role["bytes_at_peak"]["other"], 0);
+  EXPECT_EQ(role["bytes_at_peak"].size(), size_t(kNumCategories));
   EXPECT_EQ(role["planned_bytes"], 768);
   EXPECT_EQ(role["peak_in_use_bytes"], 704);
   EXPECT_EQ(role["predicted_peak_bytes"], 4096);
@@ -71,11 +74,22 @@ TEST(Report, ProgramListsOneLinePerInstruction) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("    0  allgather    all_gather     32 x f32 on group 0 "
-                      "(dp: 0-1)  reads w.shard[0:128]  writes "
+                      "of family 0 (dp: 0-1)  reads w.shard[0:128]  writes "
                       "w.full[0:256]  ; gather L0"),
             std::string::npos)
       << text;
   json only = programJson(bundle, 0, std::string("allgather"));
+  // Replicas sharing a program each show their own group of the family.
+  plan::Bundle shared = gpipeBundle(2, 2, 2, 1, 1, /*shareReplicas=*/true);
+  std::string replica1 = programText(programJson(shared, 6, std::nullopt));
+  EXPECT_NE(replica1.find("recv           262144 x f32 from rank 4 (group 2 "
+                          "of family 1)"),
+            std::string::npos)
+      << replica1;
+  EXPECT_NE(replica1.find("all_reduce     262144 x f32 sum on group 3 of "
+                          "family 0 (tp: 6-7)"),
+            std::string::npos)
+      << replica1;
   EXPECT_EQ(only["instructions"].size(), 2u);
   EXPECT_THROW(programJson(bundle, 0, std::string("p2p")), plan::Error);
   EXPECT_THROW(programJson(bundle, 2, std::nullopt), plan::Error);
@@ -140,6 +154,10 @@ TEST(Report, HtmlIsSelfContained) {
   // communication bar per rank.
   EXPECT_EQ(count("class=\"op (fwd|bwd|opt|comm)\" x"), 7 + 2 * 2);
   EXPECT_EQ(count("<polyline"), 2);
+  // Bytes at the peak by category, one row per rank after the header.
+  EXPECT_NE(html.find("id=\"memory-categories\""), std::string::npos);
+  EXPECT_NE(html.find("<th>master_params</th>"), std::string::npos);
+  EXPECT_EQ(count("<tr><td>rank "), 2) << html;
 }
 
 } // namespace

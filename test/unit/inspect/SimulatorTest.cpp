@@ -142,6 +142,24 @@ TEST(Simulator, GPipeScalesWithStagesAndMicroBatches) {
   EXPECT_GT(stats.exposedByKind.at("all_reduce/dp"), 0);
 }
 
+TEST(Simulator, ReplicasSharingProgramsTimeLikeOneProgramPerRank) {
+  // DP replicas that share a program resolve their own TP/PP/DP groups; the
+  // per-role simulation must time the step exactly like one program per rank.
+  plan::Bundle perRank = gpipeBundle(2, 2, 2, 4, 2);
+  plan::Bundle shared = gpipeBundle(2, 2, 2, 4, 2, /*shareReplicas=*/true);
+  plan::VerifyResult result = plan::verify(shared);
+  ASSERT_TRUE(result.ok()) << result.diagnostics.front().message;
+  ASSERT_EQ(shared.programs.size(), 4u);
+  planner::Cluster cluster = planner::clusterPreset("dgx-h100-80g");
+  InstructionCosts perRankCosts(perRank, cluster), sharedCosts(shared, cluster);
+  Timeline perRankTimeline = simulate(perRank, perRankCosts);
+  Timeline sharedTimeline = simulate(shared, sharedCosts);
+  EXPECT_DOUBLE_EQ(sharedTimeline.stepTimeS, perRankTimeline.stepTimeS);
+  for (size_t role = 0; role < shared.programs.size(); ++role)
+    EXPECT_DOUBLE_EQ(sharedTimeline.roles[role].end,
+                     perRankTimeline.roles[role].end);
+}
+
 TEST(Simulator, DeadlockIsOneLineError) {
   plan::Bundle bundle = pipelineBundle();
   // Stage 0 now waits for the gradient before sending the activation: both

@@ -68,8 +68,18 @@ MemoryProfile memoryProfile(const plan::Program &program,
     if (!live)
       continue;
     profile.liveAtPeak.push_back(buffer.id);
-    profile.peakByCategory[int(classifyBuffer(buffer))] += buffer.size;
   }
+  return profile;
+}
+
+MemoryProfile memoryProfile(const plan::Bundle &bundle,
+                            const plan::Program &program,
+                            const RoleTimeline &timeline) {
+  MemoryProfile profile = memoryProfile(program, timeline);
+  profile.categories = classifyBuffers(bundle, program);
+  for (int64_t id : profile.liveAtPeak)
+    profile.peakByCategory[int(profile.categories[size_t(id)])] +=
+        program.buffers[size_t(id)].size;
   return profile;
 }
 

@@ -1,25 +1,30 @@
-//===- Categories.cpp - Buffer categories from names and regions ----------===//
+//===- Categories.cpp - Buffer categories from state groups and uses ------===//
 
 #include "weft/inspect/Categories.h"
 
-#include <string>
+#include "weft/exec/StateGroups.h"
 
 namespace weft::inspect {
 
+using exec::StateGroup;
+
 std::array<Category, kNumCategories> allCategories() {
-  return {Category::Weights,     Category::Gradients, Category::OptimizerStates,
-          Category::Activations, Category::Gathered,  Category::CommBuckets,
-          Category::Workspace};
+  return {
+      Category::Params,      Category::MasterParams, Category::OptimizerStates,
+      Category::Gradients,   Category::Activations,  Category::Gathered,
+      Category::CommBuckets, Category::Workspace,    Category::Other};
 }
 
 std::string_view toString(Category category) {
   switch (category) {
-  case Category::Weights:
-    return "weights";
-  case Category::Gradients:
-    return "gradients";
+  case Category::Params:
+    return "params";
+  case Category::MasterParams:
+    return "master_params";
   case Category::OptimizerStates:
     return "optimizer_states";
+  case Category::Gradients:
+    return "gradients";
   case Category::Activations:
     return "activations";
   case Category::Gathered:
@@ -28,36 +33,50 @@ std::string_view toString(Category category) {
     return "comm_buckets";
   case Category::Workspace:
     return "workspace";
+  case Category::Other:
+    return "other";
   }
   return "?";
 }
 
-static bool contains(const std::string &name, std::string_view part) {
-  return name.find(part) != std::string::npos;
+static Category fromStateGroup(StateGroup group) {
+  switch (group) {
+  case StateGroup::Params:
+    return Category::Params;
+  case StateGroup::MasterParams:
+    return Category::MasterParams;
+  case StateGroup::OptimizerStates:
+    return Category::OptimizerStates;
+  case StateGroup::Gradients:
+    return Category::Gradients;
+  case StateGroup::Activations:
+    return Category::Activations;
+  case StateGroup::Other:
+    return Category::Other;
+  }
+  return Category::Other;
 }
 
-Category classifyBuffer(const plan::Buffer &buffer) {
-  const std::string &name = buffer.name;
-  // Optimizer state first: "w.exp_avg" must not match a weight rule.
-  if (contains(name, "exp_avg") || contains(name, "master") ||
-      contains(name, "optim"))
-    return Category::OptimizerStates;
-  if (contains(name, "bucket"))
-    return Category::CommBuckets;
-  if (contains(name, "workspace") || contains(name, "scratch"))
-    return Category::Workspace;
-  // Activation gradients ("act.grad") live with the activations.
-  bool arena = buffer.region == plan::Region::Arena;
-  if (arena && contains(name, "act"))
-    return Category::Activations;
-  if (contains(name, "grad"))
-    return Category::Gradients;
-  if (!arena)
-    return Category::Weights;
-  if (contains(name, ".full") || contains(name, "gather") ||
-      contains(name, "prefetch"))
-    return Category::Gathered;
-  return Category::Activations;
+std::vector<Category> classifyBuffers(const plan::Bundle &bundle,
+                                      const plan::Program &program) {
+  // One analysis for both: the state groups and these categories map the
+  // same per-buffer facts (exec::analyzeBuffers).
+  std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
+  std::vector<Category> categories(facts.size());
+  for (size_t b = 0; b < facts.size(); ++b) {
+    const exec::BufferFacts &f = facts[b];
+    if (!f.arena)
+      categories[b] = fromStateGroup(exec::stateGroupOf(f));
+    else if (f.gathered)
+      categories[b] = Category::Gathered;
+    else if (f.gradients)
+      categories[b] = f.computed ? Category::Gradients : Category::CommBuckets;
+    else if (f.scratch)
+      categories[b] = Category::Workspace;
+    else
+      categories[b] = Category::Activations;
+  }
+  return categories;
 }
 
 } // namespace weft::inspect

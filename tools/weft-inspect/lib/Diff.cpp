@@ -3,6 +3,7 @@
 #include "weft/inspect/Diff.h"
 
 #include "weft/inspect/Analysis.h"
+#include "weft/inspect/Categories.h"
 
 #include <map>
 #include <sstream>
@@ -119,6 +120,31 @@ static void compareMemory(const plan::Bundle &a, const plan::Bundle &b,
   }
 }
 
+/// Persistent bytes by category (the state groups), summed over all ranks:
+/// what a ZeRO stage or a precision moves between params, master params,
+/// gradients and optimizer states.
+static Flat stateOf(const plan::Bundle &bundle) {
+  std::vector<int64_t> ranksOfRole(bundle.programs.size(), 0);
+  for (int64_t role : bundle.rankRoles)
+    ++ranksOfRole[role];
+  std::map<Category, double> bytes;
+  for (Category category : allCategories())
+    bytes[category] = 0;
+  for (const plan::Program &program : bundle.programs) {
+    std::vector<Category> categories = classifyBuffers(bundle, program);
+    for (size_t b = 0; b < categories.size(); ++b)
+      if (program.buffers[b].region == plan::Region::Persistent)
+        bytes[categories[b]] +=
+            double(ranksOfRole[program.role]) * program.buffers[b].size;
+  }
+  Flat flat;
+  for (Category category :
+       {Category::Params, Category::MasterParams, Category::OptimizerStates,
+        Category::Gradients, Category::Other})
+    flat[std::string(toString(category)) + " bytes"] = number(bytes[category]);
+  return flat;
+}
+
 std::vector<DiffEntry> diffBundles(const plan::Bundle &a,
                                    const plan::Bundle &b) {
   std::vector<DiffEntry> out;
@@ -129,6 +155,7 @@ std::vector<DiffEntry> diffBundles(const plan::Bundle &a,
   compare("config", configOf(a), configOf(b), out);
   compare("prediction", predictionOf(a), predictionOf(b), out);
   compareMemory(a, b, out);
+  compare("state", stateOf(a), stateOf(b), out);
   auto [opsA, commsA] = countsOf(a);
   auto [opsB, commsB] = countsOf(b);
   compare("instructions", opsA, opsB, out);

@@ -172,7 +172,22 @@ void memorySection(const Inspection &inspection, std::ostream &out) {
         << "\" fill=\"hsl(" << hue << ",70%,40%)\">"
         << escape(roleLabel(inspection, roles[n])) << "</text>\n";
   }
-  out << "</svg></section>\n";
+  out << "</svg>\n";
+  // What the bytes at each rank's peak hold (classifyBuffers).
+  out << "<table id=\"memory-categories\"><tr><th>bytes at the peak</th>";
+  for (Category category : allCategories())
+    out << "<th>" << escape(std::string(toString(category))) << "</th>";
+  out << "</tr>";
+  for (int64_t role : roles) {
+    const MemoryProfile &profile = inspection.memory[role];
+    out << "<tr><td>" << escape(roleLabel(inspection, role)) << "</td>";
+    for (Category category : allCategories())
+      out << "<td>"
+          << escape(formatBytes(double(profile.peakByCategory[int(category)])))
+          << "</td>";
+    out << "</tr>";
+  }
+  out << "</table></section>\n";
 }
 
 void overlapSection(const Inspection &inspection, std::ostream &out) {

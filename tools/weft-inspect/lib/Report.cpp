@@ -112,7 +112,7 @@ Inspection::Inspection(const plan::Bundle &bundle, planner::Cluster cluster,
       stats(analyzeTimeline(bundle, timeline)) {
   for (size_t role = 0; role < bundle.programs.size(); ++role)
     memory.push_back(
-        memoryProfile(bundle.programs[role], timeline.roles[role]));
+        memoryProfile(bundle, bundle.programs[role], timeline.roles[role]));
 }
 
 //===----------------------------------------------------------------------===//
@@ -299,9 +299,20 @@ static std::string rangeText(const plan::Program &program,
          std::to_string(range.offset + range.bytes) + "]";
 }
 
+/// "group 1 of family 0": the group of the instruction's family that `rank`
+/// uses.
+static std::string groupText(const plan::Bundle &bundle,
+                             const plan::Instruction &inst, int64_t rank) {
+  return "group " +
+         std::to_string(plan::findGroupOf(bundle.groups[inst.group], rank)) +
+         " of family " + std::to_string(inst.group);
+}
+
+/// The operands of `inst` as `rank` executes it (communication resolves the
+/// rank's group of the named family).
 static std::string operandText(const plan::Bundle &bundle,
                                const plan::Program &program,
-                               const plan::Instruction &inst) {
+                               const plan::Instruction &inst, int64_t rank) {
   std::ostringstream out;
   switch (inst.opcode) {
   case plan::Opcode::Kernel:
@@ -326,23 +337,25 @@ static std::string operandText(const plan::Bundle &bundle,
   case plan::Opcode::ReduceScatter:
   case plan::Opcode::AllGather:
   case plan::Opcode::Broadcast: {
-    const plan::Group &group = bundle.groups[inst.group];
+    const std::vector<int64_t> &group =
+        *plan::resolveGroup(bundle, inst.group, rank);
     out << inst.count << " x " << plan::toString(inst.dtype);
     if (inst.opcode == plan::Opcode::AllReduce ||
         inst.opcode == plan::Opcode::ReduceScatter)
       out << " " << plan::toString(inst.reduce);
     if (inst.opcode == plan::Opcode::Broadcast)
-      out << " root " << group.ranks[inst.peer];
-    out << " on group " << group.id << " (" << plan::toString(group.kind)
-        << ": " << formatRanks(group.ranks) << ")";
+      out << " root " << group[inst.peer];
+    out << " on " << groupText(bundle, inst, rank) << " ("
+        << plan::toString(bundle.groups[inst.group].kind) << ": "
+        << formatRanks(group) << ")";
     break;
   }
   case plan::Opcode::Send:
   case plan::Opcode::Recv:
     out << inst.count << " x " << plan::toString(inst.dtype)
         << (inst.opcode == plan::Opcode::Send ? " to" : " from") << " rank "
-        << bundle.groups[inst.group].ranks[inst.peer] << " (group "
-        << inst.group << ")";
+        << (*plan::resolveGroup(bundle, inst.group, rank))[inst.peer] << " ("
+        << groupText(bundle, inst, rank) << ")";
     break;
   case plan::Opcode::RecordEvent:
   case plan::Opcode::WaitEvent:
@@ -385,11 +398,12 @@ json programJson(const plan::Bundle &bundle, int64_t rank,
     found = true;
     for (size_t i = 0; i < current.instructions.size(); ++i) {
       const plan::Instruction &inst = current.instructions[i];
-      instructions.push_back({{"stream", current.name},
-                              {"index", i},
-                              {"op", plan::toString(inst.opcode)},
-                              {"operands", operandText(bundle, program, inst)},
-                              {"phase", inst.phase}});
+      instructions.push_back(
+          {{"stream", current.name},
+           {"index", i},
+           {"op", plan::toString(inst.opcode)},
+           {"operands", operandText(bundle, program, inst, rank)},
+           {"phase", inst.phase}});
     }
   }
   if (!found) {
@@ -445,7 +459,7 @@ json memoryJson(const Inspection &inspection, int64_t rank) {
                     {"name", buffer.name},
                     {"region", plan::toString(buffer.region)},
                     {"bytes", buffer.size},
-                    {"category", toString(classifyBuffer(buffer))}});
+                    {"category", toString(profile.categories[size_t(id)])}});
   }
   // What runs when the peak is reached: the instructions in progress then.
   json running = json::array();

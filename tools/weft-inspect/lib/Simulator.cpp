@@ -51,22 +51,39 @@ InstructionCosts::InstructionCosts(const plan::Bundle &bundle,
     : bundle(bundle), hardware(std::move(cluster)), consts(constants) {
   // A group's span follows from where its actual members sit, so any rank
   // order (not just a fixed stride) is costed by the nodes it crosses.
-  for (const plan::Group &group : bundle.groups) {
-    std::map<int64_t, int64_t> perNode;
-    for (int64_t rank : group.ranks)
-      ++perNode[rank / hardware.gpusPerNode];
-    int64_t busiest = 1;
-    for (const auto &[node, count] : perNode)
-      busiest = std::max(busiest, count);
-    spans.push_back(
-        {int64_t(group.ranks.size()), busiest, int64_t(perNode.size())});
+  for (const plan::GroupFamily &family : bundle.groups) {
+    groupOfRank.push_back(
+        plan::groupIndexByRank(family, int64_t(bundle.rankRoles.size())));
+    std::vector<planner::GroupSpan> &familySpans = spans.emplace_back();
+    for (const std::vector<int64_t> &group : family.groups) {
+      std::map<int64_t, int64_t> perNode;
+      for (int64_t rank : group)
+        ++perNode[rank / hardware.gpusPerNode];
+      int64_t busiest = 1;
+      for (const auto &[node, count] : perNode)
+        busiest = std::max(busiest, count);
+      familySpans.push_back(
+          {int64_t(group.size()), busiest, int64_t(perNode.size())});
+    }
   }
+}
+
+int64_t InstructionCosts::groupOf(const plan::Instruction &inst,
+                                  int64_t rank) const {
+  int64_t index = rank >= 0 && rank < int64_t(bundle.rankRoles.size())
+                      ? groupOfRank[inst.group][rank]
+                      : -1;
+  if (index < 0)
+    throw plan::Error("rank " + std::to_string(rank) +
+                      " is in no group of family " +
+                      std::to_string(inst.group));
+  return index;
 }
 
 double InstructionCosts::commBytes(const plan::Instruction &inst) const {
   double bytes = double(inst.count) * plan::elementBytes(inst.dtype);
   if (inst.opcode == Opcode::AllGather || inst.opcode == Opcode::ReduceScatter)
-    bytes *= double(bundle.groups[inst.group].ranks.size());
+    bytes *= double(bundle.groups[inst.group].groupSize());
   return bytes;
 }
 
@@ -101,20 +118,24 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
     return accessedBytes(inst) / (hardware.gpu.memoryBandwidthGBs * 1e9 *
                                   consts.memoryBandwidthFraction);
   case Opcode::AllReduce:
-    return planner::collectiveTime(planner::Collective::AllReduce, hardware,
-                                   consts, spans[inst.group], commBytes(inst));
+    return planner::collectiveTime(
+        planner::Collective::AllReduce, hardware, consts,
+        spans[inst.group][groupOf(inst, rank)], commBytes(inst));
   case Opcode::ReduceScatter:
-    return planner::collectiveTime(planner::Collective::ReduceScatter, hardware,
-                                   consts, spans[inst.group], commBytes(inst));
+    return planner::collectiveTime(
+        planner::Collective::ReduceScatter, hardware, consts,
+        spans[inst.group][groupOf(inst, rank)], commBytes(inst));
   case Opcode::AllGather:
   case Opcode::Broadcast:
     // A pipelined ring broadcast moves the buffer over every link once, like
     // an all-gather of the same bytes.
-    return planner::collectiveTime(planner::Collective::AllGather, hardware,
-                                   consts, spans[inst.group], commBytes(inst));
+    return planner::collectiveTime(
+        planner::Collective::AllGather, hardware, consts,
+        spans[inst.group][groupOf(inst, rank)], commBytes(inst));
   case Opcode::Send:
   case Opcode::Recv: {
-    int64_t peer = bundle.groups[inst.group].ranks[inst.peer];
+    int64_t peer =
+        bundle.groups[inst.group].groups[groupOf(inst, rank)][inst.peer];
     bool crossesNodes =
         peer / hardware.gpusPerNode != rank / hardware.gpusPerNode;
     return planner::pointToPointTime(hardware, consts, crossesNodes,
@@ -143,9 +164,10 @@ struct Rendezvous {
   std::vector<StreamRef> members;
 };
 
-// Collectives: (group, channel, sequence, -1). Point-to-point: (source role,
-// destination role, channel, sequence) with the group slot set to
-// -2 - source so the two kinds of key never collide.
+// Collectives: (meeting, channel, sequence, -1), where a meeting is a group
+// family together with the set of roles that meet in it. Point-to-point:
+// (source role, destination role, channel, sequence) with the first slot set
+// to -2 - source so the two kinds of key never collide.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
 class Simulation {
@@ -173,7 +195,14 @@ private:
   const plan::Bundle &bundle;
   const InstructionCosts &costs;
   std::vector<int64_t> rankRoles;
-  std::vector<int64_t> groupRoles; // distinct roles per group
+  /// A collective's meeting as seen from one role: the group of the family
+  /// that holds the role's first rank, as the set of roles in it.
+  struct Meeting {
+    int64_t id = -1;    // distinct per (family, set of roles)
+    int64_t roles = 0;  // how many distinct roles meet
+    int64_t group = -1; // index of the concrete group in the family
+  };
+  std::vector<std::vector<Meeting>> meetings; // [role][family]
   std::map<std::string, int64_t> channels;
   std::vector<std::vector<int64_t>> channelOf; // [role][stream]
   std::vector<RoleState> states;
@@ -186,14 +215,21 @@ Key Simulation::rendezvousKey(StreamRef ref, const plan::Instruction &inst,
                               int64_t &expected) {
   RoleState &state = states[ref.role];
   int64_t channel = channelOf[ref.role][ref.stream];
-  const plan::Group &group = bundle.groups[inst.group];
+  const Meeting &meeting = meetings[ref.role][inst.group];
+  if (meeting.group < 0)
+    throw plan::Error(
+        "rank " + std::to_string(timeline.roles[ref.role].firstRank) +
+        " is in no group of family " + std::to_string(inst.group) +
+        " (run 'weft-inspect BUNDLE verify')");
   if (plan::isCollective(inst.opcode)) {
-    expected = groupRoles[inst.group];
-    int64_t seq = state.sequence[{inst.group, channel, -1}]++;
-    return {inst.group, channel, seq, -1};
+    expected = meeting.roles;
+    int64_t seq = state.sequence[{meeting.id, channel, -1}]++;
+    return {meeting.id, channel, seq, -1};
   }
   expected = 2;
-  int64_t peerRole = rankRoles[group.ranks[inst.peer]];
+  const std::vector<int64_t> &group =
+      bundle.groups[inst.group].groups[meeting.group];
+  int64_t peerRole = rankRoles[group[inst.peer]];
   bool send = inst.opcode == Opcode::Send;
   int64_t source = send ? ref.role : peerRole;
   int64_t destination = send ? peerRole : ref.role;
@@ -286,18 +322,30 @@ void Simulation::reportStuck() const {
 
 Timeline Simulation::run() {
   rankRoles = bundle.rankRoles;
-  for (const plan::Group &group : bundle.groups) {
-    std::set<int64_t> roles;
-    for (int64_t rank : group.ranks)
-      roles.insert(rankRoles[rank]);
-    groupRoles.push_back(int64_t(roles.size()));
-  }
   size_t numRoles = bundle.programs.size();
   timeline.roles.resize(numRoles);
   states.resize(numRoles);
   channelOf.resize(numRoles);
   for (int64_t rank = int64_t(rankRoles.size()) - 1; rank >= 0; --rank)
     timeline.roles[rankRoles[rank]].firstRank = rank;
+  std::map<std::pair<int64_t, std::set<int64_t>>, int64_t> meetingIds;
+  meetings.resize(numRoles);
+  for (size_t role = 0; role < numRoles; ++role) {
+    for (const plan::GroupFamily &family : bundle.groups) {
+      Meeting &meeting = meetings[role].emplace_back();
+      meeting.group = plan::findGroupOf(family, timeline.roles[role].firstRank);
+      if (meeting.group < 0)
+        continue;
+      std::set<int64_t> roles;
+      for (int64_t rank : family.groups[meeting.group])
+        roles.insert(rankRoles[rank]);
+      meeting.roles = int64_t(roles.size());
+      meeting.id = meetingIds
+                       .emplace(std::pair{family.id, std::move(roles)},
+                                int64_t(meetingIds.size()))
+                       .first->second;
+    }
+  }
   for (size_t role = 0; role < numRoles; ++role) {
     const plan::Program &program = bundle.programs[role];
     RoleState &state = states[role];

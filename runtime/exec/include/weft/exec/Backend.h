@@ -1,16 +1,21 @@
 //===- Backend.h - Where a rank's memory lives and compute runs -*- C++ -*-===//
 //
-// The executor (Session) owns scheduling, events, communication and data;
-// a Backend owns device memory and the compute opcodes. Each rank allocates
-// exactly two regions, sized by the plan (persistent and arena), once at
-// open; Backend::prepare sees the whole program up front so it can check the
-// kernel ABI and size every workspace, and execute() must not allocate.
+// The executor (Session) owns scheduling, data, checkpoints and offload; a
+// Backend owns device memory, the compute opcodes, events, the plan's
+// communication and step begin/end. Session never dereferences a region
+// address unless the backend says the regions are host memory
+// (hostAddressable()); everything else goes through the copies below. Each
+// rank allocates exactly two regions, sized by the plan (persistent and
+// arena), once at open; Backend::prepare sees the whole program up front so
+// it can check the kernel ABI and size every workspace, and nothing is
+// allocated in steady state.
 //
-// The CPU backend executes synchronously. A CUDA backend fits the same
-// interface: allocateRegion is one cudaMalloc per region, execute() enqueues
-// on the CUDA stream of `stream` and returns at once, and the Session's
-// record/wait of events becomes cudaEventRecord/cudaStreamWaitEvent (issue 8
-// extends the interface with those hooks and NCCL communication).
+// The CPU backend (makeCpuBackend) executes synchronously on host memory and
+// communicates with non-blocking MPI; the CUDA backend
+// (weft/exec/cuda/CudaBackend.h) enqueues on one cudaStream per plan stream,
+// records plan events as cudaEvents, communicates with NCCL and may capture
+// a whole step as a CUDA graph. docs/runtime.md ("Backend" under "API") is
+// the contract.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_BACKEND_H
@@ -18,9 +23,13 @@
 
 #include "weft/plan/Bundle.h"
 
+#include <mpi.h>
+
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace weft::exec {
@@ -35,6 +44,37 @@ struct Operand {
   int64_t elements() const { return bytes / plan::elementBytes(dtype); }
 };
 
+/// Host memory that offloaded state is copied to.
+enum class HostMemoryKind {
+  Pageable, // ordinary heap memory (malloc)
+  Pinned,   // page-locked (CPU: mmap + mlock; CUDA: cudaHostAlloc)
+};
+std::string_view toString(HostMemoryKind kind); // "pageable", "pinned"
+
+/// One host allocation for offloaded state; frees itself.
+class HostBuffer {
+public:
+  HostBuffer() = default;
+  /// Throws Error naming the size and the reason (e.g. RLIMIT_MEMLOCK).
+  HostBuffer(int64_t bytes, HostMemoryKind kind);
+  ~HostBuffer();
+  HostBuffer(HostBuffer &&other) noexcept;
+  HostBuffer &operator=(HostBuffer &&other) noexcept;
+  HostBuffer(const HostBuffer &) = delete;
+  HostBuffer &operator=(const HostBuffer &) = delete;
+
+  std::byte *data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  HostMemoryKind kind() const { return kind_; }
+
+private:
+  void reset();
+  std::byte *data_ = nullptr;
+  int64_t bytes_ = 0;
+  size_t mapped_ = 0; // pinned: the mmap length
+  HostMemoryKind kind_ = HostMemoryKind::Pageable;
+};
+
 /// What an instruction needs to know about the step it runs in.
 struct StepContext {
   int64_t step = 1; // 1-based optimizer step (AdamW bias correction)
@@ -47,27 +87,144 @@ public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
+  //===--- Memory --------------------------------------------------------===//
+
   /// Allocates a region of `bytes` (called twice per rank, at open). The
-  /// persistent region is zeroed; the arena's contents are unspecified.
+  /// persistent region is zeroed; the arena's contents are unspecified (NaN
+  /// bytes on both backends). The address is opaque to the executor unless
+  /// hostAddressable().
   virtual std::byte *allocateRegion(plan::Region region, int64_t bytes) = 0;
+  /// Whether region addresses are host memory the executor may read and
+  /// write directly (CPU: the zero-copy paths for load_batch, parameter
+  /// initialization and checkpoints). Otherwise every access goes through
+  /// the copies below.
+  virtual bool hostAddressable() const { return false; }
+
+  /// Device memory for offload (docs/runtime.md, "Offload"). decommit makes
+  /// [data, data + bytes) of a region unusable until recommit and releases
+  /// what it can: on the CPU every whole page inside is returned to the OS
+  /// (madvise DONTNEED) and protected (PROT_NONE), so a stray access faults,
+  /// and the bytes of partial pages at the edges are filled with NaN (0xff).
+  /// Returns the bytes released; on an error the range stays usable (its
+  /// contents unspecified). recommit makes a decommitted range usable again;
+  /// its contents are then unspecified (the caller restores or poisons them).
+  virtual int64_t decommit(std::byte *data, int64_t bytes) = 0;
+  virtual void recommit(std::byte *data, int64_t bytes) = 0;
+  /// Fills [data, data + bytes) of a region with 0xff bytes (NaN), as the
+  /// arena starts. Synchronous.
+  virtual void poison(std::byte *data, int64_t bytes) = 0;
+  /// Synchronous copies between a region and any host memory, ordered after
+  /// all work issued so far (CPU: memcpy; CUDA: synchronize + cudaMemcpy).
+  /// Not allowed while a step is being captured.
+  virtual void copyToHost(std::byte *host, const std::byte *device,
+                          int64_t bytes) = 0;
+  virtual void copyToDevice(std::byte *device, const std::byte *host,
+                            int64_t bytes) = 0;
+  /// Host memory owned by the backend for per-step transfers (load_batch
+  /// tokens in, step statistics out): page-locked on a device, so the async
+  /// copies below and a captured graph may use it. Call at open only; freed
+  /// with the backend.
+  virtual std::byte *stagingBuffer(int64_t bytes) = 0;
+  /// Copies ordered on plan stream `stream` after its earlier work; `host`
+  /// is a stagingBuffer(). A captured step re-reads (or re-writes) the host
+  /// bytes at every replay. The host side of copyToHostAsync is valid after
+  /// synchronize(). CPU: memcpy at once.
+  virtual void copyToDeviceAsync(std::byte *device, const std::byte *host,
+                                 int64_t bytes, int64_t stream) = 0;
+  virtual void copyToHostAsync(std::byte *host, const std::byte *device,
+                               int64_t bytes, int64_t stream) = 0;
+  /// Bytes of the regions currently backed by device memory.
+  virtual int64_t deviceBytesInUse() const = 0;
+
+  //===--- Instructions --------------------------------------------------===//
 
   /// Checks every compute instruction of `program` against what this
   /// backend implements (kernel names, operand dtypes and sizes) and sizes
-  /// the workspaces. Throws Error naming the instruction.
+  /// the workspaces. Throws Error naming the instruction. `program` must
+  /// outlive the backend (communicate() and execute() receive its
+  /// instructions).
   virtual void prepare(const plan::Bundle &bundle,
                        const plan::Program &program) = 0;
 
   /// Runs one compute instruction: kernel, gemm, copy, fill,
   /// optimizer_step, grad_norm or clip. `stream` is the program's stream
-  /// index.
+  /// index. The CPU runs it to completion; a device backend enqueues it.
   virtual void execute(const plan::Instruction &inst, int64_t stream,
                        const std::vector<Operand> &reads,
                        const std::vector<Operand> &writes,
                        const StepContext &context) = 0;
+
+  /// record_event / wait_event of the plan on `stream` (CPU: nothing: the
+  /// executor's scheduler orders the streams; CUDA: cudaEventRecord /
+  /// cudaStreamWaitEvent).
+  virtual void recordEvent(int64_t event, int64_t stream) {
+    (void)event, (void)stream;
+  }
+  virtual void waitEvent(int64_t event, int64_t stream) {
+    (void)event, (void)stream;
+  }
+
+  //===--- Communication -------------------------------------------------===//
+
+  /// Builds the communicators of the plan's collectives and transfers for
+  /// world rank `rank` (after prepare()). Collective over `world`: every
+  /// rank calls it in the same order. CPU: one MPI_Comm_split per (group
+  /// family, stream name), one MPI_Comm_dup per p2p stream; CUDA: NCCL
+  /// communicators, the unique id broadcast over `world`.
+  virtual void connect(const plan::Bundle &bundle, int rank, int worldSize,
+                       MPI_Comm world) = 0;
+  /// Starts a collective or send/recv instruction of the prepared program
+  /// on `stream`; at most one per stream is outstanding (see
+  /// communicationDone). `where` names the instruction in errors.
+  virtual void communicate(const plan::Instruction &inst, int64_t stream,
+                           const std::vector<Operand> &reads,
+                           const std::vector<Operand> &writes,
+                           const std::string &where) = 0;
+  /// Whether the operation communicate() started on `stream` is complete as
+  /// far as the stream's next instruction is concerned (CPU: MPI_Test; CUDA:
+  /// at once, since the device stream orders it). Never blocks.
+  virtual bool communicationDone(int64_t stream) = 0;
+  /// Whether runs of consecutive communication instructions of a stream
+  /// (communicationBuckets) must be issued together between beginBucket()
+  /// and endBucket() (CUDA: ncclGroupStart/End); such a backend must report
+  /// communicationDone() at once. The CPU issues them one by one, each
+  /// completing before the next.
+  virtual bool coalescesCommunication() const { return false; }
+  virtual void beginBucket() {}
+  virtual void endBucket() {}
+  /// Tears down communication after a failure (CUDA: ncclCommAbort).
+  virtual void abortCommunication() {}
+
+  //===--- Steps ---------------------------------------------------------===//
+
+  /// Before the first instruction of every step (CUDA: uploads the
+  /// optimizer scalars the kernels read from device memory).
+  virtual void beginStep(const StepContext &context) { (void)context; }
+  /// Waits until everything issued has completed (CUDA: every stream).
+  virtual void synchronize() {}
+  /// Whole-step graphs: when graphEnabled(), the executor issues step 1
+  /// eagerly, captures step 2 (beginCapture() after beginStep(), then every
+  /// instruction, endCapture(), replay()) and afterwards only refills its
+  /// staging buffers and calls replay().
+  virtual bool graphEnabled() const { return false; }
+  virtual bool hasGraph() const { return false; }
+  virtual void beginCapture() {}
+  virtual void endCapture() {}
+  virtual void replay() {}
+  /// A named range per plan phase for profilers (CUDA: NVTX).
+  virtual void pushRange(const std::string &name) { (void)name; }
+  virtual void popRange() {}
 };
 
+/// The buckets of `stream`: maximal runs of two or more consecutive
+/// communication instructions (collectives, send, recv), as [first, last)
+/// instruction indices. A backend that coalescesCommunication() receives
+/// each run between beginBucket() and endBucket().
+std::vector<std::pair<size_t, size_t>>
+communicationBuckets(const plan::Stream &stream);
+
 /// The host backend: OpenBLAS GEMM and the CPU kernel library, fp32 and bf16
-/// storage (bf16 computed in fp32).
+/// storage (bf16 computed in fp32), non-blocking MPI communication.
 std::unique_ptr<Backend> makeCpuBackend();
 
 } // namespace weft::exec

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace weft::exec {
@@ -52,6 +53,13 @@ constexpr uint32_t kCheckpointVersion = 1;
 RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
                              const std::byte *payload);
 
+/// The payload as pieces of memory written one after the other (the state
+/// may sit partly in the region and partly in offloaded host copies).
+using PayloadPieces = std::vector<std::pair<const std::byte *, int64_t>>;
+/// The same, from pieces whose sizes sum to info.payloadBytes.
+RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
+                             const PayloadPieces &payload);
+
 /// Reads the rank file at `path` into `payload` (expected.payloadBytes
 /// bytes) and checks it against `expected` (every field) and against the
 /// manifest's `fileBytes` and `payloadCrc`. Throws Error naming the file and
@@ -59,9 +67,14 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
 void readRankFile(const std::string &path, const RankFileInfo &expected,
                   const RankFileResult &manifest, std::byte *payload);
 
+/// What a checkpoint holds: every persistent byte, or the Params state
+/// group only (a weights snapshot, D/weights-<N>).
+enum class CheckpointContents { Full, Weights };
+
 /// A parsed manifest.json.
 struct Manifest {
   int64_t step = 0;
+  CheckpointContents contents = CheckpointContents::Full;
   int32_t worldSize = 0;
   std::string bundleHash;
   std::vector<std::string> files;      // by rank
@@ -78,7 +91,8 @@ Manifest parseManifest(const std::string &path, const std::string &text);
 std::optional<std::string> newestCheckpoint(const std::string &dir);
 
 /// The manifest of checkpoint directory `stepDir`, checked against this
-/// run: bundle hash and world size. Throws Error naming the file.
+/// run: bundle hash and world size. Throws Error naming the file. (Callers
+/// that need a full checkpoint check Manifest::contents.)
 Manifest loadManifest(const std::string &stepDir, const std::string &bundleHash,
                       int worldSize);
 

@@ -1,8 +1,9 @@
 //===- Export.h - Checkpoint to Hugging Face safetensors --------*- C++ -*-===//
 //
 // Reassembles every parameter's global tensor from the rank files of one
-// checkpoint (docs/runtime.md, "Export") and writes them as a single
-// safetensors file under their Hugging Face names, in Hugging Face layout.
+// checkpoint (readGlobalState, Reshard.h: every ShardSpec of every role) and
+// writes them as a single safetensors file under their Hugging Face names, in
+// Hugging Face layout (docs/runtime.md, "Export").
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_EXPORT_H
@@ -21,7 +22,8 @@ struct ExportStats {
   int64_t elements = 0; // parameters written (f32 elements)
 };
 
-/// Exports checkpoint directory `stepDir` (D/step-<N>, written for `bundle`,
+/// Exports checkpoint directory `stepDir` (D/step-<N>, or a weights snapshot
+/// D/weights-<N> holding only the working parameters; written for `bundle`,
 /// loaded from `bundleDir`) to `outPath` (written under a temporary name,
 /// fsynced, renamed). Throws Error naming the offending file and the reason.
 ExportStats exportSafetensors(const plan::Bundle &bundle,

@@ -12,10 +12,12 @@
 #define WEFT_EXEC_SESSION_H
 
 #include "weft/exec/Backend.h"
+#include "weft/exec/StateGroups.h"
 #include "weft/plan/Bundle.h"
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -40,6 +42,9 @@ struct Options {
   /// Resume from the newest complete checkpoint in this directory instead of
   /// initializing the parameters (empty: start at step 0).
   std::string resumeDir;
+  /// Backends that can (CUDA): capture the whole step as a graph after one
+  /// eager warm-up step and replay it (weft-run --no-graph turns it off).
+  bool graph = true;
 };
 
 /// One checkpoint saved or loaded by this rank.
@@ -59,6 +64,29 @@ struct StepStats {
   double stepTimeS = 0;      // wall time of the step on this rank
   double tokensPerS = 0;     // global batch tokens / step time
   bool lossReported = false; // some rank holds a 'loss' buffer
+};
+
+/// Where a state group's bytes are.
+enum class Residency {
+  Device,   // in the rank's region (the only place a step can use it)
+  Pageable, // copied to pageable host memory; device bytes released
+  Pinned,   // copied to pinned host memory; device bytes released
+  Released, // dropped without a copy (the arena: dead between steps)
+};
+std::string_view toString(Residency residency);
+
+/// One offload or reload of one state group on this rank.
+struct OffloadReport {
+  StateGroup group = StateGroup::Other;
+  bool reload = false; // false: offload
+  Residency before = Residency::Device, after = Residency::Device;
+  int64_t bytesMoved = 0;  // copied between device and host
+  int64_t groupBytes = 0;  // the group's bytes in its region
+  double seconds = 0;      // wall time, including the drain
+  double copySeconds = 0;  // of which the copy itself
+  int64_t drained = 0;     // in-flight operations completed first
+  bool hostReused = false; // offload: the previous host buffer reused
+  int64_t deviceBytesBefore = 0, deviceBytesAfter = 0; // Backend's count
 };
 
 struct TraceEvent {
@@ -93,6 +121,48 @@ public:
   /// the job (MPI_Abort), since peers may be blocked in a collective.
   StepStats runStep();
 
+  /// runStep() in two halves: beginStep() issues step completedSteps() + 1
+  /// as far as it goes without waiting for peers (communication may be left
+  /// in flight) and finishStep() completes it. Between them only drain(),
+  /// offload() of persistent groups and reload() may be called. Both throw
+  /// Error if a state group the step needs is offloaded.
+  void beginStep();
+  StepStats finishStep();
+  /// Communication operations started and not yet completed.
+  int64_t inFlight() const;
+  /// Waits until every in-flight operation has completed (the watchdog
+  /// applies); returns how many there were.
+  int64_t drain();
+
+  /// Offloads `group` (docs/runtime.md, "Offload"): drains in-flight
+  /// communication, copies the group's bytes to host memory of `kind` and
+  /// decommits them on the device. The arena (Activations) is released
+  /// without a copy and only between steps. Offloading an offloaded group,
+  /// or an empty one, moves nothing. Throws Error with nothing changed.
+  OffloadReport offload(StateGroup group, HostMemoryKind kind);
+  /// Brings `group` back into the region, bit for bit (the arena comes back
+  /// NaN-filled); a resident group is a no-op. The host buffer is kept for
+  /// the group's next offload.
+  OffloadReport reload(StateGroup group);
+  /// Frees the host buffers kept by reload(); returns their bytes.
+  int64_t releaseHostBuffers();
+  Residency where(StateGroup group) const;
+  const StateGroupLayout &layout(StateGroup group) const;
+  /// Backend::deviceBytesInUse() of this rank.
+  int64_t deviceBytesInUse() const;
+
+  /// Collective: writes D/weights-<completedSteps()>: the Params group only,
+  /// with the protocol, header and checksums of saveCheckpoint (a separate
+  /// name, so a resume never picks it). Offloaded bytes are written from
+  /// their host copies.
+  CheckpointStats saveWeights(const std::string &dir);
+  /// Collective: replaces this rank's persistent state with the newest
+  /// complete checkpoint in `dir` (or the checkpoint directory `dir` itself
+  /// when it holds COMPLETE), with every check of a resume; offloaded groups
+  /// are dropped first. On an error every rank throws the same message and
+  /// the session refuses to step (its state is unspecified).
+  CheckpointStats loadCheckpoint(const std::string &dir);
+
   /// Collective: writes checkpoint D/step-<completedSteps()> (each rank its
   /// persistent region; rank 0 the manifest, the rename and the COMPLETE
   /// marker). Throws the same Error on every rank if any rank failed; the
@@ -107,8 +177,14 @@ public:
   const plan::Bundle &bundle() const { return bundle_; }
   const plan::RankProgram &rankProgram() const { return rankProgram_; }
   const Backend &backend() const { return *backend_; }
-  /// The memory of program buffer `id` on this rank.
+  Backend &backend() { return *backend_; }
+  /// The memory of program buffer `id` on this rank: a device address unless
+  /// backend().hostAddressable() (read it with Backend::copyToHost); on the
+  /// CPU an offloaded group's pages are protected: touching them faults.
   Operand buffer(int64_t id) const;
+  /// Copies `bytes` of program buffer `id` from `offset` to host memory
+  /// (through the backend; waits for the device).
+  void readBuffer(int64_t id, int64_t offset, void *host, int64_t bytes) const;
   /// Instructions executed so far (only with Options::trace).
   const std::vector<TraceEvent> &trace() const { return trace_; }
 
@@ -119,6 +195,20 @@ private:
   void setUp(MPI_Comm world);
   void validateLocally();
   void resumeLocally();
+  CheckpointStats readCheckpointLocally(const std::string &dir,
+                                        int *payloadTouched = nullptr);
+  bool advance(bool untilDone);
+  /// The runtime's private communicator (statistics, checkpoint agreement).
+  MPI_Comm statsComm() const;
+  void requireResident(const char *what) const;
+  /// The persistent bytes [offset, offset + bytes) as pieces in device or
+  /// host memory (offloaded groups), in order.
+  std::vector<std::pair<const std::byte *, int64_t>>
+  persistentPieces(int64_t offset, int64_t bytes) const;
+  CheckpointStats commitCheckpoint(
+      const std::string &dir, const std::string &name,
+      const std::vector<std::pair<const std::byte *, int64_t>> &payload,
+      bool weightsOnly);
   /// Agrees on `failure` (empty: success) over `comm`; throws the lowest
   /// failing rank's message on every rank.
   void agree(const std::string &failure, MPI_Comm comm) const;
@@ -126,6 +216,15 @@ private:
   void initializeParameters();
   void prepareInstructions();
   void issue(size_t stream, size_t index, const StepContext &context);
+  /// Reads every load_batch of the step into its staging buffer (backends
+  /// that are not host-addressable: the copies, or a replayed graph, read
+  /// them from there).
+  void stageBatches(const StepContext &context);
+  /// Resident persistent pieces copied to host memory when the backend is
+  /// not host-addressable (checkpoints stream from host memory).
+  std::vector<std::pair<const std::byte *, int64_t>>
+  hostPieces(const std::vector<std::pair<const std::byte *, int64_t>> &pieces,
+             std::vector<std::byte> &staging) const;
   [[noreturn]] void stalled(double waitedS) const;
 
   Options options_;
@@ -141,17 +240,30 @@ private:
   std::byte *arena_ = nullptr;
   std::vector<std::vector<Prepared>> prepared_; // [stream][instruction]
   std::vector<size_t> next_;                    // per stream: next instruction
-  std::vector<MPI_Request> requests_;           // per stream: pending comm
-  std::vector<char> recorded_;                  // per event, this step
+  std::vector<char> pending_;  // per stream: communication in flight
+  std::vector<char> recorded_; // per event, this step
   int64_t lossBuffer_ = -1;
-  double clipSum_ = 0;
+  float *clipSum_ = nullptr; // staging: the sum the last clip read
   bool clipRan_ = false;
+  bool clipCaptured_ = false; // the captured step holds a clip
+  int64_t eagerSteps_ = 0;    // steps issued instruction by instruction
+  const std::string *openRange_ = nullptr; // the phase of the open range
   int64_t completedSteps_ = 0;
   std::string bundleHash_;
   std::optional<CheckpointStats> resumed_;
   double openTime_ = 0;
   std::vector<TraceEvent> trace_;
   std::vector<double> issuedAt_; // per stream: when the pending op began
+  struct GroupState {
+    Residency where = Residency::Device;
+    HostBuffer host; // the offloaded bytes, ranges packed in offset order
+  };
+  std::array<StateGroupLayout, kNumStateGroups> layout_;
+  std::array<GroupState, kNumStateGroups> groups_;
+  bool stepInProgress_ = false;
+  StepContext stepContext_;
+  double stepStart_ = 0;
+  std::string stateLost_; // why the state is unusable (a failed load)
 };
 
 } // namespace weft::exec

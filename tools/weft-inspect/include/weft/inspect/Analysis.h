@@ -29,10 +29,16 @@ struct MemoryProfile {
   std::vector<MemorySample> samples; // step function, starting at time 0
   int64_t peakBytes = 0;
   double peakTime = 0;
-  std::vector<int64_t> liveAtPeak; // buffer ids, persistent ones included
+  std::vector<int64_t> liveAtPeak;  // buffer ids, persistent ones included
+  std::vector<Category> categories; // by buffer id (classifyBuffers)
   std::array<int64_t, kNumCategories> peakByCategory{};
 };
 
+/// The profile of `program` (a program of `bundle`), with its categories.
+MemoryProfile memoryProfile(const plan::Bundle &bundle,
+                            const plan::Program &program,
+                            const RoleTimeline &timeline);
+/// Liveness only: `categories` empty, `peakByCategory` all zero.
 MemoryProfile memoryProfile(const plan::Program &program,
                             const RoleTimeline &timeline);
 

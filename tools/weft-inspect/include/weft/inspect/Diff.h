@@ -12,15 +12,17 @@ namespace weft::inspect {
 /// One difference; `before`/`after` are "-" where a side lacks the item.
 struct DiffEntry {
   std::string section; // model, mesh, training, config, prediction, memory,
-                       // instructions, collectives
+                       // state, instructions, collectives
   std::string item;    // e.g. "zero", "ranks 0-3", "all_reduce/dp bytes"
   std::string before;
   std::string after;
 };
 
-/// Differences in configuration, planned memory per rank (persistent +
-/// arena), prediction, instruction counts by opcode and collective counts
-/// and bytes by kind (both summed over all ranks), in that order.
+/// Differences in configuration, prediction, planned memory per rank
+/// (persistent + arena), persistent bytes by category ("state": params,
+/// master_params, optimizer_states, gradients, other; classifyBuffers),
+/// instruction counts by opcode and collective counts and bytes by kind
+/// (these three summed over all ranks), in that order.
 std::vector<DiffEntry> diffBundles(const plan::Bundle &a,
                                    const plan::Bundle &b);
 

@@ -6,9 +6,13 @@
 // rendezvous. Instruction durations come from the planner's cost model
 // (docs/inspect.md, "Cost model").
 //
-// Ranks of one role run the same program and, because every group a program
-// names contains all ranks of that role, arrive at every collective together:
-// the simulation runs once per role, so its cost does not grow with DP.
+// Ranks of one role run the same program and arrive at every collective
+// together with their own group of the family it names (the DP replicas of a
+// stage each in their own pipeline, say): the simulation runs once per role,
+// for the role's first rank, so its cost does not grow with DP. A collective
+// meets the roles of that rank's group; this is exact when every group of a
+// family that holds a rank of a role holds the same roles, as in plans laid
+// out over the mesh.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_INSPECT_SIMULATOR_H
@@ -45,7 +49,14 @@ private:
   const plan::Bundle &bundle;
   planner::Cluster hardware;
   planner::CostConstants consts;
-  std::vector<planner::GroupSpan> spans; // by group id
+  /// [family id][group index]: where each concrete group's members sit.
+  std::vector<std::vector<planner::GroupSpan>> spans;
+  /// [family id][rank]: the index of the group the rank uses, -1 if none.
+  std::vector<std::vector<int64_t>> groupOfRank;
+
+  /// Index of the group of `inst`'s family that `rank` uses; throws
+  /// plan::Error if there is none.
+  int64_t groupOf(const plan::Instruction &inst, int64_t rank) const;
 };
 
 /// When one instruction ran: `arrive` is when its stream reached it (earlier

@@ -1,0 +1,92 @@
+//===- CudaBackend.h - The CUDA backend (issue 6) ---------------*- C++ -*-===//
+//
+// A Backend whose regions are device memory: one cudaMalloc per region at
+// open, one cudaStream per plan stream and one cudaEvent per plan event,
+// GEMMs through cuBLASLt (algorithm chosen per shape at prepare()), kernels
+// through the CUDA kernel table (the same names, constants and operand order
+// as the CPU registry), NCCL collectives on the plan stream's cudaStream, and
+// whole-step CUDA graph capture. execute() enqueues and returns; nothing is
+// allocated after prepare() and allocateRegion().
+//
+// Plain C++ header (no CUDA types): CUDA handles stay inside the library.
+// docs/runtime.md ("CUDA backend") is the specification, including what has
+// not been run on a GPU yet.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_EXEC_CUDA_CUDABACKEND_H
+#define WEFT_EXEC_CUDA_CUDABACKEND_H
+
+#include "weft/exec/Backend.h"
+#include "weft/exec/cuda/Probe.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace weft::exec::cuda {
+
+struct CudaBackendOptions {
+  /// The device: -1 picks the node-local rank (LOCAL_RANK,
+  /// OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID) modulo the
+  /// device count, or device 0.
+  int device = -1;
+  /// Capture the whole step as one CUDA graph after a warm-up step and
+  /// replay it (weft-run --no-graph turns it off).
+  bool graph = true;
+  /// fp32 GEMMs stay exact fp32 (CUBLAS_COMPUTE_32F) unless this is set
+  /// (CUBLAS_COMPUTE_32F_FAST_TF32: ~1e-3 relative error).
+  bool tf32 = false;
+  /// cuBLASLt workspace per plan stream (one allocation at prepare()).
+  int64_t gemmWorkspaceBytes = 32 << 20;
+  /// World rank, for error messages ("rank R: ...").
+  int rank = 0;
+};
+
+/// The kernel names the CUDA table implements, in name order.
+std::vector<std::string_view> cudaKernelNames();
+/// Null when `name` (or `base` of `base.suffix`) has a CUDA entry; otherwise
+/// the load-time error prepare() throws for it (naming the kernel).
+/// Host-only: callable without a device.
+std::string cudaKernelMissing(std::string_view name);
+
+/// The backend. Everything an executor drives (events, steps, graphs, NVTX
+/// ranges, NCCL through connect/communicate, buckets, the staging copies) is
+/// the Backend interface; these are the CUDA-only extras.
+class CudaBackend : public Backend {
+public:
+  /// Page-locked host memory owned by the backend (cudaHostAlloc), for
+  /// staging load_batch tokens: allocate at load, never in steady state.
+  /// stagingBuffer() is this.
+  virtual std::byte *pinnedStaging(int64_t bytes) = 0;
+
+  /// NCCL (issue 6): builds the world communicator from an ncclUniqueId that
+  /// `broadcastId(bytes, size)` broadcasts from world rank 0 (a no-op for
+  /// world size 1), then one communicator per group family of `bundle` by
+  /// ncclCommSplit (each rank joins the family's group containing it).
+  /// Collective over the world. Throws Error when built without NCCL.
+  /// Backend::connect(..., MPI_Comm) is this with MPI_Bcast over the world.
+  using Backend::connect;
+  virtual void
+  connect(const plan::Bundle &bundle, int rank, int worldSize,
+          const std::function<void(void *, size_t)> &broadcastId) = 0;
+};
+
+/// Throws Error("no CUDA device: ...") without a device, or naming the
+/// failing CUDA/cuBLASLt call.
+std::unique_ptr<CudaBackend> makeCudaBackend(const CudaBackendOptions &options);
+
+/// Whether the library was built with NCCL (multi-rank support).
+bool builtWithNccl();
+/// Whether the library was built with NVTX ranges.
+bool builtWithNvtx();
+
+/// The device `options.device` resolves to for `deviceCount` devices, from
+/// the node-local rank variables of the environment (host-only; tested).
+int chooseDevice(int requested, int deviceCount);
+
+} // namespace weft::exec::cuda
+
+#endif // WEFT_EXEC_CUDA_CUDABACKEND_H

@@ -1,0 +1,1078 @@
+//===- CudaBackend.cpp - Device execution of the compute opcodes ----------===//
+//
+// Every CUDA, cuBLASLt and NCCL status is checked; a failure throws Error
+// "rank R: <where>: <call> failed: <name> (<description>)". execute()
+// enqueues on the plan stream's cudaStream and returns; all device memory
+// (regions, cuBLASLt workspaces, per-stream scratch for bf16 widening and
+// kernel workspaces, the optimizer scalars) is allocated at prepare() and
+// allocateRegion(), none in steady state.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/cuda/CudaBackend.h"
+#include "Describe.h"
+#include "Internal.h"
+#include "Nccl.h"
+#include "weft/exec/Error.h"
+#include "weft/exec/cuda/GemmKey.h"
+#include "weft/kernels/Common.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#ifdef WEFT_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+namespace weft::exec::cuda {
+
+using plan::DType;
+using plan::Instruction;
+using plan::Opcode;
+
+bool builtWithNccl() {
+#ifdef WEFT_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool builtWithNvtx() {
+#ifdef WEFT_HAVE_NVTX
+  return true;
+#else
+  return false;
+#endif
+}
+
+int chooseDevice(int requested, int deviceCount) {
+  if (deviceCount <= 0)
+    return -1;
+  if (requested >= 0)
+    return requested < deviceCount ? requested : -1;
+  for (const char *name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                           "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char *value = std::getenv(name);
+    if (!value || !*value)
+      continue;
+    char *end = nullptr;
+    long local = std::strtol(value, &end, 10);
+    if (*end == '\0' && local >= 0)
+      return int(local % deviceCount);
+  }
+  return 0;
+}
+
+namespace {
+
+bool isFloatStorage(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::BF16;
+}
+
+int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
+  return (cols - 1) * ld + rows;
+}
+
+std::string cublasName(cublasStatus_t status) {
+  switch (status) {
+  case CUBLAS_STATUS_SUCCESS:
+    return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED:
+    return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED:
+    return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE:
+    return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_ARCH_MISMATCH:
+    return "CUBLAS_STATUS_ARCH_MISMATCH";
+  case CUBLAS_STATUS_EXECUTION_FAILED:
+    return "CUBLAS_STATUS_EXECUTION_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR:
+    return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED:
+    return "CUBLAS_STATUS_NOT_SUPPORTED";
+  default:
+    return "cublasStatus " + std::to_string(int(status));
+  }
+}
+
+/// The bit pattern of `value` stored as one element of `dtype`.
+uint64_t fillBits(DType dtype, double value) {
+  uint64_t bits = 0;
+  switch (dtype) {
+  case DType::F32: {
+    float f = float(value);
+    std::memcpy(&bits, &f, 4);
+    break;
+  }
+  case DType::BF16:
+    bits = kernels::floatToBf16(float(value)).bits;
+    break;
+  case DType::F64:
+    std::memcpy(&bits, &value, 8);
+    break;
+  case DType::I32:
+    bits = uint32_t(int32_t(value));
+    break;
+  case DType::I64:
+    bits = uint64_t(int64_t(value));
+    break;
+  case DType::U16:
+    bits = uint16_t(value);
+    break;
+  case DType::U8:
+    bits = uint8_t(value);
+    break;
+  case DType::F16: // rejected by prepare()
+    break;
+  }
+  return bits;
+}
+
+/// One cached cuBLASLt GEMM configuration.
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+/// Per gemm instruction: its plan and host scalars (stable addresses).
+struct PreparedGemm {
+  const GemmPlan *plan = nullptr;
+  float alpha32 = 1, beta32 = 0;
+  double alpha64 = 1, beta64 = 0;
+  bool f64 = false;
+};
+
+struct ResolvedKernel {
+  const KernelSpec *spec = nullptr;
+  const CudaKernelEntry *entry = nullptr;
+  KernelConstants constants;
+};
+
+class DeviceBackend final : public CudaBackend {
+public:
+  explicit DeviceBackend(const CudaBackendOptions &options)
+      : options_(options) {}
+  ~DeviceBackend() override;
+
+  void open();
+
+  std::string_view name() const override { return "cuda"; }
+  std::byte *allocateRegion(plan::Region region, int64_t bytes) override;
+  int64_t decommit(std::byte *data, int64_t bytes) override;
+  void recommit(std::byte *, int64_t) override {}
+  bool hostAddressable() const override { return false; }
+  void poison(std::byte *data, int64_t bytes) override;
+  std::byte *stagingBuffer(int64_t bytes) override {
+    return pinnedStaging(bytes);
+  }
+  void copyToHostAsync(std::byte *host, const std::byte *device, int64_t bytes,
+                       int64_t stream) override;
+  void copyToHost(std::byte *host, const std::byte *device,
+                  int64_t bytes) override;
+  void copyToDevice(std::byte *device, const std::byte *host,
+                    int64_t bytes) override;
+  int64_t deviceBytesInUse() const override { return inUse_; }
+  void prepare(const plan::Bundle &bundle,
+               const plan::Program &program) override;
+  void execute(const Instruction &inst, int64_t stream,
+               const std::vector<Operand> &reads,
+               const std::vector<Operand> &writes,
+               const StepContext &context) override;
+
+  void recordEvent(int64_t event, int64_t stream) override;
+  void waitEvent(int64_t event, int64_t stream) override;
+  void beginStep(const StepContext &context) override;
+  void synchronize() override;
+  std::byte *pinnedStaging(int64_t bytes) override;
+  void copyToDeviceAsync(std::byte *device, const std::byte *host,
+                         int64_t bytes, int64_t stream) override;
+  void beginCapture() override;
+  void endCapture() override;
+  bool hasGraph() const override { return graphExec_ != nullptr; }
+  void replay() override;
+  bool graphEnabled() const override { return options_.graph; }
+  void pushRange(const std::string &name) override;
+  void popRange() override;
+  void connect(const plan::Bundle &bundle, int rank, int worldSize,
+               const std::function<void(void *, size_t)> &broadcastId) override;
+  void connect(const plan::Bundle &bundle, int rank, int worldSize,
+               MPI_Comm world) override {
+    // No NCCL communicator when no program of the bundle communicates (the
+    // same answer on every rank): a serial plan runs without NCCL.
+    bool communicates = false;
+    for (const plan::Program &program : bundle.programs)
+      for (const plan::Stream &stream : program.streams)
+        for (const Instruction &inst : stream.instructions)
+          communicates = communicates || plan::isCollective(inst.opcode) ||
+                         plan::isPointToPoint(inst.opcode);
+    options_.rank = rank;
+    if (!communicates)
+      return;
+    connect(bundle, rank, worldSize, [world](void *data, size_t bytes) {
+      MPI_Bcast(data, int(bytes), MPI_BYTE, 0, world);
+    });
+  }
+  // NCCL work is ordered on the plan stream's cudaStream: complete as far as
+  // the stream's next instruction is concerned.
+  bool communicationDone(int64_t) override { return true; }
+  bool coalescesCommunication() const override { return true; }
+  void communicate(const Instruction &inst, int64_t stream,
+                   const std::vector<Operand> &reads,
+                   const std::vector<Operand> &writes,
+                   const std::string &where) override;
+  void beginBucket() override;
+  void endBucket() override;
+  void abortCommunication() override;
+
+private:
+  std::string prefix() const {
+    return "rank " + std::to_string(options_.rank) + ": ";
+  }
+  void check(cudaError_t rc, const char *call, const std::string &where) const {
+    if (rc == cudaSuccess)
+      return;
+    throw Error(prefix() + (where.empty() ? "" : where + ": ") + call +
+                " failed: " + cudaGetErrorName(rc) + " (" +
+                cudaGetErrorString(rc) + ")");
+  }
+  void check(cublasStatus_t rc, const char *call,
+             const std::string &where) const {
+    if (rc == CUBLAS_STATUS_SUCCESS)
+      return;
+    throw Error(prefix() + (where.empty() ? "" : where + ": ") + call +
+                " failed: " + cublasName(rc));
+  }
+  std::string where(const Instruction &inst, int64_t stream) const {
+    return "stream " + std::to_string(stream) + " " +
+           std::string(plan::toString(inst.opcode)) +
+           (inst.phase.empty() ? "" : " '" + inst.phase + "'");
+  }
+  cudaStream_t streamOf(int64_t stream) const {
+    if (stream < 0 || size_t(stream) >= streams_.size())
+      throw Error(prefix() + "stream " + std::to_string(stream) +
+                  " does not exist (prepare() made " +
+                  std::to_string(streams_.size()) + ")");
+    return streams_[size_t(stream)];
+  }
+
+  void prepareKernel(const plan::Bundle &bundle, const plan::Program &program,
+                     const Instruction &inst, const std::string &where);
+  void prepareOther(const plan::Program &program, const Instruction &inst,
+                    const std::string &where);
+  const GemmPlan &gemmPlan(const GemmKey &key, const std::string &where);
+  void runKernel(const Instruction &inst, int64_t stream,
+                 const std::vector<Operand> &reads,
+                 const std::vector<Operand> &writes);
+  void runGemm(const Instruction &inst, int64_t stream,
+               const std::vector<Operand> &reads,
+               const std::vector<Operand> &writes);
+  void runOptimizer(const Instruction &inst, int64_t stream,
+                    const std::vector<Operand> &reads,
+                    const std::vector<Operand> &writes,
+                    const StepContext &context);
+  float *scratchOf(int64_t stream) const {
+    return scratch_ + size_t(stream) * size_t(scratchFloats_);
+  }
+
+  CudaBackendOptions options_;
+  int device_ = -1;
+  bool prepared_ = false;
+  std::vector<void *> regions_;
+  std::vector<void *> staging_; // pinned host
+  int64_t inUse_ = 0;
+  std::vector<cudaStream_t> streams_;
+  std::vector<cudaEvent_t> events_;     // plan events
+  std::vector<cudaEvent_t> joinEvents_; // graph capture: per stream
+  cudaEvent_t forkEvent_ = nullptr;     // graph capture and beginStep
+  cudaEvent_t uploadDone_ = nullptr;    // the step scalars were copied
+  cublasLtHandle_t lt_ = nullptr;
+  std::map<GemmKey, GemmPlan> gemmCache_;
+  std::unordered_map<const Instruction *, PreparedGemm> gemms_;
+  std::vector<ResolvedKernel> kernels_; // by bundle kernel id
+  // One device allocation at prepare(): per stream, scratch floats, a
+  // cuBLASLt workspace and a double accumulator; then the step scalars.
+  void *workspace_ = nullptr;
+  float *scratch_ = nullptr;
+  int64_t scratchFloats_ = 0; // per stream
+  std::byte *gemmWorkspace_ = nullptr;
+  double *normAcc_ = nullptr; // per stream
+  kernels::AdamWStep *stepDevice_ = nullptr;
+  kernels::AdamWStep *stepHost_ = nullptr; // pinned
+  int64_t uploadedStep_ = -1;
+  CudaKernelCall call_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graphExec_ = nullptr;
+  bool capturing_ = false;
+  std::unique_ptr<NcclComms> comms_;
+};
+
+DeviceBackend::~DeviceBackend() {
+  // Never throws: errors here are ignored (the process is exiting or the
+  // step already reported the failure).
+  if (capturing_) {
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(streams_[0], &partial) == cudaSuccess && partial)
+      cudaGraphDestroy(partial);
+  }
+  if (device_ >= 0)
+    cudaDeviceSynchronize();
+  comms_.reset(); // ncclCommDestroy (a failed collective already aborted)
+  if (graphExec_)
+    cudaGraphExecDestroy(graphExec_);
+  if (graph_)
+    cudaGraphDestroy(graph_);
+  for (auto &[key, plan] : gemmCache_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  if (lt_)
+    cublasLtDestroy(lt_);
+  for (cudaEvent_t event : events_)
+    cudaEventDestroy(event);
+  for (cudaEvent_t event : joinEvents_)
+    cudaEventDestroy(event);
+  if (forkEvent_)
+    cudaEventDestroy(forkEvent_);
+  if (uploadDone_)
+    cudaEventDestroy(uploadDone_);
+  for (cudaStream_t stream : streams_)
+    cudaStreamDestroy(stream);
+  for (void *region : regions_)
+    cudaFree(region);
+  if (workspace_)
+    cudaFree(workspace_);
+  if (stepHost_)
+    cudaFreeHost(stepHost_);
+  for (void *host : staging_)
+    cudaFreeHost(host);
+}
+
+void DeviceBackend::open() {
+  std::string problem = cudaDeviceProblem();
+  if (!problem.empty())
+    throw Error(problem);
+  int count = cudaDeviceCount();
+  device_ = chooseDevice(options_.device, count);
+  if (device_ < 0)
+    throw Error(prefix() + "CUDA device " + std::to_string(options_.device) +
+                " does not exist (" + std::to_string(count) + " devices)");
+  check(cudaSetDevice(device_), "cudaSetDevice", "opening");
+  check(cublasLtCreate(&lt_), "cublasLtCreate", "opening");
+  check(cudaEventCreateWithFlags(&forkEvent_, cudaEventDisableTiming),
+        "cudaEventCreate", "opening");
+  check(cudaEventCreateWithFlags(&uploadDone_, cudaEventDisableTiming),
+        "cudaEventCreate", "opening");
+  void *host = nullptr;
+  check(cudaHostAlloc(&host, sizeof(kernels::AdamWStep), cudaHostAllocDefault),
+        "cudaHostAlloc", "opening");
+  stepHost_ = static_cast<kernels::AdamWStep *>(host);
+}
+
+//===--- Memory ----------------------------------------------------------===//
+
+std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
+  std::string what = "allocating the " + std::string(plan::toString(region)) +
+                     " region of " + std::to_string(bytes) + " bytes";
+  void *data = nullptr;
+  check(cudaMalloc(&data, size_t(std::max<int64_t>(bytes, 1))), "cudaMalloc",
+        what);
+  regions_.push_back(data);
+  // As on the CPU: the persistent region starts zeroed, the arena NaN-filled
+  // (all-ones bytes) so reads of unwritten bytes are visible.
+  check(cudaMemset(data, region == plan::Region::Arena ? 0xff : 0,
+                   size_t(std::max<int64_t>(bytes, 1))),
+        "cudaMemset", what);
+  inUse_ += bytes;
+  return static_cast<std::byte *>(data);
+}
+
+int64_t DeviceBackend::decommit(std::byte *data, int64_t bytes) {
+  // A cudaMalloc cannot be partly returned (that needs cuMemMap-based
+  // regions, not implemented): the range is poisoned and stays allocated.
+  synchronize();
+  check(cudaMemset(data, 0xff, size_t(bytes)), "cudaMemset", "decommit");
+  return 0;
+}
+
+void DeviceBackend::poison(std::byte *data, int64_t bytes) {
+  synchronize();
+  check(cudaMemset(data, 0xff, size_t(bytes)), "cudaMemset", "poison");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "poison");
+}
+void DeviceBackend::copyToHostAsync(std::byte *host, const std::byte *device,
+                                    int64_t bytes, int64_t stream) {
+  check(cudaMemcpyAsync(host, device, size_t(bytes), cudaMemcpyDeviceToHost,
+                        streamOf(stream)),
+        "cudaMemcpyAsync", "stream " + std::to_string(stream) + " statistics");
+}
+void DeviceBackend::copyToHost(std::byte *host, const std::byte *device,
+                               int64_t bytes) {
+  synchronize();
+  check(cudaMemcpy(host, device, size_t(bytes), cudaMemcpyDeviceToHost),
+        "cudaMemcpy", "copy to host");
+}
+
+void DeviceBackend::copyToDevice(std::byte *device, const std::byte *host,
+                                 int64_t bytes) {
+  synchronize();
+  check(cudaMemcpy(device, host, size_t(bytes), cudaMemcpyHostToDevice),
+        "cudaMemcpy", "copy to device");
+}
+
+std::byte *DeviceBackend::pinnedStaging(int64_t bytes) {
+  void *host = nullptr;
+  check(cudaHostAlloc(&host, size_t(std::max<int64_t>(bytes, 1)),
+                      cudaHostAllocDefault),
+        "cudaHostAlloc",
+        "allocating " + std::to_string(bytes) + " bytes of staging memory");
+  staging_.push_back(host);
+  return static_cast<std::byte *>(host);
+}
+
+void DeviceBackend::copyToDeviceAsync(std::byte *device, const std::byte *host,
+                                      int64_t bytes, int64_t stream) {
+  check(cudaMemcpyAsync(device, host, size_t(bytes), cudaMemcpyHostToDevice,
+                        streamOf(stream)),
+        "cudaMemcpyAsync", "stream " + std::to_string(stream) + " load_batch");
+}
+
+void DeviceBackend::synchronize() {
+  for (cudaStream_t stream : streams_)
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "");
+}
+
+//===--- Prepare ---------------------------------------------------------===//
+
+void DeviceBackend::prepare(const plan::Bundle &bundle,
+                            const plan::Program &program) {
+  if (prepared_)
+    throw Error(prefix() + "the CUDA backend is prepared once per program");
+  prepared_ = true;
+  size_t numStreams = std::max<size_t>(1, program.streams.size());
+  for (size_t s = 0; s < numStreams; ++s) {
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+          "cudaStreamCreate", "stream " + std::to_string(s));
+    streams_.push_back(stream);
+    cudaEvent_t join = nullptr;
+    check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming),
+          "cudaEventCreate", "stream " + std::to_string(s));
+    joinEvents_.push_back(join);
+  }
+  for (int64_t e = 0; e < program.numEvents; ++e) {
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+          "cudaEventCreate", "event " + std::to_string(e));
+    events_.push_back(event);
+  }
+
+  kernels_.assign(bundle.kernels.size(), {});
+  for (const plan::Kernel &kernel : bundle.kernels) {
+    ResolvedKernel &resolved = kernels_[size_t(kernel.id)];
+    resolved.spec = findKernel(kernel.name);
+    resolved.entry = findCudaKernel(kernel.name);
+    if (resolved.spec)
+      resolved.constants =
+          resolveConstants(*resolved.spec, kernel.constants,
+                           "kernels[" + std::to_string(kernel.id) + "]");
+  }
+  size_t maxOperands = 0;
+  for (size_t s = 0; s < program.streams.size(); ++s) {
+    const plan::Stream &stream = program.streams[s];
+    for (size_t i = 0; i < stream.instructions.size(); ++i) {
+      const Instruction &inst = stream.instructions[i];
+      std::string at = prefix() + "role " + std::to_string(program.role) + " " +
+                       describeInstruction(program, s, i);
+      maxOperands =
+          std::max(maxOperands, inst.reads.size() + inst.writes.size());
+      if (inst.opcode == Opcode::Kernel)
+        prepareKernel(bundle, program, inst, at);
+      else
+        prepareOther(program, inst, at);
+    }
+  }
+  call_.reads.reserve(maxOperands);
+  call_.writes.reserve(maxOperands);
+  call_.readIndices.reserve(maxOperands);
+
+  // The one workspace allocation.
+  size_t scratchBytes =
+      (size_t(scratchFloats_) * sizeof(float) + 255) / 256 * 256;
+  size_t gemmBytes = (size_t(options_.gemmWorkspaceBytes) + 255) / 256 * 256;
+  size_t perStream = scratchBytes + gemmBytes + 256; // + the accumulator
+  size_t total = perStream * numStreams + 256;       // + the step scalars
+  check(cudaMalloc(&workspace_, total), "cudaMalloc",
+        "allocating " + std::to_string(total) + " bytes of workspace");
+  auto *base = static_cast<std::byte *>(workspace_);
+  scratch_ = reinterpret_cast<float *>(base);
+  gemmWorkspace_ = base + scratchBytes * numStreams;
+  normAcc_ = reinterpret_cast<double *>(base + (scratchBytes + gemmBytes) *
+                                                   numStreams);
+  stepDevice_ =
+      reinterpret_cast<kernels::AdamWStep *>(base + perStream * numStreams);
+  // normAcc_ has 256 bytes per stream: index by stream * 32 doubles.
+}
+
+void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
+                                  const plan::Program &program,
+                                  const Instruction &inst,
+                                  const std::string &where) {
+  const plan::Kernel &kernel = bundle.kernels[size_t(inst.kernel)];
+  const ResolvedKernel &resolved = kernels_[size_t(inst.kernel)];
+  std::string what = where + ": kernel '" + kernel.name + "'";
+  if (!resolved.spec)
+    throw Error(what + " is not in the kernel registry");
+  if (!resolved.entry)
+    throw Error(where + ": " + cudaKernelMissing(kernel.name));
+  if (!inst.args.empty())
+    throw Error(what + " takes no scalar args (shapes are constants)");
+  KernelSignature sig;
+  try {
+    sig = resolved.spec->signature(resolved.constants);
+  } catch (const Error &error) {
+    throw Error(what + ": " + error.what());
+  }
+  if (sig.reads.size() != inst.reads.size() ||
+      sig.writes.size() != inst.writes.size())
+    throw Error(what + " takes " + std::to_string(sig.reads.size()) +
+                " reads and " + std::to_string(sig.writes.size()) +
+                " writes, got " + std::to_string(inst.reads.size()) + " and " +
+                std::to_string(inst.writes.size()));
+  int64_t widened = 0;
+  auto checkOperand = [&](const OperandSpec &spec,
+                          const plan::BufferRange &range,
+                          const std::string &name) {
+    DType dtype = program.buffers[size_t(range.buffer)].dtype;
+    bool ok = spec.isIndex ? dtype == DType::I32 : isFloatStorage(dtype);
+    if (!ok)
+      throw Error(what + " operand " + name + " is " +
+                  std::string(plan::toString(dtype)) + ", expected " +
+                  (spec.isIndex ? "i32" : "f32 or bf16"));
+    int64_t expected = spec.elements * plan::elementBytes(dtype);
+    if (range.bytes != expected)
+      throw Error(what + " operand " + name + " has " +
+                  std::to_string(range.bytes) + " bytes, expected " +
+                  std::to_string(expected) + " (" +
+                  std::to_string(spec.elements) + " " +
+                  std::string(plan::toString(dtype)) + ")");
+    if (dtype == DType::BF16)
+      widened += spec.elements;
+  };
+  for (size_t i = 0; i < sig.reads.size(); ++i)
+    checkOperand(sig.reads[i], inst.reads[i],
+                 "reads[" + std::to_string(i) + "]");
+  for (size_t i = 0; i < sig.writes.size(); ++i)
+    checkOperand(sig.writes[i], inst.writes[i],
+                 "writes[" + std::to_string(i) + "]");
+  // Kernel scratch first (kept 4-float aligned), then widened operands.
+  int64_t scratch =
+      (resolved.entry->scratchFloats(resolved.constants) + 63) / 64 * 64;
+  scratchFloats_ = std::max(scratchFloats_, scratch + widened);
+}
+
+const GemmPlan &DeviceBackend::gemmPlan(const GemmKey &key,
+                                        const std::string &where) {
+  auto it = gemmCache_.find(key);
+  if (it != gemmCache_.end())
+    return it->second;
+  std::string what = where + ": gemm " + describe(key);
+  cudaDataType_t type = key.dtype == DType::BF16  ? CUDA_R_16BF
+                        : key.dtype == DType::F16 ? CUDA_R_16F
+                        : key.dtype == DType::F64 ? CUDA_R_64F
+                                                  : CUDA_R_32F;
+  // fp32 stays exact fp32 unless tf32 is asked for; bf16/fp16 accumulate in
+  // fp32.
+  cublasComputeType_t compute = key.dtype == DType::F64 ? CUBLAS_COMPUTE_64F
+                                : key.dtype == DType::F32 && options_.tf32
+                                    ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                    : CUBLAS_COMPUTE_32F;
+  cudaDataType_t scaleType = key.dtype == DType::F64 ? CUDA_R_64F : CUDA_R_32F;
+  GemmPlan plan;
+  check(cublasLtMatmulDescCreate(&plan.desc, compute, scaleType),
+        "cublasLtMatmulDescCreate", what);
+  // Own it at once, so the destructor frees whatever was created.
+  GemmPlan &stored = gemmCache_[key];
+  stored = plan;
+  cublasOperation_t opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(stored.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                       &opA, sizeof opA),
+        "cublasLtMatmulDescSetAttribute", what);
+  check(cublasLtMatmulDescSetAttribute(stored.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                       &opB, sizeof opB),
+        "cublasLtMatmulDescSetAttribute", what);
+  check(cublasLtMatrixLayoutCreate(&stored.a, type, key.transA ? key.k : key.m,
+                                   key.transA ? key.m : key.k, key.lda),
+        "cublasLtMatrixLayoutCreate", what);
+  check(cublasLtMatrixLayoutCreate(&stored.b, type, key.transB ? key.n : key.k,
+                                   key.transB ? key.k : key.n, key.ldb),
+        "cublasLtMatrixLayoutCreate", what);
+  check(cublasLtMatrixLayoutCreate(&stored.c, type, key.m, key.n, key.ldc),
+        "cublasLtMatrixLayoutCreate", what);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate",
+        what);
+  uint64_t workspace = uint64_t(options_.gemmWorkspaceBytes);
+  uint32_t alignA = uint32_t(key.alignA), alignB = uint32_t(key.alignB),
+           alignC = uint32_t(key.alignC);
+  cublasStatus_t rc = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+      sizeof workspace);
+  if (rc == CUBLAS_STATUS_SUCCESS)
+    rc = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
+        sizeof alignA);
+  if (rc == CUBLAS_STATUS_SUCCESS)
+    rc = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
+        sizeof alignB);
+  if (rc == CUBLAS_STATUS_SUCCESS)
+    rc = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC,
+        sizeof alignC);
+  if (rc == CUBLAS_STATUS_SUCCESS)
+    rc = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC,
+        sizeof alignC);
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  if (rc == CUBLAS_STATUS_SUCCESS)
+    rc = cublasLtMatmulAlgoGetHeuristic(lt_, stored.desc, stored.a, stored.b,
+                                        stored.c, stored.c, pref, 1, &result,
+                                        &returned);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check(rc, "cublasLtMatmulAlgoGetHeuristic", what);
+  if (returned == 0)
+    throw Error(what + ": cuBLASLt has no algorithm for this shape");
+  stored.algo = result.algo;
+  stored.workspace = result.workspaceSize;
+  return stored;
+}
+
+void DeviceBackend::prepareOther(const plan::Program &program,
+                                 const Instruction &inst,
+                                 const std::string &where) {
+  std::string op(plan::toString(inst.opcode));
+  auto needBytes = [&](const plan::BufferRange &range, int64_t bytes,
+                       const std::string &name) {
+    if (range.bytes < bytes)
+      throw Error(where + ": " + op + " operand " + name + " has " +
+                  std::to_string(range.bytes) + " bytes, needs " +
+                  std::to_string(bytes));
+  };
+  auto bufferDType = [&](const plan::BufferRange &range) {
+    return program.buffers[size_t(range.buffer)].dtype;
+  };
+  auto needFloat = [&](DType dtype, const std::string &name) {
+    if (!isFloatStorage(dtype))
+      throw Error(where + ": " + op + " " + name + " is " +
+                  std::string(plan::toString(dtype)) +
+                  "; the CUDA backend supports f32 and bf16");
+  };
+  switch (inst.opcode) {
+  case Opcode::Gemm: {
+    if (std::string why = gemmUnsupported(inst.dtype); !why.empty())
+      throw Error(where + ": " + why);
+    GemmKey key = gemmKeyOf(program, inst);
+    if (std::string why = gemmShapeProblem(key); !why.empty())
+      throw Error(where + ": " + why);
+    const plan::GemmParams &g = inst.gemm;
+    int64_t eb = plan::elementBytes(inst.dtype);
+    needBytes(inst.reads[0],
+              matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda) *
+                  eb,
+              "A");
+    needBytes(inst.reads[1],
+              matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb) *
+                  eb,
+              "B");
+    needBytes(inst.writes[0], matrixSpan(g.m, g.n, g.ldc) * eb, "C");
+    PreparedGemm prepared;
+    prepared.plan = &gemmPlan(key, where);
+    prepared.f64 = inst.dtype == DType::F64;
+    prepared.alpha32 = float(g.alpha);
+    prepared.beta32 = float(g.beta);
+    prepared.alpha64 = g.alpha;
+    prepared.beta64 = g.beta;
+    gemms_[&inst] = prepared;
+    break;
+  }
+  case Opcode::Fill:
+  case Opcode::GradNorm:
+  case Opcode::Clip: {
+    DType dtype = inst.dtype;
+    if (inst.opcode != Opcode::Fill)
+      needFloat(dtype, "dtype");
+    else if (dtype == DType::F16)
+      throw Error(where + ": fill of f16 is not supported");
+    int64_t eb = plan::elementBytes(dtype);
+    const auto &ranges =
+        inst.opcode == Opcode::GradNorm ? inst.reads : inst.writes;
+    for (const plan::BufferRange &range : ranges)
+      if (range.bytes % eb != 0)
+        throw Error(where + ": " + op + " range of " +
+                    std::to_string(range.bytes) +
+                    " bytes is not a whole number of " +
+                    std::string(plan::toString(dtype)));
+    if (inst.opcode == Opcode::Clip)
+      needBytes(inst.reads[0], 4, "sum of squares (f32)");
+    if (inst.opcode == Opcode::GradNorm)
+      needBytes(inst.writes[0], 4, "sum of squares (f32)");
+    break;
+  }
+  case Opcode::Copy:
+    if (inst.reads[0].buffer == inst.writes[0].buffer &&
+        inst.reads[0].offset < inst.writes[0].offset + inst.writes[0].bytes &&
+        inst.writes[0].offset < inst.reads[0].offset + inst.reads[0].bytes &&
+        !(inst.reads[0] == inst.writes[0]))
+      throw Error(where + ": copy between overlapping ranges is not "
+                          "supported on CUDA");
+    needBytes(inst.writes[0], inst.reads[0].bytes, "destination");
+    break;
+  case Opcode::OptimizerStep: {
+    const char *names[] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < 4; ++i) {
+      DType dtype = bufferDType(inst.reads[size_t(i)]);
+      if (i == 1)
+        needFloat(dtype, "grad");
+      else if (dtype != DType::F32)
+        throw Error(where + ": optimizer_step " + names[i] +
+                    " must be f32 (master weights and moments)");
+      needBytes(inst.reads[size_t(i)], inst.count * plan::elementBytes(dtype),
+                names[i]);
+    }
+    if (!(inst.reads[0] == inst.writes[0]) ||
+        !(inst.reads[2] == inst.writes[1]) ||
+        !(inst.reads[3] == inst.writes[2]))
+      throw Error(where + ": optimizer_step updates param, exp_avg and "
+                          "exp_avg_sq in place (writes[0..2] must equal "
+                          "reads[0], reads[2], reads[3])");
+    if (inst.writes.size() == 4) {
+      needFloat(bufferDType(inst.writes[3]), "parameter copy");
+      needBytes(inst.writes[3],
+                inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
+                "parameter copy");
+    }
+    if (bufferDType(inst.reads[1]) == DType::BF16)
+      scratchFloats_ = std::max(scratchFloats_, inst.count);
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+//===--- Execute ---------------------------------------------------------===//
+
+void DeviceBackend::execute(const Instruction &inst, int64_t stream,
+                            const std::vector<Operand> &reads,
+                            const std::vector<Operand> &writes,
+                            const StepContext &context) {
+  cudaStream_t s = streamOf(stream);
+  switch (inst.opcode) {
+  case Opcode::Kernel:
+    runKernel(inst, stream, reads, writes);
+    return;
+  case Opcode::Gemm:
+    runGemm(inst, stream, reads, writes);
+    return;
+  case Opcode::Copy:
+    if (reads[0].data != writes[0].data)
+      check(cudaMemcpyAsync(writes[0].data, reads[0].data,
+                            size_t(reads[0].bytes), cudaMemcpyDeviceToDevice,
+                            s),
+            "cudaMemcpyAsync", where(inst, stream));
+    return;
+  case Opcode::Fill: {
+    int eb = int(plan::elementBytes(inst.dtype));
+    uint64_t bits = fillBits(inst.dtype, inst.value);
+    for (const Operand &out : writes)
+      check(fillPattern(out.data, out.bytes / eb, eb, bits, s), "fill",
+            where(inst, stream));
+    return;
+  }
+  case Opcode::OptimizerStep:
+    runOptimizer(inst, stream, reads, writes, context);
+    return;
+  case Opcode::GradNorm: {
+    double *acc = normAcc_ + size_t(stream) * 32;
+    std::string at = where(inst, stream);
+    check(cudaMemsetAsync(acc, 0, sizeof(double), s), "cudaMemsetAsync", at);
+    for (const Operand &grad : reads)
+      check(sumSquaresAccumulate(grad.bytes / plan::elementBytes(inst.dtype),
+                                 grad.data, inst.dtype == DType::BF16, acc, s),
+            "sum of squares", at);
+    check(doubleToFloat(acc, writes[0].as<float>(), s), "sum of squares", at);
+    return;
+  }
+  case Opcode::Clip: {
+    float maxNorm = float(context.training->gradClip);
+    for (const Operand &grad : writes)
+      check(clipByNorm(grad.bytes / plan::elementBytes(inst.dtype), grad.data,
+                       inst.dtype == DType::BF16, reads[0].as<float>(), maxNorm,
+                       s),
+            "clip", where(inst, stream));
+    return;
+  }
+  case Opcode::RecordEvent:
+    recordEvent(inst.event, stream);
+    return;
+  case Opcode::WaitEvent:
+    waitEvent(inst.event, stream);
+    return;
+  case Opcode::Release:
+    return;
+  default:
+    throw Error(prefix() + where(inst, stream) +
+                ": the cuda backend does not execute " +
+                std::string(plan::toString(inst.opcode)) +
+                " (communication goes through communicate())");
+  }
+}
+
+void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
+                              const std::vector<Operand> &reads,
+                              const std::vector<Operand> &writes) {
+  const ResolvedKernel &kernel = kernels_[size_t(inst.kernel)];
+  cudaStream_t s = streamOf(stream);
+  auto fail = [&](cudaError_t rc, const char *call) {
+    if (rc != cudaSuccess)
+      check(rc, call,
+            where(inst, stream) + " kernel '" + std::string(kernel.spec->name) +
+                "'");
+  };
+  call_.constants = &kernel.constants;
+  call_.stream = s;
+  call_.reads.clear();
+  call_.writes.clear();
+  call_.readIndices.clear();
+  float *scratch = scratchOf(stream);
+  call_.scratch = scratch;
+  scratch += (kernel.entry->scratchFloats(kernel.constants) + 63) / 64 * 64;
+  auto widen = [&](const Operand &operand) -> float * {
+    if (operand.dtype != DType::BF16)
+      return operand.dtype == DType::F32 ? operand.as<float>() : nullptr;
+    float *out = scratch;
+    int64_t n = operand.elements();
+    fail(bf16ToF32(n, operand.as<std::uint16_t>(), out, s), "bf16 widening");
+    scratch += n;
+    return out;
+  };
+  for (const Operand &operand : reads) {
+    call_.reads.push_back(widen(operand));
+    call_.readIndices.push_back(
+        operand.dtype == DType::I32 ? operand.as<const int32_t>() : nullptr);
+  }
+  // Writes are widened too: gradient kernels accumulate into them.
+  for (const Operand &operand : writes)
+    call_.writes.push_back(widen(operand));
+  fail(kernel.entry->run(call_), "kernel launch");
+  for (size_t i = 0; i < writes.size(); ++i)
+    if (writes[i].dtype == DType::BF16)
+      fail(f32ToBf16(writes[i].elements(), call_.writes[i],
+                     writes[i].as<std::uint16_t>(), s),
+           "bf16 narrowing");
+}
+
+void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
+                            const std::vector<Operand> &reads,
+                            const std::vector<Operand> &writes) {
+  auto it = gemms_.find(&inst);
+  if (it == gemms_.end())
+    throw Error(prefix() + where(inst, stream) +
+                ": gemm was not seen by prepare()");
+  const PreparedGemm &g = it->second;
+  const GemmPlan &plan = *g.plan;
+  const void *alpha = g.f64 ? static_cast<const void *>(&g.alpha64)
+                            : static_cast<const void *>(&g.alpha32);
+  const void *beta = g.f64 ? static_cast<const void *>(&g.beta64)
+                           : static_cast<const void *>(&g.beta32);
+  size_t gemmBytes = (size_t(options_.gemmWorkspaceBytes) + 255) / 256 * 256;
+  void *workspace = gemmWorkspace_ + size_t(stream) * gemmBytes;
+  check(cublasLtMatmul(lt_, plan.desc, alpha, reads[0].data, plan.a,
+                       reads[1].data, plan.b, beta, writes[0].data, plan.c,
+                       writes[0].data, plan.c, &plan.algo, workspace,
+                       plan.workspace, streamOf(stream)),
+        "cublasLtMatmul", where(inst, stream));
+}
+
+void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
+                                 const std::vector<Operand> &reads,
+                                 const std::vector<Operand> &writes,
+                                 const StepContext &context) {
+  if (context.step != uploadedStep_ && !capturing_)
+    beginStep(context);
+  cudaStream_t s = streamOf(stream);
+  std::string at = where(inst, stream);
+  const Operand &grad = reads[1];
+  const float *g = grad.as<const float>();
+  if (grad.dtype == DType::BF16) {
+    float *wide = scratchOf(stream);
+    check(bf16ToF32(inst.count, grad.as<std::uint16_t>(), wide, s),
+          "bf16 widening", at);
+    g = wide;
+  }
+  check(adamwFromDevice(stepDevice_, inst.count, g, writes[0].as<float>(),
+                        writes[1].as<float>(), writes[2].as<float>(), s),
+        "adamw", at);
+  if (writes.size() == 4)
+    check(storeParams(inst.count, writes[0].as<float>(), writes[3].data,
+                      writes[3].dtype == DType::BF16, s),
+          "parameter copy", at);
+}
+
+//===--- Streams, events, steps and graphs -------------------------------===//
+
+void DeviceBackend::recordEvent(int64_t event, int64_t stream) {
+  if (event < 0 || size_t(event) >= events_.size())
+    throw Error(prefix() + "event " + std::to_string(event) +
+                " does not exist");
+  check(cudaEventRecord(events_[size_t(event)], streamOf(stream)),
+        "cudaEventRecord",
+        "stream " + std::to_string(stream) + " event " + std::to_string(event));
+}
+
+void DeviceBackend::waitEvent(int64_t event, int64_t stream) {
+  if (event < 0 || size_t(event) >= events_.size())
+    throw Error(prefix() + "event " + std::to_string(event) +
+                " does not exist");
+  check(cudaStreamWaitEvent(streamOf(stream), events_[size_t(event)], 0),
+        "cudaStreamWaitEvent",
+        "stream " + std::to_string(stream) + " event " + std::to_string(event));
+}
+
+void DeviceBackend::beginStep(const StepContext &context) {
+  if (capturing_)
+    throw Error(prefix() + "beginStep() during graph capture (call it before "
+                           "beginCapture)");
+  if (streams_.empty())
+    throw Error(prefix() + "beginStep() before prepare()");
+  // The previous upload must have left the pinned slot before it is reused.
+  check(cudaEventSynchronize(uploadDone_), "cudaEventSynchronize",
+        "step " + std::to_string(context.step));
+  if (context.training) {
+    const plan::TrainingInfo &t = *context.training;
+    kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
+                                t.weightDecay};
+    *stepHost_ =
+        kernels::makeAdamWStep(config, context.step, 1.0 / t.lossScale.initial);
+  }
+  std::string at = "step " + std::to_string(context.step);
+  check(cudaMemcpyAsync(stepDevice_, stepHost_, sizeof(kernels::AdamWStep),
+                        cudaMemcpyHostToDevice, streams_[0]),
+        "cudaMemcpyAsync", at);
+  check(cudaEventRecord(uploadDone_, streams_[0]), "cudaEventRecord", at);
+  for (size_t s = 1; s < streams_.size(); ++s)
+    check(cudaStreamWaitEvent(streams_[s], uploadDone_, 0),
+          "cudaStreamWaitEvent", at);
+  uploadedStep_ = context.step;
+}
+
+void DeviceBackend::beginCapture() {
+  if (capturing_ || graphExec_)
+    throw Error(prefix() + "the step graph is captured once");
+  std::string at = "graph capture";
+  check(cudaStreamBeginCapture(streams_[0], cudaStreamCaptureModeThreadLocal),
+        "cudaStreamBeginCapture", at);
+  capturing_ = true;
+  // Fork: every other stream joins the capture through an event.
+  check(cudaEventRecord(forkEvent_, streams_[0]), "cudaEventRecord", at);
+  for (size_t s = 1; s < streams_.size(); ++s)
+    check(cudaStreamWaitEvent(streams_[s], forkEvent_, 0),
+          "cudaStreamWaitEvent", at);
+}
+
+void DeviceBackend::endCapture() {
+  if (!capturing_)
+    throw Error(prefix() + "endCapture() without beginCapture()");
+  std::string at = "graph capture";
+  capturing_ = false;
+  for (size_t s = 1; s < streams_.size(); ++s) {
+    check(cudaEventRecord(joinEvents_[s], streams_[s]), "cudaEventRecord", at);
+    check(cudaStreamWaitEvent(streams_[0], joinEvents_[s], 0),
+          "cudaStreamWaitEvent", at);
+  }
+  check(cudaStreamEndCapture(streams_[0], &graph_), "cudaStreamEndCapture", at);
+  check(cudaGraphInstantiate(&graphExec_, graph_, 0), "cudaGraphInstantiate",
+        at);
+}
+
+void DeviceBackend::replay() {
+  if (!graphExec_)
+    throw Error(prefix() + "replay() without a captured step graph");
+  check(cudaGraphLaunch(graphExec_, streams_[0]), "cudaGraphLaunch",
+        "graph replay");
+}
+
+void DeviceBackend::pushRange(const std::string &name) {
+#ifdef WEFT_HAVE_NVTX
+  nvtxRangePushA(name.c_str());
+#else
+  (void)name;
+#endif
+}
+
+void DeviceBackend::popRange() {
+#ifdef WEFT_HAVE_NVTX
+  nvtxRangePop();
+#endif
+}
+
+//===--- Communication ---------------------------------------------------===//
+
+void DeviceBackend::connect(
+    const plan::Bundle &bundle, int rank, int worldSize,
+    const std::function<void(void *, size_t)> &broadcastId) {
+  options_.rank = rank;
+  check(cudaSetDevice(device_), "cudaSetDevice", "connecting");
+  comms_ = NcclComms::create(bundle, rank, worldSize, broadcastId);
+}
+
+void DeviceBackend::communicate(const Instruction &inst, int64_t stream,
+                                const std::vector<Operand> &reads,
+                                const std::vector<Operand> &writes,
+                                const std::string &at) {
+  if (!comms_)
+    throw Error(prefix() + at + ": " +
+                std::string(plan::toString(inst.opcode)) +
+                " before connect() (no NCCL communicators)");
+  comms_->issue(inst, reads, writes, streamOf(stream), at);
+}
+
+void DeviceBackend::beginBucket() {
+  if (comms_)
+    comms_->groupStart();
+}
+
+void DeviceBackend::endBucket() {
+  if (comms_)
+    comms_->groupEnd();
+}
+
+void DeviceBackend::abortCommunication() {
+  if (comms_)
+    comms_->abort();
+}
+
+} // namespace
+
+std::unique_ptr<CudaBackend>
+makeCudaBackend(const CudaBackendOptions &options) {
+  auto backend = std::make_unique<DeviceBackend>(options);
+  backend->open();
+  return backend;
+}
+
+} // namespace weft::exec::cuda

@@ -1,0 +1,245 @@
+//===- CudaKernelTable.cpp - Kernel names -> CUDA launches ----------------===//
+//
+// The CUDA side of the kernel registry (runtime/exec/lib/KernelRegistry.cpp):
+// the same names, constants, defaults and operand order. Signatures and
+// constant checks come from the CPU registry itself (findKernel), so the two
+// cannot drift; this table only says how to launch each entry on a stream.
+// A CPU entry without a CUDA entry is a load-time error naming the kernel
+// (cudaKernelMissing).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+#include "weft/exec/cuda/CudaBackend.h"
+#include "weft/kernels/CudaKernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft::exec::cuda {
+
+namespace gpu = weft::kernels::gpu;
+using kernels::Activation;
+
+namespace {
+
+int64_t none(const KernelConstants &) { return 0; }
+
+float eps(const CudaKernelCall &k) { return float(k.c("eps_nano") * 1e-9); }
+Activation act(const CudaKernelCall &k) { return Activation(k.c("act")); }
+
+cudaError_t copyIfDistinct(float *dst, const float *src, int64_t n,
+                           cudaStream_t stream) {
+  if (dst == src || n == 0)
+    return cudaSuccess;
+  return cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float),
+                         cudaMemcpyDeviceToDevice, stream);
+}
+
+//===--- Element-wise ----------------------------------------------------===//
+
+cudaError_t biasAddRun(const CudaKernelCall &k) {
+  int64_t rows = k.c("rows"), width = k.c("width");
+  if (cudaError_t rc =
+          copyIfDistinct(k.writes[0], k.reads[0], rows * width, k.stream))
+    return rc;
+  return gpu::biasAdd(rows, width, k.reads[1], k.writes[0], k.stream);
+}
+cudaError_t biasGradRun(const CudaKernelCall &k) {
+  return gpu::biasGrad(k.c("rows"), k.c("width"), k.reads[0], k.writes[0],
+                       k.stream);
+}
+cudaError_t residualAddRun(const CudaKernelCall &k) {
+  return gpu::residualAdd(k.c("n"), k.reads[0], k.reads[1], k.writes[0],
+                          k.stream);
+}
+cudaError_t activationForwardRun(const CudaKernelCall &k) {
+  return gpu::activationForward(act(k), k.c("n"), k.reads[0], k.writes[0],
+                                k.stream);
+}
+cudaError_t activationBackwardRun(const CudaKernelCall &k) {
+  return gpu::activationBackward(act(k), k.c("n"), k.reads[0], k.reads[1],
+                                 k.writes[0], k.stream);
+}
+cudaError_t gatedForwardRun(const CudaKernelCall &k) {
+  return gpu::gatedForward(act(k), k.c("n"), k.reads[0], k.reads[1],
+                           k.writes[0], k.stream);
+}
+cudaError_t gatedBackwardRun(const CudaKernelCall &k) {
+  return gpu::gatedBackward(act(k), k.c("n"), k.reads[0], k.reads[1],
+                            k.reads[2], k.writes[0], k.writes[1], k.stream);
+}
+
+//===--- Normalization ---------------------------------------------------===//
+
+cudaError_t layerNormForwardRun(const CudaKernelCall &k) {
+  const float *beta = k.c("bias") ? k.reads[2] : nullptr;
+  return gpu::layerNormForward(k.c("rows"), k.c("width"), k.reads[0],
+                               k.reads[1], beta, eps(k), k.writes[0],
+                               k.writes[1], k.writes[2], k.stream);
+}
+cudaError_t layerNormBackwardRun(const CudaKernelCall &k) {
+  float *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+  return gpu::layerNormBackward(k.c("rows"), k.c("width"), k.reads[0],
+                                k.reads[1], k.reads[2], k.reads[3], k.reads[4],
+                                k.writes[0], k.writes[1], dBeta, k.stream);
+}
+cudaError_t rmsNormForwardRun(const CudaKernelCall &k) {
+  return gpu::rmsNormForward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+                             eps(k), k.writes[0], k.writes[1], k.stream);
+}
+cudaError_t rmsNormBackwardRun(const CudaKernelCall &k) {
+  return gpu::rmsNormBackward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+                              k.reads[2], k.reads[3], k.writes[0], k.writes[1],
+                              k.stream);
+}
+
+//===--- Embedding and rotary --------------------------------------------===//
+
+cudaError_t embeddingForwardRun(const CudaKernelCall &k) {
+  const float *wpe = k.c("positions") ? k.reads[2] : nullptr;
+  return gpu::embeddingForward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                               k.readIndices[0], k.reads[1], wpe, nullptr, 0,
+                               k.writes[0], k.stream);
+}
+cudaError_t embeddingBackwardRun(const CudaKernelCall &k) {
+  float *dWpe = k.c("positions") ? k.writes[1] : nullptr;
+  return gpu::embeddingBackward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                                k.readIndices[0], k.reads[1], 0, k.writes[0],
+                                dWpe, nullptr, k.stream);
+}
+cudaError_t rotaryForwardRun(const CudaKernelCall &k) {
+  return gpu::rotaryForward(k.c("batch"), k.c("seq"), k.c("heads"),
+                            k.c("head_dim"), 0, float(k.c("theta")), k.reads[0],
+                            k.writes[0], k.stream);
+}
+cudaError_t rotaryBackwardRun(const CudaKernelCall &k) {
+  return gpu::rotaryBackward(k.c("batch"), k.c("seq"), k.c("heads"),
+                             k.c("head_dim"), 0, float(k.c("theta")),
+                             k.reads[0], k.writes[0], k.stream);
+}
+
+//===--- Attention -------------------------------------------------------===//
+
+kernels::AttentionDims attentionDims(const KernelConstants &c) {
+  kernels::AttentionDims dims;
+  dims.batch = c.at("batch");
+  dims.seq = c.at("seq");
+  dims.heads = c.at("heads");
+  dims.kvHeads = c.at("kv_heads");
+  dims.headDim = c.at("head_dim");
+  dims.causal = c.at("causal") != 0;
+  dims.scale = 1.0 / std::sqrt(double(dims.headDim));
+  return dims;
+}
+cudaError_t attentionForwardRun(const CudaKernelCall &k) {
+  return gpu::attentionForward(attentionDims(*k.constants), k.reads[0],
+                               k.reads[1], k.reads[2], k.writes[0], k.writes[1],
+                               k.stream);
+}
+int64_t attentionBackwardScratch(const KernelConstants &c) {
+  return c.at("batch") * c.at("heads") * c.at("seq"); // delta
+}
+cudaError_t attentionBackwardRun(const CudaKernelCall &k) {
+  return gpu::attentionBackward(attentionDims(*k.constants), k.reads[0],
+                                k.reads[1], k.reads[2], k.reads[3], k.reads[4],
+                                k.reads[5], k.writes[0], k.writes[1],
+                                k.writes[2], k.scratch, k.stream);
+}
+
+//===--- Loss ------------------------------------------------------------===//
+
+// Scratch: lse[rows], then the valid-target count (an int) and the mean loss.
+int64_t crossEntropyScratch(const KernelConstants &c) {
+  return c.at("rows") + 2;
+}
+cudaError_t crossEntropyRun(const CudaKernelCall &k) {
+  int64_t rows = k.c("rows"), vocab = k.c("vocab");
+  float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
+  float *lse = k.scratch;
+  int *validCount = reinterpret_cast<int *>(k.scratch + rows);
+  float *loss = k.scratch + rows + 1;
+  if (cudaError_t rc = gpu::crossEntropyForwardBackward(
+          rows, vocab, k.reads[0], k.readIndices[1], lse, validCount, loss,
+          dLogits, k.stream))
+    return rc;
+  if (cudaError_t rc =
+          finishLoss(loss, float(k.c("loss_div")), k.c("accumulate") != 0,
+                     k.writes[0], k.stream))
+    return rc;
+  if (dLogits && k.c("grad_div") != 1)
+    return scale(rows * vocab, dLogits, 1.0f / float(k.c("grad_div")),
+                 k.stream);
+  return cudaSuccess;
+}
+
+std::vector<CudaKernelEntry> buildTable() {
+  std::vector<CudaKernelEntry> table = {
+      {"activation_backward", none, activationBackwardRun},
+      {"activation_forward", none, activationForwardRun},
+      {"attention_backward", attentionBackwardScratch, attentionBackwardRun},
+      {"attention_forward", none, attentionForwardRun},
+      {"bias_add", none, biasAddRun},
+      {"bias_grad", none, biasGradRun},
+      {"cross_entropy", crossEntropyScratch, crossEntropyRun},
+      {"embedding_backward", none, embeddingBackwardRun},
+      {"embedding_forward", none, embeddingForwardRun},
+      {"gated_backward", none, gatedBackwardRun},
+      {"gated_forward", none, gatedForwardRun},
+      {"layer_norm_backward", none, layerNormBackwardRun},
+      {"layer_norm_forward", none, layerNormForwardRun},
+      {"residual_add", none, residualAddRun},
+      {"rms_norm_backward", none, rmsNormBackwardRun},
+      {"rms_norm_forward", none, rmsNormForwardRun},
+      {"rotary_backward", none, rotaryBackwardRun},
+      {"rotary_forward", none, rotaryForwardRun},
+  };
+  std::sort(table.begin(), table.end(),
+            [](const CudaKernelEntry &a, const CudaKernelEntry &b) {
+              return a.name < b.name;
+            });
+  return table;
+}
+
+std::string_view baseName(std::string_view name) {
+  return name.substr(0, name.find('.'));
+}
+
+} // namespace
+
+const std::vector<CudaKernelEntry> &cudaKernelTable() {
+  static const std::vector<CudaKernelEntry> table = buildTable();
+  return table;
+}
+
+const CudaKernelEntry *findCudaKernel(std::string_view name) {
+  name = baseName(name);
+  const std::vector<CudaKernelEntry> &table = cudaKernelTable();
+  auto it =
+      std::lower_bound(table.begin(), table.end(), name,
+                       [](const CudaKernelEntry &entry, std::string_view key) {
+                         return entry.name < key;
+                       });
+  return it != table.end() && it->name == name ? &*it : nullptr;
+}
+
+std::vector<std::string_view> cudaKernelNames() {
+  std::vector<std::string_view> names;
+  for (const CudaKernelEntry &entry : cudaKernelTable())
+    names.push_back(entry.name);
+  return names;
+}
+
+std::string cudaKernelMissing(std::string_view name) {
+  if (findCudaKernel(name))
+    return {};
+  std::string base(baseName(name));
+  if (!findKernel(base))
+    return "kernel '" + std::string(name) +
+           "' is in neither the CPU registry nor the CUDA kernel table";
+  return "kernel '" + std::string(name) +
+         "' has no CUDA implementation yet (CPU registry only; "
+         "docs/runtime.md, \"CUDA backend\")";
+}
+
+} // namespace weft::exec::cuda

@@ -1,0 +1,224 @@
+//===- Helpers.cu - Small kernels of the CUDA backend ---------------------===//
+//
+// Conversions, fills, reductions and the graph-safe optimizer step: what the
+// CPU backend does inline around the kernel library.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+#include "weft/kernels/Common.h"
+
+#include <cuda_runtime.h>
+
+namespace weft::exec::cuda {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+__device__ inline int64_t index1d() {
+  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+unsigned blocksFor(int64_t n) { return unsigned((n + kBlock - 1) / kBlock); }
+
+__device__ inline float loadBf16(std::uint16_t bits) {
+  return kernels::bf16ToFloat(kernels::BF16{bits});
+}
+__device__ inline std::uint16_t storeBf16(float x) {
+  return kernels::floatToBf16(x).bits;
+}
+
+__global__ void bf16ToF32Kernel(int64_t n, const std::uint16_t *in,
+                                float *out) {
+  int64_t i = index1d();
+  if (i < n)
+    out[i] = loadBf16(in[i]);
+}
+
+__global__ void f32ToBf16Kernel(int64_t n, const float *in,
+                                std::uint16_t *out) {
+  int64_t i = index1d();
+  if (i < n)
+    out[i] = storeBf16(in[i]);
+}
+
+template <typename T> __global__ void fillKernel(int64_t n, T *dst, T value) {
+  int64_t i = index1d();
+  if (i < n)
+    dst[i] = value;
+}
+
+__global__ void scaleKernel(int64_t n, float *x, float factor) {
+  int64_t i = index1d();
+  if (i < n)
+    x[i] *= factor;
+}
+
+__global__ void finishLossKernel(const float *loss, float divisor,
+                                 bool accumulate, float *out) {
+  float part = *loss / divisor;
+  *out = accumulate ? *out + part : part;
+}
+
+__global__ void sumSquaresKernel(int64_t n, const void *x, bool bf16,
+                                 double *acc) {
+  __shared__ double partial[kBlock];
+  double sum = 0;
+  for (int64_t i = index1d(); i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    double v = bf16 ? double(loadBf16(static_cast<const std::uint16_t *>(x)[i]))
+                    : double(static_cast<const float *>(x)[i]);
+    sum += v * v;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    atomicAdd(acc, partial[0]);
+}
+
+__global__ void doubleToFloatKernel(const double *in, float *out) {
+  *out = float(*in);
+}
+
+__global__ void clipKernel(int64_t n, void *x, bool bf16, const float *sumSq,
+                           float maxNorm) {
+  int64_t i = index1d();
+  if (i >= n)
+    return;
+  float norm = sqrtf(*sumSq);
+  if (maxNorm <= 0 || !(norm > maxNorm))
+    return;
+  float factor = maxNorm / norm;
+  if (bf16) {
+    auto *p = static_cast<std::uint16_t *>(x);
+    p[i] = storeBf16(loadBf16(p[i]) * factor);
+  } else {
+    static_cast<float *>(x)[i] *= factor;
+  }
+}
+
+__global__ void adamwKernel(const kernels::AdamWStep *step, int64_t n,
+                            const float *grad, float *param, float *m,
+                            float *v) {
+  int64_t i = index1d();
+  if (i < n)
+    kernels::adamwElement(*step, grad[i], param[i], m[i], v[i]);
+}
+
+__global__ void storeParamsKernel(int64_t n, const float *in, void *out,
+                                  bool bf16) {
+  int64_t i = index1d();
+  if (i >= n)
+    return;
+  if (bf16)
+    static_cast<std::uint16_t *>(out)[i] = storeBf16(in[i]);
+  else
+    static_cast<float *>(out)[i] = in[i];
+}
+
+} // namespace
+
+cudaError_t bf16ToF32(int64_t n, const std::uint16_t *in, float *out,
+                      cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  bf16ToF32Kernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out);
+  return cudaGetLastError();
+}
+
+cudaError_t f32ToBf16(int64_t n, const float *in, std::uint16_t *out,
+                      cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  f32ToBf16Kernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out);
+  return cudaGetLastError();
+}
+
+cudaError_t fillPattern(void *dst, int64_t n, int elementBytes,
+                        std::uint64_t pattern, cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  switch (elementBytes) {
+  case 1:
+    fillKernel<<<blocksFor(n), kBlock, 0, stream>>>(
+        n, static_cast<std::uint8_t *>(dst), std::uint8_t(pattern));
+    break;
+  case 2:
+    fillKernel<<<blocksFor(n), kBlock, 0, stream>>>(
+        n, static_cast<std::uint16_t *>(dst), std::uint16_t(pattern));
+    break;
+  case 4:
+    fillKernel<<<blocksFor(n), kBlock, 0, stream>>>(
+        n, static_cast<std::uint32_t *>(dst), std::uint32_t(pattern));
+    break;
+  case 8:
+    fillKernel<<<blocksFor(n), kBlock, 0, stream>>>(
+        n, static_cast<unsigned long long *>(dst),
+        static_cast<unsigned long long>(pattern));
+    break;
+  default:
+    return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t scale(int64_t n, float *x, float factor, cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  scaleKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, factor);
+  return cudaGetLastError();
+}
+
+cudaError_t finishLoss(const float *loss, float divisor, bool accumulate,
+                       float *out, cudaStream_t stream) {
+  finishLossKernel<<<1, 1, 0, stream>>>(loss, divisor, accumulate, out);
+  return cudaGetLastError();
+}
+
+cudaError_t sumSquaresAccumulate(int64_t n, const void *x, bool bf16,
+                                 double *acc, cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  unsigned blocks = blocksFor(n);
+  if (blocks > 1024)
+    blocks = 1024; // grid-stride loop
+  sumSquaresKernel<<<blocks, kBlock, 0, stream>>>(n, x, bf16, acc);
+  return cudaGetLastError();
+}
+
+cudaError_t doubleToFloat(const double *in, float *out, cudaStream_t stream) {
+  doubleToFloatKernel<<<1, 1, 0, stream>>>(in, out);
+  return cudaGetLastError();
+}
+
+cudaError_t clipByNorm(int64_t n, void *x, bool bf16, const float *sumSq,
+                       float maxNorm, cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  clipKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, bf16, sumSq, maxNorm);
+  return cudaGetLastError();
+}
+
+cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
+                            const float *grad, float *param, float *m, float *v,
+                            cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  adamwKernel<<<blocksFor(n), kBlock, 0, stream>>>(step, n, grad, param, m, v);
+  return cudaGetLastError();
+}
+
+cudaError_t storeParams(int64_t n, const float *in, void *out, bool bf16,
+                        cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  storeParamsKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out, bf16);
+  return cudaGetLastError();
+}
+
+} // namespace weft::exec::cuda

@@ -1,0 +1,72 @@
+//===- Internal.h - Pieces shared inside the CUDA backend -------*- C++ -*-===//
+#ifndef WEFT_EXEC_CUDA_INTERNAL_H
+#define WEFT_EXEC_CUDA_INTERNAL_H
+
+#include "weft/exec/KernelRegistry.h"
+#include "weft/kernels/Optimizer.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace weft::exec::cuda {
+
+//===--- Helper kernels (Helpers.cu) -------------------------------------===//
+
+cudaError_t bf16ToF32(int64_t n, const std::uint16_t *in, float *out,
+                      cudaStream_t stream);
+cudaError_t f32ToBf16(int64_t n, const float *in, std::uint16_t *out,
+                      cudaStream_t stream);
+/// n elements of `elementBytes` (1, 2, 4 or 8) bytes, each set to the low
+/// bytes of `pattern`.
+cudaError_t fillPattern(void *dst, int64_t n, int elementBytes,
+                        std::uint64_t pattern, cudaStream_t stream);
+cudaError_t scale(int64_t n, float *x, float factor, cudaStream_t stream);
+/// *out = (accumulate ? *out : 0) + *loss / divisor.
+cudaError_t finishLoss(const float *loss, float divisor, bool accumulate,
+                       float *out, cudaStream_t stream);
+/// *acc += sum x[i]^2 (x f32, or bf16 when `bf16`).
+cudaError_t sumSquaresAccumulate(int64_t n, const void *x, bool bf16,
+                                 double *acc, cudaStream_t stream);
+cudaError_t doubleToFloat(const double *in, float *out, cudaStream_t stream);
+/// x *= maxNorm / sqrt(*sumSq) when maxNorm > 0 and the norm exceeds it.
+cudaError_t clipByNorm(int64_t n, void *x, bool bf16, const float *sumSq,
+                       float maxNorm, cudaStream_t stream);
+/// AdamW with the step's scalars read from device memory (graph-safe).
+cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
+                            const float *grad, float *param, float *m, float *v,
+                            cudaStream_t stream);
+/// out[i] = in[i] narrowed to bf16 (`bf16`) or copied as f32.
+cudaError_t storeParams(int64_t n, const float *in, void *out, bool bf16,
+                        cudaStream_t stream);
+
+//===--- The kernel table (CudaKernelTable.cpp) --------------------------===//
+
+/// One launch: fp32 (or i32 index) device operands in signature order.
+struct CudaKernelCall {
+  const KernelConstants *constants = nullptr;
+  std::vector<float *> reads;
+  std::vector<float *> writes;
+  std::vector<const std::int32_t *> readIndices;
+  float *scratch = nullptr; // scratchFloats(constants) device floats
+  cudaStream_t stream = nullptr;
+
+  int64_t c(const char *name) const { return constants->at(name); }
+};
+
+struct CudaKernelEntry {
+  std::string_view name; // == the CPU registry's name
+  /// Device scratch (in floats) one launch needs besides its operands.
+  int64_t (*scratchFloats)(const KernelConstants &);
+  cudaError_t (*run)(const CudaKernelCall &);
+};
+
+/// The entry for `name` (or `base` of `base.suffix`), or null.
+const CudaKernelEntry *findCudaKernel(std::string_view name);
+const std::vector<CudaKernelEntry> &cudaKernelTable();
+
+} // namespace weft::exec::cuda
+
+#endif // WEFT_EXEC_CUDA_INTERNAL_H

@@ -1,0 +1,202 @@
+//===- Nccl.cpp - NCCL communicators of the CUDA backend ------------------===//
+//
+// The world communicator comes from an ncclUniqueId that world rank 0
+// creates and the caller broadcasts (MPI_Bcast in weft-run); every group
+// family then gets a communicator by ncclCommSplit with color = the index of
+// the family's group containing this rank (NCCL_SPLIT_NOCOLOR if none) and
+// key = the rank's position in that group, so NCCL's group rank equals the
+// plan's group-relative index. Send/recv peers and broadcast roots are
+// group-relative, as in the plan.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Nccl.h"
+#include "weft/exec/Error.h"
+
+#ifdef WEFT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace weft::exec::cuda {
+
+#ifndef WEFT_HAVE_NCCL
+
+std::unique_ptr<NcclComms>
+NcclComms::create(const plan::Bundle &, int rank, int,
+                  const std::function<void(void *, size_t)> &) {
+  throw Error("rank " + std::to_string(rank) +
+              ": the CUDA backend was built without NCCL (no multi-rank "
+              "support; set NCCL_ROOT and reconfigure)");
+}
+
+#else
+
+namespace {
+
+using plan::DType;
+using plan::Opcode;
+
+class Comms final : public NcclComms {
+public:
+  Comms(int rank) : rank_(rank) {}
+  ~Comms() override {
+    // A clean shutdown destroys; after abort() the handles are gone.
+    for (ncclComm_t comm : families_)
+      if (comm && comm != world_)
+        ncclCommDestroy(comm);
+    if (world_)
+      ncclCommDestroy(world_);
+  }
+
+  void init(const plan::Bundle &bundle, int worldSize,
+            const std::function<void(void *, size_t)> &broadcastId) {
+    ncclUniqueId id{};
+    if (rank_ == 0)
+      check(ncclGetUniqueId(&id), "ncclGetUniqueId", "opening");
+    broadcastId(&id, sizeof id);
+    check(ncclCommInitRank(&world_, worldSize, id, rank_), "ncclCommInitRank",
+          "opening");
+    families_.assign(bundle.groups.size(), nullptr);
+    for (const plan::GroupFamily &family : bundle.groups) {
+      int color = NCCL_SPLIT_NOCOLOR, key = 0;
+      for (size_t g = 0; g < family.groups.size(); ++g) {
+        int64_t index = plan::groupIndexOf(family.groups[g], rank_);
+        if (index >= 0) {
+          color = int(g);
+          key = int(index);
+          break;
+        }
+      }
+      ncclComm_t comm = nullptr;
+      // Collective over the world: every rank splits for every family.
+      check(ncclCommSplit(world_, color, key, &comm, nullptr), "ncclCommSplit",
+            "opening group family " + std::to_string(family.id));
+      families_[size_t(family.id)] = comm;
+    }
+  }
+
+  void issue(const plan::Instruction &inst, const std::vector<Operand> &reads,
+             const std::vector<Operand> &writes, cudaStream_t stream,
+             const std::string &where) override {
+    if (inst.group < 0 || size_t(inst.group) >= families_.size() ||
+        !families_[size_t(inst.group)])
+      fail(where, "group family " + std::to_string(inst.group) +
+                      " has no communicator containing this rank");
+    ncclComm_t comm = families_[size_t(inst.group)];
+    ncclDataType_t type = dataType(inst.dtype, where);
+    ncclRedOp_t op = inst.reduce == plan::ReduceOp::Max   ? ncclMax
+                     : inst.reduce == plan::ReduceOp::Min ? ncclMin
+                                                          : ncclSum;
+    size_t count = size_t(inst.count);
+    const char *call = "";
+    ncclResult_t rc = ncclSuccess;
+    switch (inst.opcode) {
+    case Opcode::AllReduce:
+      call = "ncclAllReduce";
+      rc = ncclAllReduce(reads[0].data, writes[0].data, count, type, op, comm,
+                         stream);
+      break;
+    case Opcode::ReduceScatter:
+      call = "ncclReduceScatter";
+      rc = ncclReduceScatter(reads[0].data, writes[0].data, count, type, op,
+                             comm, stream);
+      break;
+    case Opcode::AllGather:
+      // Straight into the flat output buffer (in place when the input is
+      // this rank's block of it).
+      call = "ncclAllGather";
+      rc = ncclAllGather(reads[0].data, writes[0].data, count, type, comm,
+                         stream);
+      break;
+    case Opcode::Broadcast:
+      call = "ncclBroadcast";
+      rc = ncclBroadcast(writes[0].data, writes[0].data, count, type,
+                         int(inst.peer), comm, stream);
+      break;
+    case Opcode::Send:
+      call = "ncclSend";
+      rc = ncclSend(reads[0].data, count, type, int(inst.peer), comm, stream);
+      break;
+    case Opcode::Recv:
+      call = "ncclRecv";
+      rc = ncclRecv(writes[0].data, count, type, int(inst.peer), comm, stream);
+      break;
+    default:
+      fail(where, std::string(plan::toString(inst.opcode)) +
+                      " is not a communication instruction");
+    }
+    check(rc, call, where);
+  }
+
+  void groupStart() override { check(ncclGroupStart(), "ncclGroupStart", ""); }
+  void groupEnd() override { check(ncclGroupEnd(), "ncclGroupEnd", ""); }
+
+  void abort() noexcept override {
+    for (ncclComm_t &comm : families_) {
+      if (comm && comm != world_)
+        ncclCommAbort(comm);
+      comm = nullptr;
+    }
+    if (world_)
+      ncclCommAbort(world_);
+    world_ = nullptr;
+  }
+
+private:
+  ncclDataType_t dataType(DType dtype, const std::string &where) {
+    switch (dtype) {
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    case DType::U8:
+      return ncclUint8;
+    case DType::U16:
+      break;
+    }
+    fail(where, "NCCL has no " + std::string(plan::toString(dtype)) + " type");
+  }
+
+  [[noreturn]] void fail(const std::string &where, const std::string &what) {
+    abort();
+    throw Error("rank " + std::to_string(rank_) + ": " +
+                (where.empty() ? "" : where + ": ") + what +
+                " (NCCL communicators aborted)");
+  }
+
+  void check(ncclResult_t rc, const char *call, const std::string &where) {
+    if (rc == ncclSuccess || rc == ncclInProgress)
+      return;
+    std::string detail = ncclGetErrorString(rc);
+    const char *last = ncclGetLastError(world_);
+    if (last && *last)
+      detail += std::string(": ") + last;
+    fail(where, std::string(call) + " failed: " + detail);
+  }
+
+  int rank_ = 0;
+  ncclComm_t world_ = nullptr;
+  std::vector<ncclComm_t> families_; // by family id
+};
+
+} // namespace
+
+std::unique_ptr<NcclComms>
+NcclComms::create(const plan::Bundle &bundle, int rank, int worldSize,
+                  const std::function<void(void *, size_t)> &broadcastId) {
+  auto comms = std::make_unique<Comms>(rank);
+  comms->init(bundle, worldSize, broadcastId);
+  return comms;
+}
+
+#endif // WEFT_HAVE_NCCL
+
+} // namespace weft::exec::cuda

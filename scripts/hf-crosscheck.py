@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Cross-check weft-export against Hugging Face transformers.
+
+Loads a safetensors file written by weft-export into transformers'
+GPT2LMHeadModel / LlamaForCausalLM (built from the preset's config.json),
+computes the mean next-token cross-entropy on the batch weft-run trained on at
+the same step, and compares it with weft-run's logged loss (relative 1e-5; the
+model runs in float64, TF32 off). Two stages, because the GPU machine has
+torch but cannot build Weft, and this machine builds Weft but has no torch:
+
+  scripts/hf-crosscheck.py stage [--build build] [--out .gpu/hf-crosscheck]
+      (after scripts/gpu-prepare.sh, which recreates .gpu)
+      here: for gpt2-tiny and llama-tiny, weftc compile (serial), weft-run
+      8 steps with checkpoints at 0 and 7, weft-export of step-0 and step-7;
+      writes per model config.json, tokens.bin, step0/step7 safetensors and
+      expected.json (weft-run's losses of step 1 and step 8, which are
+      computed from exactly those weights).
+  scripts/hf-crosscheck.py check [DIR]   (default .gpu/hf-crosscheck)
+      there (scripts/gpu-check.sh runs it; carry .gpu): loads each model into
+      transformers and compares. Prints one visible "SKIP:" line and exits 0
+      when torch or transformers is missing or nothing was staged.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+MODELS = ("gpt2-tiny", "llama-tiny")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LLMC_MAGIC = 20240520
+BATCH, SEQ_LEN = 4, 32
+
+
+def stage(args):
+    bin_dir = os.path.join(args.build, "bin")
+    tools = {t: os.path.join(bin_dir, t)
+             for t in ("weftc", "weft-run", "weft-export", "weft-make-tokens")}
+    for name, path in tools.items():
+        if not os.access(path, os.X_OK):
+            sys.exit(f"hf-crosscheck: error: {path} not built (ninja -C "
+                     f"{args.build} {name})")
+    run = lambda *cmd, **kw: subprocess.run(cmd, check=True, **kw)
+    for model in MODELS:
+        out = os.path.join(args.out, model)
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        work = os.path.join(out, "work")
+        os.makedirs(work)
+        preset = os.path.join(ROOT, "compiler/Import/presets", model + ".json")
+        shutil.copy(preset, os.path.join(out, "config.json"))
+        tokens = os.path.join(out, "tokens.bin")
+        run(tools["weft-make-tokens"], os.path.join(ROOT, "data/corpus.txt"),
+            tokens, stdout=subprocess.DEVNULL)
+        bundle = os.path.join(work, "bundle")
+        run(tools["weftc"], "compile", "--model", model, "--cluster",
+            os.path.join(ROOT, "test/lit/weftc/Inputs/cpu-sim-1.json"),
+            "--global-batch", str(BATCH), "--seq-len", str(SEQ_LEN),
+            "--lr", "1e-2", "--warmup-steps", "2", "--decay-steps", "20",
+            "--dp", "1", "--micro-batch", str(BATCH), "-o", bundle,
+            stdout=subprocess.DEVNULL)
+        ck = os.path.join(work, "ck")
+        run(tools["weft-run"], bundle, "--data", tokens, "--steps", "0",
+            "--checkpoint-dir", ck, "--quiet")
+        metrics = os.path.join(work, "run.jsonl")
+        run(tools["weft-run"], bundle, "--data", tokens, "--steps", "8",
+            "--checkpoint-dir", ck, "--checkpoint-every", "7", "--metrics",
+            metrics, "--quiet")
+        for step in (0, 7):
+            run(tools["weft-export"], bundle, os.path.join(ck, f"step-{step}"),
+                "-o", os.path.join(out, f"step{step}.safetensors"),
+                stdout=subprocess.DEVNULL)
+        losses = [json.loads(line)["loss"] for line in open(metrics)]
+        json.dump({"batch": BATCH, "seq_len": SEQ_LEN,
+                   "checks": [{"weights": "step0.safetensors", "step": 1,
+                               "loss": losses[0]},
+                              {"weights": "step7.safetensors", "step": 8,
+                               "loss": losses[7]}]},
+                  open(os.path.join(out, "expected.json"), "w"), indent=1)
+        shutil.rmtree(work)
+        print(f"staged {out}: step-1 loss {losses[0]:.6f}, step-8 loss "
+              f"{losses[7]:.6f}")
+
+
+def load_safetensors(torch, path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    data = blob[8 + n:]
+    out = {}
+    for name, t in header.items():
+        assert t["dtype"] == "F32", (name, t["dtype"])
+        begin, end = t["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[begin:end]),
+                                     dtype=torch.float32).reshape(t["shape"])
+    return out
+
+
+def batch(torch, tokens_path, step, size, seq_len):
+    """weft-run's batch of 1-based `step` (docs/runtime.md, "Data")."""
+    raw = open(tokens_path, "rb").read()
+    magic, _, count = struct.unpack("<iii", raw[:12])
+    body = raw[1024:1024 + 2 * count] if magic == LLMC_MAGIC else raw
+    tokens = torch.frombuffer(bytearray(body), dtype=torch.int16).to(
+        torch.int64) & 0xFFFF
+    sequences = (len(tokens) - 1) // seq_len
+    rows = torch.stack([tokens[i * seq_len:i * seq_len + seq_len + 1]
+                        for i in (((step - 1) * size + j) % sequences
+                                  for j in range(size))])
+    return rows[:, :-1], rows[:, 1:]
+
+
+def check(args):
+    try:
+        import torch
+        import transformers
+    except ImportError as error:
+        print(f"SKIP: hf-crosscheck: {error.name} is not installed")
+        return 0
+    if not os.path.isdir(args.dir):
+        print(f"SKIP: hf-crosscheck: nothing staged in {args.dir} (run "
+              f"scripts/hf-crosscheck.py stage on the build machine)")
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    status = 0
+    for model in MODELS:
+        d = os.path.join(args.dir, model)
+        if not os.path.isdir(d):
+            print(f"SKIP: hf-crosscheck {model}: not staged")
+            continue
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        expected = json.load(open(os.path.join(d, "expected.json")))
+        family = cfg["model_type"]
+        config = transformers.AutoConfig.for_model(**cfg)
+        config._attn_implementation = "eager"
+        cls = (transformers.GPT2LMHeadModel if family == "gpt2"
+               else transformers.LlamaForCausalLM)
+        for c in expected["checks"]:
+            net = cls(config).to(torch.float64)
+            weights = load_safetensors(torch, os.path.join(d, c["weights"]))
+            missing, unexpected = net.load_state_dict(
+                {k: v.to(torch.float64) for k, v in weights.items()},
+                strict=False)
+            net.tie_weights()
+            # Only the tied head may be absent (transformers re-ties it).
+            missing = [k for k in missing if k != "lm_head.weight" or
+                       not cfg.get("tie_word_embeddings", family == "gpt2")]
+            if missing or unexpected:
+                print(f"FAIL: hf-crosscheck {model}: missing {missing}, "
+                      f"unexpected {unexpected}")
+                status = 1
+                continue
+            net = net.to(device).eval()
+            ids, targets = batch(torch, os.path.join(d, "tokens.bin"),
+                                 c["step"], expected["batch"],
+                                 expected["seq_len"])
+            with torch.no_grad():
+                logits = net(input_ids=ids.to(device)).logits
+                loss = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    targets.reshape(-1).to(device)).item()
+            rel = abs(loss - c["loss"]) / abs(c["loss"])
+            ok = rel <= 1e-5
+            status |= 0 if ok else 1
+            print(f"{'PASS' if ok else 'FAIL'}: hf-crosscheck {model} step "
+                  f"{c['step']}: weft-run {c['loss']:.7f}, transformers "
+                  f"{transformers.__version__} ({device}, fp64) {loss:.7f}, "
+                  f"relative {rel:.1e}")
+    return status
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("stage", help="build machine: make the inputs")
+    s.add_argument("--build", default=os.environ.get("WEFT_BUILD_DIR", "build"))
+    s.add_argument("--out", default=".gpu/hf-crosscheck")
+    c = sub.add_parser("check", help="torch machine: compare")
+    c.add_argument("dir", nargs="?", default=".gpu/hf-crosscheck")
+    args = ap.parse_args()
+    if args.command == "stage":
+        stage(args)
+        return 0
+    return check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

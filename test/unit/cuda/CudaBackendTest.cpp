@@ -1,0 +1,647 @@
+//===- CudaBackendTest.cpp - The CUDA backend against the CPU backend -----===//
+//
+// CudaHost.*: host-side pieces, run everywhere (kernel table vs the CPU
+// registry, GEMM cache keys, device choice, the no-device message).
+// CudaGpu.*: need a device and skip visibly ("no CUDA device: ...")
+// without one: cuBLASLt GEMMs vs the CPU GEMM (f32 exact, bf16), an NCCL
+// world-size-1 communicator, and the MLP bundle of test/e2e trained for a
+// few steps on both backends (loss and parameters within 1e-4 relative), with
+// and without whole-step CUDA graph replay.
+//
+// No MPI: the binary links the runtime (and so libmpi) but never calls
+// MPI_Init; NCCL's unique id needs no broadcast at world size 1. So it runs on
+// the GPU machine without mpirun (scripts/gpu-prepare.sh stages the shared
+// libraries it needs).
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/cuda/CudaBackend.h"
+#include "MlpBundle.h"
+#include "weft/exec/Backend.h"
+#include "weft/exec/Error.h"
+#include "weft/exec/KernelRegistry.h"
+#include "weft/exec/Session.h"
+#include "weft/exec/cuda/GemmKey.h"
+#include "weft/kernels/Common.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+using namespace weft;
+using namespace weft::exec;
+using namespace weft::exec::cuda;
+using plan::DType;
+using plan::Opcode;
+
+namespace {
+
+#define SKIP_WITHOUT_DEVICE()                                                  \
+  do {                                                                         \
+    std::string problem = cudaDeviceProblem();                                 \
+    if (!problem.empty())                                                      \
+      GTEST_SKIP() << problem;                                                 \
+  } while (0)
+
+//===--- Host-only --------------------------------------------------------===//
+
+TEST(CudaHost, KernelTableMirrorsTheCpuRegistry) {
+  // Every CUDA entry is a CPU registry name (same constants and signature).
+  for (std::string_view name : cudaKernelNames()) {
+    EXPECT_NE(findKernel(name), nullptr) << name;
+    EXPECT_EQ(cudaKernelMissing(name), "") << name;
+    EXPECT_EQ(cudaKernelMissing(std::string(name) + ".spec2"), "") << name;
+  }
+  // Every CPU entry either has a CUDA entry or a load-time error naming it.
+  std::vector<std::string> missing;
+  for (const KernelSpec &spec : kernelRegistry()) {
+    std::string why = cudaKernelMissing(spec.name);
+    if (why.empty())
+      continue;
+    missing.emplace_back(spec.name);
+    EXPECT_NE(why.find("'" + std::string(spec.name) + "'"), std::string::npos)
+        << why;
+    EXPECT_NE(why.find("no CUDA implementation"), std::string::npos) << why;
+  }
+  std::string list;
+  for (const std::string &name : missing)
+    list += " " + name;
+  std::printf("CUDA table: %zu of %zu CPU kernels; without a CUDA entry:%s\n",
+              cudaKernelNames().size(), kernelRegistry().size(), list.c_str());
+  EXPECT_NE(cudaKernelMissing("no_such_kernel").find("neither"),
+            std::string::npos);
+  // The kernels the MLP and GPT-2 plans launch on one rank.
+  for (const char *name :
+       {"bias_add", "bias_grad", "activation_forward", "activation_backward",
+        "cross_entropy", "embedding_forward", "embedding_backward",
+        "layer_norm_forward", "layer_norm_backward", "attention_forward",
+        "attention_backward", "residual_add"})
+    EXPECT_EQ(cudaKernelMissing(name), "") << name;
+}
+
+plan::Program gemmProgram(DType dtype, bool transA, bool transB, int64_t m,
+                          int64_t n, int64_t k, int64_t pad, double beta) {
+  plan::Program program;
+  int64_t eb = plan::elementBytes(dtype);
+  int64_t lda = (transA ? k : m) + pad, ldb = (transB ? n : k) + pad,
+          ldc = m + pad;
+  int64_t a = lda * (transA ? m : k), b = ldb * (transB ? k : n), c = ldc * n;
+  int64_t offset = 0;
+  auto add = [&](const char *name, int64_t elements) {
+    plan::Buffer buffer;
+    buffer.id = int64_t(program.buffers.size());
+    buffer.name = name;
+    buffer.region = plan::Region::Arena;
+    buffer.offset = offset;
+    buffer.size = elements * eb;
+    buffer.dtype = dtype;
+    offset += (buffer.size + 255) / 256 * 256;
+    program.buffers.push_back(buffer);
+    return plan::BufferRange{buffer.id, 0, buffer.size};
+  };
+  plan::Instruction inst;
+  inst.opcode = Opcode::Gemm;
+  inst.dtype = dtype;
+  inst.reads = {add("A", a), add("B", b)};
+  inst.writes = {add("C", c)};
+  inst.gemm = {transA, transB, m, n, k, lda, ldb, ldc, 1.0, beta};
+  program.arenaBytes = offset;
+  program.streams.push_back({"compute", {inst}});
+  return program;
+}
+
+TEST(CudaHost, GemmKeysSeparateWhatChangesTheAlgorithm) {
+  plan::Program p = gemmProgram(DType::BF16, false, true, 64, 48, 32, 0, 0);
+  const plan::Instruction &inst = p.streams[0].instructions[0];
+  GemmKey key = gemmKeyOf(p, inst);
+  EXPECT_EQ(describe(key),
+            "bf16 NT m=64 n=48 k=32 lda=64 ldb=48 ldc=64 beta=0");
+  EXPECT_EQ(key.alignA, 256);
+  GemmKey same = gemmKeyOf(p, inst);
+  EXPECT_TRUE(same == key);
+  EXPECT_FALSE(same < key || key < same);
+  // alpha is a per-instruction scalar, not part of the key; beta == 0 is.
+  plan::Instruction scaled = inst;
+  scaled.gemm.alpha = 0.5;
+  EXPECT_TRUE(gemmKeyOf(p, scaled) == key);
+  scaled.gemm.beta = 1;
+  EXPECT_FALSE(gemmKeyOf(p, scaled) == key);
+  // A sub-range at a 2-byte offset is less aligned: a different key.
+  plan::Instruction shifted = inst;
+  shifted.reads[0].offset = 2;
+  GemmKey k2 = gemmKeyOf(p, shifted);
+  EXPECT_EQ(k2.alignA, 2);
+  EXPECT_FALSE(k2 == key);
+  EXPECT_NE(describe(k2).find("align=2/256/256"), std::string::npos);
+  EXPECT_EQ(operandAlignment(0), 256);
+  EXPECT_EQ(operandAlignment(512), 256);
+  EXPECT_EQ(operandAlignment(48), 16);
+  EXPECT_EQ(operandAlignment(6), 2);
+  EXPECT_EQ(gemmUnsupported(DType::F32), "");
+  EXPECT_EQ(gemmUnsupported(DType::BF16), "");
+  EXPECT_EQ(gemmUnsupported(DType::F16), "");
+  EXPECT_NE(gemmUnsupported(DType::I32).find("gemm of i32"), std::string::npos);
+  EXPECT_EQ(gemmShapeProblem(key), "");
+  GemmKey bad = key;
+  bad.lda = 8;
+  EXPECT_NE(gemmShapeProblem(bad).find("leading dimensions"),
+            std::string::npos);
+  bad = key;
+  bad.k = 0;
+  EXPECT_NE(gemmShapeProblem(bad).find("positive"), std::string::npos);
+}
+
+TEST(CudaHost, CommunicationBucketsAreRunsOfTwoOrMore) {
+  plan::Stream stream;
+  auto add = [&](Opcode op) {
+    plan::Instruction inst;
+    inst.opcode = op;
+    stream.instructions.push_back(inst);
+  };
+  add(Opcode::AllReduce); // alone: no bucket
+  add(Opcode::Gemm);
+  add(Opcode::AllReduce); // [2, 5)
+  add(Opcode::ReduceScatter);
+  add(Opcode::AllGather);
+  add(Opcode::RecordEvent);
+  add(Opcode::Send); // [6, 8): a send/recv pair
+  add(Opcode::Recv);
+  using Runs = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(communicationBuckets(stream), (Runs{{2, 5}, {6, 8}}));
+  EXPECT_EQ(communicationBuckets(plan::Stream{}), Runs{});
+}
+
+TEST(CudaHost, DeviceChoiceFollowsTheLocalRank) {
+  const char *vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "MPI_LOCALRANKID", "SLURM_LOCALID"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char *var : vars) {
+    if (const char *v = std::getenv(var))
+      saved.emplace_back(var, v);
+    ::unsetenv(var);
+  }
+  EXPECT_EQ(chooseDevice(-1, 0), -1);
+  EXPECT_EQ(chooseDevice(-1, 4), 0);
+  EXPECT_EQ(chooseDevice(2, 4), 2);
+  EXPECT_EQ(chooseDevice(4, 4), -1);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "5", 1);
+  EXPECT_EQ(chooseDevice(-1, 4), 1);
+  ::setenv("LOCAL_RANK", "3", 1); // takes precedence
+  EXPECT_EQ(chooseDevice(-1, 4), 3);
+  ::setenv("LOCAL_RANK", "x", 1); // not a number: the next variable
+  EXPECT_EQ(chooseDevice(-1, 4), 1);
+  for (const char *var : vars)
+    ::unsetenv(var);
+  for (const auto &[var, value] : saved)
+    ::setenv(var.c_str(), value.c_str(), 1);
+}
+
+TEST(CudaHost, OptionsDefaults) {
+  CudaBackendOptions options;
+  EXPECT_TRUE(options.graph); // --no-graph turns it off
+  EXPECT_FALSE(options.tf32); // fp32 GEMMs are exact fp32
+  EXPECT_EQ(options.device, -1);
+  std::printf("built with NCCL: %s, NVTX: %s\n", builtWithNccl() ? "yes" : "no",
+              builtWithNvtx() ? "yes" : "no");
+}
+
+TEST(CudaHost, NoDeviceIsOneLine) {
+  std::string problem = cudaDeviceProblem();
+  if (!problem.empty()) {
+    EXPECT_EQ(problem.rfind("no CUDA device: ", 0), 0u) << problem;
+    EXPECT_EQ(problem.find('\n'), std::string::npos);
+    EXPECT_EQ(cudaDeviceCount(), 0);
+    try {
+      makeCudaBackend({});
+      ADD_FAILURE() << "makeCudaBackend succeeded without a device";
+    } catch (const Error &error) {
+      EXPECT_EQ(std::string(error.what()), problem);
+    }
+    std::printf("%s\n", problem.c_str());
+  } else {
+    EXPECT_GT(cudaDeviceCount(), 0);
+  }
+}
+
+//===--- A one-rank driver for either backend -----------------------------===//
+
+float toFloat(const std::byte *data, DType dtype, int64_t i) {
+  if (dtype == DType::BF16)
+    return kernels::bf16ToFloat(
+        reinterpret_cast<const kernels::BF16 *>(data)[i]);
+  return reinterpret_cast<const float *>(data)[i];
+}
+
+/// Replays a one-rank program on `backend` (the CPU backend, or the CUDA
+/// backend with events, NCCL and optionally graph replay): what Session does,
+/// minus MPI.
+class Driver {
+public:
+  Driver(Backend &backend, const plan::Bundle &bundle, bool graph)
+      : backend_(backend), cuda_(dynamic_cast<CudaBackend *>(&backend)),
+        bundle_(bundle), graph_(graph && cuda_) {
+    rp_ = plan::expandRankProgram(bundle, 0);
+    const plan::Program &program = *rp_.program;
+    backend.prepare(bundle, program);
+    persistent_ = backend.allocateRegion(plan::Region::Persistent,
+                                         program.persistentBytes);
+    arena_ = backend.allocateRegion(plan::Region::Arena, program.arenaBytes);
+    if (cuda_ && builtWithNccl())
+      cuda_->connect(bundle, 0, 1, [](void *, size_t) {});
+    // Parameters: initialValue() of each element, as Session does for one
+    // unsharded rank.
+    std::vector<std::byte> host(size_t(program.persistentBytes));
+    for (const plan::Parameter &param : bundle.parameters)
+      for (const plan::ShardSpec &shard : param.shards) {
+        if (shard.role != rp_.role)
+          continue;
+        const plan::Buffer &buffer = program.buffers[size_t(shard.buffer)];
+        int64_t numel = 1;
+        for (int64_t d : param.shape)
+          numel *= d;
+        std::byte *out = host.data() + buffer.offset + shard.offset;
+        for (int64_t e = 0; e < shard.paddedElements; ++e) {
+          float v = e < numel ? float(initialValue(7, param, e)) : 0.0f;
+          if (buffer.dtype == DType::BF16)
+            reinterpret_cast<kernels::BF16 *>(out)[e] = kernels::floatToBf16(v);
+          else
+            reinterpret_cast<float *>(out)[e] = v;
+        }
+      }
+    backend.copyToDevice(persistent_, host.data(), int64_t(host.size()));
+    for (const plan::Buffer &buffer : program.buffers)
+      if (buffer.name == "loss")
+        loss_ = buffer.id;
+    // Token staging, one slot per load_batch write.
+    for (const plan::Stream &stream : program.streams)
+      for (const plan::Instruction &inst : stream.instructions)
+        if (inst.opcode == Opcode::LoadBatch)
+          for (const plan::BufferRange &range : inst.writes)
+            staging_[&range] = cuda_ ? cuda_->pinnedStaging(range.bytes)
+                                     : hostStaging(range.bytes);
+  }
+
+  Operand operand(const plan::BufferRange &range) const {
+    const plan::Buffer &b = rp_.program->buffers[size_t(range.buffer)];
+    std::byte *base =
+        b.region == plan::Region::Persistent ? persistent_ : arena_;
+    return {base + b.offset + range.offset, range.bytes, b.dtype};
+  }
+
+  /// One step; returns the loss.
+  float step(int64_t step) {
+    const plan::Program &program = *rp_.program;
+    const plan::TrainingInfo &t = bundle_.training;
+    StepContext context{step, learningRate(t, step), &t};
+    fillTokens(step);
+    if (cuda_)
+      cuda_->beginStep(context);
+    if (graph_ && cuda_->hasGraph()) {
+      cuda_->replay();
+    } else {
+      bool capture = graph_ && step >= 2; // step 1 is the warm-up
+      if (capture)
+        cuda_->beginCapture();
+      issueAll(program, context);
+      if (capture) {
+        cuda_->endCapture();
+        cuda_->replay();
+      }
+    }
+    float loss = NAN;
+    if (loss_ >= 0) {
+      Operand l = operand({loss_, 0, 4});
+      backend_.copyToHost(reinterpret_cast<std::byte *>(&loss), l.data, 4);
+    }
+    return loss;
+  }
+
+  std::vector<float> parameters() const {
+    const plan::Program &program = *rp_.program;
+    std::vector<std::byte> host(size_t(program.persistentBytes));
+    backend_.copyToHost(host.data(), persistent_, int64_t(host.size()));
+    std::vector<float> values;
+    for (const plan::Parameter &param : bundle_.parameters)
+      for (const plan::ShardSpec &shard : param.shards) {
+        if (shard.role != rp_.role)
+          continue;
+        const plan::Buffer &buffer = program.buffers[size_t(shard.buffer)];
+        for (int64_t e = 0; e < shard.paddedElements; ++e)
+          values.push_back(toFloat(host.data() + buffer.offset + shard.offset,
+                                   buffer.dtype, e));
+      }
+    return values;
+  }
+
+private:
+  std::byte *hostStaging(int64_t bytes) {
+    hostStaging_.emplace_back(size_t(bytes));
+    return hostStaging_.back().data();
+  }
+
+  void fillTokens(int64_t step) {
+    int64_t vocab = 0;
+    for (const plan::Parameter &p : bundle_.parameters)
+      if (!p.shape.empty())
+        vocab = std::max(vocab, p.shape[0]);
+    vocab = std::max<int64_t>(vocab, 2);
+    int64_t slot = 0;
+    for (auto &[range, host] : staging_) {
+      auto *tokens = reinterpret_cast<int32_t *>(host);
+      for (int64_t i = 0; i < range->bytes / 4; ++i)
+        tokens[i] = int32_t((i * 7 + step * 13 + slot * 5) % 251 % vocab);
+      ++slot;
+    }
+  }
+
+  void issue(const plan::Instruction &inst, int64_t s,
+             const StepContext &context) {
+    std::vector<Operand> reads, writes;
+    for (const plan::BufferRange &r : inst.reads)
+      reads.push_back(operand(r));
+    for (const plan::BufferRange &r : inst.writes)
+      writes.push_back(operand(r));
+    switch (inst.opcode) {
+    case Opcode::RecordEvent:
+    case Opcode::WaitEvent:
+      if (cuda_)
+        backend_.execute(inst, s, reads, writes, context);
+      return;
+    case Opcode::Release:
+      return;
+    case Opcode::LoadBatch:
+      for (size_t i = 0; i < inst.writes.size(); ++i) {
+        const std::byte *host = staging_.at(&inst.writes[i]);
+        if (cuda_)
+          cuda_->copyToDeviceAsync(writes[i].data, host, writes[i].bytes, s);
+        else
+          std::memcpy(writes[i].data, host, size_t(writes[i].bytes));
+      }
+      return;
+    default:
+      break;
+    }
+    if (plan::isCollective(inst.opcode) || plan::isPointToPoint(inst.opcode)) {
+      if (cuda_) {
+        cuda_->communicate(inst, s, reads, writes,
+                           "stream " + std::to_string(s) + " " +
+                               std::string(plan::toString(inst.opcode)));
+      } else if (plan::isCollective(inst.opcode)) {
+        // World size 1: every collective is the identity.
+        if (reads[0].data != writes[0].data)
+          std::memmove(writes[0].data, reads[0].data, size_t(reads[0].bytes));
+      } else {
+        FAIL() << "send/recv at world size 1";
+      }
+      return;
+    }
+    backend_.execute(inst, s, reads, writes, context);
+  }
+
+  void issueAll(const plan::Program &program, const StepContext &context) {
+    // Round-robin over the streams; a wait on an event not yet recorded in
+    // this step moves on to the next stream. Communication buckets are
+    // issued whole (one ncclGroupStart/End on CUDA).
+    std::vector<std::map<size_t, size_t>> buckets(program.streams.size());
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      for (auto [first, last] : communicationBuckets(program.streams[s]))
+        buckets[s][first] = last;
+    std::vector<size_t> next(program.streams.size(), 0);
+    std::vector<char> recorded(size_t(program.numEvents), 0);
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (size_t s = 0; s < program.streams.size(); ++s) {
+        const auto &insts = program.streams[s].instructions;
+        while (next[s] < insts.size()) {
+          const plan::Instruction &inst = insts[next[s]];
+          if (inst.opcode == Opcode::WaitEvent && !recorded[size_t(inst.event)])
+            break;
+          auto bucket = buckets[s].find(next[s]);
+          if (bucket != buckets[s].end()) {
+            if (cuda_)
+              cuda_->beginBucket();
+            for (size_t i = bucket->first; i < bucket->second; ++i)
+              issue(insts[i], int64_t(s), context);
+            if (cuda_)
+              cuda_->endBucket();
+            next[s] = bucket->second;
+            progress = true;
+            continue;
+          }
+          issue(inst, int64_t(s), context);
+          if (inst.opcode == Opcode::RecordEvent)
+            recorded[size_t(inst.event)] = 1;
+          ++next[s];
+          progress = true;
+        }
+      }
+    }
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      ASSERT_EQ(next[s], program.streams[s].instructions.size())
+          << "stream " << s << " is blocked";
+  }
+
+  Backend &backend_;
+  CudaBackend *cuda_;
+  const plan::Bundle &bundle_;
+  bool graph_;
+  plan::RankProgram rp_;
+  std::byte *persistent_ = nullptr;
+  std::byte *arena_ = nullptr;
+  int64_t loss_ = -1;
+  std::map<const plan::BufferRange *, std::byte *> staging_;
+  std::vector<std::vector<std::byte>> hostStaging_;
+};
+
+double relativeError(const std::vector<float> &a, const std::vector<float> &b) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, double(std::fabs(b[i])));
+  }
+  return diff / scale;
+}
+
+//===--- GPU --------------------------------------------------------------===//
+
+struct GemmCase {
+  DType dtype;
+  bool transA, transB;
+  int64_t m, n, k, pad;
+  double beta;
+};
+
+TEST(CudaGpu, CublasLtGemmMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  const GemmCase cases[] = {
+      {DType::F32, false, false, 64, 48, 32, 0, 0},
+      {DType::F32, true, false, 33, 17, 65, 3, 0},
+      {DType::F32, false, true, 128, 256, 64, 0, 1},
+      {DType::F32, true, true, 16, 8, 24, 1, 0.5},
+      {DType::BF16, false, false, 64, 48, 32, 0, 0},
+      {DType::BF16, false, true, 128, 64, 256, 0, 0},
+      {DType::BF16, true, false, 96, 32, 64, 8, 1},
+  };
+  plan::Bundle bundle;
+  for (const GemmCase &c : cases) {
+    plan::Program program =
+        gemmProgram(c.dtype, c.transA, c.transB, c.m, c.n, c.k, c.pad, c.beta);
+    std::unique_ptr<Backend> cpu = makeCpuBackend();
+    std::unique_ptr<CudaBackend> gpu = makeCudaBackend({});
+    cpu->prepare(bundle, program);
+    gpu->prepare(bundle, program);
+    std::byte *cpuArena =
+        cpu->allocateRegion(plan::Region::Arena, program.arenaBytes);
+    std::byte *gpuArena =
+        gpu->allocateRegion(plan::Region::Arena, program.arenaBytes);
+    // Random inputs (bf16-representable), same bytes on both sides.
+    std::vector<std::byte> host(size_t(program.arenaBytes));
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (const plan::Buffer &b : program.buffers)
+      for (int64_t i = 0; i < b.size / plan::elementBytes(c.dtype); ++i) {
+        float v = kernels::bf16ToFloat(kernels::floatToBf16(dist(rng)));
+        if (c.dtype == DType::BF16)
+          reinterpret_cast<kernels::BF16 *>(host.data() + b.offset)[i] =
+              kernels::floatToBf16(v);
+        else
+          reinterpret_cast<float *>(host.data() + b.offset)[i] = v;
+      }
+    std::memcpy(cpuArena, host.data(), host.size());
+    gpu->copyToDevice(gpuArena, host.data(), int64_t(host.size()));
+    const plan::Instruction &inst = program.streams[0].instructions[0];
+    auto operands = [&](std::byte *base,
+                        const std::vector<plan::BufferRange> &rs) {
+      std::vector<Operand> ops;
+      for (const plan::BufferRange &r : rs) {
+        const plan::Buffer &b = program.buffers[size_t(r.buffer)];
+        ops.push_back({base + b.offset + r.offset, r.bytes, b.dtype});
+      }
+      return ops;
+    };
+    StepContext context;
+    cpu->execute(inst, 0, operands(cpuArena, inst.reads),
+                 operands(cpuArena, inst.writes), context);
+    gpu->execute(inst, 0, operands(gpuArena, inst.reads),
+                 operands(gpuArena, inst.writes), context);
+    std::vector<std::byte> out(host.size());
+    gpu->copyToHost(out.data(), gpuArena, int64_t(out.size()));
+    const plan::Buffer &cb = program.buffers[2];
+    std::vector<float> want, got;
+    for (int64_t i = 0; i < cb.size / plan::elementBytes(c.dtype); ++i) {
+      want.push_back(toFloat(cpuArena + cb.offset, c.dtype, i));
+      got.push_back(toFloat(out.data() + cb.offset, c.dtype, i));
+    }
+    double tolerance = c.dtype == DType::F32 ? 1e-5 : 1e-2;
+    EXPECT_LE(relativeError(got, want), tolerance)
+        << plan::toString(c.dtype) << " m=" << c.m << " n=" << c.n
+        << " k=" << c.k << " transA=" << c.transA << " transB=" << c.transB;
+  }
+}
+
+TEST(CudaGpu, NcclWorldSizeOne) {
+  SKIP_WITHOUT_DEVICE();
+  if (!builtWithNccl())
+    GTEST_SKIP() << "built without NCCL";
+  plan::Bundle bundle;
+  bundle.groups.push_back({0, plan::GroupKind::DP, {{0}}});
+  plan::Program program;
+  program.arenaBytes = 4096;
+  program.streams.push_back({"comm", {}});
+  std::unique_ptr<CudaBackend> gpu = makeCudaBackend({});
+  gpu->prepare(bundle, program);
+  std::byte *arena = gpu->allocateRegion(plan::Region::Arena, 4096);
+  gpu->connect(bundle, 0, 1, [](void *, size_t) {});
+  std::vector<float> in(256);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = float(i) * 0.5f - 3;
+  gpu->copyToDevice(arena, reinterpret_cast<std::byte *>(in.data()), 1024);
+  Operand a{arena, 1024, DType::F32}, b{arena + 1024, 1024, DType::F32},
+      c{arena + 2048, 1024, DType::F32};
+  plan::Instruction inst;
+  inst.group = 0;
+  inst.dtype = DType::F32;
+  inst.count = 256;
+  const Opcode ops[] = {Opcode::AllReduce, Opcode::AllGather,
+                        Opcode::ReduceScatter, Opcode::Broadcast};
+  for (Opcode op : ops) {
+    inst.opcode = op;
+    inst.peer = 0;
+    gpu->beginBucket();
+    gpu->communicate(inst, 0, {a}, {op == Opcode::Broadcast ? a : b}, "test");
+    gpu->endBucket();
+    if (op != Opcode::Broadcast) {
+      gpu->beginBucket(); // a bucket of two
+      gpu->communicate(inst, 0, {a}, {b}, "test");
+      gpu->communicate(inst, 0, {a}, {c}, "test");
+      gpu->endBucket();
+    }
+    std::vector<float> out(768);
+    gpu->copyToHost(reinterpret_cast<std::byte *>(out.data()), arena, 3072);
+    for (size_t i = 0; i < 256; ++i) {
+      ASSERT_EQ(out[i], in[i]) << plan::toString(op);
+      if (op != Opcode::Broadcast) {
+        ASSERT_EQ(out[256 + i], in[i]) << plan::toString(op);
+        ASSERT_EQ(out[512 + i], in[i]) << plan::toString(op);
+      }
+    }
+  }
+  // Errors name the rank and the instruction.
+  inst.opcode = Opcode::AllReduce;
+  inst.group = 5;
+  try {
+    gpu->communicate(inst, 0, {a}, {b}, "stream 0 all_reduce 'grads'");
+    ADD_FAILURE() << "no error for a missing family";
+  } catch (const Error &error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("rank 0: stream 0 all_reduce 'grads': group family 5"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+void compareMlp(const std::string &variant, bool graph) {
+  test::MlpConfig config;
+  config.variant = variant;
+  plan::Bundle bundle = test::buildMlpBundle(config);
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  CudaBackendOptions options;
+  options.graph = graph;
+  std::unique_ptr<CudaBackend> gpu = makeCudaBackend(options);
+  Driver onCpu(*cpu, bundle, false), onGpu(*gpu, bundle, graph);
+  for (int64_t step = 1; step <= 5; ++step) {
+    float want = onCpu.step(step), got = onGpu.step(step);
+    ASSERT_TRUE(std::isfinite(want)) << "step " << step;
+    EXPECT_LE(std::fabs(got - want), 1e-4 * std::fabs(want))
+        << variant << (graph ? " graph" : " eager") << " step " << step
+        << ": cpu " << want << " cuda " << got;
+    std::vector<float> p = onCpu.parameters(), q = onGpu.parameters();
+    ASSERT_EQ(p.size(), q.size());
+    EXPECT_LE(relativeError(q, p), 1e-4)
+        << variant << (graph ? " graph" : " eager") << " step " << step;
+  }
+}
+
+TEST(CudaGpu, MlpSerialMatchesCpuEager) {
+  SKIP_WITHOUT_DEVICE();
+  compareMlp("serial", false);
+}
+
+TEST(CudaGpu, MlpSerialMatchesCpuWithGraphReplay) {
+  SKIP_WITHOUT_DEVICE();
+  compareMlp("serial", true);
+}
+
+TEST(CudaGpu, MlpDdpWorldOneMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  if (!builtWithNccl())
+    GTEST_SKIP() << "built without NCCL";
+  compareMlp("ddp", true);
+}
+
+} // namespace

@@ -1,0 +1,240 @@
+//===- CudaSessionTest.cpp - Session/Runtime driving the CUDA backend -----===//
+//
+// The executor end to end on the CUDA backend: Runtime::open(bundle,
+// {backend cuda}) on one rank, a few steps of the test/e2e MLP bundle, loss,
+// grad norm and every parameter compared with the same run on the CPU
+// backend (1e-4 relative), eager (--no-graph) and with whole-step graph
+// replay; then a checkpoint resume, an offload round trip and a weights
+// snapshot on the CUDA session (the host copies through the backend).
+//
+// CudaSessionHost.*: run everywhere (without a device: the one-line error).
+// CudaSessionGpu.* (ctest label gpu): skip with "no CUDA device: ..." here.
+// Unlike WeftCudaBackendTests this binary calls MPI_Init (Session needs
+// MPI, world size 1, no mpirun): on the device machine it needs Open MPI's
+// components, staged by scripts/gpu-prepare.sh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "MlpBundle.h"
+#include "weft/exec/DataLoader.h"
+#include "weft/exec/Error.h"
+#include "weft/exec/Runtime.h"
+#include "weft/exec/cuda/Probe.h"
+#include "weft/plan/Serialize.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <filesystem>
+#include <unistd.h>
+
+using namespace weft;
+using namespace weft::exec;
+namespace fs = std::filesystem;
+
+namespace {
+
+#define SKIP_WITHOUT_DEVICE()                                                  \
+  do {                                                                         \
+    std::string problem = cuda::cudaDeviceProblem();                           \
+    if (!problem.empty())                                                      \
+      GTEST_SKIP() << problem;                                                 \
+  } while (0)
+
+std::string freshDir(const std::string &name) {
+  static int counter = 0;
+  std::string dir = ::testing::TempDir() + "weft-cuda-session-" +
+                    std::to_string(::getpid()) + "-" +
+                    std::to_string(counter++) + "-" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string tokenFile() {
+  static std::string path = [] {
+    std::vector<uint16_t> ids(4096);
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = uint16_t((i * 37 + 5) % 256);
+    std::string file = freshDir("tokens") + "/tokens.bin";
+    writeLlmcTokens(file, ids.data(), int64_t(ids.size()));
+    return file;
+  }();
+  return path;
+}
+
+/// The MLP bundle of `variant` (one rank) on disk.
+std::string mlpBundle(const std::string &variant) {
+  test::MlpConfig config;
+  config.variant = variant;
+  config.microBatch = 2;
+  config.accum = variant == "zero1" ? 2 : 1; // accumulation on one variant
+  std::string dir = freshDir("bundle-" + variant);
+  plan::writeBundle(test::buildMlpBundle(config), dir);
+  return dir;
+}
+
+Options options(const std::string &backend, bool graph) {
+  Options o;
+  o.dataPath = tokenFile();
+  o.backend = backend;
+  o.graph = graph;
+  o.seed = 3;
+  return o;
+}
+
+/// Every parameter shard of the rank, as floats, read through the backend.
+std::vector<float> parameters(const Session &session) {
+  const plan::Bundle &bundle = session.bundle();
+  const plan::Program &program = *session.rankProgram().program;
+  std::vector<float> values;
+  for (const plan::Parameter &param : bundle.parameters)
+    for (const plan::ShardSpec &shard : param.shards) {
+      if (shard.role != session.rankProgram().role)
+        continue;
+      const plan::Buffer &buffer = program.buffers[size_t(shard.buffer)];
+      EXPECT_EQ(buffer.dtype, plan::DType::F32) << param.name;
+      int64_t elements = shard.paddedElements / shard.zeroShards;
+      std::vector<float> host(static_cast<size_t>(elements));
+      session.readBuffer(buffer.id, shard.offset, host.data(), elements * 4);
+      values.insert(values.end(), host.begin(), host.end());
+    }
+  return values;
+}
+
+double relativeError(const std::vector<float> &got,
+                     const std::vector<float> &want) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+    scale = std::max(scale, double(std::fabs(want[i])));
+  }
+  return diff / scale;
+}
+
+void expectClose(const StepStats &got, const StepStats &want,
+                 const std::string &what) {
+  ASSERT_TRUE(want.lossReported) << what;
+  ASSERT_TRUE(got.lossReported) << what;
+  ASSERT_TRUE(std::isfinite(want.loss)) << what;
+  EXPECT_EQ(got.step, want.step) << what;
+  EXPECT_LE(std::fabs(got.loss - want.loss), 1e-4 * std::fabs(want.loss))
+      << what << ": cpu " << want.loss << " cuda " << got.loss;
+  EXPECT_EQ(std::isnan(got.gradNorm), std::isnan(want.gradNorm)) << what;
+  if (!std::isnan(want.gradNorm)) {
+    EXPECT_LE(std::fabs(got.gradNorm - want.gradNorm),
+              1e-4 * std::fabs(want.gradNorm))
+        << what << " grad norm: cpu " << want.gradNorm << " cuda "
+        << got.gradNorm;
+  }
+}
+
+//===--- Host -------------------------------------------------------------===//
+
+TEST(CudaSessionHost, NoDeviceIsOneLineThroughRuntime) {
+  std::string problem = cuda::cudaDeviceProblem();
+  if (problem.empty())
+    GTEST_SKIP() << "a CUDA device is present";
+  std::string bundle = mlpBundle("serial");
+  try {
+    Runtime::open(bundle, options("cuda", true), MPI_COMM_WORLD);
+    ADD_FAILURE() << "Runtime::open succeeded without a device";
+  } catch (const Error &error) {
+    EXPECT_EQ(std::string(error.what()), problem);
+  }
+  // The CPU backend on the same bundle opens and steps.
+  auto rt = Runtime::open(bundle, options("cpu", true), MPI_COMM_WORLD);
+  EXPECT_TRUE(std::isfinite(rt->step().loss));
+}
+
+//===--- GPU --------------------------------------------------------------===//
+
+/// `steps` steps of `variant` on both backends, compared after every step.
+void compareWithCpu(const std::string &variant, bool graph, int64_t steps) {
+  std::string bundle = mlpBundle(variant);
+  auto cpu = Runtime::open(bundle, options("cpu", true), MPI_COMM_WORLD);
+  auto gpu = Runtime::open(bundle, options("cuda", graph), MPI_COMM_WORLD);
+  EXPECT_EQ(gpu->session().backend().name(), "cuda");
+  EXPECT_FALSE(gpu->session().backend().hostAddressable());
+  for (int64_t step = 1; step <= steps; ++step) {
+    std::string what = variant + (graph ? " graph" : " eager") + " step " +
+                       std::to_string(step);
+    StepStats want = cpu->step(), got = gpu->step();
+    expectClose(got, want, what);
+    EXPECT_LE(
+        relativeError(parameters(gpu->session()), parameters(cpu->session())),
+        1e-4)
+        << what;
+  }
+}
+
+TEST(CudaSessionGpu, MlpSerialMatchesCpuEager) {
+  SKIP_WITHOUT_DEVICE();
+  compareWithCpu("serial", false, 5);
+}
+
+TEST(CudaSessionGpu, MlpSerialMatchesCpuWithGraphReplay) {
+  SKIP_WITHOUT_DEVICE();
+  compareWithCpu("serial", true, 5); // step 1 eager, 2 captured, 3-5 replayed
+}
+
+TEST(CudaSessionGpu, MlpDdpMatchesCpuThroughNccl) {
+  SKIP_WITHOUT_DEVICE();
+  compareWithCpu("ddp", true, 5); // the gradient all-reduce through NCCL
+}
+
+TEST(CudaSessionGpu, MlpZero1WithAccumulationMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  compareWithCpu("zero1", true, 4); // reduce-scatter, all-gather buckets
+}
+
+TEST(CudaSessionGpu, CheckpointOffloadAndSnapshotThroughTheBackend) {
+  SKIP_WITHOUT_DEVICE();
+  std::string bundle = mlpBundle("serial");
+  std::string ck = freshDir("ck");
+  auto cpu = Runtime::open(bundle, options("cpu", true), MPI_COMM_WORLD);
+  auto gpu = Runtime::open(bundle, options("cuda", true), MPI_COMM_WORLD);
+  std::vector<StepStats> want = cpu->runSteps(6);
+  for (int64_t step = 1; step <= 3; ++step)
+    expectClose(gpu->step(), want[size_t(step - 1)],
+                "before save, step " + std::to_string(step));
+  // A save staged through copyToHost; a weights snapshot.
+  CheckpointStats saved = gpu->saveCheckpoint(ck);
+  EXPECT_EQ(saved.step, 3);
+  gpu->saveWeights(ck);
+  EXPECT_TRUE(fs::exists(ck + "/weights-3/COMPLETE"));
+  // Offload and reload every group (arena poisoned on the device).
+  for (StateGroup group : allStateGroups()) {
+    OffloadReport off = gpu->offload(group, HostMemoryKind::Pinned);
+    EXPECT_NE(off.after, Residency::Device) << toString(group);
+  }
+  for (StateGroup group : allStateGroups())
+    gpu->reload(group);
+  expectClose(gpu->step(), want[3], "after offload, step 4");
+  // A fresh CUDA session resumed from step 3 (the rank file read into host
+  // memory and copied to the device) reproduces steps 4-6.
+  Options resume = options("cuda", true);
+  resume.resumeDir = ck;
+  auto resumed = Runtime::open(bundle, resume, MPI_COMM_WORLD);
+  EXPECT_EQ(resumed->session().completedSteps(), 3);
+  for (int64_t step = 4; step <= 6; ++step)
+    expectClose(resumed->step(), want[size_t(step - 1)],
+                "resumed, step " + std::to_string(step));
+  // loadCheckpoint rewinds the first session too.
+  gpu->loadCheckpoint(ck);
+  expectClose(gpu->step(), want[3], "after loadCheckpoint, step 4");
+  EXPECT_LE(
+      relativeError(parameters(gpu->session()), parameters(resumed->session())),
+      1e-5);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int status = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return status;
+}

@@ -1,0 +1,205 @@
+//===- ReshardTest.cpp - Checkpoints as global tensors, across layouts ----===//
+//
+// readGlobalState and reshardCheckpoint on the MLP plans: a serial checkpoint
+// converted to ZeRO-1 DP2 holds the same parameters and AdamW moments bit for
+// bit, and converted back a 1-rank session resumes from it exactly as from the
+// original; the moments are located beside the optimizer's parameter operand;
+// another model, a weights snapshot and an existing output are one-line
+// errors that write nothing.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/Reshard.h"
+#include "e2e/MlpBundle.h"
+#include "weft/exec/DataLoader.h"
+#include "weft/exec/Error.h"
+#include "weft/exec/Session.h"
+#include "weft/plan/Serialize.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <unistd.h>
+
+using namespace weft;
+using namespace weft::exec;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string freshDir(const std::string &name) {
+  static int counter = 0;
+  std::string dir = ::testing::TempDir() + "weft-reshard-" +
+                    std::to_string(::getpid()) + "-" +
+                    std::to_string(counter++) + "-" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string errorOf(const std::function<void()> &body) {
+  try {
+    body();
+  } catch (const Error &error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+std::string writeMlp(const weft::test::MlpConfig &config,
+                     const std::string &name) {
+  std::string dir = freshDir(name);
+  plan::writeBundle(weft::test::buildMlpBundle(config), dir);
+  return dir;
+}
+
+std::string tokenFile() {
+  std::string tokens = freshDir("tokens") + "/tokens.bin";
+  std::vector<uint16_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t((i * 37 + 5) % 256);
+  writeLlmcTokens(tokens, ids.data(), int64_t(ids.size()));
+  return tokens;
+}
+
+weft::test::MlpConfig serialConfig() {
+  weft::test::MlpConfig c;
+  c.microBatch = 4;
+  return c;
+}
+
+weft::test::MlpConfig zeroConfig() {
+  weft::test::MlpConfig c;
+  c.variant = "zero1";
+  c.dp = 2;
+  c.microBatch = 2;
+  return c;
+}
+
+void expectSameState(const GlobalState &a, const GlobalState &b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.dataSamples, b.dataSamples);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const GlobalTensor &x = a.tensors[i], &y = b.tensors[i];
+    EXPECT_EQ(x.param->name, y.param->name);
+    EXPECT_TRUE(x.value == y.value) << x.param->name << " value";
+    EXPECT_TRUE(x.expAvg == y.expAvg) << x.param->name << " exp_avg";
+    EXPECT_TRUE(x.expAvgSq == y.expAvgSq) << x.param->name << " exp_avg_sq";
+  }
+}
+
+} // namespace
+
+TEST(Reshard, MomentsAreLocatedBesideTheOptimizersParameter) {
+  plan::Bundle zero = weft::test::buildMlpBundle(zeroConfig());
+  const plan::Program &program = zero.programs[0];
+  for (const plan::Parameter &param : zero.parameters) {
+    ASSERT_EQ(param.shards.size(), 2u); // gathered replica, master shard
+    const plan::ShardSpec &replica = param.shards[0], &master = param.shards[1];
+    EXPECT_FALSE(locateOptimizerState(program, replica.buffer, replica.offset,
+                                      4 * replica.paddedElements));
+    auto state = locateOptimizerState(program, master.buffer, master.offset,
+                                      4 * master.paddedElements / 2);
+    ASSERT_TRUE(state) << param.name;
+    EXPECT_NE(program.buffers[size_t(state->expAvgBuffer)].name.find("exp_avg"),
+              std::string::npos);
+    EXPECT_NE(state->expAvgBuffer, state->expAvgSqBuffer);
+  }
+}
+
+TEST(Reshard, SerialToZero1AndBackCarriesTheWholeState) {
+  std::string serialDir = writeMlp(serialConfig(), "serial");
+  std::string zeroDir = writeMlp(zeroConfig(), "zero1");
+  plan::Bundle serial = plan::loadBundle(serialDir);
+  plan::Bundle zero = plan::loadBundle(zeroDir);
+  Options options;
+  options.bundleDir = serialDir;
+  options.dataPath = tokenFile();
+  options.seed = 9;
+  std::string ckpt = freshDir("ckpt");
+  auto straight = Session::open(options, MPI_COMM_WORLD);
+  std::vector<double> losses;
+  for (int step = 1; step <= 5; ++step) {
+    losses.push_back(straight->runStep().loss);
+    if (step == 3)
+      straight->saveCheckpoint(ckpt);
+  }
+
+  GlobalState original =
+      readGlobalState(serial, serialDir, ckpt + "/step-3", true);
+  EXPECT_EQ(original.step, 3);
+  EXPECT_EQ(original.seed, 9u);
+  bool anyMoment = false;
+  for (const GlobalTensor &t : original.tensors)
+    for (float v : t.expAvgSq)
+      anyMoment = anyMoment || v != 0;
+  EXPECT_TRUE(anyMoment);
+
+  std::string zeroCk = freshDir("zero-ck");
+  ReshardStats stats = reshardCheckpoint(serial, serialDir, ckpt + "/step-3",
+                                         zero, zeroDir, zeroCk);
+  EXPECT_EQ(stats.dir, zeroCk + "/step-3");
+  EXPECT_EQ(stats.ranks, 2);
+  EXPECT_TRUE(fs::exists(zeroCk + "/step-3/COMPLETE"));
+  EXPECT_FALSE(fs::exists(zeroCk + "/step-3.tmp"));
+  expectSameState(original,
+                  readGlobalState(zero, zeroDir, zeroCk + "/step-3", true));
+
+  // Back to the serial layout: a resume continues exactly like the original.
+  std::string back = freshDir("back");
+  reshardCheckpoint(zero, zeroDir, zeroCk + "/step-3", serial, serialDir, back);
+  options.resumeDir = back;
+  auto resumed = Session::open(options, MPI_COMM_WORLD);
+  EXPECT_EQ(resumed->completedSteps(), 3);
+  for (int step = 4; step <= 5; ++step)
+    EXPECT_EQ(resumed->runStep().loss, losses[size_t(step - 1)]);
+}
+
+TEST(Reshard, AnotherModelAWeightsSnapshotAndAnExistingStepAreErrors) {
+  std::string serialDir = writeMlp(serialConfig(), "serial");
+  plan::Bundle serial = plan::loadBundle(serialDir);
+  weft::test::MlpConfig wider = serialConfig();
+  wider.hidden = 32;
+  std::string widerDir = writeMlp(wider, "wider");
+  plan::Bundle widerBundle = plan::loadBundle(widerDir);
+  Options options;
+  options.bundleDir = serialDir;
+  options.dataPath = tokenFile();
+  std::string ckpt = freshDir("ckpt");
+  auto session = Session::open(options, MPI_COMM_WORLD);
+  session->runStep();
+  session->saveCheckpoint(ckpt);
+  session->saveWeights(ckpt);
+
+  std::string out = freshDir("out") + "/new";
+  std::string message = errorOf([&] {
+    reshardCheckpoint(serial, serialDir, ckpt + "/step-1", widerBundle,
+                      widerDir, out);
+  });
+  EXPECT_NE(message.find("has shape [256, 32] but [256, 16]"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("(a different model)"), std::string::npos);
+  EXPECT_FALSE(fs::exists(out));
+
+  message = errorOf([&] {
+    reshardCheckpoint(serial, serialDir, ckpt + "/weights-1", serial, serialDir,
+                      out);
+  });
+  EXPECT_NE(message.find("holds no optimizer state"), std::string::npos)
+      << message;
+  EXPECT_FALSE(fs::exists(out));
+
+  reshardCheckpoint(serial, serialDir, ckpt + "/step-1", serial, serialDir,
+                    out);
+  message = errorOf([&] {
+    reshardCheckpoint(serial, serialDir, ckpt + "/step-1", serial, serialDir,
+                      out);
+  });
+  EXPECT_NE(message.find("already exists"), std::string::npos) << message;
+  EXPECT_TRUE(fs::exists(out + "/step-1/COMPLETE"));
+}

@@ -1,0 +1,233 @@
+//===- StateGroupsTest.cpp - Buffers classified into state groups ---------===//
+//
+// The classification rule of StateGroups.h on the MLP plans (DDP, ZeRO-1)
+// and on a hand-built mixed-precision program (fp32 master + bf16 copy).
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/StateGroups.h"
+#include "e2e/MlpBundle.h"
+#include "weft/exec/Error.h"
+#include "weft/inspect/State.h"
+#include "weft/plan/Error.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace weft;
+using exec::StateGroup;
+
+namespace {
+
+/// buffer name -> group name, for readable expectations.
+std::map<std::string, std::string> groupsByName(const plan::Bundle &bundle) {
+  const plan::Program &program = bundle.programs[0];
+  std::vector<StateGroup> groups = exec::classifyStateGroups(bundle, program);
+  std::map<std::string, std::string> out;
+  for (size_t b = 0; b < groups.size(); ++b)
+    out[program.buffers[b].name] = std::string(exec::toString(groups[b]));
+  return out;
+}
+
+} // namespace
+
+TEST(StateGroups, DataParallelPlan) {
+  weft::test::MlpConfig config;
+  config.variant = "ddp";
+  config.dp = 2;
+  auto groups = groupsByName(weft::test::buildMlpBundle(config));
+  EXPECT_EQ(groups["w1"], "params"); // the optimizer updates the only copy
+  EXPECT_EQ(groups["w1.grad"], "gradients");
+  EXPECT_EQ(groups["w1.exp_avg"], "optimizer_states");
+  EXPECT_EQ(groups["w1.exp_avg_sq"], "optimizer_states");
+  EXPECT_EQ(groups["loss"], "other");
+  EXPECT_EQ(groups["grad.sumsq"], "other");
+  EXPECT_EQ(groups["tokens"], "activations");
+  EXPECT_EQ(groups["a.grad"], "activations"); // arena: dead between steps
+  for (const auto &[name, group] : groups)
+    EXPECT_NE(group, "master_params") << name;
+}
+
+TEST(StateGroups, ZeroOnePlanSeparatesMasterShardsAndGradientInputs) {
+  weft::test::MlpConfig config;
+  config.variant = "zero1";
+  config.dp = 2;
+  auto groups = groupsByName(weft::test::buildMlpBundle(config));
+  EXPECT_EQ(groups["w2"], "params");               // gathered working copy
+  EXPECT_EQ(groups["w2.master"], "master_params"); // the shard AdamW updates
+  EXPECT_EQ(groups["w2.grad.shard"], "gradients"); // AdamW's gradient
+  EXPECT_EQ(groups["w2.grad"], "gradients");       // reduce_scatter input
+  EXPECT_EQ(groups["w2.exp_avg"], "optimizer_states");
+}
+
+TEST(StateGroups, MixedPrecisionCopyIsParamsAndMasterIsSeparate) {
+  using namespace weft::plan;
+  Bundle bundle;
+  Program program;
+  auto add = [&](const std::string &name, Region region, int64_t offset,
+                 int64_t size, DType dtype) {
+    Buffer b;
+    b.id = int64_t(program.buffers.size());
+    b.name = name;
+    b.region = region;
+    b.offset = offset;
+    b.size = size;
+    b.dtype = dtype;
+    program.buffers.push_back(b);
+    return BufferRange{b.id, 0, size};
+  };
+  // Names deliberately say nothing: the rule reads the instructions.
+  BufferRange master = add("a", Region::Persistent, 0, 64, DType::F32);
+  BufferRange grad = add("b", Region::Persistent, 64, 32, DType::BF16);
+  BufferRange m = add("c", Region::Persistent, 128, 64, DType::F32);
+  BufferRange v = add("d", Region::Persistent, 192, 64, DType::F32);
+  BufferRange copy = add("e", Region::Persistent, 256, 32, DType::BF16);
+  BufferRange bucket = add("f", Region::Persistent, 320, 32, DType::BF16);
+  add("g", Region::Persistent, 384, 4, DType::F32);
+  Instruction reduce;
+  reduce.opcode = Opcode::AllReduce;
+  reduce.reads = {bucket};
+  reduce.writes = {grad};
+  Instruction step;
+  step.opcode = Opcode::OptimizerStep;
+  step.reads = {master, grad, m, v};
+  step.writes = {master, m, v, copy};
+  program.streams.push_back({"compute", {reduce, step}});
+  std::vector<StateGroup> groups = exec::classifyStateGroups(bundle, program);
+  EXPECT_EQ(groups,
+            (std::vector<StateGroup>{
+                StateGroup::MasterParams, StateGroup::Gradients,
+                StateGroup::OptimizerStates, StateGroup::OptimizerStates,
+                StateGroup::Params, StateGroup::Gradients, StateGroup::Other}));
+}
+
+TEST(StateGroups, FactsFollowCopiesAndReductionsToTheGradientSources) {
+  // One analysis (analyzeBuffers) behind the groups and weft-inspect's
+  // categories: a gradient's sources through copies and reductions hold
+  // gradients, whatever wrote them.
+  using namespace weft::plan;
+  Bundle bundle;
+  Program program;
+  auto add = [&](Region region, int64_t offset, int64_t size) {
+    Buffer b;
+    b.id = int64_t(program.buffers.size());
+    b.name = "x" + std::to_string(b.id);
+    b.region = region;
+    b.offset = offset;
+    b.size = size;
+    program.buffers.push_back(b);
+    return BufferRange{b.id, 0, size};
+  };
+  BufferRange param = add(Region::Persistent, 0, 64);
+  BufferRange grad = add(Region::Persistent, 64, 64);
+  BufferRange m = add(Region::Persistent, 128, 64);
+  BufferRange v = add(Region::Persistent, 192, 64);
+  BufferRange local = add(Region::Arena, 0, 64);  // backward writes it
+  BufferRange bucket = add(Region::Arena, 64, 64); // copy -> all_reduce
+  Instruction backward;
+  backward.opcode = Opcode::Kernel;
+  backward.writes = {local};
+  Instruction stage;
+  stage.opcode = Opcode::Copy;
+  stage.reads = {local};
+  stage.writes = {bucket};
+  Instruction reduce;
+  reduce.opcode = Opcode::AllReduce;
+  reduce.reads = {bucket};
+  reduce.writes = {grad};
+  Instruction step;
+  step.opcode = Opcode::OptimizerStep;
+  step.reads = {param, grad, m, v};
+  step.writes = {param, m, v};
+  program.streams.push_back({"compute", {backward, stage, reduce, step}});
+  std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
+  ASSERT_EQ(facts.size(), 6u);
+  EXPECT_TRUE(facts[1].gradients);
+  EXPECT_TRUE(facts[5].gradients); // reduction input
+  EXPECT_TRUE(facts[4].gradients); // copy input
+  EXPECT_TRUE(facts[4].computed);
+  EXPECT_FALSE(facts[5].computed); // only a copy writes it
+  EXPECT_TRUE(facts[0].params);
+  EXPECT_FALSE(facts[0].masterParams); // no separate working copy
+  EXPECT_EQ(exec::classifyStateGroups(bundle, program),
+            (std::vector<StateGroup>{
+                StateGroup::Params, StateGroup::Gradients,
+                StateGroup::OptimizerStates, StateGroup::OptimizerStates,
+                StateGroup::Activations, StateGroup::Activations}));
+}
+
+TEST(StateGroups, LayoutCoalescesRangesAndTheArenaIsOneRange) {
+  weft::test::MlpConfig config;
+  config.variant = "zero1";
+  config.dp = 2;
+  plan::Bundle bundle = weft::test::buildMlpBundle(config);
+  const plan::Program &program = bundle.programs[0];
+  auto layout = exec::stateGroupLayout(bundle, program);
+  int64_t persistent = 0;
+  for (StateGroup group : exec::allStateGroups()) {
+    const exec::StateGroupLayout &g = layout[size_t(group)];
+    EXPECT_EQ(g.group, group);
+    int64_t sum = 0;
+    for (size_t i = 0; i < g.ranges.size(); ++i) {
+      sum += g.ranges[i].bytes;
+      if (i > 0) { // sorted and disjoint, not touching (else merged)
+        EXPECT_GT(g.ranges[i].offset,
+                  g.ranges[i - 1].offset + g.ranges[i - 1].bytes);
+      }
+    }
+    EXPECT_EQ(sum, g.bytes);
+    if (group != StateGroup::Activations)
+      persistent += g.bytes;
+  }
+  int64_t buffers = 0;
+  for (const plan::Buffer &b : program.buffers)
+    if (b.region == plan::Region::Persistent)
+      buffers += b.size;
+  EXPECT_EQ(persistent, buffers); // every persistent byte in one group
+  const exec::StateGroupLayout &arena = layout[size_t(StateGroup::Activations)];
+  ASSERT_EQ(arena.ranges.size(), 1u);
+  EXPECT_EQ(arena.ranges[0].offset, 0);
+  EXPECT_EQ(arena.bytes, program.arenaBytes);
+}
+
+TEST(StateGroups, ParsesListsAndRejectsUnknownNamesInOneLine) {
+  EXPECT_EQ(exec::parseStateGroupList("all").size(), 6u);
+  EXPECT_EQ(
+      exec::parseStateGroupList("gradients,params"),
+      (std::vector<StateGroup>{StateGroup::Gradients, StateGroup::Params}));
+  for (const char *bad :
+       {"weights", "params,,gradients", "params,params", ""}) {
+    try {
+      exec::parseStateGroupList(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const exec::Error &error) {
+      std::string message = error.what();
+      EXPECT_EQ(message.find('\n'), std::string::npos);
+      EXPECT_NE(message.find("state group"), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(StateGroups, InspectShowsWhereEachGroupLives) {
+  weft::test::MlpConfig config;
+  config.variant = "zero1";
+  config.dp = 2;
+  plan::Bundle bundle = weft::test::buildMlpBundle(config);
+  nlohmann::json state = inspect::stateJson(bundle, 1);
+  ASSERT_EQ(state["roles"].size(), 1u);
+  const nlohmann::json &role = state["roles"][0];
+  EXPECT_EQ(role["ranks"], nlohmann::json::array({0, 1}));
+  ASSERT_EQ(role["groups"].size(), 6u);
+  const nlohmann::json &master = role["groups"][1];
+  EXPECT_EQ(master["group"], "master_params");
+  EXPECT_EQ(master["buffers"],
+            nlohmann::json::array({"wte.master", "w1.master", "w2.master"}));
+  const nlohmann::json &arena = role["groups"][4];
+  EXPECT_EQ(arena["region"], "arena");
+  EXPECT_EQ(arena["offload"], "released, no copy");
+  EXPECT_EQ(arena["bytes"], bundle.programs[0].arenaBytes);
+  std::string text = inspect::stateText(state);
+  EXPECT_NE(text.find("master_params"), std::string::npos) << text;
+  EXPECT_THROW(inspect::stateJson(bundle, 7), plan::Error);
+}
