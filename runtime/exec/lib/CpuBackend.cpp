@@ -9,6 +9,7 @@
 #include "weft/exec/Backend.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/KernelRegistry.h"
+#include "weft/exec/OperandChecks.h"
 #include "weft/kernels/CpuKernels.h"
 
 #include <algorithm>
@@ -31,10 +32,6 @@ using plan::Opcode;
 
 namespace {
 
-bool isFloatStorage(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::BF16;
-}
-
 float loadFloat(const std::byte *data, DType dtype, int64_t i) {
   if (dtype == DType::BF16)
     return kernels::bf16ToFloat(
@@ -47,12 +44,6 @@ void storeFloat(std::byte *data, DType dtype, int64_t i, float value) {
     reinterpret_cast<kernels::BF16 *>(data)[i] = kernels::floatToBf16(value);
   else
     reinterpret_cast<float *>(data)[i] = value;
-}
-
-/// Elements a column-major matrix of rows x cols with leading dimension ld
-/// spans.
-int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
-  return (cols - 1) * ld + rows;
 }
 
 size_t pageBytes() {
@@ -374,92 +365,22 @@ void CpuBackend::prepareKernel(const plan::Bundle &bundle,
 void CpuBackend::prepareOther(const plan::Program &program,
                               const Instruction &inst,
                               const std::string &where) {
-  std::string op(plan::toString(inst.opcode));
-  auto needBytes = [&](const plan::BufferRange &range, int64_t bytes,
-                       const std::string &name) {
-    if (range.bytes < bytes)
-      throw Error(where + ": " + op + " operand " + name + " has " +
-                  std::to_string(range.bytes) + " bytes, needs " +
-                  std::to_string(bytes));
-  };
-  auto bufferDType = [&](const plan::BufferRange &range) {
-    return program.buffers[range.buffer].dtype;
-  };
-  auto needFloat = [&](DType dtype, const std::string &name) {
-    if (!isFloatStorage(dtype))
-      throw Error(where + ": " + op + " " + name + " is " +
-                  std::string(plan::toString(dtype)) +
-                  "; the CPU backend supports f32 and bf16");
-  };
-  switch (inst.opcode) {
-  case Opcode::Gemm: {
-    const plan::GemmParams &g = inst.gemm;
-    if (inst.dtype != DType::F32 && inst.dtype != DType::BF16 &&
-        inst.dtype != DType::F64)
-      throw Error(where + ": gemm of " +
-                  std::string(plan::toString(inst.dtype)) +
-                  " is not supported (f32, bf16, f64)");
-    int64_t eb = plan::elementBytes(inst.dtype);
-    int64_t a = matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda);
-    int64_t b = matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb);
-    int64_t c = matrixSpan(g.m, g.n, g.ldc);
-    needBytes(inst.reads[0], a * eb, "A");
-    needBytes(inst.reads[1], b * eb, "B");
-    needBytes(inst.writes[0], c * eb, "C");
-    if (inst.dtype == DType::BF16 && size_t(a + b + c) > workspace_.size())
-      workspace_.resize(size_t(a + b + c));
-    break;
-  }
-  case Opcode::Fill:
-  case Opcode::GradNorm:
-  case Opcode::Clip: {
-    DType dtype = inst.dtype;
-    if (inst.opcode != Opcode::Fill)
-      needFloat(dtype, "dtype");
-    else if (dtype == DType::F16)
-      throw Error(where + ": fill of f16 is not supported on the CPU");
-    int64_t eb = plan::elementBytes(dtype);
-    const auto &ranges =
-        inst.opcode == Opcode::GradNorm ? inst.reads : inst.writes;
-    for (const plan::BufferRange &range : ranges)
-      if (range.bytes % eb != 0)
-        throw Error(where + ": " + op + " range of " +
-                    std::to_string(range.bytes) +
-                    " bytes is not a whole number of " +
-                    std::string(plan::toString(dtype)));
-    if (inst.opcode == Opcode::Clip)
-      needBytes(inst.reads[0], 4, "sum of squares (f32)");
-    break;
-  }
-  case Opcode::OptimizerStep: {
-    const char *names[] = {"param", "grad", "exp_avg", "exp_avg_sq"};
-    for (int i = 0; i < 4; ++i) {
-      DType dtype = bufferDType(inst.reads[i]);
-      if (i == 1)
-        needFloat(dtype, "grad");
-      else if (dtype != DType::F32)
-        throw Error(where + ": optimizer_step " + names[i] +
-                    " must be f32 (master weights and moments)");
-      needBytes(inst.reads[i], inst.count * plan::elementBytes(dtype),
-                names[i]);
-    }
-    if (!(inst.reads[0] == inst.writes[0]) ||
-        !(inst.reads[2] == inst.writes[1]) ||
-        !(inst.reads[3] == inst.writes[2]))
-      throw Error(where + ": optimizer_step updates param, exp_avg and "
-                          "exp_avg_sq in place (writes[0..2] must equal "
-                          "reads[0], reads[2], reads[3])");
-    if (inst.writes.size() == 4) {
-      needFloat(bufferDType(inst.writes[3]), "parameter copy");
-      needBytes(inst.writes[3],
-                inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
-                "parameter copy");
-    }
-    break;
-  }
-  default:
-    break;
-  }
+  // The dtype check comes first: checkOperands sizes ranges by the dtype.
+  bool gemm = inst.opcode == Opcode::Gemm;
+  if (gemm && inst.dtype != DType::F32 && inst.dtype != DType::BF16 &&
+      inst.dtype != DType::F64)
+    throw Error(where + ": gemm of " + std::string(plan::toString(inst.dtype)) +
+                " is not supported (f32, bf16, f64)");
+  checkOperands(program, inst, where, "CPU");
+  if (!gemm)
+    return;
+  // bf16 operands are widened into the workspace.
+  const plan::GemmParams &g = inst.gemm;
+  int64_t a = matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda);
+  int64_t b = matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb);
+  int64_t c = matrixSpan(g.m, g.n, g.ldc);
+  if (inst.dtype == DType::BF16 && size_t(a + b + c) > workspace_.size())
+    workspace_.resize(size_t(a + b + c));
 }
 
 void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,

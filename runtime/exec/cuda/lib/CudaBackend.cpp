@@ -14,6 +14,7 @@
 #include "Internal.h"
 #include "Nccl.h"
 #include "weft/exec/Error.h"
+#include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/kernels/Common.h"
 
@@ -70,14 +71,6 @@ int chooseDevice(int requested, int deviceCount) {
 }
 
 namespace {
-
-bool isFloatStorage(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::BF16;
-}
-
-int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
-  return (cols - 1) * ld + rows;
-}
 
 std::string cublasName(cublasStatus_t status) {
   switch (status) {
@@ -664,41 +657,17 @@ const GemmPlan &DeviceBackend::gemmPlan(const GemmKey &key,
 void DeviceBackend::prepareOther(const plan::Program &program,
                                  const Instruction &inst,
                                  const std::string &where) {
-  std::string op(plan::toString(inst.opcode));
-  auto needBytes = [&](const plan::BufferRange &range, int64_t bytes,
-                       const std::string &name) {
-    if (range.bytes < bytes)
-      throw Error(where + ": " + op + " operand " + name + " has " +
-                  std::to_string(range.bytes) + " bytes, needs " +
-                  std::to_string(bytes));
-  };
-  auto bufferDType = [&](const plan::BufferRange &range) {
-    return program.buffers[size_t(range.buffer)].dtype;
-  };
-  auto needFloat = [&](DType dtype, const std::string &name) {
-    if (!isFloatStorage(dtype))
-      throw Error(where + ": " + op + " " + name + " is " +
-                  std::string(plan::toString(dtype)) +
-                  "; the CUDA backend supports f32 and bf16");
-  };
-  switch (inst.opcode) {
-  case Opcode::Gemm: {
+  // The dtype check comes first: checkOperands sizes ranges by the dtype.
+  if (inst.opcode == Opcode::Gemm)
     if (std::string why = gemmUnsupported(inst.dtype); !why.empty())
       throw Error(where + ": " + why);
+  checkOperands(program, inst, where, "CUDA");
+  switch (inst.opcode) {
+  case Opcode::Gemm: {
     GemmKey key = gemmKeyOf(program, inst);
     if (std::string why = gemmShapeProblem(key); !why.empty())
       throw Error(where + ": " + why);
     const plan::GemmParams &g = inst.gemm;
-    int64_t eb = plan::elementBytes(inst.dtype);
-    needBytes(inst.reads[0],
-              matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda) *
-                  eb,
-              "A");
-    needBytes(inst.reads[1],
-              matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb) *
-                  eb,
-              "B");
-    needBytes(inst.writes[0], matrixSpan(g.m, g.n, g.ldc) * eb, "C");
     PreparedGemm prepared;
     prepared.plan = &gemmPlan(key, where);
     prepared.f64 = inst.dtype == DType::F64;
@@ -709,29 +678,6 @@ void DeviceBackend::prepareOther(const plan::Program &program,
     gemms_[&inst] = prepared;
     break;
   }
-  case Opcode::Fill:
-  case Opcode::GradNorm:
-  case Opcode::Clip: {
-    DType dtype = inst.dtype;
-    if (inst.opcode != Opcode::Fill)
-      needFloat(dtype, "dtype");
-    else if (dtype == DType::F16)
-      throw Error(where + ": fill of f16 is not supported");
-    int64_t eb = plan::elementBytes(dtype);
-    const auto &ranges =
-        inst.opcode == Opcode::GradNorm ? inst.reads : inst.writes;
-    for (const plan::BufferRange &range : ranges)
-      if (range.bytes % eb != 0)
-        throw Error(where + ": " + op + " range of " +
-                    std::to_string(range.bytes) +
-                    " bytes is not a whole number of " +
-                    std::string(plan::toString(dtype)));
-    if (inst.opcode == Opcode::Clip)
-      needBytes(inst.reads[0], 4, "sum of squares (f32)");
-    if (inst.opcode == Opcode::GradNorm)
-      needBytes(inst.writes[0], 4, "sum of squares (f32)");
-    break;
-  }
   case Opcode::Copy:
     if (inst.reads[0].buffer == inst.writes[0].buffer &&
         inst.reads[0].offset < inst.writes[0].offset + inst.writes[0].bytes &&
@@ -739,36 +685,15 @@ void DeviceBackend::prepareOther(const plan::Program &program,
         !(inst.reads[0] == inst.writes[0]))
       throw Error(where + ": copy between overlapping ranges is not "
                           "supported on CUDA");
-    needBytes(inst.writes[0], inst.reads[0].bytes, "destination");
+    if (inst.writes[0].bytes < inst.reads[0].bytes)
+      throw Error(where + ": copy operand destination has " +
+                  std::to_string(inst.writes[0].bytes) + " bytes, needs " +
+                  std::to_string(inst.reads[0].bytes));
     break;
-  case Opcode::OptimizerStep: {
-    const char *names[] = {"param", "grad", "exp_avg", "exp_avg_sq"};
-    for (int i = 0; i < 4; ++i) {
-      DType dtype = bufferDType(inst.reads[size_t(i)]);
-      if (i == 1)
-        needFloat(dtype, "grad");
-      else if (dtype != DType::F32)
-        throw Error(where + ": optimizer_step " + names[i] +
-                    " must be f32 (master weights and moments)");
-      needBytes(inst.reads[size_t(i)], inst.count * plan::elementBytes(dtype),
-                names[i]);
-    }
-    if (!(inst.reads[0] == inst.writes[0]) ||
-        !(inst.reads[2] == inst.writes[1]) ||
-        !(inst.reads[3] == inst.writes[2]))
-      throw Error(where + ": optimizer_step updates param, exp_avg and "
-                          "exp_avg_sq in place (writes[0..2] must equal "
-                          "reads[0], reads[2], reads[3])");
-    if (inst.writes.size() == 4) {
-      needFloat(bufferDType(inst.writes[3]), "parameter copy");
-      needBytes(inst.writes[3],
-                inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
-                "parameter copy");
-    }
-    if (bufferDType(inst.reads[1]) == DType::BF16)
+  case Opcode::OptimizerStep:
+    if (program.buffers[size_t(inst.reads[1].buffer)].dtype == DType::BF16)
       scratchFloats_ = std::max(scratchFloats_, inst.count);
     break;
-  }
   default:
     break;
   }

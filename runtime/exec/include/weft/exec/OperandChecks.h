@@ -1,0 +1,36 @@
+//===- OperandChecks.h - Backend-independent operand checks -----*- C++ -*-===//
+//
+// What every backend verifies at prepare() about the non-kernel compute
+// opcodes, whatever device runs them: range sizes, dtypes and in-place
+// operands. Each backend adds only its own limits (supported GEMM dtypes,
+// overlapping copies, workspace sizing).
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_EXEC_OPERANDCHECKS_H
+#define WEFT_EXEC_OPERANDCHECKS_H
+
+#include "weft/plan/Bundle.h"
+
+#include <cstdint>
+#include <string>
+
+namespace weft::exec {
+
+/// f32 or bf16: the storage dtypes the backends compute in fp32.
+bool isFloatStorage(plan::DType dtype);
+
+/// Elements a column-major `rows x cols` matrix with leading dimension `ld`
+/// spans.
+int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld);
+
+/// Checks the operands of gemm (A, B, C spans), fill / grad_norm / clip
+/// (dtype, whole elements, the f32 sum of squares) and optimizer_step (f32
+/// master weights and moments, in-place updates, the optional low-precision
+/// copy). `backend` ("CPU", "CUDA") names the backend in messages. Throws
+/// Error("<where>: <reason>"); other opcodes are accepted unchanged.
+void checkOperands(const plan::Program &program, const plan::Instruction &inst,
+                   const std::string &where, const std::string &backend);
+
+} // namespace weft::exec
+
+#endif // WEFT_EXEC_OPERANDCHECKS_H

@@ -1,0 +1,107 @@
+//===- OperandChecks.cpp - Backend-independent operand checks -------------===//
+#include "weft/exec/OperandChecks.h"
+
+#include "weft/exec/Error.h"
+
+namespace weft::exec {
+
+using plan::DType;
+using plan::Opcode;
+
+bool isFloatStorage(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::BF16;
+}
+
+int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
+  return (cols - 1) * ld + rows;
+}
+
+void checkOperands(const plan::Program &program, const plan::Instruction &inst,
+                   const std::string &where, const std::string &backend) {
+  std::string op(plan::toString(inst.opcode));
+  auto needBytes = [&](const plan::BufferRange &range, int64_t bytes,
+                       const std::string &name) {
+    if (range.bytes < bytes)
+      throw Error(where + ": " + op + " operand " + name + " has " +
+                  std::to_string(range.bytes) + " bytes, needs " +
+                  std::to_string(bytes));
+  };
+  auto bufferDType = [&](const plan::BufferRange &range) {
+    return program.buffers[size_t(range.buffer)].dtype;
+  };
+  auto needFloat = [&](DType dtype, const std::string &name) {
+    if (!isFloatStorage(dtype))
+      throw Error(where + ": " + op + " " + name + " is " +
+                  std::string(plan::toString(dtype)) + "; the " + backend +
+                  " backend supports f32 and bf16");
+  };
+  switch (inst.opcode) {
+  case Opcode::Gemm: {
+    const plan::GemmParams &g = inst.gemm;
+    int64_t eb = plan::elementBytes(inst.dtype);
+    needBytes(inst.reads[0],
+              matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda) *
+                  eb,
+              "A");
+    needBytes(inst.reads[1],
+              matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb) *
+                  eb,
+              "B");
+    needBytes(inst.writes[0], matrixSpan(g.m, g.n, g.ldc) * eb, "C");
+    break;
+  }
+  case Opcode::Fill:
+  case Opcode::GradNorm:
+  case Opcode::Clip: {
+    DType dtype = inst.dtype;
+    if (inst.opcode != Opcode::Fill)
+      needFloat(dtype, "dtype");
+    else if (dtype == DType::F16)
+      throw Error(where + ": fill of f16 is not supported on the " + backend);
+    int64_t eb = plan::elementBytes(dtype);
+    const auto &ranges =
+        inst.opcode == Opcode::GradNorm ? inst.reads : inst.writes;
+    for (const plan::BufferRange &range : ranges)
+      if (range.bytes % eb != 0)
+        throw Error(where + ": " + op + " range of " +
+                    std::to_string(range.bytes) +
+                    " bytes is not a whole number of " +
+                    std::string(plan::toString(dtype)));
+    if (inst.opcode == Opcode::Clip)
+      needBytes(inst.reads[0], 4, "sum of squares (f32)");
+    if (inst.opcode == Opcode::GradNorm)
+      needBytes(inst.writes[0], 4, "sum of squares (f32)");
+    break;
+  }
+  case Opcode::OptimizerStep: {
+    const char *names[] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+    for (size_t i = 0; i < 4; ++i) {
+      DType dtype = bufferDType(inst.reads[i]);
+      if (i == 1)
+        needFloat(dtype, "grad");
+      else if (dtype != DType::F32)
+        throw Error(where + ": optimizer_step " + names[i] +
+                    " must be f32 (master weights and moments)");
+      needBytes(inst.reads[i], inst.count * plan::elementBytes(dtype),
+                names[i]);
+    }
+    if (!(inst.reads[0] == inst.writes[0]) ||
+        !(inst.reads[2] == inst.writes[1]) ||
+        !(inst.reads[3] == inst.writes[2]))
+      throw Error(where + ": optimizer_step updates param, exp_avg and "
+                          "exp_avg_sq in place (writes[0..2] must equal "
+                          "reads[0], reads[2], reads[3])");
+    if (inst.writes.size() == 4) {
+      needFloat(bufferDType(inst.writes[3]), "parameter copy");
+      needBytes(inst.writes[3],
+                inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
+                "parameter copy");
+    }
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+} // namespace weft::exec
