@@ -1,5 +1,4 @@
-//===- PipelineSchedule.h - The order of pipeline tasks per stage -*- C++
-//-*-===//
+//===- PipelineSchedule.h - Pipeline task order per stage ------*- C++ -*-===//
 //
 // Which forward and backward passes (model chunk, micro-batch) one pipeline
 // rank runs in a training step, in order, for the GPipe, 1F1B and

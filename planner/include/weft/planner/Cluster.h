@@ -1,5 +1,4 @@
-//===- Cluster.h - GPU cluster description, JSON schema and presets -*- C++
-//-*-//
+//===- Cluster.h - GPU cluster description and presets ----------*- C++ -*-===//
 //
 // Schema (every field required, no others allowed; bandwidths in GB/s =
 // 1e9 bytes/s, unidirectional; the inter-node bandwidth is per GPU):

@@ -1,5 +1,4 @@
-//===- DataLoader.h - Memory-mapped token files and the sample order -*- C++
-//-*-//
+//===- DataLoader.h - Token files and the sample order ----------*- C++ -*-===//
 //
 // Token files are either llm.c files (a 256 x int32 header with magic
 // 20240520, version 1 and the token count, then uint16 tokens) or raw uint16

@@ -1,5 +1,4 @@
-//===- StateGroups.h - A rank's state, grouped for offload -------*- C++
-//-*-===//
+//===- StateGroups.h - A rank's state, grouped for offload ------*- C++ -*-===//
 //
 // The runtime offloads, reloads and reports a rank's memory by *state group*:
 // the working (low-precision) parameters, the fp32 master parameters, the

@@ -1,5 +1,4 @@
-//===- Activations.h - Point-wise activations and their derivatives -*- C++
-//-*-//
+//===- Activations.h - Point-wise activations -------------------*- C++ -*-===//
 
 #ifndef WEFT_KERNELS_ACTIVATIONS_H
 #define WEFT_KERNELS_ACTIVATIONS_H

@@ -1,5 +1,4 @@
-//===- Loss.h - Softmax cross-entropy rows (fused and vocab-parallel) -*- C++
-//-*-//
+//===- Loss.h - Softmax cross-entropy rows ----------------------*- C++ -*-===//
 //
 // One row is the logits of one token over (a shard of) the vocabulary. The
 // loss of a row with target t is lse(row) - row[t]; its gradient is

@@ -1,5 +1,4 @@
-//===- Sha256.h - SHA-256 (FIPS 180-4) for bundle content hashes -*- C++
-//-*-===//
+//===- Sha256.h - SHA-256 for bundle content hashes -------------*- C++ -*-===//
 //
 // A small self-contained implementation so the runtime needs no crypto
 // library just to check that a bundle was not edited or truncated.
