@@ -321,43 +321,8 @@ void CpuBackend::prepareKernel(const plan::Bundle &bundle,
   std::string what = where + ": kernel '" + kernel.name + "'";
   if (!resolved.spec)
     throw Error(what + " is not in the CPU kernel registry");
-  if (!inst.args.empty())
-    throw Error(what + " takes no scalar args (shapes are constants)");
-  KernelSignature sig;
-  try {
-    sig = resolved.spec->signature(resolved.constants);
-  } catch (const Error &error) {
-    throw Error(what + ": " + error.what());
-  }
-  if (sig.reads.size() != inst.reads.size() ||
-      sig.writes.size() != inst.writes.size())
-    throw Error(what + " takes " + std::to_string(sig.reads.size()) +
-                " reads and " + std::to_string(sig.writes.size()) +
-                " writes, got " + std::to_string(inst.reads.size()) + " and " +
-                std::to_string(inst.writes.size()));
-  int64_t widened = 0;
-  auto check = [&](const OperandSpec &spec, const plan::BufferRange &range,
-                   const std::string &name) {
-    DType dtype = program.buffers[range.buffer].dtype;
-    bool ok = spec.isIndex ? dtype == DType::I32 : isFloatStorage(dtype);
-    if (!ok)
-      throw Error(what + " operand " + name + " is " +
-                  std::string(plan::toString(dtype)) + ", expected " +
-                  (spec.isIndex ? "i32" : "f32 or bf16"));
-    int64_t expected = spec.elements * plan::elementBytes(dtype);
-    if (range.bytes != expected)
-      throw Error(what + " operand " + name + " has " +
-                  std::to_string(range.bytes) + " bytes, expected " +
-                  std::to_string(expected) + " (" +
-                  std::to_string(spec.elements) + " " +
-                  std::string(plan::toString(dtype)) + ")");
-    if (dtype == DType::BF16)
-      widened += spec.elements;
-  };
-  for (size_t i = 0; i < sig.reads.size(); ++i)
-    check(sig.reads[i], inst.reads[i], "reads[" + std::to_string(i) + "]");
-  for (size_t i = 0; i < sig.writes.size(); ++i)
-    check(sig.writes[i], inst.writes[i], "writes[" + std::to_string(i) + "]");
+  int64_t widened = checkKernelOperands(program, inst, *resolved.spec,
+                                        resolved.constants, what);
   if (size_t(widened) > workspace_.size())
     workspace_.resize(size_t(widened));
 }

@@ -104,4 +104,49 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
   }
 }
 
+int64_t checkKernelOperands(const plan::Program &program,
+                            const plan::Instruction &inst,
+                            const KernelSpec &spec,
+                            const KernelConstants &constants,
+                            const std::string &what) {
+  if (!inst.args.empty())
+    throw Error(what + " takes no scalar args (shapes are constants)");
+  KernelSignature sig;
+  try {
+    sig = spec.signature(constants);
+  } catch (const Error &error) {
+    throw Error(what + ": " + error.what());
+  }
+  if (sig.reads.size() != inst.reads.size() ||
+      sig.writes.size() != inst.writes.size())
+    throw Error(what + " takes " + std::to_string(sig.reads.size()) +
+                " reads and " + std::to_string(sig.writes.size()) +
+                " writes, got " + std::to_string(inst.reads.size()) + " and " +
+                std::to_string(inst.writes.size()));
+  int64_t widened = 0;
+  auto check = [&](const OperandSpec &operand, const plan::BufferRange &range,
+                   const std::string &name) {
+    DType dtype = program.buffers[size_t(range.buffer)].dtype;
+    bool ok = operand.isIndex ? dtype == DType::I32 : isFloatStorage(dtype);
+    if (!ok)
+      throw Error(what + " operand " + name + " is " +
+                  std::string(plan::toString(dtype)) + ", expected " +
+                  (operand.isIndex ? "i32" : "f32 or bf16"));
+    int64_t expected = operand.elements * plan::elementBytes(dtype);
+    if (range.bytes != expected)
+      throw Error(what + " operand " + name + " has " +
+                  std::to_string(range.bytes) + " bytes, expected " +
+                  std::to_string(expected) + " (" +
+                  std::to_string(operand.elements) + " " +
+                  std::string(plan::toString(dtype)) + ")");
+    if (dtype == DType::BF16)
+      widened += operand.elements;
+  };
+  for (size_t i = 0; i < sig.reads.size(); ++i)
+    check(sig.reads[i], inst.reads[i], "reads[" + std::to_string(i) + "]");
+  for (size_t i = 0; i < sig.writes.size(); ++i)
+    check(sig.writes[i], inst.writes[i], "writes[" + std::to_string(i) + "]");
+  return widened;
+}
+
 } // namespace weft::exec

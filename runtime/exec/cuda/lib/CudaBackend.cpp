@@ -529,46 +529,8 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
     throw Error(what + " is not in the kernel registry");
   if (!resolved.entry)
     throw Error(where + ": " + cudaKernelMissing(kernel.name));
-  if (!inst.args.empty())
-    throw Error(what + " takes no scalar args (shapes are constants)");
-  KernelSignature sig;
-  try {
-    sig = resolved.spec->signature(resolved.constants);
-  } catch (const Error &error) {
-    throw Error(what + ": " + error.what());
-  }
-  if (sig.reads.size() != inst.reads.size() ||
-      sig.writes.size() != inst.writes.size())
-    throw Error(what + " takes " + std::to_string(sig.reads.size()) +
-                " reads and " + std::to_string(sig.writes.size()) +
-                " writes, got " + std::to_string(inst.reads.size()) + " and " +
-                std::to_string(inst.writes.size()));
-  int64_t widened = 0;
-  auto checkOperand = [&](const OperandSpec &spec,
-                          const plan::BufferRange &range,
-                          const std::string &name) {
-    DType dtype = program.buffers[size_t(range.buffer)].dtype;
-    bool ok = spec.isIndex ? dtype == DType::I32 : isFloatStorage(dtype);
-    if (!ok)
-      throw Error(what + " operand " + name + " is " +
-                  std::string(plan::toString(dtype)) + ", expected " +
-                  (spec.isIndex ? "i32" : "f32 or bf16"));
-    int64_t expected = spec.elements * plan::elementBytes(dtype);
-    if (range.bytes != expected)
-      throw Error(what + " operand " + name + " has " +
-                  std::to_string(range.bytes) + " bytes, expected " +
-                  std::to_string(expected) + " (" +
-                  std::to_string(spec.elements) + " " +
-                  std::string(plan::toString(dtype)) + ")");
-    if (dtype == DType::BF16)
-      widened += spec.elements;
-  };
-  for (size_t i = 0; i < sig.reads.size(); ++i)
-    checkOperand(sig.reads[i], inst.reads[i],
-                 "reads[" + std::to_string(i) + "]");
-  for (size_t i = 0; i < sig.writes.size(); ++i)
-    checkOperand(sig.writes[i], inst.writes[i],
-                 "writes[" + std::to_string(i) + "]");
+  int64_t widened = checkKernelOperands(program, inst, *resolved.spec,
+                                        resolved.constants, what);
   // Kernel scratch first (kept 4-float aligned), then widened operands.
   int64_t scratch =
       (resolved.entry->scratchFloats(resolved.constants) + 63) / 64 * 64;

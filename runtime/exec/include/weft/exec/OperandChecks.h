@@ -9,6 +9,7 @@
 #ifndef WEFT_EXEC_OPERANDCHECKS_H
 #define WEFT_EXEC_OPERANDCHECKS_H
 
+#include "weft/exec/KernelRegistry.h"
 #include "weft/plan/Bundle.h"
 
 #include <cstdint>
@@ -30,6 +31,16 @@ int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld);
 /// Error("<where>: <reason>"); other opcodes are accepted unchanged.
 void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                    const std::string &where, const std::string &backend);
+
+/// Checks a kernel launch against its registry signature for `constants`:
+/// operand counts, dtypes (i32 index operands, f32 or bf16 otherwise) and
+/// exact byte sizes; `what` ("<where>: kernel 'name'") starts every message.
+/// Returns the elements of bf16 operands, which a backend widens to fp32.
+int64_t checkKernelOperands(const plan::Program &program,
+                            const plan::Instruction &inst,
+                            const KernelSpec &spec,
+                            const KernelConstants &constants,
+                            const std::string &what);
 
 } // namespace weft::exec
 
