@@ -8,6 +8,7 @@
 
 #include "weft/exec/Checkpoint.h"
 #include "e2e/MlpBundle.h"
+#include "unit/exec/ExecTestUtil.h"
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/Session.h"
@@ -28,23 +29,10 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string freshDir(const std::string &name) {
-  static int counter = 0;
-  std::string dir = ::testing::TempDir() + "weft-ckpt-" +
-                    std::to_string(::getpid()) + "-" +
-                    std::to_string(counter++) + "-" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return test::freshTestDir("weft-ckpt-", name);
 }
 
-std::string errorOf(const std::function<void()> &body) {
-  try {
-    body();
-  } catch (const Error &error) {
-    return error.what();
-  }
-  return "no error";
-}
+using test::errorOf;
 
 RankFileInfo sampleInfo(int64_t payloadBytes) {
   RankFileInfo info;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "e2e/MlpBundle.h"
+#include "unit/exec/ExecTestUtil.h"
 #include "weft/exec/Checkpoint.h"
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
@@ -29,13 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string freshDir(const std::string &name) {
-  static int counter = 0;
-  std::string dir = ::testing::TempDir() + "weft-offload-" +
-                    std::to_string(::getpid()) + "-" +
-                    std::to_string(counter++) + "-" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return test::freshTestDir("weft-offload-", name);
 }
 
 std::string tokenFile() {
@@ -82,14 +77,7 @@ std::string fileBytes(const std::string &path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-std::string errorOf(const std::function<void()> &body) {
-  try {
-    body();
-  } catch (const Error &error) {
-    return error.what();
-  }
-  return "no error";
-}
+using test::errorOf;
 
 std::vector<StateGroup> allGroups() {
   auto all = allStateGroups();

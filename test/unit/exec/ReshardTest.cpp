@@ -11,6 +11,7 @@
 
 #include "weft/exec/Reshard.h"
 #include "e2e/MlpBundle.h"
+#include "unit/exec/ExecTestUtil.h"
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/Session.h"
@@ -30,23 +31,10 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string freshDir(const std::string &name) {
-  static int counter = 0;
-  std::string dir = ::testing::TempDir() + "weft-reshard-" +
-                    std::to_string(::getpid()) + "-" +
-                    std::to_string(counter++) + "-" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return test::freshTestDir("weft-reshard-", name);
 }
 
-std::string errorOf(const std::function<void()> &body) {
-  try {
-    body();
-  } catch (const Error &error) {
-    return error.what();
-  }
-  return "no error";
-}
+using test::errorOf;
 
 std::string writeMlp(const weft::test::MlpConfig &config,
                      const std::string &name) {

@@ -1,0 +1,40 @@
+//===- ExecTestUtil.h - Runtime unit-test helpers ---------------*- C++ -*-===//
+#ifndef WEFT_TEST_UNIT_EXEC_EXECTESTUTIL_H
+#define WEFT_TEST_UNIT_EXEC_EXECTESTUTIL_H
+
+#include "weft/exec/Error.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <unistd.h>
+
+namespace weft::test {
+
+/// A new empty directory under gtest's temporary directory, unique per
+/// process and call: `<tag><pid>-<n>-<name>`.
+inline std::string freshTestDir(const std::string &tag,
+                                const std::string &name) {
+  static int counter = 0;
+  std::string dir = ::testing::TempDir() + tag + std::to_string(::getpid()) +
+                    "-" + std::to_string(counter++) + "-" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+/// The message of the weft::exec::Error `body` throws, or "no error".
+inline std::string errorOf(const std::function<void()> &body) {
+  try {
+    body();
+  } catch (const exec::Error &error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+} // namespace weft::test
+
+#endif // WEFT_TEST_UNIT_EXEC_EXECTESTUTIL_H
