@@ -94,6 +94,53 @@ __global__ void embeddingBackwardKernel(int64_t tokens, int64_t seq,
                        dWte + int64_t(ids[t]) * hidden, dPos, dTokenType);
 }
 
+__global__ void vocabEmbeddingForwardKernel(int64_t tokens, int64_t hidden,
+                                            int64_t vocabStart,
+                                            int64_t shardRows,
+                                            const int32_t *ids,
+                                            const float *table, float *out) {
+  int64_t t = globalIndex();
+  if (t < tokens)
+    vocabEmbeddingRowForward(hidden, vocabStart, shardRows, table, ids[t],
+                             out + t * hidden);
+}
+
+__global__ void vocabEmbeddingBackwardKernel(int64_t tokens, int64_t hidden,
+                                             int64_t vocabStart,
+                                             int64_t shardRows,
+                                             const int32_t *ids,
+                                             const float *dOut, float *dTable) {
+  int64_t t = globalIndex();
+  if (t < tokens)
+    vocabEmbeddingRowBackward(hidden, vocabStart, shardRows, ids[t],
+                              dOut + t * hidden, dTable);
+}
+
+__global__ void positionEmbeddingForwardKernel(int64_t tokens, int64_t seq,
+                                               int64_t hidden,
+                                               int64_t positionOffset,
+                                               const float *x, const float *wpe,
+                                               float *out) {
+  int64_t t = globalIndex();
+  if (t < tokens)
+    positionEmbeddingRowForward(hidden, x + t * hidden,
+                                wpe + (t % seq + positionOffset) * hidden,
+                                out + t * hidden);
+}
+
+/// One thread per (token, column): atomics on the shared position rows.
+__global__ void positionEmbeddingBackwardKernel(int64_t n, int64_t seq,
+                                                int64_t hidden,
+                                                int64_t positionOffset,
+                                                const float *dOut,
+                                                float *dWpe) {
+  int64_t i = globalIndex();
+  if (i >= n)
+    return;
+  int64_t t = i / hidden, column = i % hidden;
+  accumulate(&dWpe[(t % seq + positionOffset) * hidden + column], dOut[i]);
+}
+
 /// One thread per (token, head) row.
 __global__ void rotaryKernel(int64_t rows, int64_t seq, int64_t heads,
                              int64_t headDim, int64_t positionOffset,
@@ -154,6 +201,39 @@ cudaError_t embeddingForward(int64_t batch, int64_t seq, int64_t hidden,
                              cudaStream_t stream) {
   return launch(batch * seq, stream, embeddingForwardKernel, batch * seq, seq,
                 hidden, ids, wte, wpe, tokenType, positionOffset, out);
+}
+
+cudaError_t vocabEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                                  int64_t vocabStart, int64_t shardRows,
+                                  const std::int32_t *ids, const float *table,
+                                  float *out, cudaStream_t stream) {
+  return launch(batch * seq, stream, vocabEmbeddingForwardKernel, batch * seq,
+                hidden, vocabStart, shardRows, ids, table, out);
+}
+
+cudaError_t vocabEmbeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
+                                   int64_t vocabStart, int64_t shardRows,
+                                   const std::int32_t *ids, const float *dOut,
+                                   float *dTable, cudaStream_t stream) {
+  return launch(batch * seq, stream, vocabEmbeddingBackwardKernel, batch * seq,
+                hidden, vocabStart, shardRows, ids, dOut, dTable);
+}
+
+cudaError_t positionEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                                     int64_t positionOffset, const float *x,
+                                     const float *wpe, float *out,
+                                     cudaStream_t stream) {
+  return launch(batch * seq, stream, positionEmbeddingForwardKernel,
+                batch * seq, seq, hidden, positionOffset, x, wpe, out);
+}
+
+cudaError_t positionEmbeddingBackward(int64_t batch, int64_t seq,
+                                      int64_t hidden, int64_t positionOffset,
+                                      const float *dOut, float *dWpe,
+                                      cudaStream_t stream) {
+  int64_t n = batch * seq * hidden;
+  return launch(n, stream, positionEmbeddingBackwardKernel, n, seq, hidden,
+                positionOffset, dOut, dWpe);
 }
 
 cudaError_t embeddingBackward(int64_t batch, int64_t seq, int64_t hidden,

@@ -54,6 +54,73 @@ __global__ void crossEntropyGradKernel(int64_t rows, int64_t vocab,
                                            1.0f / float(*validCount));
 }
 
+//===--- Vocabulary-parallel phases (one shard of the vocabulary) ---------===//
+
+__global__ void shardMaxKernel(int64_t rows, int64_t vocabLocal,
+                               int64_t validColumns, const float *logits,
+                               float *localMax) {
+  int64_t r = globalIndex();
+  if (r < rows)
+    localMax[r] = rowMax(validColumns, logits + r * vocabLocal);
+}
+
+__global__ void shardSumsKernel(int64_t rows, int64_t vocabLocal,
+                                int64_t vocabStart, int64_t validColumns,
+                                const float *logits, const int32_t *targets,
+                                const float *globalMax, float *sumExp,
+                                float *targetLogit) {
+  int64_t r = globalIndex();
+  if (r >= rows)
+    return;
+  const float *row = logits + r * vocabLocal;
+  sumExp[r] = rowSumExp(validColumns, row, globalMax[r]);
+  targetLogit[r] = shardTargetLogit(validColumns, vocabStart, row, targets[r]);
+}
+
+__global__ void shardLseKernel(int64_t rows, const float *globalMax,
+                               const float *globalSumExp, float *lse) {
+  int64_t r = globalIndex();
+  if (r < rows)
+    lse[r] = globalMax[r] + math::log(globalSumExp[r]);
+}
+
+/// Single block: the mean of lse - target logit over non-ignored rows.
+__global__ void shardMeanLossKernel(int64_t rows, const int32_t *targets,
+                                    const float *lse, const float *targetLogit,
+                                    int *validCount, float *loss) {
+  float sum = 0;
+  int count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += kBlockSize) {
+    if (targets[r] == kIgnoreIndex)
+      continue;
+    sum += lse[r] - targetLogit[r];
+    ++count;
+  }
+  float totalLoss = detail::blockSum(sum);
+  int totalCount = detail::blockSum(count);
+  if (threadIdx.x == 0) {
+    *validCount = totalCount;
+    *loss = totalCount ? totalLoss / float(totalCount) : 0.0f;
+  }
+}
+
+__global__ void shardGradKernel(int64_t rows, int64_t vocabLocal,
+                                int64_t vocabStart, int64_t validColumns,
+                                const float *logits, const int32_t *targets,
+                                const float *lse, const int *validCount,
+                                float *dLogits) {
+  int64_t i = globalIndex();
+  if (i >= rows * vocabLocal)
+    return;
+  int64_t r = i / vocabLocal, c = i % vocabLocal;
+  int32_t target = targets[r];
+  dLogits[i] = target == kIgnoreIndex || c >= validColumns
+                   ? 0.0f
+                   : crossEntropyLogitGrad(logits[i], lse[r],
+                                           c == int64_t(target) - vocabStart,
+                                           1.0f / float(*validCount));
+}
+
 } // namespace
 
 cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
@@ -71,6 +138,43 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
     return err;
   return launch(rows * vocab, stream, crossEntropyGradKernel, rows, vocab,
                 logits, targets, lse, validCount, dLogits);
+}
+
+cudaError_t crossEntropyShardMax(int64_t rows, int64_t vocabLocal,
+                                 const float *logits, float *localMax,
+                                 int64_t validColumns, cudaStream_t stream) {
+  return launch(rows, stream, shardMaxKernel, rows, vocabLocal, validColumns,
+                logits, localMax);
+}
+
+cudaError_t crossEntropyShardSums(int64_t rows, int64_t vocabLocal,
+                                  int64_t vocabStart, const float *logits,
+                                  const std::int32_t *targets,
+                                  const float *globalMax, float *sumExp,
+                                  float *targetLogit, int64_t validColumns,
+                                  cudaStream_t stream) {
+  return launch(rows, stream, shardSumsKernel, rows, vocabLocal, vocabStart,
+                validColumns, logits, targets, globalMax, sumExp, targetLogit);
+}
+
+cudaError_t
+crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
+                        const float *logits, const std::int32_t *targets,
+                        const float *globalMax, const float *globalSumExp,
+                        const float *globalTargetLogit, float *lse,
+                        int *validCount, float *loss, float *dLogits,
+                        int64_t validColumns, cudaStream_t stream) {
+  cudaError_t err =
+      launch(rows, stream, shardLseKernel, rows, globalMax, globalSumExp, lse);
+  if (err != cudaSuccess)
+    return err;
+  shardMeanLossKernel<<<1, kBlockSize, 0, stream>>>(
+      rows, targets, lse, globalTargetLogit, validCount, loss);
+  if ((err = cudaGetLastError()) != cudaSuccess || !dLogits)
+    return err;
+  return launch(rows * vocabLocal, stream, shardGradKernel, rows, vocabLocal,
+                vocabStart, validColumns, logits, targets, lse, validCount,
+                dLogits);
 }
 
 } // namespace weft::kernels::gpu

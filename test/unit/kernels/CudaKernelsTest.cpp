@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
@@ -288,6 +289,100 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
   EXPECT_EQ(count.toHost()[0], cpu::countValidTargets(rows, targets.data()));
   EXPECT_NEAR(loss.toHost()[0], eLoss, kTolerance * eLoss);
   EXPECT_LT(relativeError(lse.toHost(), eLse), kTolerance);
+  EXPECT_LT(relativeError(grad.toHost(), eGrad), kTolerance);
+}
+
+TEST_F(CudaKernelsTest, VocabParallelEmbeddingAndPositions) {
+  // The last of three shards of an 11-word vocabulary padded to 12: rows
+  // [8, 12), of which word 11 is padding.
+  const int64_t batch = 2, seq = 17, hidden = 24, vocab = 11, shardRows = 4;
+  const int64_t vocabStart = 8, tokens = batch * seq, offset = 3;
+  vector<std::int32_t> ids = randomIds(rng, tokens, vocab);
+  vector<float> table = random(shardRows * hidden),
+                dOut = random(tokens * hidden), x = random(tokens * hidden),
+                wpe = random((seq + offset) * hidden);
+  DeviceBuffer<std::int32_t> dIds(ids);
+  DeviceBuffer<float> dTable(table), dDOut(dOut), dX(x), dWpe(wpe),
+      out(tokens * hidden), gTable(table), posOut(tokens * hidden), gWpe(wpe);
+  ASSERT_EQ(gpu::vocabEmbeddingForward(batch, seq, hidden, vocabStart,
+                                       shardRows, dIds.get(), dTable.get(),
+                                       out.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::vocabEmbeddingBackward(batch, seq, hidden, vocabStart,
+                                        shardRows, dIds.get(), dDOut.get(),
+                                        gTable.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::positionEmbeddingForward(batch, seq, hidden, offset, dX.get(),
+                                          dWpe.get(), posOut.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::positionEmbeddingBackward(batch, seq, hidden, offset,
+                                           dDOut.get(), gWpe.get(), stream),
+            cudaSuccess);
+  sync();
+  vector<float> eOut(tokens * hidden), eTable = table, ePos(tokens * hidden),
+                                       eWpe = wpe;
+  cpu::vocabEmbeddingForward(batch, seq, hidden, vocabStart, shardRows,
+                             ids.data(), table.data(), eOut.data());
+  cpu::vocabEmbeddingBackward(batch, seq, hidden, vocabStart, shardRows,
+                              ids.data(), dOut.data(), eTable.data());
+  cpu::positionEmbeddingForward(batch, seq, hidden, offset, x.data(),
+                                wpe.data(), ePos.data());
+  cpu::positionEmbeddingBackward(batch, seq, hidden, offset, dOut.data(),
+                                 eWpe.data());
+  EXPECT_LT(relativeError(out.toHost(), eOut), kTolerance);
+  EXPECT_LT(relativeError(gTable.toHost(), eTable), kTolerance);
+  EXPECT_LT(relativeError(posOut.toHost(), ePos), kTolerance);
+  EXPECT_LT(relativeError(gWpe.toHost(), eWpe), kTolerance);
+}
+
+TEST_F(CudaKernelsTest, VocabParallelCrossEntropyPhases) {
+  // One shard of 64 columns starting at word 192 of a 250-word vocabulary:
+  // 58 real columns, 6 padding (filled with large logits that must not count).
+  const int64_t rows = 130, vocabLocal = 64, vocabStart = 192, valid = 58;
+  vector<float> logits = random(rows * vocabLocal, -6, 6);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = valid; c < vocabLocal; ++c)
+      logits[r * vocabLocal + c] = 50.0f;
+  vector<std::int32_t> targets = randomIds(rng, rows, 250);
+  for (int64_t r = 0; r < rows; r += 9)
+    targets[r] = kIgnoreIndex;
+  // Stand-ins for the all-reduced values of the other shards.
+  vector<float> globalMax = random(rows, 6, 7),
+                globalSumExp = random(rows, 1, 40),
+                globalTarget = random(rows, -3, 3);
+  DeviceBuffer<float> dLogits(logits), dMax(globalMax), dSum(globalSumExp),
+      dTarget(globalTarget), localMax(rows), sumExp(rows), targetLogit(rows),
+      lse(rows), loss(1), grad(rows * vocabLocal);
+  DeviceBuffer<std::int32_t> dTargets(targets);
+  DeviceBuffer<int> count(1);
+  ASSERT_EQ(gpu::crossEntropyShardMax(rows, vocabLocal, dLogits.get(),
+                                      localMax.get(), valid, stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::crossEntropyShardSums(
+                rows, vocabLocal, vocabStart, dLogits.get(), dTargets.get(),
+                dMax.get(), sumExp.get(), targetLogit.get(), valid, stream),
+            cudaSuccess);
+  ASSERT_EQ(gpu::crossEntropyShardFinish(
+                rows, vocabLocal, vocabStart, dLogits.get(), dTargets.get(),
+                dMax.get(), dSum.get(), dTarget.get(), lse.get(), count.get(),
+                loss.get(), grad.get(), valid, stream),
+            cudaSuccess);
+  sync();
+  vector<float> eMax(rows), eSum(rows), eTarget(rows), eGrad(rows * vocabLocal);
+  cpu::crossEntropyShardMax(rows, vocabLocal, logits.data(), eMax.data(),
+                            valid);
+  cpu::crossEntropyShardSums(rows, vocabLocal, vocabStart, logits.data(),
+                             targets.data(), globalMax.data(), eSum.data(),
+                             eTarget.data(), valid);
+  float eLoss = cpu::crossEntropyShardFinish(
+      rows, vocabLocal, vocabStart, logits.data(), targets.data(),
+      globalMax.data(), globalSumExp.data(), globalTarget.data(), eGrad.data(),
+      valid);
+  EXPECT_LT(relativeError(localMax.toHost(), eMax), kTolerance);
+  EXPECT_LT(relativeError(sumExp.toHost(), eSum), kTolerance);
+  EXPECT_LT(relativeError(targetLogit.toHost(), eTarget), kTolerance);
+  EXPECT_EQ(count.toHost()[0], cpu::countValidTargets(rows, targets.data()));
+  EXPECT_NEAR(loss.toHost()[0], eLoss, kTolerance * std::abs(eLoss));
   EXPECT_LT(relativeError(grad.toHost(), eGrad), kTolerance);
 }
 

@@ -108,6 +108,25 @@ cudaError_t embeddingBackwardRun(const CudaKernelCall &k) {
                                 k.readIndices[0], k.reads[1], 0, k.writes[0],
                                 dWpe, nullptr, k.stream);
 }
+cudaError_t vocabEmbeddingForwardRun(const CudaKernelCall &k) {
+  return gpu::vocabEmbeddingForward(
+      k.c("batch"), k.c("seq"), k.c("hidden"), k.c("vocab_start"),
+      k.c("vocab_local"), k.readIndices[0], k.reads[1], k.writes[0], k.stream);
+}
+cudaError_t vocabEmbeddingBackwardRun(const CudaKernelCall &k) {
+  return gpu::vocabEmbeddingBackward(
+      k.c("batch"), k.c("seq"), k.c("hidden"), k.c("vocab_start"),
+      k.c("vocab_local"), k.readIndices[0], k.reads[1], k.writes[0], k.stream);
+}
+cudaError_t positionEmbeddingForwardRun(const CudaKernelCall &k) {
+  return gpu::positionEmbeddingForward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                                       0, k.reads[0], k.reads[1], k.writes[0],
+                                       k.stream);
+}
+cudaError_t positionEmbeddingBackwardRun(const CudaKernelCall &k) {
+  return gpu::positionEmbeddingBackward(k.c("batch"), k.c("seq"), k.c("hidden"),
+                                        0, k.reads[0], k.writes[0], k.stream);
+}
 cudaError_t rotaryForwardRun(const CudaKernelCall &k) {
   return gpu::rotaryForward(k.c("batch"), k.c("seq"), k.c("heads"),
                             k.c("head_dim"), 0, float(k.c("theta")), k.reads[0],
@@ -149,6 +168,24 @@ cudaError_t attentionBackwardRun(const CudaKernelCall &k) {
 
 //===--- Loss ------------------------------------------------------------===//
 
+// The vocabulary-parallel phases: columns at or past `vocab` of the shard
+// starting at word vocab_start are padding (as validColumns in the CPU
+// registry).
+int64_t validColumns(const CudaKernelCall &k) {
+  return std::clamp<int64_t>(k.c("vocab") - k.c("vocab_start"), 0,
+                             k.c("vocab_local"));
+}
+cudaError_t crossEntropyShardMaxRun(const CudaKernelCall &k) {
+  return gpu::crossEntropyShardMax(k.c("rows"), k.c("vocab_local"), k.reads[0],
+                                   k.writes[0], validColumns(k), k.stream);
+}
+cudaError_t crossEntropyShardSumsRun(const CudaKernelCall &k) {
+  return gpu::crossEntropyShardSums(k.c("rows"), k.c("vocab_local"),
+                                    k.c("vocab_start"), k.reads[0],
+                                    k.readIndices[1], k.reads[2], k.writes[0],
+                                    k.writes[1], validColumns(k), k.stream);
+}
+
 // Scratch: lse[rows], then the valid-target count (an int) and the mean loss.
 int64_t crossEntropyScratch(const KernelConstants &c) {
   return c.at("rows") + 2;
@@ -173,6 +210,26 @@ cudaError_t crossEntropyRun(const CudaKernelCall &k) {
   return cudaSuccess;
 }
 
+cudaError_t crossEntropyShardFinishRun(const CudaKernelCall &k) {
+  int64_t rows = k.c("rows"), logits = rows * k.c("vocab_local");
+  float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
+  float *lse = k.scratch;
+  int *validCount = reinterpret_cast<int *>(k.scratch + rows);
+  float *loss = k.scratch + rows + 1;
+  if (cudaError_t rc = gpu::crossEntropyShardFinish(
+          rows, k.c("vocab_local"), k.c("vocab_start"), k.reads[0],
+          k.readIndices[1], k.reads[2], k.reads[3], k.reads[4], lse, validCount,
+          loss, dLogits, validColumns(k), k.stream))
+    return rc;
+  if (cudaError_t rc =
+          finishLoss(loss, float(k.c("loss_div")), k.c("accumulate") != 0,
+                     k.writes[0], k.stream))
+    return rc;
+  if (dLogits && k.c("grad_div") != 1)
+    return scale(logits, dLogits, 1.0f / float(k.c("grad_div")), k.stream);
+  return cudaSuccess;
+}
+
 std::vector<CudaKernelEntry> buildTable() {
   std::vector<CudaKernelEntry> table = {
       {"activation_backward", none, activationBackwardRun},
@@ -182,17 +239,25 @@ std::vector<CudaKernelEntry> buildTable() {
       {"bias_add", none, biasAddRun},
       {"bias_grad", none, biasGradRun},
       {"cross_entropy", crossEntropyScratch, crossEntropyRun},
+      {"cross_entropy_shard_finish", crossEntropyScratch,
+       crossEntropyShardFinishRun},
+      {"cross_entropy_shard_max", none, crossEntropyShardMaxRun},
+      {"cross_entropy_shard_sums", none, crossEntropyShardSumsRun},
       {"embedding_backward", none, embeddingBackwardRun},
       {"embedding_forward", none, embeddingForwardRun},
       {"gated_backward", none, gatedBackwardRun},
       {"gated_forward", none, gatedForwardRun},
       {"layer_norm_backward", none, layerNormBackwardRun},
+      {"position_embedding_backward", none, positionEmbeddingBackwardRun},
+      {"position_embedding_forward", none, positionEmbeddingForwardRun},
       {"layer_norm_forward", none, layerNormForwardRun},
       {"residual_add", none, residualAddRun},
       {"rms_norm_backward", none, rmsNormBackwardRun},
       {"rms_norm_forward", none, rmsNormForwardRun},
       {"rotary_backward", none, rotaryBackwardRun},
       {"rotary_forward", none, rotaryForwardRun},
+      {"vocab_embedding_backward", none, vocabEmbeddingBackwardRun},
+      {"vocab_embedding_forward", none, vocabEmbeddingForwardRun},
   };
   std::sort(table.begin(), table.end(),
             [](const CudaKernelEntry &a, const CudaKernelEntry &b) {

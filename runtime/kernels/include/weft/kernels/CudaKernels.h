@@ -65,6 +65,27 @@ cudaError_t embeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
                               const std::int32_t *ids, const float *dOut,
                               int64_t positionOffset, float *dWte, float *dWpe,
                               float *dTokenType, cudaStream_t stream);
+/// Vocabulary-parallel lookup: this shard holds table rows [vocabStart,
+/// vocabStart + shardRows); tokens it does not own give zero rows.
+cudaError_t vocabEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                                  int64_t vocabStart, int64_t shardRows,
+                                  const std::int32_t *ids, const float *table,
+                                  float *out, cudaStream_t stream);
+/// dTable += the rows of the tokens this shard owns (atomic scatter-add).
+cudaError_t vocabEmbeddingBackward(int64_t batch, int64_t seq, int64_t hidden,
+                                   int64_t vocabStart, int64_t shardRows,
+                                   const std::int32_t *ids, const float *dOut,
+                                   float *dTable, cudaStream_t stream);
+/// out = x + wpe[t % seq + positionOffset] per token (out may alias x).
+cudaError_t positionEmbeddingForward(int64_t batch, int64_t seq, int64_t hidden,
+                                     int64_t positionOffset, const float *x,
+                                     const float *wpe, float *out,
+                                     cudaStream_t stream);
+/// dWpe[t % seq + positionOffset] += dOut per token (atomic).
+cudaError_t positionEmbeddingBackward(int64_t batch, int64_t seq,
+                                      int64_t hidden, int64_t positionOffset,
+                                      const float *dOut, float *dWpe,
+                                      cudaStream_t stream);
 cudaError_t rotaryForward(int64_t batch, int64_t seq, int64_t heads,
                           int64_t headDim, int64_t positionOffset, float theta,
                           const float *x, float *y, cudaStream_t stream);
@@ -90,6 +111,29 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
                                         const std::int32_t *targets, float *lse,
                                         int *validCount, float *loss,
                                         float *dLogits, cudaStream_t stream);
+
+/// The vocabulary-parallel cross-entropy phases (weft/kernels/Loss.h) on a
+/// [rows, vocabLocal] logits shard whose first `validColumns` columns are
+/// real words starting at word vocabStart (the rest pad the vocabulary).
+cudaError_t crossEntropyShardMax(int64_t rows, int64_t vocabLocal,
+                                 const float *logits, float *localMax,
+                                 int64_t validColumns, cudaStream_t stream);
+cudaError_t crossEntropyShardSums(int64_t rows, int64_t vocabLocal,
+                                  int64_t vocabStart, const float *logits,
+                                  const std::int32_t *targets,
+                                  const float *globalMax, float *sumExp,
+                                  float *targetLogit, int64_t validColumns,
+                                  cudaStream_t stream);
+/// From the all-reduced max, sum of exponentials and target logit: lse[rows]
+/// and *validCount as in crossEntropyForwardBackward, *loss the mean loss,
+/// and dLogits (nullable) this shard's gradient (zero on padding columns).
+cudaError_t
+crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
+                        const float *logits, const std::int32_t *targets,
+                        const float *globalMax, const float *globalSumExp,
+                        const float *globalTargetLogit, float *lse,
+                        int *validCount, float *loss, float *dLogits,
+                        int64_t validColumns, cudaStream_t stream);
 
 cudaError_t adamwStep(const AdamWStep &step, int64_t n, const float *grad,
                       float *param, float *m, float *v, cudaStream_t stream);
