@@ -329,13 +329,17 @@ llvm::Expected<plan::Bundle> BundleBuilder::build() {
 
 } // namespace
 
-llvm::Error weft::emitBundle(ModuleOp module, llvm::StringRef dir) {
+llvm::Error weft::emitBundle(ModuleOp module, llvm::StringRef dir,
+                             mlir::TimingScope timer) {
+  mlir::TimingScope phase = timer.nest("verify-weftx");
   if (failed(mlir::verify(module)))
     return makeError("the weftx module does not verify");
+  phase = timer.nest("translate");
   llvm::Expected<plan::Bundle> bundle = BundleBuilder(module).build();
   if (!bundle)
     return bundle.takeError();
   try {
+    phase = timer.nest("plan-verifier");
     plan::VerifyResult result = plan::verify(*bundle);
     if (!result.ok()) {
       std::string message = "plan verifier: " + result.diagnostics[0].message;
@@ -343,6 +347,7 @@ llvm::Error weft::emitBundle(ModuleOp module, llvm::StringRef dir) {
         message += " (and " + std::to_string(more) + " more)";
       return makeError(message);
     }
+    phase = timer.nest("write");
     plan::writeBundle(*bundle, dir.str());
   } catch (const plan::Error &error) {
     return makeError(error.what());

@@ -30,6 +30,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -117,9 +118,10 @@ cl::opt<std::string> planOffload(
     cl::desc("Optimizer offload: none|optimizer|auto (default auto: searched "
              "where the cluster describes its hosts)"),
     cl::sub(planCmd), cl::cat(planCategory));
-cl::opt<std::string> planAttention(
-    "attention", cl::desc("Attention implementation: flash|eager (flash)"),
-    cl::init("flash"), cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<std::string>
+    planAttention("attention",
+                  cl::desc("Attention implementation: flash|eager (flash)"),
+                  cl::init("flash"), cl::sub(planCmd), cl::cat(planCategory));
 cl::opt<bool> planTpAcrossNodes("allow-tp-across-nodes",
                                 cl::desc("Let TP groups span nodes"),
                                 cl::sub(planCmd), cl::sub(compileCmd),
@@ -159,6 +161,10 @@ cl::opt<std::string> emitMlir(
     cl::desc("Print the IR after a stage instead of writing the bundle: "
              "model|lower|autodiff|exec"),
     cl::value_desc("stage"), cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<bool> timing("timing",
+                     cl::desc("Print the wall time of every pass and of "
+                              "bundle emission to stderr"),
+                     cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<int64_t> stepsPerPlan("steps-per-plan",
                               cl::desc("Optimizer steps per replay (1)"),
                               cl::init(1), cl::sub(compileCmd),
@@ -511,10 +517,14 @@ int runCompile(mlir::MLIRContext &context) {
       llvm::raw_string_ostream(firstError) << diag;
     return mlir::success();
   });
+  mlir::DefaultTimingManager timingManager;
+  timingManager.setEnabled(timing);
+  mlir::TimingScope rootTimer = timingManager.getRootScope();
   for (weft::CompileStage stage :
        {weft::CompileStage::Lower, weft::CompileStage::Autodiff,
         weft::CompileStage::Exec}) {
     mlir::PassManager pm(&context);
+    pm.enableTiming(rootTimer);
     weft::buildCompileStage(pm, stage, lowering, schedule);
     if (mlir::failed(pm.run(**module)))
       return fail("compile: " + firstError);
@@ -524,8 +534,10 @@ int runCompile(mlir::MLIRContext &context) {
       return 0;
     }
   }
-  if (llvm::Error error = weft::emitBundle(**module, bundleDir))
+  if (llvm::Error error =
+          weft::emitBundle(**module, bundleDir, rootTimer.nest("emit-bundle")))
     return fail("compile: " + llvm::toString(std::move(error)));
+  rootTimer.stop();
   llvm::outs() << llvm::formatv(
       "weftc: wrote {0}: {1} (dp {2}, micro-batch {3} x {4} accumulation "
       "steps, seq {5})\n",

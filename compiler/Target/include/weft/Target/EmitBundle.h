@@ -10,6 +10,7 @@
 #define WEFT_TARGET_EMITBUNDLE_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -17,8 +18,10 @@ namespace weft {
 
 /// Translate `module` (weftx, every buffer placed) to a plan bundle, verify it
 /// with the plan verifier and write it to `dir`. Nothing is written unless the
-/// bundle verifies. Errors are one line.
-llvm::Error emitBundle(mlir::ModuleOp module, llvm::StringRef dir);
+/// bundle verifies. Errors are one line. `timer` (optional) times the
+/// translation, verification and writing separately.
+llvm::Error emitBundle(mlir::ModuleOp module, llvm::StringRef dir,
+                       mlir::TimingScope timer = {});
 
 } // namespace weft
 
