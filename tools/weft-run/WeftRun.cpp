@@ -287,12 +287,21 @@ int run(const CliOptions &cli) {
                      "from host");
       }
       weft::exec::StepStats stats = runtime->step();
-      if (log)
+      const bool dynamicScale =
+          runtime->session().bundle().training.lossScale.dynamic;
+      if (log) {
+        std::string scale;
+        if (stats.skipped)
+          scale = " | skipped: gradients overflowed at loss scale " +
+                  jsonNumber(stats.lossScale);
+        else if (dynamicScale)
+          scale = " | loss scale " + jsonNumber(stats.lossScale);
         std::printf("step %lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | "
-                    "%.1f ms | %.0f tok/s\n",
+                    "%.1f ms | %.0f tok/s%s\n",
                     (long long)stats.step, (long long)cli.steps, stats.loss,
                     stats.gradNorm, stats.lr, stats.stepTimeS * 1e3,
-                    stats.tokensPerS);
+                    stats.tokensPerS, scale.c_str());
+      }
       // Offload right after the step: the checkpoints below are then
       // written from the host copies, and the next step reloads.
       std::optional<OffloadTotals> offloaded;
@@ -303,15 +312,18 @@ int run(const CliOptions &cli) {
       }
       if (metrics) {
         std::string extra;
+        if (dynamicScale)
+          extra = ",\"loss_scale\":" + jsonNumber(stats.lossScale) +
+                  ",\"skipped\":" + (stats.skipped ? "true" : "false");
         if (offloaded)
-          extra = ",\"offload_bytes\":" + std::to_string(offloaded->bytes) +
-                  ",\"offload_s\":" + jsonNumber(offloaded->seconds) +
-                  ",\"reload_s\":" +
-                  jsonNumber(reloaded ? reloaded->seconds : 0.0) +
-                  ",\"device_bytes_before\":" +
-                  std::to_string(offloaded->deviceBefore) +
-                  ",\"device_bytes_after\":" +
-                  std::to_string(offloaded->deviceAfter);
+          extra += ",\"offload_bytes\":" + std::to_string(offloaded->bytes) +
+                   ",\"offload_s\":" + jsonNumber(offloaded->seconds) +
+                   ",\"reload_s\":" +
+                   jsonNumber(reloaded ? reloaded->seconds : 0.0) +
+                   ",\"device_bytes_before\":" +
+                   std::to_string(offloaded->deviceBefore) +
+                   ",\"device_bytes_after\":" +
+                   std::to_string(offloaded->deviceAfter);
         std::fprintf(metrics,
                      "{\"step\":%lld,\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,"
                      "\"step_time_s\":%s,\"tokens_per_s\":%s%s}\n",

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -307,6 +308,10 @@ std::string manifestJson(const Manifest &m) {
   // snapshot says what it holds (absent means full).
   if (m.contents == CheckpointContents::Weights)
     json["contents"] = "weights";
+  if (m.lossScale)
+    json["loss_scale"] = {{"scale", m.lossScale->scale},
+                          {"good_steps", m.lossScale->goodSteps},
+                          {"optimizer_steps", m.lossScale->optimizerSteps}};
   return json.dump(2) + "\n";
 }
 
@@ -328,6 +333,20 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
                     contents + "'");
       m.contents = contents == "weights" ? CheckpointContents::Weights
                                          : CheckpointContents::Full;
+    }
+    if (json.contains("loss_scale")) {
+      const nlohmann::json &ls = json.at("loss_scale");
+      LossScaleState state{ls.at("scale").get<double>(),
+                           ls.at("good_steps").get<int64_t>(),
+                           ls.at("optimizer_steps").get<int64_t>()};
+      if (!(state.scale > 0) || !std::isfinite(state.scale) ||
+          state.goodSteps < 0 || state.optimizerSteps < 0 ||
+          state.optimizerSteps > m.step)
+        throw Error(path + ": 'loss_scale' holds an impossible state (scale " +
+                    ls.at("scale").dump() + ", optimizer_steps " +
+                    ls.at("optimizer_steps").dump() + " of " +
+                    std::to_string(m.step) + " steps)");
+      m.lossScale = state;
     }
     m.worldSize = json.at("world_size").get<int32_t>();
     m.bundleHash = json.at("bundle_hash").get<std::string>();

@@ -254,7 +254,8 @@ private:
                      const Instruction &inst, const std::string &where);
   void prepareOther(const plan::Program &program, const Instruction &inst,
                     const std::string &where);
-  void runKernel(const Instruction &inst, const std::vector<Operand> &reads,
+  void runKernel(const Instruction &inst, const StepContext &context,
+                 const std::vector<Operand> &reads,
                  const std::vector<Operand> &writes);
   void runGemm(const Instruction &inst, const std::vector<Operand> &reads,
                const std::vector<Operand> &writes);
@@ -354,7 +355,7 @@ void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
                          const StepContext &context) {
   switch (inst.opcode) {
   case Opcode::Kernel:
-    runKernel(inst, reads, writes);
+    runKernel(inst, context, reads, writes);
     return;
   case Opcode::Gemm:
     runGemm(inst, reads, writes);
@@ -408,9 +409,11 @@ void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
     return;
   }
   case Opcode::Clip: {
+    // The gradients carry the loss scale; the norm compared is the true one.
     double maxNorm = context.training->gradClip;
-    double norm = std::sqrt(double(reads[0].as<float>()[0]));
-    if (maxNorm <= 0 || norm <= maxNorm)
+    double norm =
+        std::sqrt(double(reads[0].as<float>()[0])) / context.lossScale;
+    if (context.skipUpdate || maxNorm <= 0 || norm <= maxNorm)
       return;
     float scale = float(maxNorm / norm);
     for (const Operand &grad : writes) {
@@ -427,11 +430,12 @@ void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
   }
 }
 
-void CpuBackend::runKernel(const Instruction &inst,
+void CpuBackend::runKernel(const Instruction &inst, const StepContext &context,
                            const std::vector<Operand> &reads,
                            const std::vector<Operand> &writes) {
   const ResolvedKernel &kernel = kernels_[inst.kernel];
   call_.constants = &kernel.constants;
+  call_.lossScale = float(context.lossScale);
   call_.reads.clear();
   call_.writes.clear();
   call_.readIndices.clear();
@@ -495,11 +499,13 @@ void CpuBackend::runOptimizer(const Instruction &inst,
                               const std::vector<Operand> &reads,
                               const std::vector<Operand> &writes,
                               const StepContext &context) {
+  if (context.skipUpdate) // dynamic loss scaling: the gradients overflowed
+    return;
   const plan::TrainingInfo &t = *context.training;
   kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
                               t.weightDecay};
-  kernels::AdamWStep step =
-      kernels::makeAdamWStep(config, context.step, 1.0 / t.lossScale.initial);
+  kernels::AdamWStep step = kernels::makeAdamWStep(
+      config, context.optimizerStep, 1.0 / context.lossScale);
   float *param = writes[0].as<float>();
   float *m = writes[1].as<float>();
   float *v = writes[2].as<float>();

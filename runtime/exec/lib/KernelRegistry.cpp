@@ -290,18 +290,26 @@ KernelSignature crossEntropySig(const KernelConstants &c) {
     sig.writes.push_back(f(rows * get(c, "vocab")));
   return sig;
 }
+/// The loss kernels' tail: the loss divided by loss_div into writes[0]
+/// (added with accumulate), and the gradient of the mean scaled by
+/// lossScale / grad_div (a power of two times 1 / grad_div: with no
+/// overflow the scaled run is the unscaled one times the scale, exactly).
+void finishLoss(const KernelCall &k, float loss, float *dLogits, int64_t n) {
+  float lossPart = loss / float(k.c("loss_div"));
+  k.writes[0][0] = k.c("accumulate") ? k.writes[0][0] + lossPart : lossPart;
+  if (!dLogits || (k.c("grad_div") == 1 && k.lossScale == 1))
+    return;
+  float scale = k.lossScale / float(k.c("grad_div"));
+  for (int64_t i = 0; i < n; ++i)
+    dLogits[i] *= scale;
+}
+
 void crossEntropyRun(const KernelCall &k) {
   int64_t rows = k.c("rows"), vocab = k.c("vocab");
   float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
   float loss = cpu::crossEntropyForwardBackward(rows, vocab, k.reads[0],
                                                 k.readIndices[1], dLogits);
-  float lossPart = loss / float(k.c("loss_div"));
-  k.writes[0][0] = k.c("accumulate") ? k.writes[0][0] + lossPart : lossPart;
-  if (dLogits && k.c("grad_div") != 1) {
-    float scale = 1.0f / float(k.c("grad_div"));
-    for (int64_t i = 0; i < rows * vocab; ++i)
-      dLogits[i] *= scale;
-  }
+  finishLoss(k, loss, dLogits, rows * vocab);
 }
 
 // The vocabulary-parallel phases on a [rows, vocab_local] shard of logits
@@ -357,13 +365,7 @@ void crossEntropyShardFinishRun(const KernelCall &k) {
       rows, k.c("vocab_local"), k.c("vocab_start"), k.reads[0],
       k.readIndices[1], k.reads[2], k.reads[3], k.reads[4], dLogits,
       validColumns(k));
-  float lossPart = loss / float(k.c("loss_div"));
-  k.writes[0][0] = k.c("accumulate") ? k.writes[0][0] + lossPart : lossPart;
-  if (dLogits && k.c("grad_div") != 1) {
-    float scale = 1.0f / float(k.c("grad_div"));
-    for (int64_t i = 0; i < logits; ++i)
-      dLogits[i] *= scale;
-  }
+  finishLoss(k, loss, dLogits, logits);
 }
 
 /// The signature and host loop of every kernel of kernels::kKernelAbi, which

@@ -242,10 +242,14 @@ void Session::validateLocally() {
   if (t.stepsPerPlan != 1)
     throw Error(where + ": steps_per_plan " + std::to_string(t.stepsPerPlan) +
                 " is not supported (the runtime replays one step per plan)");
-  if (t.lossScale.dynamic)
-    throw Error(where + ": dynamic loss scaling (fp16) is not implemented");
-  if (t.lossScale.initial <= 0)
+  if (!(t.lossScale.initial > 0) || !std::isfinite(t.lossScale.initial))
     throw Error(where + ": loss_scale.initial must be positive");
+  if (t.lossScale.dynamic &&
+      (t.lossScale.growthInterval < 1 || !(t.lossScale.backoff > 0) ||
+       !(t.lossScale.backoff < 1)))
+    throw Error(where + ": dynamic loss_scale needs growth_interval >= 1 and "
+                        "0 < backoff < 1");
+  scaler_ = {t.lossScale.initial, 0, 0};
   rankProgram_ = plan::expandRankProgram(bundle_, rank_);
   const plan::Program &program = *rankProgram_.program;
 
@@ -289,6 +293,21 @@ void Session::validateLocally() {
                       " are not supported");
       }
     }
+  }
+  if (t.lossScale.dynamic) {
+    // The overflow check reads the global gradient sum of squares at clip.
+    bool optimizes = false, clips = false;
+    for (const plan::Stream &stream : program.streams)
+      for (const Instruction &inst : stream.instructions) {
+        optimizes = optimizes || inst.opcode == Opcode::OptimizerStep;
+        clips = clips || inst.opcode == Opcode::Clip;
+      }
+    if (optimizes && !clips)
+      throw Error(where +
+                  ": dynamic loss scaling needs a clip instruction "
+                  "(the overflow check reads its gradient norm) in "
+                  "role " +
+                  std::to_string(program.role) + "'s program");
   }
   if (loadsData)
     data_ = std::make_unique<DataLoader>(options_.dataPath, t.seqLen,
@@ -361,6 +380,14 @@ CheckpointStats Session::readCheckpointLocally(const std::string &dir,
     readRankFile(*stepDir + "/" + manifest.files[size_t(rank_)], expected,
                  recorded, host.data());
     backend_->copyToDevice(persistent_, host.data(), program.persistentBytes);
+  }
+  if (bundle_.training.lossScale.dynamic) {
+    if (!manifest.lossScale)
+      throw Error(*stepDir + "/manifest.json: no 'loss_scale' state, which "
+                             "this plan's dynamic loss scaling needs");
+    scaler_ = *manifest.lossScale;
+  } else {
+    scaler_ = {bundle_.training.lossScale.initial, 0, manifest.step};
   }
   completedSteps_ = manifest.step;
   return CheckpointStats{*stepDir, manifest.step, recorded.fileBytes,
@@ -514,6 +541,8 @@ CheckpointStats Session::commitCheckpoint(const std::string &dir,
         weightsOnly ? CheckpointContents::Weights : CheckpointContents::Full;
     manifest.worldSize = worldSize_;
     manifest.bundleHash = bundleHash_;
+    if (bundle_.training.lossScale.dynamic)
+      manifest.lossScale = scaler_;
     for (int r = 0; r < worldSize_; ++r) {
       manifest.files.push_back("rank-" + std::to_string(r) + ".bin");
       manifest.results.push_back(
@@ -729,6 +758,10 @@ void Session::issue(size_t s, size_t index, const StepContext &context) {
     backend_->copyToHostAsync(reinterpret_cast<std::byte *>(clipSum_),
                               p.reads[0].data, 4, int64_t(s));
     clipRan_ = true;
+    // Dynamic loss scaling (CPU backend: the copy above is synchronous):
+    // every rank reads the same global sum, so all skip together.
+    if (t.lossScale.dynamic)
+      stepContext_.skipUpdate = !std::isfinite(*clipSum_);
     backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
     return;
   default:
@@ -783,6 +816,8 @@ void Session::beginStep() {
   stepContext_.step = completedSteps_ + 1;
   stepContext_.lr = learningRate(bundle_.training, stepContext_.step);
   stepContext_.training = &bundle_.training;
+  stepContext_.lossScale = scaler_.scale;
+  stepContext_.optimizerStep = scaler_.optimizerSteps + 1;
   std::fill(next_.begin(), next_.end(), 0);
   std::fill(recorded_.begin(), recorded_.end(), 0);
   clipRan_ = false;
@@ -931,10 +966,32 @@ StepStats Session::finishStep() {
     sums[0] = double(loss);
     sums[1] = 1;
   }
-  double norm = clipRan_ ? std::sqrt(double(*clipSum_)) : -1;
+  const plan::LossScale &policy = bundle_.training.lossScale;
+  bool skipped = stepContext_.skipUpdate;
+  // The unscaled norm; a skipped step reports none.
+  double norm = clipRan_ && !skipped
+                    ? std::sqrt(double(*clipSum_)) / stepContext_.lossScale
+                    : -1;
+  // Among the ranks that checked: did any skip, did any not?
+  int skips[2] = {clipRan_ && skipped, clipRan_ && !skipped};
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comms_->stats);
   MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_MAX, comms_->stats);
+  MPI_Allreduce(MPI_IN_PLACE, skips, 2, MPI_INT, MPI_MAX, comms_->stats);
+  if (skips[0] && skips[1])
+    throw Error("rank " + std::to_string(rank_) + " step " +
+                std::to_string(completedSteps_ + 1) +
+                ": ranks disagree on whether the gradients overflowed (the "
+                "plan's gradient-norm reduction does not cover every rank)");
   ++completedSteps_;
+  if (!skipped)
+    ++scaler_.optimizerSteps;
+  if (policy.dynamic && skipped) {
+    scaler_.scale *= policy.backoff;
+    scaler_.goodSteps = 0;
+  } else if (policy.dynamic && ++scaler_.goodSteps >= policy.growthInterval) {
+    scaler_.scale *= 2;
+    scaler_.goodSteps = 0;
+  }
 
   StepStats stats;
   stats.step = completedSteps_;
@@ -942,6 +999,8 @@ StepStats Session::finishStep() {
   stats.loss = stats.lossReported ? sums[0] / sums[1] : std::nan("");
   stats.gradNorm = norm >= 0 ? norm : std::nan("");
   stats.lr = stepContext_.lr;
+  stats.lossScale = stepContext_.lossScale;
+  stats.skipped = skipped;
   stats.stepTimeS = now() - stepStart_;
   stats.tokensPerS = double(bundle_.training.globalBatch) *
                      double(bundle_.training.seqLen) /

@@ -302,6 +302,7 @@ private:
   kernels::AdamWStep *stepHost_ = nullptr; // pinned
   int64_t uploadedStep_ = -1;
   CudaKernelCall call_;
+  float lossScale_ = 1; // training.loss_scale.initial (static only)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graphExec_ = nullptr;
   bool capturing_ = false;
@@ -453,6 +454,12 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   if (prepared_)
     throw Error(prefix() + "the CUDA backend is prepared once per program");
   prepared_ = true;
+  // Dynamic loss scaling decides on the host, after reading the gradient
+  // norm, whether the optimizer runs: not inside a captured step yet.
+  if (bundle.training.lossScale.dynamic)
+    throw Error(prefix() + "dynamic loss scaling is not implemented on the "
+                           "CUDA backend yet (use --backend cpu)");
+  lossScale_ = float(bundle.training.lossScale.initial);
   size_t numStreams = std::max<size_t>(1, program.streams.size());
   for (size_t s = 0; s < numStreams; ++s) {
     cudaStream_t stream = nullptr;
@@ -705,7 +712,9 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     return;
   }
   case Opcode::Clip: {
-    float maxNorm = float(context.training->gradClip);
+    // The gradients carry the loss scale: compare the scaled norm with the
+    // scaled limit.
+    float maxNorm = float(context.training->gradClip) * lossScale_;
     for (const Operand &grad : writes)
       check(clipByNorm(grad.bytes / plan::elementBytes(inst.dtype), grad.data,
                        inst.dtype == DType::BF16, reads[0].as<float>(), maxNorm,
@@ -742,6 +751,7 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   };
   call_.constants = &kernel.constants;
   call_.stream = s;
+  call_.lossScale = lossScale_;
   call_.reads.clear();
   call_.writes.clear();
   call_.readIndices.clear();
@@ -854,7 +864,7 @@ void DeviceBackend::beginStep(const StepContext &context) {
     kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
                                 t.weightDecay};
     *stepHost_ =
-        kernels::makeAdamWStep(config, context.step, 1.0 / t.lossScale.initial);
+        kernels::makeAdamWStep(config, context.optimizerStep, 1.0 / lossScale_);
   }
   std::string at = "step " + std::to_string(context.step);
   check(cudaMemcpyAsync(stepDevice_, stepHost_, sizeof(kernels::AdamWStep),

@@ -204,8 +204,8 @@ cudaError_t crossEntropyRun(const CudaKernelCall &k) {
           finishLoss(loss, float(k.c("loss_div")), k.c("accumulate") != 0,
                      k.writes[0], k.stream))
     return rc;
-  if (dLogits && k.c("grad_div") != 1)
-    return scale(rows * vocab, dLogits, 1.0f / float(k.c("grad_div")),
+  if (dLogits && (k.c("grad_div") != 1 || k.lossScale != 1))
+    return scale(rows * vocab, dLogits, k.lossScale / float(k.c("grad_div")),
                  k.stream);
   return cudaSuccess;
 }
@@ -225,8 +225,9 @@ cudaError_t crossEntropyShardFinishRun(const CudaKernelCall &k) {
           finishLoss(loss, float(k.c("loss_div")), k.c("accumulate") != 0,
                      k.writes[0], k.stream))
     return rc;
-  if (dLogits && k.c("grad_div") != 1)
-    return scale(logits, dLogits, 1.0f / float(k.c("grad_div")), k.stream);
+  if (dLogits && (k.c("grad_div") != 1 || k.lossScale != 1))
+    return scale(logits, dLogits, k.lossScale / float(k.c("grad_div")),
+                 k.stream);
   return cudaSuccess;
 }
 

@@ -52,6 +52,7 @@ struct CudaKernelCall {
   std::vector<const std::int32_t *> readIndices;
   float *scratch = nullptr; // scratchFloats(constants) device floats
   cudaStream_t stream = nullptr;
+  float lossScale = 1; // the loss kernels seed the backward with it
 
   int64_t c(const char *name) const { return constants->at(name); }
 };

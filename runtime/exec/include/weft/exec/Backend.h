@@ -77,9 +77,19 @@ private:
 
 /// What an instruction needs to know about the step it runs in.
 struct StepContext {
-  int64_t step = 1; // 1-based optimizer step (AdamW bias correction)
+  int64_t step = 1; // 1-based training step (data position, LR schedule)
   double lr = 0;    // from the schedule
   const plan::TrainingInfo *training = nullptr;
+  /// The loss scale of this step: the loss kernels seed the backward with
+  /// it, clip and the optimizer divide it out (training.loss_scale; the
+  /// current value under dynamic scaling, a power of two).
+  double lossScale = 1;
+  /// 1-based count of the AdamW updates applied, this one included (bias
+  /// correction): equals `step` unless dynamic loss scaling skipped steps.
+  int64_t optimizerStep = 1;
+  /// Set during the step when the global gradient sum of squares is not
+  /// finite under dynamic loss scaling: clip and optimizer_step do nothing.
+  bool skipUpdate = false;
 };
 
 class Backend {

@@ -71,9 +71,24 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
 /// group only (a weights snapshot, D/weights-<N>).
 enum class CheckpointContents { Full, Weights };
 
+/// The dynamic loss scaler's state (fp16 plans; docs/runtime.md, "Loss
+/// scaling"), the same on every rank, so it lives in the manifest.
+struct LossScaleState {
+  double scale = 1;           // the loss scale of the next step
+  int64_t goodSteps = 0;      // steps without overflow since the last change
+  int64_t optimizerSteps = 0; // AdamW updates applied (skipped steps excluded)
+
+  bool operator==(const LossScaleState &other) const {
+    return scale == other.scale && goodSteps == other.goodSteps &&
+           optimizerSteps == other.optimizerSteps;
+  }
+};
+
 /// A parsed manifest.json.
 struct Manifest {
   int64_t step = 0;
+  /// Present when the plan scales the loss dynamically.
+  std::optional<LossScaleState> lossScale;
   CheckpointContents contents = CheckpointContents::Full;
   int32_t worldSize = 0;
   std::string bundleHash;

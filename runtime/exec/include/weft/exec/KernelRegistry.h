@@ -45,6 +45,9 @@ struct KernelCall {
   std::vector<float *> reads;               // null for index operands
   std::vector<float *> writes;              // null for index operands
   std::vector<const int32_t *> readIndices; // null for float operands
+  /// The step's loss scale: the loss kernels multiply the gradient they seed
+  /// (d loss / d logits) by it.
+  float lossScale = 1;
 
   int64_t c(const char *name) const { return constants->at(name); }
 };

@@ -12,6 +12,7 @@
 #define WEFT_EXEC_SESSION_H
 
 #include "weft/exec/Backend.h"
+#include "weft/exec/Checkpoint.h"
 #include "weft/exec/StateGroups.h"
 #include "weft/plan/Bundle.h"
 
@@ -64,6 +65,10 @@ struct StepStats {
   double stepTimeS = 0;      // wall time of the step on this rank
   double tokensPerS = 0;     // global batch tokens / step time
   bool lossReported = false; // some rank holds a 'loss' buffer
+  double lossScale = 1;      // the loss scale this step ran with
+  /// Dynamic loss scaling found the gradients not finite: no update was
+  /// applied and the scale was backed off (gradNorm is then NaN).
+  bool skipped = false;
 };
 
 /// Where a state group's bytes are.
@@ -172,6 +177,9 @@ public:
   const std::optional<CheckpointStats> &resumed() const { return resumed_; }
 
   int64_t completedSteps() const { return completedSteps_; }
+  /// The loss scaler's state after completedSteps() (static plans: the
+  /// fixed scale, no good steps, every step applied).
+  LossScaleState lossScaleState() const { return scaler_; }
   int rank() const { return rank_; }
   int worldSize() const { return worldSize_; }
   const plan::Bundle &bundle() const { return bundle_; }
@@ -249,6 +257,7 @@ private:
   int64_t eagerSteps_ = 0;    // steps issued instruction by instruction
   const std::string *openRange_ = nullptr; // the phase of the open range
   int64_t completedSteps_ = 0;
+  LossScaleState scaler_;
   std::string bundleHash_;
   std::optional<CheckpointStats> resumed_;
   double openTime_ = 0;

@@ -59,7 +59,7 @@ struct BufferFacts {
   /// of the role names, or (transitively) the output of an all_gather whose
   /// input holds parameters (params or master, not optimizer state).
   bool params = false;
-  bool gathered = false;  // written by an all_gather whose input holds params
+  bool gathered = false; // written by an all_gather whose input holds params
   /// Holds parameter gradients: optimizer_step reads[1], every range
   /// grad_norm reads and clip writes, and (transitively) the input of an
   /// all_reduce, reduce_scatter or copy whose output holds gradients.
