@@ -50,7 +50,10 @@ double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
     // the residual (selective). Under SP the norm outputs are saved as the
     // all-gathered, full-sequence inputs of the column-parallel matmuls
     // (WeftToExec's `sp.gather` buffers); input and residual stay sharded.
-    if (recompute == Recompute::None)
+    // Selective under SP re-runs nothing: the norm outputs are read only
+    // through their all-gathers, so the gathered outputs are saved as
+    // without recompute (weft-autodiff re-runs norms, not collectives).
+    if (recompute == Recompute::None || (sequenceParallel && tp > 1))
       return 2 * sbh * e / spShard + 2 * sbh * e;
     return 2.0 * sbh * e / spShard;
   }
@@ -113,6 +116,19 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
   double rerun = recompute == Recompute::None        ? 0.0
                  : recompute == Recompute::Selective ? 2.0
                                                      : 3.0;
+  if (sequenceParallel && tp > 1) {
+    // Under SP the re-run norm outputs are all-gathered (full sequence)
+    // before the matmuls that read them, and the gathered copies are what
+    // stays live: full re-runs the residual (sharded) and both gathered
+    // norm outputs; selective re-runs nothing (layerActivationBytes). The
+    // ungated MLP's backward also holds its all-gathered incoming gradient
+    // beside u and act(u) (the gated one has released it by its peak).
+    double rerunBytes =
+        recompute == Recompute::Full ? sbh * e / spShard + 2 * sbh * e : 0.0;
+    if (recompute == Recompute::Full && !model.gatedMlp)
+      mlpGrad += sbh * e;
+    return std::max(attentionGrad, mlpGrad) + sbh * e / spShard + rerunBytes;
+  }
   return std::max(attentionGrad, mlpGrad) + (1 + rerun) * sbh * e / spShard;
 }
 

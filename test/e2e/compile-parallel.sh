@@ -30,6 +30,20 @@
 #                   (parameters gathered on the allgather stream, released
 #                   after use, re-gathered for the backward)
 #   dp2-tp2-pp2-zero3  DP 2 x TP 2 x PP 2 (8 ranks) with ZeRO-3
+# Activation recompute (docs/autodiff.md, "Recompute modes"). Recompute
+# changes no math: besides matching the serial run like every layout, each
+# of these is also trained without `--recompute`, and every step's loss and
+# gradient norm (and, with WEFT_EXPORT, every exported parameter) must be
+# bit-identical to that run's:
+#   serial-full, serial-selective   one rank, 4 sequences per micro-batch
+#   tp2-sp-full     TP 2 + SP, full recompute (the re-run blocks issue their
+#                   sequence all-gathers and reduce-scatters again)
+#   tp2-full        TP 2, full recompute (re-run TP all-reduces)
+#   pp2-1f1b-selective  PP 2, 1F1B, selective recompute
+#   pp2-interleaved-full  PP 2 x 2 virtual stages, full recompute
+#   dp2-zero3-full  DP 2 with ZeRO-3, full recompute (the backward gathers
+#                   the parameters of the re-run ops)
+#   dp2-tp2-pp2-zero3-full  the 8-rank ZeRO-3 layout with full recompute
 set -u
 corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6 model=$7 layout=$8
 export_tool=${9:-}
@@ -60,6 +74,30 @@ dp2-tp2-pp2-zero3)
   ranks=8
   flags="--tp 2 --pp 2 --dp 2 --zero 3 --micro-batch 1 --schedule 1f1b"
   ;;
+serial-full) ranks=1 flags="--dp 1 --micro-batch 4 --recompute full" ;;
+serial-selective)
+  ranks=1 flags="--dp 1 --micro-batch 4 --recompute selective" ;;
+tp2-full) ranks=2 flags="--tp 2 --dp 1 --micro-batch 4 --recompute full" ;;
+tp2-sp-full)
+  ranks=2
+  flags="--tp 2 --dp 1 --micro-batch 1 --sequence-parallel on --recompute full"
+  ;;
+pp2-1f1b-selective)
+  ranks=2
+  flags="--pp 2 --dp 1 --micro-batch 1 --schedule 1f1b --recompute selective"
+  ;;
+pp2-interleaved-full)
+  ranks=2
+  flags="--pp 2 --dp 1 --micro-batch 1 --schedule interleaved --virtual-stages 2"
+  flags="$flags --recompute full"
+  ;;
+dp2-zero3-full)
+  ranks=2 flags="--dp 2 --zero 3 --micro-batch 1 --recompute full" ;;
+dp2-tp2-pp2-zero3-full)
+  ranks=8
+  flags="--tp 2 --pp 2 --dp 2 --zero 3 --micro-batch 1 --schedule 1f1b"
+  flags="$flags --recompute full"
+  ;;
 *) echo "FAIL: unknown layout '$layout'"; exit 1 ;;
 esac
 work=$1/compile-parallel-$(basename "$model" .json)-$layout
@@ -89,6 +127,18 @@ train() { # NAME RANKS FLAGS...
 train serial 1 --dp 1 --micro-batch 4
 # shellcheck disable=SC2086 # the layout's flags are words
 train "$layout" "$ranks" $flags
+baseline=""
+case " $flags " in
+*" --recompute "*)
+  baseline="$layout-no-recompute"
+  if [ "${flags% --recompute *}" = "--dp 1 --micro-batch 4" ]; then
+    baseline=serial
+  else
+    # shellcheck disable=SC2086
+    train "$baseline" "$ranks" ${flags% --recompute *}
+  fi
+  ;;
+esac
 
 python3 - serial "$layout" $compare_params <<'PY' || fail "$layout differs from serial"
 import json, struct, sys
@@ -124,4 +174,20 @@ if params:
     print(f"{layout}: {len(pa)} parameters after 8 steps, max absolute "
           f"difference {worst:.2e}")
 PY
+if [ -n "$baseline" ]; then
+  python3 - "$baseline" "$layout" $compare_params <<'PY' ||
+import json, sys
+base, layout, params = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+a, b = ([json.loads(l) for l in open(n + ".jsonl")] for n in (base, layout))
+for step, (x, y) in enumerate(zip(a, b), 1):
+    assert (x["loss"], x["grad_norm"]) == (y["loss"], y["grad_norm"]), \
+        f"step {step}: without recompute {x}, with {y}"
+if params:
+    raw = [open(n + ".safetensors", "rb").read() for n in (base, layout)]
+    assert raw[0] == raw[1], "exported parameters differ"
+print(f"{layout}: bit-identical to {base} (losses, gradient norms"
+      f"{', parameters' if params else ''})")
+PY
+    fail "$layout differs from $baseline"
+fi
 echo "PASS: compile-parallel $model $layout"

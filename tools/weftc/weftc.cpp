@@ -411,13 +411,7 @@ int runEmitBundle(mlir::MLIRContext &context) {
 
 /// `weftc compile`: rejects what the lowering does not cover yet, so no
 /// configuration it cannot lower produces a wrong bundle.
-int checkCompileSlice(const weft::planner::ParallelConfig &config,
-                      StringRef precision) {
-  using weft::planner::Recompute;
-  if (config.recompute != Recompute::None)
-    return fail("compile: recompute " +
-                llvm::Twine(weft::planner::toString(config.recompute).data()) +
-                " is not lowered yet");
+int checkCompileSlice(StringRef precision) {
   if (precision != "fp32")
     return fail("compile: precision " + precision + " is not lowered yet");
   return 0;
@@ -468,7 +462,7 @@ int runCompile(mlir::MLIRContext &context) {
   std::string clusterJson;
   if (int status = weft::selectPlan(*spec, options, plan, clusterJson))
     return status;
-  if (int status = checkCompileSlice(plan.config, options.precision))
+  if (int status = checkCompileSlice(options.precision))
     return status;
   if (printModel) {
     (*module)->print(llvm::outs());

@@ -822,7 +822,7 @@ LogicalResult RoleScheduler::lowerOp(Operation *op) {
         values[body.getArgument(0)] = lookup(op.getGrad());
         if (sequenceSharded.contains(op.getGrad()))
           sequenceSharded.insert(body.getArgument(0));
-        if (failed(lowerBlock(body)))
+        if (failed(lowerBlockGradBody(body)))
           return failure();
         for (auto [result, value] :
              llvm::zip(op->getResults(),
@@ -882,6 +882,53 @@ LogicalResult RoleScheduler::lowerOp(Operation *op) {
         return op->emitError("weft-schedule: '")
                << op->getName() << "' is not lowered yet";
       });
+}
+
+LogicalResult RoleScheduler::lowerBlockGradBody(Block &body) {
+  // The re-run forward ops (recompute selective / full, docs/autodiff.md):
+  // the ops that do not depend on the incoming gradient, apart from the
+  // parameter declarations and restores. They come first in the body and
+  // lower like their forward (their TP and sequence collectives included,
+  // so every TP rank issues them again in the same order).
+  llvm::DenseSet<Value> fromGradient(body.args_begin(), body.args_end());
+  llvm::DenseSet<Operation *> rerun;
+  for (Operation &op : body) {
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return fromGradient.contains(v); })) {
+      fromGradient.insert(op.result_begin(), op.result_end());
+      continue;
+    }
+    if (!isa<ParamOp, RestoreOp, arith::ConstantOp, GradYieldOp>(op))
+      rerun.insert(&op);
+  }
+  bool regathered = rerun.empty() || zero != 3;
+  for (Operation &op : body) {
+    // ZeRO-3: a parameter that both the re-run ops and the grad ops read is
+    // gathered twice, like the forward's and the backward's gathers: the
+    // re-run's copy is released after its last re-run use and the grad ops
+    // get a fresh gather, so a layer's parameters are not all held across
+    // its backward.
+    if (!regathered && !rerun.contains(&op) &&
+        !isa<ParamOp, RestoreOp, arith::ConstantOp>(op)) {
+      regathered = true;
+      for (ParamOp param : body.getOps<ParamOp>()) {
+        auto users = param->getUsers();
+        if (llvm::none_of(users,
+                          [&](Operation *u) { return rerun.contains(u); }) ||
+            llvm::all_of(users,
+                         [&](Operation *u) { return rerun.contains(u); }))
+          continue;
+        LocalParam *local = paramOf(param.getResult());
+        if (!local)
+          continue;
+        gathered.erase(param.getName());
+        values[param.getResult()] = gatheredParameter(*local);
+      }
+    }
+    if (failed(lowerOp(&op)))
+      return failure();
+  }
+  return success();
 }
 
 LogicalResult RoleScheduler::lowerBlock(Block &block) {

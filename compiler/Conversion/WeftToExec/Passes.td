@@ -19,8 +19,9 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     vocabulary-parallel embedding, head and loss, and a vocabulary padded to
     a multiple of TP), sequence parallelism with micro-batch 1, PP with the
     GPipe, 1F1B and interleaved 1F1B schedules (any layer split), DP with
-    ZeRO 0 to 3, recompute `none`, fp32, and the GPT-2 and LLaMA families'
-    ops. Anything else is rejected with an error naming the op or setting.
+    ZeRO 0 to 3, recompute `none`, `selective` and `full`, fp32, and the
+    GPT-2 and LLaMA families' ops. Anything else is rejected with an error
+    naming the op or setting.
 
     Persistent state lives in flat f32 buffers per role (`params`, `grads`,
     `exp_avg`, `exp_avg_sq`), one 64-byte aligned slot per parameter (three
@@ -29,7 +30,9 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     `compute` stream: zero the gradients and `loss`; the pipeline tasks of
     the rank in schedule order, each the stage function's forward or
     backward for one micro-batch (grad ops recompute their kernels' internal
-    state, docs/autodiff.md; parameter gradients accumulate with beta = 1
+    state, docs/autodiff.md; a `weft.block_grad` first re-runs the forward
+    ops recompute chose, their TP and sequence collectives included;
+    parameter gradients accumulate with beta = 1
     GEMMs and the kernels' `+=`); activations and their gradients cross
     stages by send/recv on one stream per direction and sending rank,
     ordered against `compute` by events. Then the sequence-parallel and
@@ -55,7 +58,9 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     every parameter it reads into a fresh arena buffer on an `allgather`
     stream, `compute` waits for it right before its first use and releases
     it after its last, and gather k waits until compute has begun using
-    gather k - `prefetch_depth` (at least 1).
+    gather k - `prefetch_depth` (at least 1). A parameter that both a
+    layer backward's re-run ops (recompute) and its grad ops read is
+    gathered once for each.
   }];
   let dependentDialects = ["::mlir::weftx::WeftExecDialect"];
   let options = [

@@ -280,6 +280,10 @@ private:
 
   // --- Ops (LowerOps.cpp) -------------------------------------------------
   LogicalResult lowerBlock(Block &block);
+  /// The body of a weft.block_grad: the re-run forward ops (recompute), then
+  /// the grad ops; under ZeRO-3 the parameters both read are gathered once
+  /// for each.
+  LogicalResult lowerBlockGradBody(Block &body);
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerEmbedding(EmbeddingOp op);
   LogicalResult lowerVocabEmbedding(VocabEmbeddingOp op);

@@ -147,9 +147,10 @@ LogicalResult BundleScheduler::readParallel() {
   if (par.prefetchDepth < 0 || par.bucketBytes < 0)
     return forward.emitError("weft-schedule: prefetch_depth and bucket_bytes "
                              "must not be negative");
-  if (par.recompute != "none")
-    return forward.emitError("weft-schedule: recompute '")
-           << par.recompute << "' is not lowered yet";
+  if (par.recompute != "none" && par.recompute != "selective" &&
+      par.recompute != "full")
+    return forward.emitError("weft-schedule: unknown recompute '")
+           << par.recompute << "'";
   // Sequence shards of one sequence are contiguous row blocks; those of
   // several sequences per micro-batch would interleave.
   if (par.sequenceParallel && par.tp > 1 && par.microBatch != 1)
