@@ -29,7 +29,8 @@ Each case is (model, tp, pp, dp, zero, micro_batch, grad_accum, seq_len
 compared with the most loaded role program of that stage and the worst stage
 is reported.
 
-usage: check_fidelity.py WEFTC WORKDIR [--layouts-only] [--verbose]
+usage: check_fidelity.py WEFTC WORKDIR [--layouts-only | --recompute-only]
+                         [--verbose]
 Exit status 1 if any case is outside its tolerance.
 """
 import json
@@ -88,6 +89,34 @@ LAYOUT_CASES = [
     ("llama-tiny", 2, 2, 1, 0, 1, 4, 64, "1f1b", "on"),
 ]
 
+# Activation recompute (docs/autodiff.md, "Recompute modes"): the same
+# tuples with the schedule, SP and the recompute mode last.
+RECOMPUTE_CASES = [
+    ("gpt2-tiny", 1, 1, 1, 0, 1, 1, 64, "1f1b", "off", "selective"),
+    ("gpt2-tiny", 1, 1, 1, 0, 1, 1, 64, "1f1b", "off", "full"),
+    ("gpt2-tiny", 1, 1, 1, 0, 4, 2, 64, "1f1b", "off", "selective"),
+    ("gpt2-tiny", 1, 1, 1, 0, 4, 2, 64, "1f1b", "off", "full"),
+    ("gpt2-odd", 1, 1, 1, 0, 3, 1, 48, "1f1b", "off", "full"),
+    ("llama-tiny", 1, 1, 1, 0, 1, 1, 64, "1f1b", "off", "selective"),
+    ("llama-tiny", 1, 1, 1, 0, 1, 1, 64, "1f1b", "off", "full"),
+    ("llama-tiny", 1, 1, 1, 0, 4, 1, 128, "1f1b", "off", "selective"),
+    ("llama-tiny", 1, 1, 1, 0, 4, 1, 128, "1f1b", "off", "full"),
+    ("gpt2-tiny", 2, 1, 1, 0, 2, 2, 64, "1f1b", "off", "full"),
+    ("gpt2-tiny", 2, 1, 1, 0, 1, 4, 64, "1f1b", "on", "full"),
+    ("gpt2-tiny", 2, 1, 1, 0, 1, 4, 64, "1f1b", "on", "selective"),
+    ("gpt2-tiny", 1, 2, 1, 0, 1, 4, 64, "1f1b", "off", "selective"),
+    ("gpt2-tiny", 1, 2, 1, 0, 1, 4, 64, "1f1b", "off", "full"),
+    ("gpt2-tiny", 1, 1, 2, 3, 1, 2, 64, "1f1b", "off", "full"),
+    ("gpt2-tiny", 2, 2, 2, 3, 1, 4, 64, "1f1b", "off", "full"),
+    ("llama-tiny", 2, 1, 1, 0, 2, 1, 64, "1f1b", "off", "full"),
+    ("llama-tiny", 2, 1, 1, 0, 1, 2, 64, "1f1b", "on", "full"),
+    ("llama-tiny", 2, 1, 1, 0, 1, 2, 64, "1f1b", "on", "selective"),
+    ("gpt2-tiny", 2, 2, 1, 0, 1, 4, 64, "1f1b", "on", "full"),
+    ("llama-tiny", 1, 2, 1, 0, 1, 4, 64, "1f1b", "off", "selective"),
+    ("llama-tiny", 1, 1, 2, 3, 1, 2, 64, "1f1b", "off", "full"),
+    ("llama-tiny", 2, 2, 2, 3, 1, 4, 64, "1f1b", "off", "full"),
+]
+
 VERBOSE = "--verbose" in sys.argv[3:]
 
 CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -121,19 +150,30 @@ def stage_map(bundle_plan, pp):
     stage = {}
     for rank, role in enumerate(roles):
         stage.setdefault(role, (rank // tp) % pp)
-    return [stage[i] for i in range(len(bundle_plan["programs"]))]
+    return [stage[i] for i in range(len(role_programs(bundle_plan)))]
+
+
+def role_programs(bundle_plan):
+    """The program of each role, indexed by role id: plan.json (format
+    version 3) stores one program for all roles listed in its `roles`."""
+    programs = {}
+    for stored in bundle_plan["programs"]:
+        for role in stored["roles"]:
+            programs[role] = stored
+    return [programs[role] for role in range(len(programs))]
 
 
 def check(weftc, workdir, case):
     model, tp, pp, dp, zero, mb, ga, seq = case[:8]
     schedule = case[8] if len(case) > 8 else "1f1b"
     sp = case[9] if len(case) > 9 else "off"
+    recompute = case[10] if len(case) > 10 else "none"
     batch = mb * ga * dp
     cluster = cluster_file(workdir, tp * pp * dp)
     flags = ["--model", model, "--cluster", cluster, "--global-batch",
              str(batch), "--seq-len", str(seq), "--precision", "fp32",
              "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--zero",
-             str(zero), "--micro-batch", str(mb), "--recompute", "none",
+             str(zero), "--micro-batch", str(mb), "--recompute", recompute,
              "--sequence-parallel", sp]
     name = f"{model}-tp{tp}-pp{pp}-dp{dp}-z{zero}-mb{mb}-ga{ga}-s{seq}"
     if pp > 1:
@@ -143,6 +183,8 @@ def check(weftc, workdir, case):
             flags += ["--virtual-stages", "2"]
     if sp == "on":
         name += "-sp"
+    if recompute != "none":
+        name += f"-rc-{recompute}"
     bundle = os.path.join(workdir, name)
     run([weftc, "compile", *flags, "-o", bundle])
     plan = json.loads(run([weftc, "plan", *flags, "--offload", "none",
@@ -151,7 +193,7 @@ def check(weftc, workdir, case):
     # most loaded role program of the stage (TP ranks and DP replicas of a
     # stage plan alike); the worst stage is reported.
     bundle_plan = json.load(open(os.path.join(bundle, "plan.json")))
-    programs = bundle_plan["programs"]
+    programs = role_programs(bundle_plan)
     stage_of = stage_map(bundle_plan, pp)
     worst = None
     for stage in plan["memory_by_stage"]:
@@ -196,9 +238,11 @@ def main():
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     worst = [0.0, 0.0]
     failed = 0
-    cases = CASES + LAYOUT_CASES
+    cases = CASES + LAYOUT_CASES + RECOMPUTE_CASES
     if "--layouts-only" in sys.argv[3:]:
         cases = LAYOUT_CASES
+    if "--recompute-only" in sys.argv[3:]:
+        cases = RECOMPUTE_CASES
     for case in cases:
         name, pp_, pr, ap, ar, errors, ok = check(weftc, workdir, case)
         worst = [max(worst[i], abs(errors[i])) for i in range(2)]

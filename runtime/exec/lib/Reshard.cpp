@@ -274,7 +274,7 @@ struct Assembly {
 GlobalState readGlobalState(const Bundle &bundle, const std::string &bundleDir,
                             const std::string &stepDir, bool moments) {
   const std::string planPath = bundleDir + "/plan.json";
-  std::string hash = plan::contentHash(plan::toJson(bundle), bundle.files);
+  std::string hash = plan::contentHash(bundle);
   int64_t world = bundle.mesh.worldSize();
   Manifest manifest = loadManifest(stepDir, hash, int(world));
   GlobalState state;
@@ -536,7 +536,7 @@ ReshardStats reshardCheckpoint(const Bundle &from, const std::string &fromDir,
   if (ec || !fs::create_directory(tmp, ec))
     throw Error(tmp + ": cannot create: " + ec.message());
   try {
-    std::string hash = plan::contentHash(plan::toJson(to), to.files);
+    std::string hash = plan::contentHash(to);
     int64_t world = to.mesh.worldSize();
     Manifest manifest;
     manifest.step = state.step;

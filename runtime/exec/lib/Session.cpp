@@ -326,7 +326,7 @@ void Session::validateLocally() {
         throw Error(where + ": buffer 'loss' must be f32");
       lossBuffer_ = buffer.id;
     }
-  bundleHash_ = plan::contentHash(plan::toJson(bundle_), bundle_.files);
+  bundleHash_ = plan::contentHash(bundle_);
   if (!options_.resumeDir.empty())
     resumeLocally();
 }

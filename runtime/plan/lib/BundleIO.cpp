@@ -1,5 +1,7 @@
 //===- BundleIO.cpp - Deterministic, atomic bundle files ------------------===//
 
+#include "Canonical.h"
+
 #include "weft/plan/Error.h"
 #include "weft/plan/Serialize.h"
 #include "weft/plan/Sha256.h"
@@ -69,12 +71,22 @@ void writeFileAtomic(const std::string &path, const std::string &contents) {
 }
 
 std::optional<std::string> readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in)
     return std::nullopt;
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+  std::streamoff size = in.tellg();
+  if (size < 0) { // not seekable: read it as a stream
+    in.clear();
+    in.seekg(0);
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    return contents.str();
+  }
+  std::string contents(size_t(size), '\0');
+  in.seekg(0);
+  if (!in.read(contents.data(), size))
+    return std::nullopt;
+  return contents;
 }
 
 /// The side files listed in the manifest, read from `dir`.
@@ -114,13 +126,8 @@ std::string parseErrorReason(const json::parse_error &error) {
 
 } // namespace
 
-std::string
-weft::plan::contentHash(const json &manifest,
-                        const std::map<std::string, std::string> &files) {
-  json canonical = manifest;
-  canonical.erase("content_hash");
-  Sha256 hasher;
-  hasher.update(canonical.dump());
+std::string weft::plan::detail::finishContentHash(
+    Sha256 &hasher, const std::map<std::string, std::string> &files) {
   for (const auto &[path, contents] : files) {
     hasher.update(path);
     hasher.update(std::string_view("\0", 1));
@@ -133,12 +140,43 @@ weft::plan::contentHash(const json &manifest,
   return hasher.finishHex();
 }
 
+std::string
+weft::plan::contentHash(const json &manifest,
+                        const std::map<std::string, std::string> &files) {
+  // The compact dump without content_hash, streamed into the hash: no copy
+  // of the tree and no whole-manifest string.
+  Sha256 hasher;
+  detail::CanonicalWriter writer(-1, &hasher);
+  writer.value(manifest, "content_hash");
+  writer.take();
+  return detail::finishContentHash(hasher, files);
+}
+
 void weft::plan::writeBundle(const Bundle &bundle, const std::string &dir) {
   std::string file = dir + "/" + kManifestName;
   std::vector<StructuralError> errors = checkStructure(bundle);
   if (!errors.empty())
     throw Error(file + ": " + errors.front().path + ": " +
                 errors.front().reason + " (refusing to write)");
+  // The manifest text is made before anything is written, so a string that
+  // cannot be written (invalid UTF-8) leaves the directory untouched. The
+  // compact form goes straight into the hash; the indented form is the file.
+  std::vector<StoredProgram> stored = storedPrograms(bundle);
+  std::string text;
+  try {
+    Sha256 hasher;
+    detail::CanonicalWriter compact(-1, &hasher);
+    detail::writeManifest(compact, bundle, stored, {});
+    compact.take();
+    std::string hash = detail::finishContentHash(hasher, bundle.files);
+    detail::CanonicalWriter pretty(2);
+    detail::writeManifest(pretty, bundle, stored, hash);
+    text = pretty.take();
+    text += '\n';
+  } catch (const Error &error) {
+    throw Error(file + ": " + error.what() + " (refusing to write)");
+  }
+
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -153,9 +191,7 @@ void weft::plan::writeBundle(const Bundle &bundle, const std::string &dir) {
   }
   // The manifest goes last: a bundle whose plan.json is in place has all of
   // its side files, and the hash catches a crash between side-file renames.
-  json manifest = toJson(bundle);
-  manifest["content_hash"] = contentHash(manifest, bundle.files);
-  writeFileAtomic(file, manifest.dump(2) + "\n");
+  writeFileAtomic(file, text);
 }
 
 Bundle weft::plan::loadBundle(const std::string &dir) {

@@ -10,7 +10,8 @@
 #include "weft/plan/Error.h"
 #include "weft/plan/Serialize.h"
 
-#include <set>
+#include <cstdio>
+#include <map>
 
 using namespace weft::plan;
 using nlohmann::json;
@@ -105,29 +106,47 @@ json instructionToJson(const Instruction &inst) {
   return out;
 }
 
-json programToJson(const Program &program) {
+json bufferToJson(const Buffer &buffer) {
+  return {{"id", buffer.id},
+          {"name", buffer.name},
+          {"region", toString(buffer.region)},
+          {"offset", buffer.offset},
+          {"size", buffer.size},
+          {"dtype", toString(buffer.dtype)},
+          {"alignment", buffer.alignment}};
+}
+
+/// One stored program: the programs of `stored.roles`, which share all but
+/// the instructions marked per role.
+json storedProgramToJson(const Bundle &bundle, const StoredProgram &stored) {
+  const Program &program = bundle.programs[stored.roles.front()];
   json buffers = json::array();
   for (const Buffer &buffer : program.buffers)
-    buffers.push_back({{"id", buffer.id},
-                       {"name", buffer.name},
-                       {"region", toString(buffer.region)},
-                       {"offset", buffer.offset},
-                       {"size", buffer.size},
-                       {"dtype", toString(buffer.dtype)},
-                       {"alignment", buffer.alignment}});
+    buffers.push_back(bufferToJson(buffer));
   json streams = json::array();
-  for (const Stream &stream : program.streams) {
+  for (size_t s = 0; s < program.streams.size(); ++s) {
+    const Stream &stream = program.streams[s];
     json instructions = json::array();
-    for (const Instruction &inst : stream.instructions)
-      instructions.push_back(instructionToJson(inst));
-    streams.push_back({{"name", stream.name}, {"instructions", instructions}});
+    for (size_t i = 0; i < stream.instructions.size(); ++i) {
+      if (!stored.perRole[s][i]) {
+        instructions.push_back(instructionToJson(stream.instructions[i]));
+        continue;
+      }
+      json variants = json::array();
+      for (int64_t role : stored.roles)
+        variants.push_back(instructionToJson(
+            bundle.programs[role].streams[s].instructions[i]));
+      instructions.push_back({{"per_role", std::move(variants)}});
+    }
+    streams.push_back(
+        {{"name", stream.name}, {"instructions", std::move(instructions)}});
   }
-  return {{"role", program.role},
+  return {{"roles", stored.roles},
           {"num_events", program.numEvents},
           {"arena_bytes", program.arenaBytes},
           {"persistent_bytes", program.persistentBytes},
-          {"buffers", buffers},
-          {"streams", streams}};
+          {"buffers", std::move(buffers)},
+          {"streams", std::move(streams)}};
 }
 
 json parameterToJson(const Parameter &param) {
@@ -162,18 +181,27 @@ std::string indexPath(const std::string &path, size_t index) {
   return path + "[" + std::to_string(index) + "]";
 }
 
+/// Reads one JSON object field by field. Its path (for error messages) is
+/// only assembled on failure, from the chain of enclosing readers, which
+/// must outlive it; loading a large manifest builds no path strings.
 class ObjectReader {
 public:
   ObjectReader(const json &value, std::string path, const std::string &file)
-      : value(value), path(std::move(path)), file(file) {
-    if (!value.is_object())
-      throw Error(file + ": " + (this->path.empty() ? "<root>" : this->path) +
-                  ": expected an object");
+      : value(value), rootPath(std::move(path)), file(file) {
+    checkObject();
+  }
+
+  /// The full JSON path of this object, e.g. "programs[1].streams[0]".
+  std::string where() const {
+    if (!parent)
+      return rootPath;
+    std::string out = joinPath(parent->where(), key);
+    return index == kNoIndex ? out : indexPath(out, index);
   }
 
   [[noreturn]] void fail(const std::string &key,
                          const std::string &reason) const {
-    throw Error(file + ": " + joinPath(path, key) + ": " + reason);
+    throw Error(file + ": " + joinPath(where(), key) + ": " + reason);
   }
 
   bool has(const std::string &key) const { return value.contains(key); }
@@ -182,7 +210,11 @@ public:
     auto it = value.find(key);
     if (it == value.end())
       fail(key, "missing field");
-    consumed.insert(key);
+    std::string_view name = it.key(); // stable: the object's own key
+    for (std::string_view seen : consumed)
+      if (seen == name)
+        return *it;
+    consumed.push_back(name);
     return *it;
   }
 
@@ -219,10 +251,10 @@ public:
   std::vector<int64_t> integers(const std::string &key) {
     std::vector<int64_t> out;
     const json &items = array(key);
+    out.reserve(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_number_integer())
-        throw Error(file + ": " + indexPath(joinPath(path, key), i) +
-                    ": expected an integer");
+        fail(indexPath(key, i), "expected an integer");
       out.push_back(items[i].get<int64_t>());
     }
     return out;
@@ -232,32 +264,39 @@ public:
     std::vector<std::vector<int64_t>> out;
     const json &lists = array(key);
     for (size_t i = 0; i < lists.size(); ++i) {
-      std::string listPath = indexPath(joinPath(path, key), i);
+      std::string listPath = indexPath(key, i);
       if (!lists[i].is_array())
-        throw Error(file + ": " + listPath + ": expected an array");
+        fail(listPath, "expected an array");
       std::vector<int64_t> &list = out.emplace_back();
       for (size_t j = 0; j < lists[i].size(); ++j) {
         if (!lists[i][j].is_number_integer())
-          throw Error(file + ": " + indexPath(listPath, j) +
-                      ": expected an integer");
+          fail(indexPath(listPath, j), "expected an integer");
         list.push_back(lists[i][j].get<int64_t>());
       }
     }
     return out;
   }
   ObjectReader object(const std::string &key) {
-    return ObjectReader(field(key), joinPath(path, key), file);
+    return ObjectReader(field(key), this, key, kNoIndex);
   }
+  /// Element `index` of the array field `key` (already read with array()).
   ObjectReader element(const std::string &key, size_t index) {
-    return ObjectReader(value.at(key).at(index),
-                        indexPath(joinPath(path, key), index), file);
+    return ObjectReader(value.at(key).at(index), this, key, index);
+  }
+  /// Element `index` of `items`, the array field `key` of this object.
+  ObjectReader element(const json &items, const std::string &key,
+                       size_t index) {
+    return ObjectReader(items[index], this, key, index);
   }
 
   template <typename Enum>
   Enum enumeration(const std::string &key,
                    std::optional<Enum> (*parse)(std::string_view),
                    const char *what) {
-    std::string text = string(key);
+    const json &item = field(key);
+    if (!item.is_string())
+      fail(key, "expected a string");
+    const std::string &text = item.get_ref<const std::string &>();
     std::optional<Enum> parsed = parse(text);
     if (!parsed)
       fail(key, "unknown " + std::string(what) + " '" + text + "'");
@@ -266,16 +305,42 @@ public:
 
   /// Reject fields that were never read.
   void finish(const std::string &context) const {
-    for (const auto &item : value.items())
-      if (!consumed.count(item.key()))
+    if (consumed.size() == value.size())
+      return;
+    for (const auto &item : value.items()) {
+      bool seen = false;
+      for (std::string_view name : consumed)
+        seen = seen || name == item.key();
+      if (!seen)
         fail(item.key(), "unexpected field" + context);
+    }
   }
 
 private:
+  static constexpr size_t kNoIndex = size_t(-1);
+
+  ObjectReader(const json &value, const ObjectReader *parent, std::string key,
+               size_t index)
+      : value(value), file(parent->file), parent(parent), key(std::move(key)),
+        index(index) {
+    checkObject();
+  }
+
+  void checkObject() const {
+    if (!value.is_object()) {
+      std::string path = where();
+      throw Error(file + ": " + (path.empty() ? "<root>" : path) +
+                  ": expected an object");
+    }
+  }
+
   const json &value;
-  std::string path;
+  std::string rootPath; // the path of a reader without parent
   const std::string &file;
-  std::set<std::string> consumed;
+  const ObjectReader *parent = nullptr;
+  std::string key;
+  size_t index = kNoIndex;
+  std::vector<std::string_view> consumed;
 };
 
 std::vector<BufferRange> readRanges(ObjectReader &reader,
@@ -284,8 +349,9 @@ std::vector<BufferRange> readRanges(ObjectReader &reader,
   if (!reader.has(key))
     return ranges;
   const json &items = reader.array(key);
+  ranges.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    ObjectReader range = reader.element(key, i);
+    ObjectReader range = reader.element(items, key, i);
     ranges.push_back({range.integer("buffer"), range.integer("offset"),
                       range.integer("bytes")});
     range.finish("");
@@ -371,15 +437,47 @@ Instruction readInstruction(ObjectReader &reader) {
   return inst;
 }
 
-Program readProgram(ObjectReader &reader) {
-  Program program;
-  program.role = reader.integer("role");
-  program.numEvents = reader.integer("num_events");
-  program.arenaBytes = reader.integer("arena_bytes");
-  program.persistentBytes = reader.integer("persistent_bytes");
+/// Where each role's program is stored in the manifest, to turn the paths of
+/// structural errors (which index programs by role) into manifest paths.
+struct StoredLayout {
+  std::vector<size_t> storedOf;  // role -> index in "programs"
+  std::vector<size_t> variantOf; // role -> position in that entry's roles
+  std::vector<std::vector<std::vector<bool>>> perRole; // [stored][s][i]
+};
+
+/// Read one stored program into the programs of the roles it lists
+/// (`programs[k]` for `roles[k]`); `listedAt` maps each role seen so far to
+/// the path that lists it.
+void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
+                       std::vector<Program> &programs,
+                       std::vector<std::vector<bool>> &perRole,
+                       std::map<int64_t, std::string> &listedAt) {
+  roles = reader.integers("roles");
+  if (roles.empty())
+    reader.fail("roles", "must list at least one role");
+  for (size_t k = 0; k < roles.size(); ++k) {
+    std::string key = indexPath("roles", k);
+    int64_t role = roles[k];
+    if (role < 0)
+      reader.fail(key,
+                  "role " + std::to_string(role) + " must not be negative");
+    auto [it, inserted] =
+        listedAt.try_emplace(role, joinPath(reader.where(), key));
+    if (!inserted)
+      reader.fail(key, "role " + std::to_string(role) +
+                           " is listed twice (also at " + it->second + ")");
+    if (k > 0 && role < roles[k - 1])
+      reader.fail(key, "roles must ascend: role " + std::to_string(role) +
+                           " after role " + std::to_string(roles[k - 1]));
+  }
+
+  Program base;
+  base.numEvents = reader.integer("num_events");
+  base.arenaBytes = reader.integer("arena_bytes");
+  base.persistentBytes = reader.integer("persistent_bytes");
   const json &buffers = reader.array("buffers");
   for (size_t i = 0; i < buffers.size(); ++i) {
-    ObjectReader item = reader.element("buffers", i);
+    ObjectReader item = reader.element(buffers, "buffers", i);
     Buffer buffer;
     buffer.id = item.integer("id");
     buffer.name = item.string("name");
@@ -389,23 +487,83 @@ Program readProgram(ObjectReader &reader) {
     buffer.dtype = item.enumeration("dtype", parseDType, "dtype");
     buffer.alignment = item.integer("alignment");
     item.finish("");
-    program.buffers.push_back(std::move(buffer));
+    base.buffers.push_back(std::move(buffer));
   }
+  programs.assign(roles.size(), base);
+  size_t variants = roles.size();
   const json &streams = reader.array("streams");
-  for (size_t i = 0; i < streams.size(); ++i) {
-    ObjectReader item = reader.element("streams", i);
-    Stream stream;
-    stream.name = item.string("name");
+  perRole.assign(streams.size(), {});
+  for (size_t s = 0; s < streams.size(); ++s) {
+    ObjectReader item = reader.element(streams, "streams", s);
+    std::string name = item.string("name");
     const json &instructions = item.array("instructions");
+    for (Program &program : programs) {
+      program.streams.push_back({name, {}});
+      program.streams.back().instructions.reserve(instructions.size());
+    }
+    perRole[s].assign(instructions.size(), false);
     for (size_t j = 0; j < instructions.size(); ++j) {
-      ObjectReader instReader = item.element("instructions", j);
-      stream.instructions.push_back(readInstruction(instReader));
+      ObjectReader instReader = item.element(instructions, "instructions", j);
+      if (!instReader.has("per_role")) {
+        Instruction inst = readInstruction(instReader);
+        for (size_t k = 0; k + 1 < variants; ++k)
+          programs[k].streams[s].instructions.push_back(inst);
+        programs[variants - 1].streams[s].instructions.push_back(
+            std::move(inst));
+        continue;
+      }
+      // An instruction that differs between the roles: one variant each.
+      perRole[s][j] = true;
+      const json &list = instReader.array("per_role");
+      instReader.finish(" beside per_role (an instruction stored per role "
+                        "has only per_role)");
+      if (list.size() != variants)
+        instReader.fail("per_role",
+                        "has " + std::to_string(list.size()) +
+                            " variants but the program is stored for " +
+                            std::to_string(variants) + " roles");
+      for (size_t k = 0; k < variants; ++k) {
+        ObjectReader variant = instReader.element(list, "per_role", k);
+        if (variant.has("per_role"))
+          variant.fail("per_role", "nested per_role is not allowed");
+        programs[k].streams[s].instructions.push_back(readInstruction(variant));
+      }
     }
     item.finish("");
-    program.streams.push_back(std::move(stream));
   }
   reader.finish("");
-  return program;
+}
+
+/// `path` of a structural error (programs indexed by role) as a path into
+/// the manifest: "programs[R].streams[s].instructions[i].x" becomes
+/// "programs[S].streams[s].instructions[i].per_role[k].x" when that
+/// instruction is stored per role, S being the entry that lists role R.
+std::string manifestPath(const std::string &path, const StoredLayout &layout) {
+  const std::string prefix = "programs[";
+  if (path.compare(0, prefix.size(), prefix) != 0)
+    return path;
+  size_t close = path.find(']', prefix.size());
+  if (close == std::string::npos)
+    return path;
+  size_t role = std::stoul(path.substr(prefix.size(), close - prefix.size()));
+  if (role >= layout.storedOf.size())
+    return path;
+  size_t stored = layout.storedOf[role];
+  std::string rest = path.substr(close + 1);
+  std::string out = indexPath("programs", stored);
+  // ".streams[s].instructions[i]" followed by the rest of the path.
+  unsigned long s = 0, i = 0;
+  int consumed = 0;
+  if (std::sscanf(rest.c_str(), ".streams[%lu].instructions[%lu]%n", &s, &i,
+                  &consumed) == 2 &&
+      consumed > 0) {
+    const auto &perRole = layout.perRole[stored];
+    if (s < perRole.size() && i < perRole[s].size() && perRole[s][i])
+      return out + rest.substr(0, consumed) +
+             indexPath(".per_role", layout.variantOf[role]) +
+             rest.substr(consumed);
+  }
+  return out + rest;
 }
 
 Parameter readParameter(ObjectReader &reader) {
@@ -448,8 +606,8 @@ json weft::plan::toJson(const Bundle &bundle) {
                       {"kind", toString(family.kind)},
                       {"groups", family.groups}});
   json programs = json::array();
-  for (const Program &program : bundle.programs)
-    programs.push_back(programToJson(program));
+  for (const StoredProgram &stored : storedPrograms(bundle))
+    programs.push_back(storedProgramToJson(bundle, stored));
   json parameters = json::array();
   for (const Parameter &param : bundle.parameters)
     parameters.push_back(parameterToJson(param));
@@ -573,11 +731,37 @@ Bundle weft::plan::fromJson(const json &manifest,
     bundle.groups.push_back(std::move(family));
   }
   bundle.rankRoles = root.integers("rank_roles");
+  // Stored programs, expanded to one program per role.
   const json &programs = root.array("programs");
+  std::map<int64_t, std::string> listedAt;
+  std::vector<std::vector<int64_t>> storedRoles(programs.size());
+  std::vector<std::vector<Program>> storedPrograms(programs.size());
+  StoredLayout layout;
+  layout.perRole.resize(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) {
-    ObjectReader item = root.element("programs", i);
-    bundle.programs.push_back(readProgram(item));
+    ObjectReader item = root.element(programs, "programs", i);
+    readStoredProgram(item, storedRoles[i], storedPrograms[i],
+                      layout.perRole[i], listedAt);
   }
+  size_t roles = listedAt.size();
+  for (size_t role = 0; role < roles; ++role)
+    if (!listedAt.count(int64_t(role)))
+      root.fail("programs", "role " + std::to_string(role) +
+                                " is in no stored program (they list " +
+                                std::to_string(roles) +
+                                " roles, so the role ids are 0.." +
+                                std::to_string(roles - 1) + ")");
+  bundle.programs.resize(roles);
+  layout.storedOf.resize(roles);
+  layout.variantOf.resize(roles);
+  for (size_t i = 0; i < programs.size(); ++i)
+    for (size_t k = 0; k < storedRoles[i].size(); ++k) {
+      int64_t role = storedRoles[i][k];
+      bundle.programs[role] = std::move(storedPrograms[i][k]);
+      bundle.programs[role].role = role;
+      layout.storedOf[role] = i;
+      layout.variantOf[role] = k;
+    }
   const json &parameters = root.array("parameters");
   for (size_t i = 0; i < parameters.size(); ++i) {
     ObjectReader item = root.element("parameters", i);
@@ -621,7 +805,7 @@ Bundle weft::plan::fromJson(const json &manifest,
 
   std::vector<StructuralError> errors = checkStructure(bundle);
   if (!errors.empty())
-    throw Error(file + ": " + errors.front().path + ": " +
+    throw Error(file + ": " + manifestPath(errors.front().path, layout) + ": " +
                 errors.front().reason);
   return bundle;
 }

@@ -50,6 +50,13 @@ private:
     if (value <= 0)
       error(path, "must be positive, got " + str(value));
   }
+  /// The same for `base + suffix`, a path built only on failure (these run
+  /// for every instruction of a plan with hundreds of thousands).
+  void checkPositive(int64_t value, const std::string &base,
+                     const char *suffix) {
+    if (value <= 0)
+      error(base + suffix, "must be positive, got " + str(value));
+  }
 
   void checkTop() {
     if (bundle.formatVersion != kFormatVersion)
@@ -150,7 +157,7 @@ private:
       if (buffer.id != int64_t(i))
         error(bufferPath + ".id",
               "id " + str(buffer.id) + " must equal its index " + str(i));
-      checkPositive(buffer.size, bufferPath + ".size");
+      checkPositive(buffer.size, bufferPath, ".size");
       if (buffer.alignment <= 0 ||
           (buffer.alignment & (buffer.alignment - 1)) != 0)
         error(bufferPath + ".alignment",
@@ -175,9 +182,12 @@ private:
       else if (!names.insert(stream.name).second)
         error(streamPath + ".name",
               "stream name '" + stream.name + "' is used twice");
+      // One buffer for every instruction's path: no allocation per
+      // instruction.
+      std::string prefix = streamPath + ".instructions[", instPath;
       for (size_t i = 0; i < stream.instructions.size(); ++i) {
         const Instruction &inst = stream.instructions[i];
-        std::string instPath = at(streamPath + ".instructions", i);
+        instPath.assign(prefix).append(std::to_string(i)).append("]");
         checkInstruction(inst, program, instPath);
         if (inst.opcode == Opcode::RecordEvent && inst.event >= 0 &&
             inst.event < program.numEvents) {
@@ -193,22 +203,25 @@ private:
     }
   }
 
+  /// Range `index` of the `key` ("reads"/"writes") of instruction `inst`.
   void checkRange(const BufferRange &range, const Program &program,
-                  const std::string &path) {
+                  const std::string &inst, const char *key, size_t index) {
+    auto path = [&] { return at(inst + "." + key, index); };
     if (range.buffer < 0 || range.buffer >= int64_t(program.buffers.size())) {
-      error(path + ".buffer", "unknown buffer " + str(range.buffer));
+      error(path() + ".buffer", "unknown buffer " + str(range.buffer));
       return;
     }
     const Buffer &buffer = program.buffers[range.buffer];
     if (range.offset < 0)
-      error(path + ".offset", "must not be negative");
-    checkPositive(range.bytes, path + ".bytes");
+      error(path() + ".offset", "must not be negative");
+    if (range.bytes <= 0)
+      error(path() + ".bytes", "must be positive, got " + str(range.bytes));
     if (range.offset >= 0 && range.bytes > 0 &&
         range.offset + range.bytes > buffer.size)
-      error(path, "range [" + str(range.offset) + ", " +
-                      str(range.offset + range.bytes) + ") exceeds buffer " +
-                      str(buffer.id) + " '" + buffer.name + "' of " +
-                      str(buffer.size) + " bytes");
+      error(path(), "range [" + str(range.offset) + ", " +
+                        str(range.offset + range.bytes) + ") exceeds buffer " +
+                        str(buffer.id) + " '" + buffer.name + "' of " +
+                        str(buffer.size) + " bytes");
   }
 
   /// Operand counts [min, max] of reads and writes; max -1 is unbounded.
@@ -230,18 +243,27 @@ private:
     check(inst.writes, minWrites, maxWrites, "writes");
   }
 
-  void checkBytes(const std::vector<BufferRange> &ranges, const char *key,
-                  int64_t expected, const std::string &what,
-                  const std::string &path) {
-    if (!ranges.empty() && ranges[0].bytes != expected)
-      error(path + "." + key + "[0].bytes", what + " needs " + str(expected) +
-                                                " bytes, got " +
-                                                str(ranges[0].bytes));
+  /// `what` describes the operation ("all_reduce of 64 f32", with " over N
+  /// ranks" when `ranks` > 0); it is only built for a failure.
+  void checkBytes(const Instruction &inst, const char *key, int64_t expected,
+                  int64_t ranks, const std::string &path) {
+    const std::vector<BufferRange> &ranges =
+        key[0] == 'r' ? inst.reads : inst.writes;
+    if (ranges.empty() || ranges[0].bytes == expected)
+      return;
+    std::string what = std::string(toString(inst.opcode)) + " of " +
+                       str(inst.count) + " " +
+                       std::string(toString(inst.dtype));
+    if (ranks > 0)
+      what += " over " + str(ranks) + " ranks";
+    error(path + "." + key + "[0].bytes", what + " needs " + str(expected) +
+                                              " bytes, got " +
+                                              str(ranges[0].bytes));
   }
 
   void checkCommunication(const Instruction &inst, const Program &program,
                           const std::string &path) {
-    checkPositive(inst.count, path + ".count");
+    checkPositive(inst.count, path, ".count");
     if (inst.group < 0 || inst.group >= int64_t(bundle.groups.size())) {
       error(path + ".group", "unknown group family " + str(inst.group));
       return;
@@ -260,29 +282,25 @@ private:
             "peer " + str(inst.peer) + " is outside the " + str(size) +
                 "-rank groups of family " + str(inst.group));
     int64_t bytes = inst.count * elementBytes(inst.dtype);
-    std::string what = std::string(toString(inst.opcode)) + " of " +
-                       str(inst.count) + " " +
-                       std::string(toString(inst.dtype));
-    std::string over = what + " over " + str(size) + " ranks";
     switch (inst.opcode) {
     case Opcode::AllReduce:
-      checkBytes(inst.reads, "reads", bytes, what, path);
-      checkBytes(inst.writes, "writes", bytes, what, path);
+      checkBytes(inst, "reads", bytes, 0, path);
+      checkBytes(inst, "writes", bytes, 0, path);
       break;
     case Opcode::ReduceScatter:
-      checkBytes(inst.reads, "reads", bytes * size, over, path);
-      checkBytes(inst.writes, "writes", bytes, over, path);
+      checkBytes(inst, "reads", bytes * size, size, path);
+      checkBytes(inst, "writes", bytes, size, path);
       break;
     case Opcode::AllGather:
-      checkBytes(inst.reads, "reads", bytes, over, path);
-      checkBytes(inst.writes, "writes", bytes * size, over, path);
+      checkBytes(inst, "reads", bytes, size, path);
+      checkBytes(inst, "writes", bytes * size, size, path);
       break;
     case Opcode::Broadcast:
     case Opcode::Recv:
-      checkBytes(inst.writes, "writes", bytes, what, path);
+      checkBytes(inst, "writes", bytes, 0, path);
       break;
     case Opcode::Send:
-      checkBytes(inst.reads, "reads", bytes, what, path);
+      checkBytes(inst, "reads", bytes, 0, path);
       break;
     default:
       break;
@@ -292,9 +310,9 @@ private:
   void checkInstruction(const Instruction &inst, const Program &program,
                         const std::string &path) {
     for (size_t i = 0; i < inst.reads.size(); ++i)
-      checkRange(inst.reads[i], program, at(path + ".reads", i));
+      checkRange(inst.reads[i], program, path, "reads", i);
     for (size_t i = 0; i < inst.writes.size(); ++i)
-      checkRange(inst.writes[i], program, at(path + ".writes", i));
+      checkRange(inst.writes[i], program, path, "writes", i);
 
     switch (inst.opcode) {
     case Opcode::Kernel:
@@ -310,9 +328,9 @@ private:
           !(inst.reads[2] == inst.writes[0]))
         error(path + ".reads[2]", "with beta != 0 the third read must be the "
                                   "output range (C)");
-      checkPositive(gemm.m, path + ".m");
-      checkPositive(gemm.n, path + ".n");
-      checkPositive(gemm.k, path + ".k");
+      checkPositive(gemm.m, path, ".m");
+      checkPositive(gemm.n, path, ".n");
+      checkPositive(gemm.k, path, ".k");
       // Column-major (BLAS) leading dimensions.
       if (gemm.lda < (gemm.transA ? gemm.k : gemm.m))
         error(path + ".lda", "lda " + str(gemm.lda) + " is too small");
@@ -365,7 +383,7 @@ private:
       break;
     case Opcode::OptimizerStep:
       checkOperandCount(inst, path, 4, 4, 3, 4);
-      checkPositive(inst.count, path + ".count");
+      checkPositive(inst.count, path, ".count");
       break;
     case Opcode::GradNorm:
       checkOperandCount(inst, path, 1, -1, 1, 1);

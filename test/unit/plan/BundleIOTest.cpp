@@ -55,9 +55,10 @@ protected:
     overwrite(path, manifest.dump(2) + "\n");
   }
 
-  /// Write the DP bundle, apply `edit`, reload, and return the error text.
-  std::string loadError(const std::function<void(json &)> &edit) {
-    Bundle bundle = dataParallelBundle();
+  /// Write `bundle` (default: the DP bundle), apply `edit`, reload, and
+  /// return the error text.
+  std::string loadError(const std::function<void(json &)> &edit,
+                        const Bundle &bundle = dataParallelBundle()) {
     std::string bundleDir = dir("edited");
     writeBundle(bundle, bundleDir);
     editManifest(bundleDir, edit, bundle.files);
@@ -73,8 +74,9 @@ protected:
 };
 
 TEST_F(BundleIOTest, RoundTripIsByteIdentical) {
-  for (const Bundle &bundle : {dataParallelBundle(), pipelineBundle(),
-                               pipelineDataParallelBundle(), zero3Bundle()}) {
+  for (const Bundle &bundle :
+       {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
+        zero3Bundle(), tensorParallelBundle()}) {
     writeBundle(bundle, dir("a"));
     Bundle loaded = loadBundle(dir("a"));
     EXPECT_EQ(toJson(loaded), toJson(bundle));
@@ -190,9 +192,30 @@ TEST_F(BundleIOTest, RejectsMissingManifest) {
 }
 
 TEST_F(BundleIOTest, RejectsWrongVersion) {
-  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 3; }),
-            dir("edited") + "/plan.json: format_version: version 3 is not "
-                            "supported (this build reads version 2)");
+  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 4; }),
+            dir("edited") + "/plan.json: format_version: version 4 is not "
+                            "supported (this build reads version 3)");
+}
+
+TEST_F(BundleIOTest, RejectsVersion2Bundle) {
+  // A version 2 manifest: one program per role, named by `role`.
+  EXPECT_EQ(loadError([](json &m) {
+              m["format_version"] = 2;
+              for (json &program : m["programs"]) {
+                program["role"] = program["roles"][0];
+                program.erase("roles");
+              }
+            }),
+            dir("edited") + "/plan.json: format_version: version 2 is not "
+                            "supported (this build reads version 3)");
+  // The version 2 spelling under version 3 names the field.
+  EXPECT_EQ(loadError([](json &m) {
+              for (json &program : m["programs"]) {
+                program["role"] = program["roles"][0];
+                program.erase("roles");
+              }
+            }),
+            dir("edited") + "/plan.json: programs[0].roles: missing field");
 }
 
 TEST_F(BundleIOTest, RejectsVersion1Bundle) {
@@ -203,8 +226,8 @@ TEST_F(BundleIOTest, RejectsVersion1Bundle) {
                   json::array({{{"id", 0}, {"kind", "dp"}, {"ranks", {0, 1}}}});
             }),
             dir("edited") + "/plan.json: format_version: version 1 is not "
-                            "supported (this build reads version 2)");
-  // The version 1 group spelling under version 2 names the missing field.
+                            "supported (this build reads version 3)");
+  // The version 1 group spelling under version 3 names the missing field.
   EXPECT_EQ(loadError([](json &m) {
               m["groups"] =
                   json::array({{{"id", 0}, {"kind", "dp"}, {"ranks", {0, 1}}}});
@@ -329,6 +352,301 @@ TEST_F(BundleIOTest, RejectsSideFileEscapingBundle) {
       loadError([](json &m) { m["files"][0]["path"] = "../../etc/passwd"; }),
       dir("edited") + "/plan.json: files[0].path: invalid side-file "
                       "path '../../etc/passwd'");
+}
+
+//===----------------------------------------------------------------------===//
+// Stored programs (format version 3)
+//===----------------------------------------------------------------------===//
+
+TEST_F(BundleIOTest, TensorParallelRolesShareOneStoredProgram) {
+  Bundle bundle = tensorParallelBundle();
+  std::vector<StoredProgram> stored = storedPrograms(bundle);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].roles, (std::vector<int64_t>{0, 1}));
+  // The kernel, the slice copy and grad_norm differ; the rest is shared.
+  EXPECT_EQ(stored[0].perRole,
+            (std::vector<std::vector<bool>>{
+                {false, true, false, true, false, true, false}}));
+
+  writeBundle(bundle, dir("tp"));
+  json manifest = json::parse(read(dir("tp") + "/plan.json"));
+  ASSERT_EQ(manifest["programs"].size(), 1u);
+  const json &program = manifest["programs"][0];
+  EXPECT_EQ(program["roles"], json({0, 1}));
+  EXPECT_FALSE(program.contains("role"));
+  const json &insts = program["streams"][0]["instructions"];
+  EXPECT_EQ(insts[0]["op"], "load_batch");
+  // A per-role instruction has only per_role: one variant per role.
+  EXPECT_EQ(insts[1].size(), 1u);
+  ASSERT_EQ(insts[1]["per_role"].size(), 2u);
+  EXPECT_EQ(insts[1]["per_role"][0]["op"], "kernel");
+  EXPECT_EQ(insts[2]["op"], "all_reduce");
+  EXPECT_EQ(insts[1]["per_role"][0]["kernel"], 0);
+  EXPECT_EQ(insts[1]["per_role"][1]["kernel"], 1);
+  EXPECT_EQ(insts[3]["per_role"][1]["reads"][0]["offset"], 128);
+  EXPECT_EQ(insts[5]["per_role"][0]["reads"].size(), 2u);
+  EXPECT_EQ(insts[5]["per_role"][1]["reads"].size(), 1u);
+
+  // Loading expands it back to one program per role.
+  Bundle loaded = loadBundle(dir("tp"));
+  ASSERT_EQ(loaded.programs.size(), 2u);
+  for (int64_t role = 0; role < 2; ++role) {
+    const Program &program = loaded.programs[role];
+    EXPECT_EQ(program.role, role);
+    EXPECT_EQ(program.streams[0].instructions[1].kernel, role);
+    EXPECT_EQ(program.streams[0].instructions[3].reads[0].offset, role * 128);
+    EXPECT_EQ(program.streams[0].instructions[5].reads.size(),
+              role == 0 ? 2u : 1u);
+    EXPECT_EQ(program.streams[0].instructions[6].value, -0.25);
+  }
+  EXPECT_EQ(toJson(loaded), toJson(bundle));
+}
+
+TEST_F(BundleIOTest, UnlikeProgramsAreStoredApart) {
+  // The pipeline stages differ in their opcodes: one stored program each.
+  std::vector<StoredProgram> stored = storedPrograms(pipelineBundle());
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_EQ(stored[0].roles, std::vector<int64_t>{0});
+  EXPECT_EQ(stored[1].roles, std::vector<int64_t>{1});
+  // A different buffer keeps otherwise identical TP programs apart.
+  Bundle bundle = tensorParallelBundle();
+  bundle.programs[1].buffers[4].name = "norm.1";
+  EXPECT_EQ(storedPrograms(bundle).size(), 2u);
+  writeBundle(bundle, dir("a"));
+  writeBundle(loadBundle(dir("a")), dir("b"));
+  EXPECT_EQ(read(dir("a") + "/plan.json"), read(dir("b") + "/plan.json"));
+}
+
+TEST_F(BundleIOTest, RejectsRoleListedTwice) {
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  m["programs"][0]["roles"] = {0, 0};
+                },
+                tensorParallelBundle()),
+            dir("edited") + "/plan.json: programs[0].roles[1]: role 0 is "
+                            "listed twice (also at programs[0].roles[0])");
+  EXPECT_EQ(loadError([](json &m) { m["programs"][1]["roles"] = {0}; },
+                      pipelineBundle()),
+            dir("edited") + "/plan.json: programs[1].roles[0]: role 0 is "
+                            "listed twice (also at programs[0].roles[0])");
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  m["programs"][0]["roles"] = {1, 0};
+                },
+                tensorParallelBundle()),
+            dir("edited") + "/plan.json: programs[0].roles[1]: roles must "
+                            "ascend: role 0 after role 1");
+  EXPECT_EQ(
+      loadError([](json &m) { m["programs"][0]["roles"] = json::array(); }),
+      dir("edited") + "/plan.json: programs[0].roles: must list at "
+                      "least one role");
+}
+
+TEST_F(BundleIOTest, RejectsMissingRole) {
+  EXPECT_EQ(loadError([](json &m) { m["programs"][1]["roles"] = {2}; },
+                      pipelineBundle()),
+            dir("edited") + "/plan.json: programs: role 1 is in no stored "
+                            "program (they list 2 roles, so the role ids are "
+                            "0..1)");
+  EXPECT_EQ(loadError([](json &m) { m["programs"][0]["roles"] = {-1}; }),
+            dir("edited") + "/plan.json: programs[0].roles[0]: role -1 must "
+                            "not be negative");
+}
+
+TEST_F(BundleIOTest, RejectsWrongNumberOfVariants) {
+  EXPECT_EQ(
+      loadError(
+          [](json &m) {
+            m["programs"][0]["streams"][0]["instructions"][1]["per_role"].erase(
+                1);
+          },
+          tensorParallelBundle()),
+      dir("edited") + "/plan.json: programs[0].streams[0]."
+                      "instructions[1].per_role: has 1 variants but the "
+                      "program is stored for 2 roles");
+  EXPECT_EQ(
+      loadError(
+          [](json &m) {
+            m["programs"][0]["streams"][0]["instructions"][1]["per_role"] =
+                json::object();
+          },
+          tensorParallelBundle()),
+      dir("edited") + "/plan.json: programs[0].streams[0]."
+                      "instructions[1].per_role: expected an array");
+}
+
+TEST_F(BundleIOTest, RejectsNestedPerRole) {
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  json &inst =
+                      m["programs"][0]["streams"][0]["instructions"][1];
+                  inst["per_role"][1] = inst;
+                },
+                tensorParallelBundle()),
+            dir("edited") + "/plan.json: programs[0].streams[0]."
+                            "instructions[1].per_role[1].per_role: nested "
+                            "per_role is not allowed");
+}
+
+TEST_F(BundleIOTest, RejectsPerRoleMixedWithOtherFields) {
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  m["programs"][0]["streams"][0]["instructions"][1]["op"] =
+                      "kernel";
+                },
+                tensorParallelBundle()),
+            dir("edited") + "/plan.json: programs[0].streams[0]."
+                            "instructions[1].op: unexpected field beside "
+                            "per_role (an instruction stored per role has "
+                            "only per_role)");
+}
+
+TEST_F(BundleIOTest, StructuralErrorsNameTheManifestPath) {
+  // In one variant of a per-role instruction.
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  m["programs"][0]["streams"][0]["instructions"][1]["per_role"]
+                   [1]["kernel"] = 9;
+                },
+                tensorParallelBundle()),
+            dir("edited") + "/plan.json: programs[0].streams[0]."
+                            "instructions[1].per_role[1].kernel: unknown "
+                            "kernel 9");
+  // In a shared instruction of a program stored for two roles.
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  m["programs"][0]["streams"][0]["instructions"][2]["group"] =
+                      9;
+                },
+                tensorParallelBundle()),
+            dir("edited") + "/plan.json: programs[0].streams[0]."
+                            "instructions[2].group: unknown group family 9");
+  // In the second stored program, which holds role 1.
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  m["programs"][1]["streams"][0]["instructions"][1]["kernel"] =
+                      9;
+                },
+                pipelineBundle()),
+            dir("edited") + "/plan.json: programs[1].streams[0]."
+                            "instructions[1].kernel: unknown kernel 9");
+}
+
+//===----------------------------------------------------------------------===//
+// The direct canonical writer against nlohmann's dump
+//===----------------------------------------------------------------------===//
+
+/// Every opcode, doubles that format in each of nlohmann's ways, and strings
+/// that need escaping (quotes, backslashes, control bytes, DEL, multi-byte
+/// UTF-8); keys that sort by byte (uppercase, underscore, UTF-8).
+Bundle oddBundle() {
+  Bundle bundle = tensorParallelBundle();
+  bundle.model.name = "t\"iny\\ \x01\x1f\x7f \t\n\r\b\f caf\xc3\xa9 "
+                      "\xe6\x97\xa5 \xf0\x9f\x98\x80 \xe2\x80\xa8";
+  bundle.training.lr = 0.1 + 0.2;
+  bundle.training.eps = 1e-300;
+  bundle.training.minLr = 5e-324;
+  bundle.training.weightDecay = -0.0;
+  bundle.training.gradClip = 1e21;
+  bundle.training.lossScale.initial = 65536.0;
+  bundle.training.lossScale.backoff = 123456789.125;
+  bundle.prediction.stepTimeS = 1.7976931348623157e308;
+  bundle.prediction.mfu = 1.0 / 3;
+  bundle.config = {
+      {"B", 1},
+      {"_under", -7},
+      {"a", {{"nested", json::array()}, {"empty", json::object()}}},
+      {"caf\xc3\xa9", nullptr},
+      {"flags", {true, false}},
+      {"big", uint64_t(18446744073709551615ull)},
+      {"float", 2.5e-7},
+      {"quote\"key", "v\\al"}};
+  bundle.kernels[0].constants["A_upper"] = -3;
+  bundle.parameters = dataParallelBundle().parameters;
+  bundle.parameters[0].init.std = 0.02;
+  bundle.files["kernels/z \"odd\".cu"] = "";
+
+  Program &program = bundle.programs[0];
+  const Program &p = program;
+  Instruction withArgs = kernel(0, {whole(p, 0)}, {whole(p, 1)}, "args");
+  withArgs.args = {3, -1, 0};
+  Instruction scatter =
+      comm(Opcode::ReduceScatter, 0, 8, {{1, 0, 64}}, {{2, 0, 32}}, "rs");
+  scatter.reduce = ReduceOp::Max;
+  Instruction gather =
+      comm(Opcode::AllGather, 0, 8, {{2, 0, 16}}, {{1, 0, 32}}, "ag");
+  gather.dtype = DType::BF16;
+  Instruction broadcast =
+      comm(Opcode::Broadcast, 0, 16, {}, {{1, 0, 64}}, "bc", 1);
+  Instruction send = comm(Opcode::Send, 0, 16, {{1, 0, 64}}, {}, "", 1);
+  Instruction recv = comm(Opcode::Recv, 0, 16, {}, {{1, 0, 64}}, "r", 0);
+  Instruction optimizer =
+      op(Opcode::OptimizerStep,
+         {whole(p, 0), whole(p, 0), whole(p, 0), whole(p, 0)},
+         {whole(p, 0), whole(p, 0), whole(p, 0)}, "adamw");
+  optimizer.count = 64;
+  optimizer.dtype = DType::F16;
+  Instruction clip =
+      op(Opcode::Clip, {whole(p, 4), whole(p, 0)}, {whole(p, 0)}, "clip");
+  Instruction fill = op(Opcode::Fill, {}, {whole(p, 1), whole(p, 2)}, "f");
+  fill.value = 1e-7;
+  fill.dtype = DType::I64;
+  Instruction gemm = op(Opcode::Gemm, {whole(p, 2), whole(p, 2), whole(p, 2)},
+                        {whole(p, 2)}, "gemm");
+  gemm.gemm = {true, true, 1, 2, 3, 4, 5, 6, -1.5, 1.0};
+  program.streams.push_back(
+      {"side \"stream\"",
+       {withArgs, scatter, gather, broadcast, send, recv, optimizer, clip, fill,
+        gemm, event(Opcode::RecordEvent, 0, "e"),
+        event(Opcode::WaitEvent, 0, "e"),
+        op(Opcode::Release, {}, {whole(p, 1)}, "rel")}});
+  program.numEvents = 1;
+  return bundle;
+}
+
+TEST_F(BundleIOTest, DirectWriterMatchesNlohmannDump) {
+  for (const Bundle &bundle :
+       {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
+        zero3Bundle(), tensorParallelBundle(), oddBundle()}) {
+    json manifest = toJson(bundle);
+    EXPECT_EQ(manifestText(bundle), manifest.dump());
+    EXPECT_EQ(manifestText(bundle, 2), manifest.dump(2));
+    EXPECT_EQ(manifestText(bundle, 4), manifest.dump(4));
+    EXPECT_EQ(manifestText(bundle, 0), manifest.dump(0));
+    EXPECT_EQ(contentHash(bundle), contentHash(manifest, bundle.files));
+    std::string hash = contentHash(bundle);
+    manifest["content_hash"] = hash;
+    EXPECT_EQ(manifestText(bundle, 2, hash), manifest.dump(2));
+    // Hashing a manifest that has content_hash leaves it out.
+    EXPECT_EQ(contentHash(manifest, bundle.files), hash);
+  }
+  // The odd bundle stores roles 0 and 1 apart (their streams differ) and
+  // survives a round trip byte for byte.
+  Bundle odd = oddBundle();
+  EXPECT_EQ(storedPrograms(odd).size(), 2u);
+  writeBundle(odd, dir("a"));
+  std::string text = read(dir("a") + "/plan.json");
+  EXPECT_EQ(text, json::parse(text).dump(2) + "\n");
+  Bundle loaded = loadBundle(dir("a"));
+  EXPECT_EQ(loaded.model.name, odd.model.name);
+  writeBundle(loaded, dir("b"));
+  EXPECT_EQ(read(dir("b") + "/plan.json"), text);
+}
+
+TEST_F(BundleIOTest, WriteRefusesInvalidUtf8) {
+  Bundle bundle = dataParallelBundle();
+  bundle.programs[0].streams[0].instructions[1].phase = "fwd \xff";
+  EXPECT_THROW(toJson(bundle).dump(), json::type_error);
+  try {
+    writeBundle(bundle, dir("bad"));
+    FAIL() << "wrote invalid UTF-8";
+  } catch (const Error &error) {
+    EXPECT_EQ(std::string(error.what()),
+              dir("bad") + "/plan.json: programs[0].streams[0]."
+                           "instructions[1].phase: invalid UTF-8 byte at "
+                           "index 4: 0xFF (refusing to write)");
+  }
+  EXPECT_FALSE(fs::exists(dir("bad")));
 }
 
 } // namespace

@@ -247,6 +247,51 @@ inline Bundle zero3Bundle() {
   return bundle;
 }
 
+/// TP 2 (ranks 0 and 1, one role each) as the lowering makes it: the two
+/// programs are alike but for a vocabulary-parallel kernel whose kernel id
+/// differs (vocab_start is a kernel constant), a sequence-parallel slice copy
+/// at a TP-dependent offset and a grad_norm that reads more on TP rank 0.
+/// Stored as one program for roles [0, 1] with those three per role.
+inline Bundle tensorParallelBundle() {
+  Bundle bundle = baseBundle({1, 1, 2}, 2);
+  bundle.groups.push_back({0, GroupKind::TP, {{0, 1}}});
+  bundle.rankRoles = {0, 1};
+  Kernel shard1 = bundle.kernels[0];
+  shard1.id = 1;
+  shard1.name = "embed.vocab1";
+  shard1.constants["vocab_start"] = 32;
+  bundle.kernels.push_back(shard1);
+  for (int64_t role = 0; role < 2; ++role) {
+    Program program;
+    program.role = role;
+    program.arenaBytes = 512;
+    program.persistentBytes = 256;
+    program.buffers = {buffer(0, "w", Region::Persistent, 0, 256),
+                       buffer(1, "act", Region::Arena, 0, 256),
+                       buffer(2, "act.slice", Region::Arena, 256, 128),
+                       buffer(3, "tokens", Region::Arena, 384, 64),
+                       buffer(4, "norm", Region::Arena, 448, 4)};
+    const Program &p = program;
+    Instruction gemm =
+        op(Opcode::Gemm, {whole(p, 2), whole(p, 2)}, {whole(p, 2)}, "fwd");
+    gemm.gemm = {false, true, 4, 4, 8, 4, 4, 4, 0.5, 0.0};
+    Instruction fill = op(Opcode::Fill, {}, {whole(p, 1)}, "zero");
+    fill.value = -0.25;
+    std::vector<BufferRange> normReads = {whole(p, 2)};
+    if (role == 0)
+      normReads.insert(normReads.begin(), whole(p, 0));
+    program.streams.push_back(
+        {"compute",
+         {op(Opcode::LoadBatch, {}, {whole(p, 3)}, "data"),
+          kernel(role, {whole(p, 3), whole(p, 0)}, {whole(p, 1)}, "fwd"),
+          comm(Opcode::AllReduce, 0, 64, {whole(p, 1)}, {whole(p, 1)}, "fwd"),
+          op(Opcode::Copy, {{1, role * 128, 128}}, {whole(p, 2)}, "fwd sp"),
+          gemm, op(Opcode::GradNorm, normReads, {whole(p, 4)}, "norm"), fill}});
+    bundle.programs.push_back(program);
+  }
+  return bundle;
+}
+
 } // namespace weft::plan::test
 
 #endif // WEFT_TEST_UNIT_PLAN_TESTBUNDLES_H

@@ -23,10 +23,10 @@
 namespace weft::plan {
 
 /// The manifest version this library reads and writes.
-inline constexpr int64_t kFormatVersion = 2;
+inline constexpr int64_t kFormatVersion = 3;
 
-/// Why a manifest of `version` cannot be read, e.g. "version 1 is not
-/// supported (this build reads version 2)".
+/// Why a manifest of `version` cannot be read, e.g. "version 2 is not
+/// supported (this build reads version 3)".
 std::string unsupportedVersionReason(int64_t version);
 
 enum class DType { F32, F16, BF16, F64, I32, I64, U16, U8 };
