@@ -16,6 +16,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "weft/kernels/KernelAbi.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/ErrorHandling.h"
@@ -1087,7 +1088,27 @@ struct GenerateKernelsPass
   using Base::Base;
   void runOnOperation() override;
   LogicalResult generate(KernelOp kernel, const KernelSpec &spec);
+
+private:
+  /// The launches of each kernel symbol, in walk order; collected by one walk
+  /// of the module on first use.
+  ArrayRef<LaunchOp> launchesOf(StringRef kernel);
+
+  std::optional<llvm::StringMap<SmallVector<LaunchOp>>> launches;
 };
+
+ArrayRef<LaunchOp> GenerateKernelsPass::launchesOf(StringRef kernel) {
+  if (!launches) {
+    launches.emplace();
+    getOperation().walk([&](LaunchOp launch) {
+      (*launches)[launch.getKernel()].push_back(launch);
+    });
+  }
+  auto it = launches->find(kernel);
+  if (it == launches->end())
+    return {};
+  return it->second;
+}
 
 LogicalResult GenerateKernelsPass::generate(KernelOp kernel,
                                             const KernelSpec &spec) {
@@ -1130,30 +1151,24 @@ LogicalResult GenerateKernelsPass::generate(KernelOp kernel,
   // Every launch must match the generated parameter list.
   unsigned numReads = source.numReads(),
            numWrites = source.operands.size() - numReads;
-  ModuleOp module = getOperation();
-  WalkResult walk = module.walk([&](LaunchOp launch) {
-    if (launch.getKernel() != kernel.getSymName())
-      return WalkResult::advance();
-    if (launch.getArgs() && !launch.getArgs()->empty()) {
-      launch.emitOpError() << "passes scalar args to @" << kernel.getSymName()
-                           << ", whose generated entries take none";
-      return WalkResult::interrupt();
-    }
+  for (LaunchOp launch : launchesOf(kernel.getSymName())) {
+    if (launch.getArgs() && !launch.getArgs()->empty())
+      return launch.emitOpError()
+             << "passes scalar args to @" << kernel.getSymName()
+             << ", whose generated entries take none";
     unsigned reads = launch.getReads().size(),
              writes = launch.getWrites().size();
-    if (reads != numReads || writes != numWrites) {
-      launch.emitOpError() << "passes " << reads << " reads and " << writes
-                           << " writes to @" << kernel.getSymName()
-                           << ", whose generated entries take " << numReads
-                           << " and " << numWrites;
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return failure(walk.wasInterrupted());
+    if (reads != numReads || writes != numWrites)
+      return launch.emitOpError()
+             << "passes " << reads << " reads and " << writes << " writes to @"
+             << kernel.getSymName() << ", whose generated entries take "
+             << numReads << " and " << numWrites;
+  }
+  return success();
 }
 
 void GenerateKernelsPass::runOnOperation() {
+  auto forgetLaunches = llvm::make_scope_exit([&] { launches.reset(); });
   for (KernelOp kernel : getOperation().getOps<KernelOp>()) {
     // Specializations are named `<registry name>.<suffix>` (docs/runtime.md).
     StringRef registryName = kernel.getSymName().split('.').first;
