@@ -22,7 +22,7 @@ cat >"$WORK/gpt3-175b.json" <<'JSON'
 {"model_type": "gpt2", "n_embd": 12288, "n_layer": 96, "n_head": 96,
  "vocab_size": 50257, "n_positions": 2048, "tie_word_embeddings": true}
 JSON
-echo "| global batch (micro-batches per replica) | wall s | peak RSS MB | plan.json MB | stored programs | roles | instructions | schedule s | plan-memory s | kernels s | emit s |"
+echo "| global batch (micro-batches per replica) | wall s | peak RSS MB | plan.json MB | stored programs | roles | stored instructions | schedule s | plan-memory s | kernels s | emit s |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for batch in "${BATCHES[@]}"; do
   out=$WORK/out-$batch
@@ -39,7 +39,7 @@ import json, os, sys
 path, batch, wall, rss, sched, mem, kern, emit = sys.argv[1:]
 manifest = json.load(open(path))
 programs = manifest["programs"]
-roles = sum(len(p.get("roles", [p.get("role")])) for p in programs)
+roles = sum(len(p["roles"]) for p in programs)
 instructions = sum(len(s["instructions"]) for p in programs for s in p["streams"])
 print(f"| {batch} ({int(batch) // 8}) | {float(wall):.1f} | {int(rss) // 1024} "
       f"| {os.path.getsize(path) / 1e6:.1f} | {len(programs)} | {roles} "
