@@ -34,4 +34,24 @@ for step, (a, b) in enumerate(zip(serial, dp2), 1):
     assert abs(a - b) <= 1e-5 * abs(a), f"step {step}: serial {a} dp2 {b}"
 print("serial", serial, "\ndp2   ", dp2)
 PY
+# Utilization and memory per step: MFU x step time is the planner's MFU x its
+# step time (the same model FLOPs and peak), and the memory in use is the
+# most any rank's program plans (arena + persistent), each region rounded up
+# to whole 4 KiB pages by the CPU backend.
+python3 - dp2.jsonl dp2/plan.json <<'PY' || fail "utilization"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+bundle = json.load(open(sys.argv[2]))
+predicted = bundle["prediction"]
+page = lambda n: -(-max(n, 1) // 4096) * 4096
+planned = max(page(p["arena_bytes"]) + page(p["persistent_bytes"])
+              for p in bundle["programs"])
+for s in steps:
+    assert s["memory_bytes"] == planned, (s["memory_bytes"], planned)
+    want = predicted["mfu"] * predicted["step_time_s"]
+    got = s["mfu"] * s["step_time_s"]
+    assert abs(got - want) <= 1e-9 * want, (got, want)
+    assert s["tflops_per_rank"] > 0
+print("memory", planned, "bytes; MFU", [round(s["mfu"], 5) for s in steps])
+PY
 echo "PASS: compile $model zero $zero"

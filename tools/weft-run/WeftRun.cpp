@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace {
 
 const char *const kUsage =
@@ -155,6 +157,43 @@ std::string jsonNumber(double value) {
   return text;
 }
 
+/// " | 0.12 TFLOP/s/rank | MFU 1.2% (plan 4.6%) | mem 2.2 MiB": the model
+/// FLOP rate and utilization next to the planner's, and the most device
+/// memory in use on a rank (no FLOP figures for a bundle without a
+/// prediction or cluster).
+std::string utilization(const weft::exec::StepStats &stats,
+                        const weft::exec::Session &session) {
+  char text[160] = "";
+  if (session.modelFlopsPerStep() > 0)
+    std::snprintf(text, sizeof(text),
+                  " | %.3g TFLOP/s/rank | MFU %.2g%% (plan %.2g%%)",
+                  stats.modelTflopsPerRank, stats.mfu * 100,
+                  session.bundle().prediction.mfu * 100);
+  char memory[48];
+  std::snprintf(memory, sizeof(memory), " | mem %.1f MiB",
+                double(stats.memoryBytes) / (1 << 20));
+  return std::string(text) + memory;
+}
+
+/// " | ETA 1m05s" from the mean of the last (up to) 20 step times.
+std::string eta(const std::vector<double> &stepTimes, int64_t stepsLeft) {
+  size_t n = std::min<size_t>(stepTimes.size(), 20);
+  if (n == 0 || stepsLeft <= 0)
+    return "";
+  double mean = 0;
+  for (size_t i = stepTimes.size() - n; i < stepTimes.size(); ++i)
+    mean += stepTimes[i] / double(n);
+  long long seconds = std::llround(mean * double(stepsLeft));
+  char text[48];
+  if (seconds >= 3600)
+    std::snprintf(text, sizeof(text), " | ETA %lldh%02lldm", seconds / 3600,
+                  seconds / 60 % 60);
+  else
+    std::snprintf(text, sizeof(text), " | ETA %lldm%02llds", seconds / 60,
+                  seconds % 60);
+  return text;
+}
+
 void writeTrace(const weft::exec::Session &session, const std::string &path) {
   const weft::plan::Program &program = *session.rankProgram().program;
   nlohmann::json events = nlohmann::json::array();
@@ -278,6 +317,9 @@ int run(const CliOptions &cli) {
         throw weft::exec::Error(cli.metricsPath + ": cannot open for writing");
     }
     std::optional<OffloadTotals> reloaded; // before the step about to run
+    // On a terminal each step line also estimates the time left.
+    const bool interactive = log && ::isatty(STDOUT_FILENO);
+    std::vector<double> stepTimes;
     while (runtime->completedSteps() < cli.steps) {
       if (!cli.offloadGroups.empty()) {
         reloaded.emplace(runtime->reload(cli.offloadGroups));
@@ -287,6 +329,7 @@ int run(const CliOptions &cli) {
                      "from host");
       }
       weft::exec::StepStats stats = runtime->step();
+      stepTimes.push_back(stats.stepTimeS);
       const bool dynamicScale =
           runtime->session().bundle().training.lossScale.dynamic;
       if (log) {
@@ -296,11 +339,14 @@ int run(const CliOptions &cli) {
                   jsonNumber(stats.lossScale);
         else if (dynamicScale)
           scale = " | loss scale " + jsonNumber(stats.lossScale);
-        std::printf("step %lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | "
-                    "%.1f ms | %.0f tok/s%s\n",
-                    (long long)stats.step, (long long)cli.steps, stats.loss,
-                    stats.gradNorm, stats.lr, stats.stepTimeS * 1e3,
-                    stats.tokensPerS, scale.c_str());
+        std::printf(
+            "step %lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | "
+            "%.1f ms | %.0f tok/s%s%s%s\n",
+            (long long)stats.step, (long long)cli.steps, stats.loss,
+            stats.gradNorm, stats.lr, stats.stepTimeS * 1e3, stats.tokensPerS,
+            utilization(stats, runtime->session()).c_str(), scale.c_str(),
+            interactive ? eta(stepTimes, cli.steps - stats.step).c_str() : "");
+        std::fflush(stdout);
       }
       // Offload right after the step: the checkpoints below are then
       // written from the host copies, and the next step reloads.
@@ -311,10 +357,15 @@ int run(const CliOptions &cli) {
           logOffload("offload after", stats.step, *offloaded, offloadWhere);
       }
       if (metrics) {
-        std::string extra;
+        std::string extra =
+            ",\"memory_bytes\":" + std::to_string(stats.memoryBytes);
+        if (runtime->session().modelFlopsPerStep() > 0)
+          extra +=
+              ",\"tflops_per_rank\":" + jsonNumber(stats.modelTflopsPerRank) +
+              ",\"mfu\":" + jsonNumber(stats.mfu);
         if (dynamicScale)
-          extra = ",\"loss_scale\":" + jsonNumber(stats.lossScale) +
-                  ",\"skipped\":" + (stats.skipped ? "true" : "false");
+          extra += ",\"loss_scale\":" + jsonNumber(stats.lossScale) +
+                   ",\"skipped\":" + (stats.skipped ? "true" : "false");
         if (offloaded)
           extra += ",\"offload_bytes\":" + std::to_string(offloaded->bytes) +
                    ",\"offload_s\":" + jsonNumber(offloaded->seconds) +

@@ -46,6 +46,27 @@ using plan::Opcode;
 // Schedule and initialization
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// config.cluster.gpu.peak_tflops[<precision>] x 1e12 (weftc records the
+/// cluster it planned for); 0 when absent or not a positive number.
+double clusterPeakFlops(const plan::Bundle &bundle) {
+  const nlohmann::json &config = bundle.config;
+  auto cluster = config.find("cluster");
+  if (cluster == config.end() || !cluster->is_object())
+    return 0;
+  auto gpu = cluster->find("gpu");
+  if (gpu == cluster->end() || !gpu->is_object())
+    return 0;
+  auto peaks = gpu->find("peak_tflops");
+  if (peaks == gpu->end() || !peaks->is_object())
+    return 0;
+  auto peak = peaks->find(bundle.training.precision);
+  if (peak == peaks->end() || !peak->is_number() || !(peak->get<double>() > 0))
+    return 0;
+  return peak->get<double>() * 1e12;
+}
+} // namespace
+
 double learningRate(const plan::TrainingInfo &t, int64_t step) {
   if (step <= t.warmupSteps)
     return t.lr * double(step) / double(t.warmupSteps);
@@ -327,6 +348,11 @@ void Session::validateLocally() {
       lossBuffer_ = buffer.id;
     }
   bundleHash_ = plan::contentHash(bundle_);
+  peakFlopsPerRank_ = clusterPeakFlops(bundle_);
+  const plan::Prediction &predicted = bundle_.prediction;
+  if (predicted.mfu > 0 && predicted.stepTimeS > 0)
+    modelFlopsPerStep_ = predicted.mfu * predicted.stepTimeS *
+                         double(bundle_.mesh.worldSize()) * peakFlopsPerRank_;
   if (!options_.resumeDir.empty())
     resumeLocally();
 }
@@ -977,6 +1003,8 @@ StepStats Session::finishStep() {
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comms_->stats);
   MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_MAX, comms_->stats);
   MPI_Allreduce(MPI_IN_PLACE, skips, 2, MPI_INT, MPI_MAX, comms_->stats);
+  int64_t memory = backend_->deviceBytesInUse();
+  MPI_Allreduce(MPI_IN_PLACE, &memory, 1, MPI_INT64_T, MPI_MAX, comms_->stats);
   if (skips[0] && skips[1])
     throw Error("rank " + std::to_string(rank_) + " step " +
                 std::to_string(completedSteps_ + 1) +
@@ -1005,6 +1033,13 @@ StepStats Session::finishStep() {
   stats.tokensPerS = double(bundle_.training.globalBatch) *
                      double(bundle_.training.seqLen) /
                      std::max(stats.stepTimeS, 1e-12);
+  stats.memoryBytes = memory;
+  if (modelFlopsPerStep_ > 0) {
+    double perRank = modelFlopsPerStep_ / double(worldSize_) /
+                     std::max(stats.stepTimeS, 1e-12);
+    stats.modelTflopsPerRank = perRank / 1e12;
+    stats.mfu = perRank / peakFlopsPerRank_;
+  }
   return stats;
 }
 

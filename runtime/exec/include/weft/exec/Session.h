@@ -65,7 +65,13 @@ struct StepStats {
   double stepTimeS = 0;      // wall time of the step on this rank
   double tokensPerS = 0;     // global batch tokens / step time
   bool lossReported = false; // some rank holds a 'loss' buffer
-  double lossScale = 1;      // the loss scale this step ran with
+  /// Model FLOP rate (no recompute) per rank and model FLOP utilization
+  /// against the plan's cluster peak; 0 when the bundle records no
+  /// prediction or cluster (see modelFlopsPerStep()).
+  double modelTflopsPerRank = 0;
+  double mfu = 0;
+  int64_t memoryBytes = 0; // the most device bytes in use on any rank
+  double lossScale = 1;    // the loss scale this step ran with
   /// Dynamic loss scaling found the gradients not finite: no update was
   /// applied and the scale was backed off (gradNorm is then NaN).
   bool skipped = false;
@@ -177,6 +183,12 @@ public:
   const std::optional<CheckpointStats> &resumed() const { return resumed_; }
 
   int64_t completedSteps() const { return completedSteps_; }
+  /// The model FLOPs of one step (the planner's count, no recompute): the
+  /// prediction's mfu x step time x world x the cluster's peak per device
+  /// (config.cluster.gpu.peak_tflops[precision]); 0 when any is missing.
+  double modelFlopsPerStep() const { return modelFlopsPerStep_; }
+  /// The cluster's peak FLOP/s per device for the plan's precision, or 0.
+  double peakFlopsPerRank() const { return peakFlopsPerRank_; }
   /// The loss scaler's state after completedSteps() (static plans: the
   /// fixed scale, no good steps, every step applied).
   LossScaleState lossScaleState() const { return scaler_; }
@@ -258,6 +270,7 @@ private:
   const std::string *openRange_ = nullptr; // the phase of the open range
   int64_t completedSteps_ = 0;
   LossScaleState scaler_;
+  double modelFlopsPerStep_ = 0, peakFlopsPerRank_ = 0;
   std::string bundleHash_;
   std::optional<CheckpointStats> resumed_;
   double openTime_ = 0;
