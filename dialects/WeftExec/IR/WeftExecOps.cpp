@@ -5,6 +5,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MathExtras.h"
@@ -226,13 +227,6 @@ LogicalResult GroupOp::verify() {
   return success();
 }
 
-std::optional<int64_t> GroupOp::findGroupOf(int64_t rank) {
-  const auto *it = llvm::find(getRanks(), rank);
-  if (it == getRanks().end())
-    return std::nullopt;
-  return int64_t(it - getRanks().begin()) / int64_t(getGroupSize());
-}
-
 /// Side files stay inside the bundle: relative, '/'-separated, no empty, '.'
 /// or '..' segments, and never the manifest.
 static bool isValidSideFilePath(StringRef path) {
@@ -391,9 +385,15 @@ LogicalResult ProgramOp::verifyRegions() {
 
   llvm::DenseMap<int64_t, RecordEventOp> records;
   SmallVector<WaitEventOp> waits;
+  // The group families the program communicates on, each with its first use.
+  llvm::MapVector<StringAttr, Operation *> families;
   for (StreamOp stream : getStreams()) {
     for (Operation &op : stream.getBody().front()) {
       auto inst = cast<InstructionOpInterface>(op);
+      if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, SendOp,
+              RecvOp>(op))
+        families.try_emplace(
+            op.getAttrOfType<FlatSymbolRefAttr>("group").getAttr(), &op);
       for (auto [kind, ranges] : {std::pair{"read", inst.getReads()},
                                   std::pair{"write", inst.getWrites()}}) {
         for (auto [index, range] :
@@ -437,6 +437,24 @@ LogicalResult ProgramOp::verifyRegions() {
       return wait.emitOpError() << "waits for event " << wait.getEvent()
                                 << ", which no record_event of the program "
                                    "records";
+  // Every rank the program serves is in some group of each family it
+  // communicates on: checked once per family (not per instruction), since a
+  // family of a 1024-rank mesh lists every rank. An unknown family is left
+  // to the instruction's symbol check.
+  for (auto [family, firstUse] : families) {
+    auto group = mlir::SymbolTable::lookupNearestSymbolFrom<GroupOp>(
+        getOperation()->getParentOp(), family);
+    if (!group)
+      continue;
+    llvm::DenseSet<int64_t> members(group.getRanks().begin(),
+                                    group.getRanks().end());
+    for (int64_t rank : getRanks())
+      if (!members.contains(rank))
+        return firstUse->emitOpError()
+               << "on group family @" << family.getValue()
+               << ", which has no group containing rank " << rank
+               << " of program @" << getSymName();
+  }
   return success();
 }
 
@@ -573,8 +591,7 @@ LogicalResult FillOp::verify() {
   return success();
 }
 
-/// The byte checks of communication ops that need the group's size, and that
-/// every rank the program serves is a member of the group.
+/// The byte checks of communication ops that need the group's size.
 template <typename OpTy>
 static LogicalResult verifyCommunication(OpTy op,
                                          SymbolTableCollection &symbolTable) {
@@ -582,12 +599,7 @@ static LogicalResult verifyCommunication(OpTy op,
   if (!group)
     return op.emitOpError()
            << op.getGroupAttr() << " does not name a weftx.group";
-  auto program = op->template getParentOfType<ProgramOp>();
-  for (int64_t rank : program.getRanks())
-    if (!group.findGroupOf(rank))
-      return op.emitOpError() << "on group family " << op.getGroupAttr()
-                              << ", which has no group containing rank " << rank
-                              << " of program @" << program.getSymName();
+  // Membership of the program's ranks: ProgramOp::verifyRegions.
   int64_t size = group.getGroupSize();
   int64_t bytes = op.getCount() * getElementBytes(op.getDtype());
   std::string over = (op->getName().stripDialect() + " of " +

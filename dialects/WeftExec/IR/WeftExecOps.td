@@ -75,8 +75,6 @@ def Weftx_GroupOp : Weftx_Op<"group", [HasParent<"::mlir::ModuleOp">,
     ::llvm::ArrayRef<int64_t> getGroup(int64_t index) {
       return getRanks().slice(index * getGroupSize(), getGroupSize());
     }
-    /// The index of the group that contains `rank`, if any.
-    std::optional<int64_t> findGroupOf(int64_t rank);
   }];
 }
 
