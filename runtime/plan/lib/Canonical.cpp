@@ -44,6 +44,11 @@ void CanonicalWriter::fail(const std::string &reason) const {
 
 void CanonicalWriter::separator() {
   Level &level = stack.back();
+  if (level.oneLine) {
+    if (level.count++ > 0)
+      out += ", ";
+    return;
+  }
   if (level.count++ > 0)
     out += ',';
   if (indent >= 0) {
@@ -79,22 +84,23 @@ void CanonicalWriter::key(std::string_view name) {
   afterKey = true;
 }
 
-void CanonicalWriter::beginObject() {
+void CanonicalWriter::open(bool object) {
   beforeValue();
-  out += '{';
-  stack.push_back({true, 0, {}});
+  out += object ? '{' : '[';
+  bool inherited = !stack.empty() && stack.back().oneLine;
+  stack.push_back({object, 0, {}, inherited || oneLineNext});
+  oneLineNext = false;
 }
 
-void CanonicalWriter::beginArray() {
-  beforeValue();
-  out += '[';
-  stack.push_back({false, 0, {}});
-}
+void CanonicalWriter::beginObject() { open(true); }
+
+void CanonicalWriter::beginArray() { open(false); }
 
 void CanonicalWriter::close(char bracket) {
   size_t count = stack.back().count;
+  bool oneLine = stack.back().oneLine;
   stack.pop_back();
-  if (count > 0 && indent >= 0) {
+  if (count > 0 && indent >= 0 && !oneLine) {
     out += '\n';
     out.append(size_t(indent) * stack.size(), ' ');
   }
@@ -286,6 +292,7 @@ std::string CanonicalWriter::take() {
 namespace {
 
 void writeIntegers(CanonicalWriter &w, const std::vector<int64_t> &values) {
+  w.oneLine();
   w.beginArray();
   for (int64_t value : values)
     w.integer(value);
@@ -314,6 +321,7 @@ bool isCommunication(Opcode op) {
 void writeInstruction(CanonicalWriter &w, const Instruction &inst) {
   Opcode op = inst.opcode;
   bool gemm = op == Opcode::Gemm;
+  w.oneLine();
   w.beginObject();
   if (gemm) {
     w.key("alpha");
@@ -419,6 +427,7 @@ void writeProgram(CanonicalWriter &w, const Bundle &bundle,
   w.key("buffers");
   w.beginArray();
   for (const Buffer &buffer : program.buffers) {
+    w.oneLine();
     w.beginObject();
     w.key("alignment");
     w.integer(buffer.alignment);
@@ -494,6 +503,7 @@ void writeParameter(CanonicalWriter &w, const Parameter &param) {
   w.key("shards");
   w.beginArray();
   for (const ShardSpec &shard : param.shards) {
+    w.oneLine();
     w.beginObject();
     w.key("buffer");
     w.integer(shard.buffer);
@@ -578,6 +588,7 @@ void weft::plan::detail::writeManifest(CanonicalWriter &w, const Bundle &bundle,
   w.key("files");
   w.beginArray();
   for (const auto &[path, contents] : bundle.files) {
+    w.oneLine();
     w.beginObject();
     w.key("path");
     w.string(path);
@@ -607,6 +618,7 @@ void weft::plan::detail::writeManifest(CanonicalWriter &w, const Bundle &bundle,
   w.key("kernels");
   w.beginArray();
   for (const Kernel &kernel : bundle.kernels) {
+    w.oneLine();
     w.beginObject();
     w.key("constants");
     w.beginObject();

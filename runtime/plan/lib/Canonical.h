@@ -26,6 +26,11 @@ public:
   /// being kept (take() then returns what was not flushed yet).
   explicit CanonicalWriter(int indent, Sha256 *sink = nullptr);
 
+  /// The next container (and everything in it) goes on one line with ", "
+  /// and ": " separators: records (instructions, buffers, shards, ...) and
+  /// number arrays in the indented form. No effect on the compact form.
+  void oneLine() { oneLineNext = indent >= 0; }
+
   void beginObject();
   void endObject();
   void beginArray();
@@ -50,7 +55,9 @@ private:
     bool object;
     size_t count;
     std::string_view lastKey;
+    bool oneLine = false;
   };
+  void open(bool object);
   void beforeValue();
   void separator();
   void close(char bracket);
@@ -67,6 +74,7 @@ private:
   Sha256 *sink;
   int indent;
   bool afterKey = false;
+  bool oneLineNext = false;
   std::vector<Level> stack;
 };
 

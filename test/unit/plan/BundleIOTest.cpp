@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -88,13 +89,49 @@ TEST_F(BundleIOTest, RoundTripIsByteIdentical) {
   }
 }
 
+/// The indented form's layout: records (instructions, buffers, shards,
+/// side files, kernels) and number arrays each on one line that is valid
+/// JSON by itself, everything else indented as nlohmann's dump(indent).
+void expectOneLineRecords(const std::string &text) {
+  std::istringstream lines(text);
+  std::string line;
+  int records = 0;
+  while (std::getline(lines, line)) {
+    size_t start = line.find_first_not_of(' ');
+    std::string item = start == std::string::npos ? "" : line.substr(start);
+    if (!item.empty() && item.back() == ',')
+      item.pop_back();
+    EXPECT_FALSE(
+        !item.empty() &&
+        (std::isdigit(static_cast<unsigned char>(item[0])) || item[0] == '-'))
+        << "a number on a line of its own: " << line;
+    bool record = item.rfind("{\"", 0) == 0 &&
+                  (item.find("\"op\": ") != std::string::npos ||
+                   item.find("\"alignment\": ") != std::string::npos ||
+                   item.find("\"zero_shards\": ") != std::string::npos);
+    if (!record)
+      continue;
+    ++records;
+    EXPECT_TRUE(json::accept(item)) << "not one JSON record: " << line;
+  }
+  EXPECT_GT(records, 0);
+}
+
 TEST_F(BundleIOTest, ManifestIsCanonical) {
   writeBundle(dataParallelBundle(), dir("a"));
   std::string text = read(dir("a") + "/plan.json");
   json manifest = json::parse(text);
   EXPECT_EQ(manifest["format_version"], kFormatVersion);
-  // Sorted keys, two-space indent, trailing newline; no temp files left.
-  EXPECT_EQ(text, manifest.dump(2) + "\n");
+  // Sorted keys (the compact form is nlohmann's), two-space indent with
+  // one-line records, trailing newline; no temp files left.
+  EXPECT_EQ(text.back(), '\n');
+  json withoutHash = manifest;
+  withoutHash.erase("content_hash");
+  EXPECT_EQ(manifestText(dataParallelBundle()), withoutHash.dump());
+  EXPECT_EQ(text, manifestText(dataParallelBundle(), 2,
+                               manifest["content_hash"].get<std::string>()) +
+                      "\n");
+  expectOneLineRecords(text);
   EXPECT_EQ(manifest["content_hash"],
             contentHash(manifest, dataParallelBundle().files));
   for (const auto &entry : fs::recursive_directory_iterator(dir("a")))
@@ -604,19 +641,23 @@ Bundle oddBundle() {
   return bundle;
 }
 
-TEST_F(BundleIOTest, DirectWriterMatchesNlohmannDump) {
+TEST_F(BundleIOTest, DirectWriterMatchesNlohmannCompactDump) {
   for (const Bundle &bundle :
        {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
         zero3Bundle(), tensorParallelBundle(), oddBundle()}) {
     json manifest = toJson(bundle);
+    // The compact (hashed) form is exactly nlohmann's; the indented forms
+    // hold the same JSON with one-line records.
     EXPECT_EQ(manifestText(bundle), manifest.dump());
-    EXPECT_EQ(manifestText(bundle, 2), manifest.dump(2));
-    EXPECT_EQ(manifestText(bundle, 4), manifest.dump(4));
-    EXPECT_EQ(manifestText(bundle, 0), manifest.dump(0));
+    for (int indent : {0, 2, 4}) {
+      std::string text = manifestText(bundle, indent);
+      EXPECT_EQ(json::parse(text), manifest) << "indent " << indent;
+      expectOneLineRecords(text);
+    }
     EXPECT_EQ(contentHash(bundle), contentHash(manifest, bundle.files));
     std::string hash = contentHash(bundle);
     manifest["content_hash"] = hash;
-    EXPECT_EQ(manifestText(bundle, 2, hash), manifest.dump(2));
+    EXPECT_EQ(json::parse(manifestText(bundle, 2, hash)), manifest);
     // Hashing a manifest that has content_hash leaves it out.
     EXPECT_EQ(contentHash(manifest, bundle.files), hash);
   }
@@ -626,7 +667,10 @@ TEST_F(BundleIOTest, DirectWriterMatchesNlohmannDump) {
   EXPECT_EQ(storedPrograms(odd).size(), 2u);
   writeBundle(odd, dir("a"));
   std::string text = read(dir("a") + "/plan.json");
-  EXPECT_EQ(text, json::parse(text).dump(2) + "\n");
+  json written = json::parse(text);
+  written.erase("content_hash");
+  EXPECT_EQ(written.dump(), manifestText(odd));
+  expectOneLineRecords(text);
   Bundle loaded = loadBundle(dir("a"));
   EXPECT_EQ(loaded.model.name, odd.model.name);
   writeBundle(loaded, dir("b"));
