@@ -18,16 +18,21 @@ __global__ void rowLseKernel(int64_t rows, int64_t vocab, const float *logits,
     lse[r] = logSumExp(vocab, logits + r * vocab);
 }
 
-/// Single block: the mean loss and the number of non-ignored targets.
-__global__ void meanLossKernel(int64_t rows, int64_t vocab, const float *logits,
-                               const int32_t *targets, const float *lse,
+/// Single block: *loss = the mean of lse - target logit over the rows whose
+/// target is not ignored, *validCount their number. The target logit is
+/// targetLogit[r] (the all-reduced value of the vocabulary-parallel form) or,
+/// when targetLogit is null, read from the full [rows, vocab] logits.
+__global__ void meanLossKernel(int64_t rows, const int32_t *targets,
+                               const float *lse, const float *targetLogit,
+                               const float *logits, int64_t vocab,
                                int *validCount, float *loss) {
   float sum = 0;
   int count = 0;
   for (int64_t r = threadIdx.x; r < rows; r += kBlockSize) {
     if (targets[r] == kIgnoreIndex)
       continue;
-    sum += lse[r] - logits[r * vocab + targets[r]];
+    sum += lse[r] -
+           (targetLogit ? targetLogit[r] : logits[r * vocab + targets[r]]);
     ++count;
   }
   float totalLoss = detail::blockSum(sum);
@@ -84,26 +89,6 @@ __global__ void shardLseKernel(int64_t rows, const float *globalMax,
     lse[r] = globalMax[r] + math::log(globalSumExp[r]);
 }
 
-/// Single block: the mean of lse - target logit over non-ignored rows.
-__global__ void shardMeanLossKernel(int64_t rows, const int32_t *targets,
-                                    const float *lse, const float *targetLogit,
-                                    int *validCount, float *loss) {
-  float sum = 0;
-  int count = 0;
-  for (int64_t r = threadIdx.x; r < rows; r += kBlockSize) {
-    if (targets[r] == kIgnoreIndex)
-      continue;
-    sum += lse[r] - targetLogit[r];
-    ++count;
-  }
-  float totalLoss = detail::blockSum(sum);
-  int totalCount = detail::blockSum(count);
-  if (threadIdx.x == 0) {
-    *validCount = totalCount;
-    *loss = totalCount ? totalLoss / float(totalCount) : 0.0f;
-  }
-}
-
 __global__ void shardGradKernel(int64_t rows, int64_t vocabLocal,
                                 int64_t vocabStart, int64_t validColumns,
                                 const float *logits, const int32_t *targets,
@@ -132,8 +117,8 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
       launch(rows, stream, rowLseKernel, rows, vocab, logits, lse);
   if (err != cudaSuccess)
     return err;
-  meanLossKernel<<<1, kBlockSize, 0, stream>>>(rows, vocab, logits, targets,
-                                               lse, validCount, loss);
+  meanLossKernel<<<1, kBlockSize, 0, stream>>>(rows, targets, lse, nullptr,
+                                               logits, vocab, validCount, loss);
   if ((err = cudaGetLastError()) != cudaSuccess || !dLogits)
     return err;
   return launch(rows * vocab, stream, crossEntropyGradKernel, rows, vocab,
@@ -168,8 +153,8 @@ crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
       launch(rows, stream, shardLseKernel, rows, globalMax, globalSumExp, lse);
   if (err != cudaSuccess)
     return err;
-  shardMeanLossKernel<<<1, kBlockSize, 0, stream>>>(
-      rows, targets, lse, globalTargetLogit, validCount, loss);
+  meanLossKernel<<<1, kBlockSize, 0, stream>>>(
+      rows, targets, lse, globalTargetLogit, nullptr, 0, validCount, loss);
   if ((err = cudaGetLastError()) != cudaSuccess || !dLogits)
     return err;
   return launch(rows * vocabLocal, stream, shardGradKernel, rows, vocabLocal,

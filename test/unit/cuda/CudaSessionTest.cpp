@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "MlpBundle.h"
+#include "unit/exec/ExecTestUtil.h"
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/Runtime.h"
@@ -43,26 +44,10 @@ namespace {
   } while (0)
 
 std::string freshDir(const std::string &name) {
-  static int counter = 0;
-  std::string dir = ::testing::TempDir() + "weft-cuda-session-" +
-                    std::to_string(::getpid()) + "-" +
-                    std::to_string(counter++) + "-" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return test::freshTestDir("weft-cuda-session-", name);
 }
 
-std::string tokenFile() {
-  static std::string path = [] {
-    std::vector<uint16_t> ids(4096);
-    for (size_t i = 0; i < ids.size(); ++i)
-      ids[i] = uint16_t((i * 37 + 5) % 256);
-    std::string file = freshDir("tokens") + "/tokens.bin";
-    writeLlmcTokens(file, ids.data(), int64_t(ids.size()));
-    return file;
-  }();
-  return path;
-}
+std::string tokenFile() { return test::testTokenFile(); }
 
 /// The MLP bundle of `variant` (one rank) on disk.
 std::string mlpBundle(const std::string &variant) {

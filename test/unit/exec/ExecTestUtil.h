@@ -2,6 +2,7 @@
 #ifndef WEFT_TEST_UNIT_EXEC_EXECTESTUTIL_H
 #define WEFT_TEST_UNIT_EXEC_EXECTESTUTIL_H
 
+#include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace weft::test {
 
@@ -23,6 +25,20 @@ inline std::string freshTestDir(const std::string &tag,
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+/// A 4096-token llm.c file (byte-level ids (i * 37 + 5) % 256, long enough
+/// for any test batch), written once per process.
+inline std::string testTokenFile() {
+  static const std::string path = [] {
+    std::vector<uint16_t> ids(4096);
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = uint16_t((i * 37 + 5) % 256);
+    std::string file = freshTestDir("weft-tokens-", "corpus") + "/tokens.bin";
+    exec::writeLlmcTokens(file, ids.data(), int64_t(ids.size()));
+    return file;
+  }();
+  return path;
 }
 
 /// The message of the weft::exec::Error `body` throws, or "no error".

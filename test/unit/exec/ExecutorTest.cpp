@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "e2e/MlpBundle.h"
+#include "unit/exec/ExecTestUtil.h"
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/KernelRegistry.h"
@@ -34,18 +35,7 @@ std::string tempPath(const std::string &name) {
          "-" + std::to_string(counter++) + "-" + name;
 }
 
-/// A corpus long enough for any test batch.
-std::string tokenFile() {
-  static std::string path = [] {
-    std::vector<uint16_t> tokens(4096);
-    for (size_t i = 0; i < tokens.size(); ++i)
-      tokens[i] = uint16_t((i * 31 + 7) % 256);
-    std::string file = tempPath("tokens.bin");
-    exec::writeLlmcTokens(file, tokens.data(), int64_t(tokens.size()));
-    return file;
-  }();
-  return path;
-}
+std::string tokenFile() { return weft::test::testTokenFile(); }
 
 /// One rank, one role, buffers laid out by add(), instructions per stream.
 struct OneRank {

@@ -39,17 +39,7 @@ std::string freshDir(const std::string &name) {
   return test::freshTestDir("weft-lossscale-", name);
 }
 
-std::string tokenFile() {
-  static std::string path = [] {
-    std::vector<uint16_t> ids(4096);
-    for (size_t i = 0; i < ids.size(); ++i)
-      ids[i] = uint16_t((i * 53 + 7) % 256);
-    std::string file = freshDir("tokens") + "/tokens.bin";
-    writeLlmcTokens(file, ids.data(), int64_t(ids.size()));
-    return file;
-  }();
-  return path;
-}
+std::string tokenFile() { return test::testTokenFile(); }
 
 /// Options opening an MLP bundle (`variant`) with loss-scale policy `scale`.
 Options mlpOptions(const plan::LossScale &scale,

@@ -33,17 +33,7 @@ std::string freshDir(const std::string &name) {
   return test::freshTestDir("weft-offload-", name);
 }
 
-std::string tokenFile() {
-  static std::string path = [] {
-    std::vector<uint16_t> ids(4096);
-    for (size_t i = 0; i < ids.size(); ++i)
-      ids[i] = uint16_t((i * 37 + 5) % 256);
-    std::string file = freshDir("tokens") + "/tokens.bin";
-    writeLlmcTokens(file, ids.data(), int64_t(ids.size()));
-    return file;
-  }();
-  return path;
-}
+std::string tokenFile() { return test::testTokenFile(); }
 
 /// An MLP bundle of `variant` on disk; options that open it.
 Options mlpOptions(const std::string &variant, int64_t dp) {

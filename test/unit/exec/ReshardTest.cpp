@@ -43,14 +43,7 @@ std::string writeMlp(const weft::test::MlpConfig &config,
   return dir;
 }
 
-std::string tokenFile() {
-  std::string tokens = freshDir("tokens") + "/tokens.bin";
-  std::vector<uint16_t> ids(4096);
-  for (size_t i = 0; i < ids.size(); ++i)
-    ids[i] = uint16_t((i * 37 + 5) % 256);
-  writeLlmcTokens(tokens, ids.data(), int64_t(ids.size()));
-  return tokens;
-}
+std::string tokenFile() { return weft::test::testTokenFile(); }
 
 weft::test::MlpConfig serialConfig() {
   weft::test::MlpConfig c;

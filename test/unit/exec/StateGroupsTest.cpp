@@ -123,7 +123,7 @@ TEST(StateGroups, FactsFollowCopiesAndReductionsToTheGradientSources) {
   BufferRange grad = add(Region::Persistent, 64, 64);
   BufferRange m = add(Region::Persistent, 128, 64);
   BufferRange v = add(Region::Persistent, 192, 64);
-  BufferRange local = add(Region::Arena, 0, 64);  // backward writes it
+  BufferRange local = add(Region::Arena, 0, 64);   // backward writes it
   BufferRange bucket = add(Region::Arena, 64, 64); // copy -> all_reduce
   Instruction backward;
   backward.opcode = Opcode::Kernel;

@@ -190,45 +190,51 @@ cudaError_t crossEntropyShardSumsRun(const CudaKernelCall &k) {
 int64_t crossEntropyScratch(const KernelConstants &c) {
   return c.at("rows") + 2;
 }
-cudaError_t crossEntropyRun(const CudaKernelCall &k) {
-  int64_t rows = k.c("rows"), vocab = k.c("vocab");
+
+/// The loss kernels: `lossKernel(lse, validCount, loss, dLogits)` launches
+/// the loss phase into the scratch; then the loss divided by loss_div into
+/// writes[0] (added with accumulate) and, with grad, dLogits (writes[1],
+/// `gradElements`) scaled by lossScale / grad_div (as the CPU registry).
+template <typename LossKernel>
+cudaError_t runLoss(const CudaKernelCall &k, int64_t gradElements,
+                    LossKernel lossKernel) {
+  int64_t rows = k.c("rows");
   float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
   float *lse = k.scratch;
   int *validCount = reinterpret_cast<int *>(k.scratch + rows);
   float *loss = k.scratch + rows + 1;
-  if (cudaError_t rc = gpu::crossEntropyForwardBackward(
-          rows, vocab, k.reads[0], k.readIndices[1], lse, validCount, loss,
-          dLogits, k.stream))
+  if (cudaError_t rc = lossKernel(lse, validCount, loss, dLogits))
     return rc;
   if (cudaError_t rc =
           finishLoss(loss, float(k.c("loss_div")), k.c("accumulate") != 0,
                      k.writes[0], k.stream))
     return rc;
   if (dLogits && (k.c("grad_div") != 1 || k.lossScale != 1))
-    return scale(rows * vocab, dLogits, k.lossScale / float(k.c("grad_div")),
+    return scale(gradElements, dLogits, k.lossScale / float(k.c("grad_div")),
                  k.stream);
   return cudaSuccess;
 }
 
+cudaError_t crossEntropyRun(const CudaKernelCall &k) {
+  int64_t rows = k.c("rows"), vocab = k.c("vocab");
+  return runLoss(k, rows * vocab,
+                 [&](float *lse, int *validCount, float *loss, float *dLogits) {
+                   return gpu::crossEntropyForwardBackward(
+                       rows, vocab, k.reads[0], k.readIndices[1], lse,
+                       validCount, loss, dLogits, k.stream);
+                 });
+}
+
 cudaError_t crossEntropyShardFinishRun(const CudaKernelCall &k) {
-  int64_t rows = k.c("rows"), logits = rows * k.c("vocab_local");
-  float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
-  float *lse = k.scratch;
-  int *validCount = reinterpret_cast<int *>(k.scratch + rows);
-  float *loss = k.scratch + rows + 1;
-  if (cudaError_t rc = gpu::crossEntropyShardFinish(
-          rows, k.c("vocab_local"), k.c("vocab_start"), k.reads[0],
-          k.readIndices[1], k.reads[2], k.reads[3], k.reads[4], lse, validCount,
-          loss, dLogits, validColumns(k), k.stream))
-    return rc;
-  if (cudaError_t rc =
-          finishLoss(loss, float(k.c("loss_div")), k.c("accumulate") != 0,
-                     k.writes[0], k.stream))
-    return rc;
-  if (dLogits && (k.c("grad_div") != 1 || k.lossScale != 1))
-    return scale(logits, dLogits, k.lossScale / float(k.c("grad_div")),
-                 k.stream);
-  return cudaSuccess;
+  int64_t rows = k.c("rows");
+  return runLoss(k, rows * k.c("vocab_local"),
+                 [&](float *lse, int *validCount, float *loss, float *dLogits) {
+                   return gpu::crossEntropyShardFinish(
+                       rows, k.c("vocab_local"), k.c("vocab_start"), k.reads[0],
+                       k.readIndices[1], k.reads[2], k.reads[3], k.reads[4],
+                       lse, validCount, loss, dLogits, validColumns(k),
+                       k.stream);
+                 });
 }
 
 std::vector<CudaKernelEntry> buildTable() {
