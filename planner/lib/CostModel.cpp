@@ -531,6 +531,58 @@ double CostModel::rankParams(const Layout &layout, int64_t stage,
   return (params - replicated) / double(tp) + replicated;
 }
 
+namespace {
+/// The vector parameters of one layer, rank-local under TP: the norms and
+/// the linear biases (column-parallel ones split, row-parallel ones whole).
+std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
+  double h = double(spec.hiddenSize);
+  std::vector<double> vectors(spec.rmsNorm ? 2 : 4, h);
+  if (spec.linearBias) {
+    vectors.push_back(double(spec.numHeads + 2 * spec.numKvHeads) *
+                      spec.headDim / tp);
+    vectors.push_back(h);
+    for (int i = 0; i < (spec.gatedMlp ? 2 : 1); ++i)
+      vectors.push_back(double(spec.ffnSize) / tp);
+    vectors.push_back(h);
+  }
+  return vectors;
+}
+
+/// weft-schedule's default persist-threshold for a rank of `stage`.
+double persistThreshold(const ModelSpec &spec, bool endStage, int64_t tp) {
+  double h = double(spec.hiddenSize);
+  double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
+  double largest = std::max(qkv, double(spec.ffnSize) * h) / double(tp);
+  if (endStage)
+    largest = std::max(largest,
+                       std::ceil(double(spec.vocabSize) / double(tp)) * h);
+  return std::min(100000.0, std::floor(largest / 64));
+}
+} // namespace
+
+double CostModel::zero3PersistentParams(const Layout &layout, int64_t stage,
+                                        int64_t tp) const {
+  double threshold =
+      persistThreshold(spec, stage == 0 || stage == layout.pp - 1, tp);
+  double persisted = 0;
+  for (double v : layerVectors(spec, tp))
+    if (v <= threshold)
+      persisted += v * double(layout.layersOn(stage));
+  double norm = double(spec.hiddenSize);
+  if (stage == layout.pp - 1 && norm <= threshold)
+    persisted += spec.rmsNorm ? norm : 2 * norm;
+  return persisted;
+}
+
+int64_t CostModel::zero3GatheredTensorsPerLayer(int64_t tp) const {
+  double threshold = persistThreshold(spec, false, tp);
+  int64_t tensors = spec.gatedMlp ? 5 : 4; // q|k|v, out, MLP matrices
+  for (double v : layerVectors(spec, tp))
+    if (v > threshold)
+      ++tensors;
+  return tensors;
+}
+
 MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
                                        const Layout &layout,
                                        int64_t stage) const {
@@ -542,6 +594,10 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
   memory.gradients = params * state.gradients;
   memory.optimizer = params * state.optimizer;
   memory.masterWeights = params * state.master;
+  if (c.zero == 3 && c.dp > 1)
+    // The persistent small parameters stay whole (weft-schedule's
+    // persist-threshold), beside their share of the shards.
+    memory.weights += zero3PersistentParams(layout, stage, c.tp) * elem;
 
   Attention attn = train.attention;
   double perLayer =
@@ -784,8 +840,11 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // again before its backward, and its gradients reduce-scattered after.
     // Prefetching `depth` buckets ahead hides a gather under the previous
     // layer's compute, up to the share of a layer the prefetch covers.
+    // The persistent small parameters are not gathered; the others are
+    // gathered tensor by tensor (small neighbours coalesced into buckets).
     double layerBytes = double(spec.layerParams) / c.tp * elem;
-    double calls = std::ceil(layerBytes / c.bucketBytes);
+    double calls = std::max(std::ceil(layerBytes / c.bucketBytes),
+                            double(zero3GatheredTensorsPerLayer(c.tp)));
     double latency = (c.dp - 1) *
                      (dpSpan.nodes > 1 ? hardware.interNodeLatencyUs
                                        : hardware.intraNodeLatencyUs) *

@@ -30,6 +30,12 @@
 #                   (parameters gathered on the allgather stream, released
 #                   after use, re-gathered for the backward)
 #   dp2-tp2-pp2-zero3  DP 2 x TP 2 x PP 2 (8 ranks) with ZeRO-3
+#   dp2-zero3-buckets  DP 2 with ZeRO-3, parameters of at most 100
+#                   elements persistent (never gathered), small neighbours
+#                   gathered in buckets (LLaMA: q, k, v, o), and a live
+#                   bound of 70000 bytes tight enough that gathers wait for
+#                   compute's releases
+#   dp2-tp2-pp2-zero3-buckets  the same on the 8-rank layout (bound 40000)
 # Activation recompute (docs/autodiff.md, "Recompute modes"). Recompute
 # changes no math: besides matching the serial run like every layout, each
 # of these is also trained without `--recompute`, and every step's loss and
@@ -73,6 +79,15 @@ dp2-zero3) ranks=2 flags="--dp 2 --zero 3 --micro-batch 1" ;;
 dp2-tp2-pp2-zero3)
   ranks=8
   flags="--tp 2 --pp 2 --dp 2 --zero 3 --micro-batch 1 --schedule 1f1b"
+  ;;
+dp2-zero3-buckets)
+  ranks=2 flags="--dp 2 --zero 3 --micro-batch 1 --zero3-persist-threshold 100"
+  flags="$flags --zero3-max-live-bytes 70000"
+  ;;
+dp2-tp2-pp2-zero3-buckets)
+  ranks=8
+  flags="--tp 2 --pp 2 --dp 2 --zero 3 --micro-batch 1 --schedule 1f1b"
+  flags="$flags --zero3-persist-threshold 100 --zero3-max-live-bytes 40000"
   ;;
 serial-full) ranks=1 flags="--dp 1 --micro-batch 4 --recompute full" ;;
 serial-selective)

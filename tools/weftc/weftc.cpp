@@ -169,6 +169,18 @@ cl::opt<int64_t> stepsPerPlan("steps-per-plan",
                               cl::desc("Optimizer steps per replay (1)"),
                               cl::init(1), cl::sub(compileCmd),
                               cl::cat(compileCategory));
+cl::opt<int64_t> zero3PersistThreshold(
+    "zero3-persist-threshold",
+    cl::desc("ZeRO-3: parameters of at most this many elements stay whole "
+             "on every DP rank, never gathered (-1: min(100000, largest "
+             "parameter / 64); 0: none)"),
+    cl::init(-1), cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<int64_t> zero3MaxLiveBytes(
+    "zero3-max-live-bytes",
+    cl::desc("ZeRO-3: bound on gathered-and-not-released parameter bytes "
+             "(0: the largest gather plus prefetch depth times the second "
+             "largest)"),
+    cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<double> trainLr("lr", cl::desc("Peak learning rate (3e-4)"),
                         cl::init(3e-4), cl::sub(compileCmd),
                         cl::cat(compileCategory));
@@ -496,6 +508,8 @@ int runCompile(mlir::MLIRContext &context) {
   schedule.weightDecay = trainWeightDecay;
   schedule.gradClip = trainGradClip;
   schedule.stepsPerPlan = stepsPerPlan;
+  schedule.persistThreshold = zero3PersistThreshold;
+  schedule.maxLiveGatheredBytes = zero3MaxLiveBytes;
   schedule.predictedStepTimeS = plan.stepTimeS;
   schedule.predictedMfu = plan.mfu;
   // What the compiled plan allocates itself (persistent state and arena),

@@ -786,7 +786,7 @@ LogicalResult RoleScheduler::lowerOp(Operation *op) {
         const ParamPiece &first = param->pieces.front(),
                          &last = param->pieces.back();
         values[op.getResult()] = paramsBuf.sub(
-            first.start, last.start + last.elements - first.start);
+            first.replicaStart, last.start + last.elements - first.start);
         return success();
       })
       .Case([&](SaveOp op) {

@@ -91,6 +91,14 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     Option<"clusterJson", "cluster-json", "std::string", "\"\"",
            "The cluster description (JSON, the planner's schema) to record "
            "in the bundle's config for weft-inspect">,
+    Option<"persistThreshold", "persist-threshold", "int64_t", "-1",
+           "ZeRO-3: parameters of at most this many (rank-local) elements "
+           "stay whole on every DP rank and are never gathered; -1: "
+           "min(100000, largest parameter / 64), 0: none">,
+    Option<"maxLiveGatheredBytes", "max-live-gathered-bytes", "int64_t", "0",
+           "ZeRO-3: a gather is not issued while the gathered bytes not yet "
+           "released would exceed this; 0: the largest gather plus "
+           "prefetch-depth times the second largest">,
   ];
 }
 

@@ -105,6 +105,7 @@ struct ParamPiece {
   int64_t padded = 0;     // slot size: elements padded for ZeRO-1
   int64_t shardStart = 0; // this rank's ZeRO-1 piece in the shard buffers
   int64_t dim = -1, sliceStart = 0, sliceLength = 0; // the global slice
+  int64_t replicaStart = 0; // first element in `params` (ZeRO 0-2: start)
 };
 
 /// A parameter as one role holds it.
@@ -121,6 +122,20 @@ struct LocalParam {
   /// Replicated but used on sequence shards (sequence parallelism): each TP
   /// rank's gradient is a partial sum over its part of the sequence.
   bool sequencePartial = false;
+  /// ZeRO-3: small enough (`persist-threshold`) to stay whole in `params`
+  /// on every DP rank, like ZeRO-2, instead of being gathered.
+  bool persistent = false;
+  /// Elements of this role's copy (all pieces).
+  int64_t localElements() const {
+    int64_t n = 0;
+    for (const ParamPiece &piece : pieces)
+      n += piece.elements;
+    return n;
+  }
+  /// Elements of its span in the flat buffers (padded slots).
+  int64_t spanElements() const {
+    return pieces.back().start + pieces.back().padded - pieces.front().start;
+  }
 };
 
 /// One column block of a QKV projection: the weight (and bias) slice that
@@ -402,6 +417,16 @@ private:
   llvm::StringMap<Slice> gathered;
   SmallVector<std::pair<LocalParam *, Slice>> pendingGathers;
   SmallVector<int64_t> gatherUsedEvents;
+  /// ZeRO-3 gather units: a bucket of slot-neighbouring parameters used in
+  /// a row is gathered together if it holds at most this many bytes.
+  int64_t gatherBucketBytes = 0;
+  /// The bound on gathered-and-not-yet-released bytes.
+  int64_t liveGatherBound = 0;
+  /// Gathered buffers issued on `allgather` and not yet known released
+  /// there: bytes and the compute `release` that frees them.
+  SmallVector<std::pair<int64_t, Operation *>> liveGathers;
+  /// Events recorded on `compute` right after a `release`.
+  llvm::DenseMap<Operation *, int64_t> releaseEvents;
   /// The function being lowered (for weft.save).
   func::FuncOp currentFunction;
 };

@@ -147,6 +147,14 @@ LogicalResult BundleScheduler::readParallel() {
   if (par.prefetchDepth < 0 || par.bucketBytes < 0)
     return forward.emitError("weft-schedule: prefetch_depth and bucket_bytes "
                              "must not be negative");
+  if (options.persistThreshold < -1)
+    return forward.emitError("weft-schedule: persist-threshold must be -1 "
+                             "(derived) or at least 0, got ")
+           << options.persistThreshold;
+  if (options.maxLiveGatheredBytes < 0)
+    return forward.emitError("weft-schedule: max-live-gathered-bytes must "
+                             "not be negative, got ")
+           << options.maxLiveGatheredBytes;
   if (par.recompute != "none" && par.recompute != "selective" &&
       par.recompute != "full")
     return forward.emitError("weft-schedule: unknown recompute '")
@@ -588,11 +596,54 @@ LogicalResult RoleScheduler::declareParameters() {
       shardElements += piece.padded / zeroShards;
     }
   stateElements = zeroShards == 1 ? flatElements : shardElements;
-  // ZeRO-3 keeps no full parameters (they are gathered into the arena where
-  // used); ZeRO-2/3 keep full gradients only during the step, in the arena,
-  // and the persistent region only this rank's shard of them.
-  if (zero < 3)
-    paramsBuf = newBuffer("params", flatElements, wx::Region::persistent, f32);
+  // ZeRO-3 keeps full copies only of the persistent small parameters
+  // (`persist-threshold`, DeepSpeed's stage3_param_persistence_threshold),
+  // packed in `params`; the others are gathered into the arena where used.
+  // ZeRO-2/3 keep full gradients only during the step, in the arena, and
+  // the persistent region only this rank's shard of them.
+  int64_t replicaElements = flatElements;
+  if (zero == 3) {
+    int64_t largest = 0;
+    for (const LocalParam &param : params)
+      largest = std::max(largest, param.localElements());
+    int64_t threshold = options.persistThreshold >= 0
+                            ? options.persistThreshold
+                            : std::min<int64_t>(100000, largest / 64);
+    replicaElements = 0;
+    SmallVector<int64_t> gatheredBytes;
+    for (LocalParam &param : params) {
+      param.persistent = param.localElements() <= threshold;
+      if (!param.persistent) {
+        gatheredBytes.push_back(param.spanElements() * kF32Bytes);
+        continue;
+      }
+      int64_t base = param.pieces.front().start;
+      for (ParamPiece &piece : param.pieces)
+        piece.replicaStart = replicaElements + piece.start - base;
+      replicaElements += param.spanElements();
+    }
+    // Gather units: buckets of small neighbours up to `bucket_bytes` and at
+    // most the second largest gathered parameter (a layer matrix: what the
+    // planner's memory model counts per gather); the live bound: the
+    // largest gather plus `prefetch_depth` of those.
+    llvm::sort(gatheredBytes, std::greater<int64_t>());
+    int64_t first = gatheredBytes.empty() ? 0 : gatheredBytes[0];
+    int64_t second = gatheredBytes.size() > 1 ? gatheredBytes[1] : first;
+    gatherBucketBytes =
+        std::min<int64_t>(par.bucketBytes > 0 ? par.bucketBytes : 25 << 20,
+                          second);
+    liveGatherBound =
+        options.maxLiveGatheredBytes > 0
+            ? options.maxLiveGatheredBytes
+            : first + std::max<int64_t>(1, par.prefetchDepth) * second;
+  } else {
+    for (LocalParam &param : params)
+      for (ParamPiece &piece : param.pieces)
+        piece.replicaStart = piece.start;
+  }
+  if (zero < 3 || replicaElements > 0)
+    paramsBuf =
+        newBuffer("params", replicaElements, wx::Region::persistent, f32);
   gradsBuf =
       newBuffer("grads", flatElements,
                 zero >= 2 ? wx::Region::arena : wx::Region::persistent, f32);
@@ -610,11 +661,11 @@ LogicalResult RoleScheduler::declareParameters() {
   auto role = FlatSymbolRefAttr::get(program.getSymNameAttr());
   for (LocalParam &param : params)
     for (const ParamPiece &piece : param.pieces) {
-      if (paramsBuf)
+      if (paramsBuf && (zero < 3 || param.persistent))
         bundle.addShard(param.op,
                         wx::ShardAttr::get(
                             ctx, role, FlatSymbolRefAttr::get(paramsBuf.buffer),
-                            piece.start * kF32Bytes, piece.dim,
+                            piece.replicaStart * kF32Bytes, piece.dim,
                             piece.sliceStart, piece.sliceLength,
                             /*zero_shards=*/1, piece.elements));
       // The ZeRO master weights start as this DP rank's piece.
@@ -864,17 +915,20 @@ void RoleScheduler::optimizerStep() {
   wx::OptimizerStepOp::create(builder, loc, stateElements, f32,
                               ranges({master, gradShards, expAvg, expAvgSq}),
                               ranges({master, expAvg, expAvgSq}), phase());
-  // ZeRO-3 gathers the parameters where the next step uses them.
-  if (zeroShards == 1 || zero == 3)
+  // ZeRO-3 gathers the parameters where the next step uses them, except
+  // the persistent ones.
+  if (zeroShards == 1)
     return;
   phaseLabel = "param gather";
   for (const LocalParam &param : params)
     for (const ParamPiece &piece : param.pieces) {
+      if (zero == 3 && !param.persistent)
+        continue;
       int64_t count = piece.padded / zeroShards;
       wx::AllGatherOp::create(
           builder, loc, count, f32, bundle.family(Family::DP).getValue(),
           ranges({master.sub(piece.shardStart, count)}),
-          ranges({paramsBuf.sub(piece.start, piece.padded)}), phase());
+          ranges({paramsBuf.sub(piece.replicaStart, piece.padded)}), phase());
     }
 }
 
@@ -910,6 +964,10 @@ static bool touches(Operation *op, StringRef attr, const Slice &slice) {
 }
 
 Slice RoleScheduler::gatheredParameter(LocalParam &param) {
+  const ParamPiece &head = param.pieces.front(), &tail = param.pieces.back();
+  if (param.persistent)
+    return paramsBuf.sub(head.replicaStart,
+                         tail.start + tail.elements - head.start);
   StringRef name = param.op.getName();
   if (auto it = gathered.find(name); it != gathered.end())
     return it->second;
@@ -964,27 +1022,136 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
   // using them in the same order, no wait can deadlock.
   llvm::stable_sort(
       uses, [](const Use &a, const Use &b) { return a.first < b.first; });
+  // Gather units: a parameter, or a bucket of small parameters (each at
+  // most a quarter of `gatherBucketBytes`, so that the copies out of the
+  // bucket stay cheap) used one after the other that are neighbours in slot
+  // order (so this rank's shards of them are one contiguous range of
+  // `master`), of at most `gatherBucketBytes` together.
+  struct Unit {
+    SmallVector<const Use *, 4> members;
+    int64_t bytes = 0;
+  };
+  SmallVector<Unit> units;
+  for (const Use &use : uses) {
+    if (!units.empty()) {
+      Unit &open = units.back();
+      const ParamPiece &end = open.members.back()->param->pieces.back();
+      auto small = [&](const Use &u) {
+        return 4 * u.full.bytes <= gatherBucketBytes;
+      };
+      if (small(*open.members.front()) && small(use) &&
+          end.start + end.padded == use.param->pieces.front().start &&
+          open.bytes + use.full.bytes <= gatherBucketBytes) {
+        open.members.push_back(&use);
+        open.bytes += use.full.bytes;
+        continue;
+      }
+    }
+    units.emplace_back();
+    units.back().members.push_back(&use);
+    units.back().bytes = use.full.bytes;
+  }
   Location loc = program.getLoc();
   auto gather =
       OpBuilder::atBlockEnd(&sideStream("allgather").getBody().front());
   int64_t depth = std::max<int64_t>(1, par.prefetchDepth);
   StringRef dp = bundle.family(Family::DP).getValue();
-  for (const Use &use : uses) {
-    Operation *firstOp = ops[use.first], *lastOp = ops[use.last];
-    StringAttr label = gather.getStringAttr(
-        ("gather " + use.param->op.getName() + " (" + phaseLabel + ")").str());
+  for (const Unit &unit : units) {
+    const Use &lead = *unit.members.front();
+    Operation *firstOp = ops[lead.first];
+    std::string names = lead.param->op.getName().str();
+    if (unit.members.size() > 1)
+      names = ("bucket " + names + ".." +
+               unit.members.back()->param->op.getName())
+                  .str();
+    StringAttr label =
+        gather.getStringAttr(("gather " + names + " (" + phaseLabel + ")"));
     int64_t index = gatherUsedEvents.size();
     if (index >= depth)
       wx::WaitEventOp::create(gather, loc, gatherUsedEvents[index - depth],
                               ArrayAttr(), ArrayAttr(), label);
-    const ParamPiece &first = use.param->pieces.front();
-    for (const ParamPiece &piece : use.param->pieces) {
-      int64_t count = piece.padded / zeroShards;
+    // The live bound: wait for compute to release earlier gathers (in the
+    // order compute releases them) until this one fits. Only releases
+    // before this unit's first use can be waited for (compute needs this
+    // gather to go further); if those do not free enough, the gather goes
+    // ahead over the bound.
+    int64_t live = 0;
+    for (auto [size, release] : liveGathers)
+      live += size;
+    if (live + unit.bytes > liveGatherBound) {
+      // The releases compute performs before this unit's first use, in
+      // compute order; waiting for one implies every earlier one.
+      SmallVector<std::pair<int64_t, Operation *>> candidates;
+      for (auto entry : liveGathers)
+        if (entry.second->isBeforeInBlock(firstOp))
+          candidates.push_back(entry);
+      llvm::sort(candidates, [](const auto &a, const auto &b) {
+        return a.second->isBeforeInBlock(b.second);
+      });
+      Operation *waitFor = nullptr;
+      for (auto [size, release] : candidates) {
+        live -= size;
+        waitFor = release;
+        if (live + unit.bytes <= liveGatherBound)
+          break;
+      }
+      if (waitFor) {
+        auto [it, inserted] = releaseEvents.try_emplace(waitFor, numEvents);
+        if (inserted) {
+          ++numEvents;
+          OpBuilder after(ctx);
+          after.setInsertionPointAfter(waitFor);
+          wx::RecordEventOp::create(
+              after, loc, it->second, ArrayAttr(), ArrayAttr(),
+              waitFor->getAttrOfType<StringAttr>("phase"));
+        }
+        wx::WaitEventOp::create(gather, loc, it->second, ArrayAttr(),
+                                ArrayAttr(), label);
+        llvm::erase_if(liveGathers, [&](const auto &entry) {
+          return entry.second == waitFor ||
+                 entry.second->isBeforeInBlock(waitFor);
+        });
+      }
+    }
+    if (unit.members.size() == 1) {
+      const ParamPiece &first = lead.param->pieces.front();
+      for (const ParamPiece &piece : lead.param->pieces) {
+        int64_t count = piece.padded / zeroShards;
+        wx::AllGatherOp::create(
+            gather, loc, count, f32, dp,
+            ranges({master.sub(piece.shardStart, count)}),
+            ranges({lead.full.sub(piece.start - first.start, piece.padded)}),
+            label);
+      }
+    } else {
+      // One all_gather of the bucket: block r of the staging buffer holds
+      // rank r's shards of the members in slot order; copies (on this
+      // stream, before the event) lay each member out whole in its own
+      // gathered buffer, as compute reads it.
+      int64_t count = 0;
+      for (const Use *member : unit.members)
+        for (const ParamPiece &piece : member->param->pieces)
+          count += piece.padded / zeroShards;
+      Slice staging = activation("bucket.gathered", count * zeroShards);
       wx::AllGatherOp::create(
           gather, loc, count, f32, dp,
-          ranges({master.sub(piece.shardStart, count)}),
-          ranges({use.full.sub(piece.start - first.start, piece.padded)}),
-          label);
+          ranges({master.sub(lead.param->pieces.front().shardStart, count)}),
+          ranges({staging}), label);
+      int64_t offset = 0;
+      for (const Use *member : unit.members) {
+        const ParamPiece &first = member->param->pieces.front();
+        for (const ParamPiece &piece : member->param->pieces) {
+          int64_t part = piece.padded / zeroShards;
+          for (int64_t rank = 0; rank < zeroShards; ++rank)
+            wx::CopyOp::create(
+                gather, loc, ranges({staging.sub(rank * count + offset, part)}),
+                ranges({member->full.sub(piece.start - first.start +
+                                             rank * part,
+                                         part)}),
+                label);
+          offset += part;
+        }
+      }
     }
     int64_t ready = numEvents++, used = numEvents++;
     wx::RecordEventOp::create(gather, loc, ready, ArrayAttr(), ArrayAttr(),
@@ -996,10 +1163,16 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
     wx::RecordEventOp::create(before, loc, used, ArrayAttr(), ArrayAttr(),
                               firstPhase);
     gatherUsedEvents.push_back(used);
-    OpBuilder after(ctx);
-    after.setInsertionPointAfter(lastOp);
-    wx::ReleaseOp::create(after, loc, ArrayAttr(), ranges({use.full}),
-                          lastOp->getAttrOfType<StringAttr>("phase"));
+    // Each member is released right after its own last use.
+    for (const Use *member : unit.members) {
+      Operation *lastOp = ops[member->last];
+      OpBuilder after(ctx);
+      after.setInsertionPointAfter(lastOp);
+      auto release =
+          wx::ReleaseOp::create(after, loc, ArrayAttr(), ranges({member->full}),
+                                lastOp->getAttrOfType<StringAttr>("phase"));
+      liveGathers.push_back({member->full.bytes, release});
+    }
   }
 }
 
@@ -1166,6 +1339,8 @@ struct WeftSchedulePass : mlir::weft::impl::WeftScheduleBase<WeftSchedulePass> {
     opts.predictedMfu = predictedMfu;
     opts.predictedPeakBytes = predictedPeakBytes;
     opts.clusterJson = clusterJson;
+    opts.persistThreshold = persistThreshold;
+    opts.maxLiveGatheredBytes = maxLiveGatheredBytes;
     if (failed(BundleScheduler(getOperation(), opts).run()))
       signalPassFailure();
   }

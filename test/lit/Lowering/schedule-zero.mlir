@@ -1,4 +1,4 @@
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2 grad-accum=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=ZERO3
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2 grad-accum=2 bucket-bytes=1' --weft-autodiff --weft-schedule='seq-len=8 persist-threshold=0 max-live-gathered-bytes=1000000000' | FileCheck %s --check-prefix=ZERO3
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=ZERO2
 
 // ZeRO-3 over 2 DP ranks with 2 micro-batches: the persistent region holds

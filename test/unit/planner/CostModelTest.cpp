@@ -221,6 +221,29 @@ TEST(Memory, NonIncreasingInZeroStage) {
   }
 }
 
+TEST(Memory, ZeroThreeKeepsSmallParametersWhole) {
+  // weft-schedule's default persist-threshold: vectors of at most
+  // min(100000, largest parameter / 64) elements stay whole on every DP
+  // rank. GPT 1.3B (bf16): the threshold is 100000 (the embedding has
+  // 51200 h elements), so the norms (4h per layer and the final 2h) and
+  // biases (3h + h + 4h + h) are kept whole: 13h per layer + 2h.
+  ModelSpec m = gpt1p3b();
+  CostModel model(m, clusterPreset("dgx-a100-80g"),
+                  {64, 2048, Precision::BF16});
+  Estimate e = model.evaluate(dataParallel(3, 8, 64));
+  double h = 2048;
+  double persistent = 24 * 13 * h + 2 * h;
+  EXPECT_NEAR(e.memory.weights, 2 * (m.totalParams / 8.0 + persistent), 1);
+  // A small model's threshold follows its largest parameter: GPT h = 64,
+  // vocabulary 256: 16384 / 64 = 256 keeps the 4h = 256 MLP bias whole.
+  ModelSpec tiny = weft::planner::test::gpt(64, 2, 2, 256, 128);
+  CostModel small(tiny, clusterPreset("dgx-a100-80g"),
+                  {8, 64, Precision::FP32});
+  Estimate t = small.evaluate(dataParallel(3, 8, 8));
+  EXPECT_NEAR(t.memory.weights,
+              4 * (tiny.totalParams / 8.0 + 2 * 13 * 64 + 2 * 64), 1e-6);
+}
+
 TEST(Memory, PipelineInFlight) {
   EXPECT_EQ(activationsInFlight(Schedule::OneFOneB, 8, 0, 64, 1), 8);
   EXPECT_EQ(activationsInFlight(Schedule::OneFOneB, 8, 7, 64, 1), 1);

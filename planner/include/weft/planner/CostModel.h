@@ -236,6 +236,13 @@ private:
   double stageParams(const Layout &layout, int64_t stage) const;
   /// Parameters on one TP rank of `stage`: split ones / tp + replicated.
   double rankParams(const Layout &layout, int64_t stage, int64_t tp) const;
+  /// ZeRO-3: the parameters a rank of `stage` keeps whole instead of
+  /// gathering them (weft-schedule's persist-threshold default: vectors of
+  /// at most min(100000, largest parameter / 64) rank-local elements).
+  double zero3PersistentParams(const Layout &layout, int64_t stage,
+                               int64_t tp) const;
+  /// ZeRO-3: the parameter tensors of one layer that are gathered.
+  int64_t zero3GatheredTensorsPerLayer(int64_t tp) const;
   double gemmSeconds(double m, double n, double k) const;
 
   ModelSpec spec;
