@@ -4,15 +4,17 @@
 #   compile-parallel.sh WORK_DIR CORPUS WEFT_RUN WEFT_MAKE_TOKENS WEFTC
 #                       CLUSTER_DIR MODEL LAYOUT [WEFT_EXPORT]
 # Compiles MODEL serially (one micro-batch of 4 sequences) and in LAYOUT with
-# the same global batch of 4, trains 8 steps of each on the corpus (the data
-# order does not depend on the layout), and requires every step's loss to
-# match the serial run to relative 1e-5 and its gradient norm to 1e-4. With
-# WEFT_EXPORT (and numpy), both runs save a checkpoint at step 8, export it
-# by Hugging Face names, and every parameter element must match the serial
-# one to 5e-4 absolute: 8 AdamW steps at lr 1e-2 turn float reordering into
-# differences up to ~1e-4 (the most where the true gradient is zero, e.g.
-# GPT-2's key bias, so AdamW normalizes rounding noise), while a misplaced
-# shard or a missed gradient moves weights of magnitude ~0.03 by O(lr).
+# the same global batch of 4, trains 20 steps of each on the corpus (the
+# data order does not depend on the layout), and requires every step's loss
+# to match the serial run to relative 1e-5 and its gradient norm to 1e-4.
+# With WEFT_EXPORT (and numpy), both runs save a checkpoint at the last step,
+# export it by Hugging Face names, and every parameter element must match the
+# serial one to 5e-4 absolute: 20 AdamW steps at lr 3e-3 turn float
+# reordering into differences up to ~5e-5 (the most where the true gradient
+# is zero, e.g. GPT-2's key bias, so AdamW normalizes rounding noise), while a
+# misplaced shard or a missed gradient moves weights of magnitude ~0.03 by
+# O(lr). (At lr 1e-2 llama-tiny hits a loss spike at step 12 that amplifies
+# the reordering noise past these tolerances; 3e-3 trains smoothly.)
 #
 # Layouts (ranks = dp x pp x tp):
 #   tp2             TP 2 (vocabulary-parallel embedding, head and loss)
@@ -51,6 +53,7 @@
 #                   the parameters of the re-run ops)
 #   dp2-tp2-pp2-zero3-full  the 8-rank ZeRO-3 layout with full recompute
 set -u
+steps=20 # as issue 5 asks for the equivalence runs
 corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6 model=$7 layout=$8
 export_tool=${9:-}
 case $layout in
@@ -127,15 +130,15 @@ fi
 train() { # NAME RANKS FLAGS...
   local name=$1 ranks=$2; shift 2
   "$weftc" compile --model "$model" --cluster "$clusters/cpu-sim-$ranks.json" \
-    --global-batch 4 --seq-len 32 --lr 1e-2 --warmup-steps 2 \
+    --global-batch 4 --seq-len 32 --lr 3e-3 --warmup-steps 2 \
     --decay-steps 20 "$@" -o "$name" || fail "weftc compile $name"
   local checkpoint=()
   [ $compare_params = 1 ] && checkpoint=(--checkpoint-dir "$name.ck")
   timeout 150 mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$run" \
-    "$name" --data tokens.bin --steps 8 --metrics "$name.jsonl" --quiet \
+    "$name" --data tokens.bin --steps "$steps" --metrics "$name.jsonl" --quiet \
     "${checkpoint[@]}" || fail "weft-run $name exited $?"
   if [ $compare_params = 1 ]; then
-    "$export_tool" "$name" "$name.ck/step-8" -o "$name.safetensors" \
+    "$export_tool" "$name" "$name.ck/step-$steps" -o "$name.safetensors" \
       >/dev/null || fail "weft-export $name"
   fi
 }
@@ -155,11 +158,12 @@ case " $flags " in
   ;;
 esac
 
-python3 - serial "$layout" $compare_params <<'PY' || fail "$layout differs from serial"
+python3 - serial "$layout" $compare_params "$steps" <<'PY' || fail "$layout differs from serial"
 import json, struct, sys
 serial, layout, params = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+steps = int(sys.argv[4])
 a, b = ([json.loads(l) for l in open(n + ".jsonl")] for n in (serial, layout))
-assert len(a) == len(b) == 8, (len(a), len(b))
+assert len(a) == len(b) == steps, (len(a), len(b))
 assert a[-1]["loss"] < a[0]["loss"] - 0.5, f"loss did not fall: {a}"
 worst = 0.0
 for step, (x, y) in enumerate(zip(a, b), 1):
@@ -168,7 +172,7 @@ for step, (x, y) in enumerate(zip(a, b), 1):
     assert rel <= 1e-5, f"step {step}: loss serial {x['loss']} {layout} {y['loss']}"
     g = abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"]
     assert g <= 1e-4, f"step {step}: grad norm serial {x['grad_norm']} {layout} {y['grad_norm']}"
-print(f"{layout}: 8 steps, max relative loss difference {worst:.2e}")
+print(f"{layout}: {steps} steps, max relative loss difference {worst:.2e}")
 if params:
     import numpy as np
     def load(path):
@@ -186,7 +190,7 @@ if params:
         diff = float(np.abs(pa[name] - pb[name]).max())
         worst = max(worst, diff)
         assert diff <= 5e-4, f"parameter {name}: differs by {diff:.2e}"
-    print(f"{layout}: {len(pa)} parameters after 8 steps, max absolute "
+    print(f"{layout}: {len(pa)} parameters after {steps} steps, max absolute "
           f"difference {worst:.2e}")
 PY
 if [ -n "$baseline" ]; then
