@@ -270,10 +270,11 @@ private:
     }
     const GroupFamily &family = bundle.groups[inst.group];
     // Each rank of the role resolves the family to the group containing it.
-    if (int64_t rank = rankOutsideFamily(program.role, family.id); rank >= 0)
+    // By index: a family whose `id` is wrong is reported on its own.
+    if (int64_t rank = rankOutsideFamily(program.role, inst.group); rank >= 0)
       error(path + ".group",
             "rank " + str(rank) + " of role " + str(program.role) +
-                " is in no group of family " + str(family.id) + " (" +
+                " is in no group of family " + str(inst.group) + " (" +
                 std::string(toString(family.kind)) + ")");
     int64_t size = family.groupSize();
     if ((isPointToPoint(inst.opcode) || inst.opcode == Opcode::Broadcast) &&

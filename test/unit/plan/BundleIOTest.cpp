@@ -331,6 +331,14 @@ TEST_F(BundleIOTest, RejectsDanglingGroup) {
                             "instructions[3].group: unknown group family 9");
 }
 
+TEST_F(BundleIOTest, RejectsFamilyWithWrongIdWithoutCrashing) {
+  // A family whose id is not its index (found by mutating manifests under
+  // AddressSanitizer: the membership check indexed the families by that id).
+  std::string error =
+      loadError([](json &m) { m["groups"][0]["id"] = int64_t(1) << 40; });
+  EXPECT_NE(error.find("groups[0].id"), std::string::npos) << error;
+}
+
 TEST_F(BundleIOTest, RejectsDanglingEvent) {
   Bundle bundle = zero3Bundle();
   writeBundle(bundle, dir("z"));
