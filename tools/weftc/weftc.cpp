@@ -476,6 +476,15 @@ int runCompile(mlir::MLIRContext &context) {
     return status;
   if (int status = checkCompileSlice(options.precision))
     return status;
+  // The ZeRO-3 knobs mean nothing to another plan: say so rather than
+  // silently ignore them.
+  for (const cl::opt<int64_t> *knob :
+       {&zero3PersistThreshold, &zero3MaxLiveBytes})
+    if (knob->getNumOccurrences() && plan.config.zero != 3)
+      return fail(llvm::formatv("compile: --{0} applies to ZeRO-3 plans only "
+                                "(this plan uses ZeRO-{1})",
+                                knob->ArgStr, plan.config.zero)
+                      .str());
   if (printModel) {
     (*module)->print(llvm::outs());
     llvm::outs() << "\n";
