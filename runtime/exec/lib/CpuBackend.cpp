@@ -293,21 +293,13 @@ void CpuBackend::prepare(const plan::Bundle &bundle,
           spec, resolveConstants(*spec, kernel.constants,
                                  "kernels[" + std::to_string(kernel.id) + "]")};
   }
-  size_t maxOperands = 0;
-  for (size_t s = 0; s < program.streams.size(); ++s) {
-    const plan::Stream &stream = program.streams[s];
-    for (size_t i = 0; i < stream.instructions.size(); ++i) {
-      const Instruction &inst = stream.instructions[i];
-      std::string where = "role " + std::to_string(program.role) + " " +
-                          describeInstruction(program, s, i);
-      maxOperands =
-          std::max(maxOperands, inst.reads.size() + inst.writes.size());
-      if (inst.opcode == Opcode::Kernel)
-        prepareKernel(bundle, program, inst, where);
-      else
-        prepareOther(program, inst, where);
-    }
-  }
+  size_t maxOperands = forEachInstruction(
+      program, "", [&](const Instruction &inst, const std::string &where) {
+        if (inst.opcode == Opcode::Kernel)
+          prepareKernel(bundle, program, inst, where);
+        else
+          prepareOther(program, inst, where);
+      });
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
   call_.readIndices.reserve(maxOperands);

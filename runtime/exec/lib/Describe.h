@@ -4,6 +4,7 @@
 
 #include "weft/plan/Bundle.h"
 
+#include <algorithm>
 #include <string>
 
 namespace weft::exec {
@@ -18,6 +19,25 @@ inline std::string describeInstruction(const plan::Program &program,
   if (!phase.empty())
     text += " (" + phase + ")";
   return text;
+}
+
+/// Calls `visit(inst, where)` for every instruction of `program` in stream
+/// order, `where` = prefix + "role R " + describeInstruction(...); returns
+/// the most operands (reads + writes) one instruction has, which sizes the
+/// backends' per-call operand vectors.
+template <typename Visit>
+size_t forEachInstruction(const plan::Program &program,
+                          const std::string &prefix, Visit &&visit) {
+  size_t maxOperands = 0;
+  for (size_t s = 0; s < program.streams.size(); ++s)
+    for (size_t i = 0; i < program.streams[s].instructions.size(); ++i) {
+      const plan::Instruction &inst = program.streams[s].instructions[i];
+      maxOperands =
+          std::max(maxOperands, inst.reads.size() + inst.writes.size());
+      visit(inst, prefix + "role " + std::to_string(program.role) + " " +
+                      describeInstruction(program, s, i));
+    }
+  return maxOperands;
 }
 
 } // namespace weft::exec

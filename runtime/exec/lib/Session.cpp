@@ -276,60 +276,50 @@ void Session::validateLocally() {
 
   backend_->prepare(bundle_, program);
 
-  bool loadsData = false;
-  for (size_t s = 0; s < program.streams.size(); ++s) {
-    const plan::Stream &stream = program.streams[s];
-    for (size_t i = 0; i < stream.instructions.size(); ++i) {
-      const Instruction &inst = stream.instructions[i];
-      std::string at = "role " + std::to_string(program.role) + " " +
-                       describeInstruction(program, s, i);
-      if (inst.opcode == Opcode::LoadBatch) {
-        loadsData = true;
-        int64_t bytes = t.microBatch * t.seqLen * 4;
-        for (const plan::BufferRange &range : inst.writes)
-          if (range.bytes != bytes ||
-              program.buffers[range.buffer].dtype != DType::I32)
-            throw Error(at + ": load_batch writes i32 ranges of " +
-                        std::to_string(bytes) +
-                        " bytes (micro_batch x seq_len tokens), got " +
-                        std::to_string(range.bytes) + " bytes of " +
-                        std::string(plan::toString(
-                            program.buffers[range.buffer].dtype)));
-      }
-      if (plan::isCollective(inst.opcode) ||
-          plan::isPointToPoint(inst.opcode)) {
-        const std::vector<int64_t> *group =
-            plan::resolveGroup(bundle_, inst.group, rank_);
-        if (!group)
-          throw Error(at + ": group family " + std::to_string(inst.group) +
-                      " has no group containing rank " + std::to_string(rank_));
-        if (inst.count > INT_MAX / std::max<int64_t>(1, group->size()))
-          throw Error(at + ": count " + std::to_string(inst.count) +
-                      " exceeds what one MPI call moves");
-        bool reduces = inst.opcode == Opcode::AllReduce ||
-                       inst.opcode == Opcode::ReduceScatter;
-        if (reduces && (inst.dtype == DType::F16 || inst.dtype == DType::U16))
-          throw Error(at + ": reductions of " +
-                      std::string(plan::toString(inst.dtype)) +
-                      " are not supported");
-      }
-    }
-  }
-  if (t.lossScale.dynamic) {
-    // The overflow check reads the global gradient sum of squares at clip.
-    bool optimizes = false, clips = false;
-    for (const plan::Stream &stream : program.streams)
-      for (const Instruction &inst : stream.instructions) {
+  bool loadsData = false, optimizes = false, clips = false;
+  forEachInstruction(
+      program, "", [&](const Instruction &inst, const std::string &at) {
         optimizes = optimizes || inst.opcode == Opcode::OptimizerStep;
         clips = clips || inst.opcode == Opcode::Clip;
-      }
-    if (optimizes && !clips)
-      throw Error(where +
-                  ": dynamic loss scaling needs a clip instruction "
-                  "(the overflow check reads its gradient norm) in "
-                  "role " +
-                  std::to_string(program.role) + "'s program");
-  }
+        if (inst.opcode == Opcode::LoadBatch) {
+          loadsData = true;
+          int64_t bytes = t.microBatch * t.seqLen * 4;
+          for (const plan::BufferRange &range : inst.writes)
+            if (range.bytes != bytes ||
+                program.buffers[range.buffer].dtype != DType::I32)
+              throw Error(at + ": load_batch writes i32 ranges of " +
+                          std::to_string(bytes) +
+                          " bytes (micro_batch x seq_len tokens), got " +
+                          std::to_string(range.bytes) + " bytes of " +
+                          std::string(plan::toString(
+                              program.buffers[range.buffer].dtype)));
+        }
+        if (plan::isCollective(inst.opcode) ||
+            plan::isPointToPoint(inst.opcode)) {
+          const std::vector<int64_t> *group =
+              plan::resolveGroup(bundle_, inst.group, rank_);
+          if (!group)
+            throw Error(at + ": group family " + std::to_string(inst.group) +
+                        " has no group containing rank " +
+                        std::to_string(rank_));
+          if (inst.count > INT_MAX / std::max<int64_t>(1, group->size()))
+            throw Error(at + ": count " + std::to_string(inst.count) +
+                        " exceeds what one MPI call moves");
+          bool reduces = inst.opcode == Opcode::AllReduce ||
+                         inst.opcode == Opcode::ReduceScatter;
+          if (reduces && (inst.dtype == DType::F16 || inst.dtype == DType::U16))
+            throw Error(at + ": reductions of " +
+                        std::string(plan::toString(inst.dtype)) +
+                        " are not supported");
+        }
+      });
+  // Dynamic loss scaling reads the global gradient sum of squares at clip.
+  if (t.lossScale.dynamic && optimizes && !clips)
+    throw Error(where +
+                ": dynamic loss scaling needs a clip instruction "
+                "(the overflow check reads its gradient norm) in "
+                "role " +
+                std::to_string(program.role) + "'s program");
   if (loadsData)
     data_ = std::make_unique<DataLoader>(options_.dataPath, t.seqLen,
                                          t.globalBatch);

@@ -22,9 +22,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <string>
@@ -41,15 +43,19 @@ std::string freshDir(const std::string &name) {
 
 std::string tokenFile() { return test::testTokenFile(); }
 
-/// Options opening an MLP bundle (`variant`) with loss-scale policy `scale`.
+/// Options opening an MLP bundle (`variant`) with loss-scale policy `scale`;
+/// `edit` may change the bundle before it is written.
 Options mlpOptions(const plan::LossScale &scale,
-                   const std::string &variant = "serial") {
+                   const std::string &variant = "serial",
+                   const std::function<void(plan::Bundle &)> &edit = {}) {
   test::MlpConfig config;
   config.variant = variant;
   config.microBatch = 2;
   config.accum = 2;
   plan::Bundle bundle = test::buildMlpBundle(config);
   bundle.training.lossScale = scale;
+  if (edit)
+    edit(bundle);
   std::string dir = freshDir("bundle");
   plan::writeBundle(bundle, dir);
   Options options;
@@ -169,6 +175,25 @@ TEST(LossScale, BadSettingsAndStateAreOneLineErrors) {
               Session::open(mlpOptions(noGrowth), MPI_COMM_WORLD);
             }).find("dynamic loss_scale needs growth_interval >= 1"),
             std::string::npos);
+  // The overflow check needs the clip that reads the global sum of squares.
+  auto dropClip = [](plan::Bundle &bundle) {
+    std::vector<plan::Instruction> &insts =
+        bundle.programs[0].streams[0].instructions;
+    insts.erase(std::remove_if(insts.begin(), insts.end(),
+                               [](const plan::Instruction &inst) {
+                                 return inst.opcode == plan::Opcode::Clip;
+                               }),
+                insts.end());
+  };
+  EXPECT_NE(test::errorOf([&] {
+              Session::open(
+                  mlpOptions(dynamicScale(1024, 2), "serial", dropClip),
+                  MPI_COMM_WORLD);
+            }).find("dynamic loss scaling needs a clip instruction"),
+            std::string::npos);
+  // The same program under a static scale is fine.
+  EXPECT_NO_THROW(Session::open(
+      mlpOptions(plan::LossScale(), "serial", dropClip), MPI_COMM_WORLD));
   plan::LossScale zero;
   zero.initial = 0;
   EXPECT_NE(test::errorOf([&] {

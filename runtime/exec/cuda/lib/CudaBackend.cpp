@@ -488,21 +488,13 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
           resolveConstants(*resolved.spec, kernel.constants,
                            "kernels[" + std::to_string(kernel.id) + "]");
   }
-  size_t maxOperands = 0;
-  for (size_t s = 0; s < program.streams.size(); ++s) {
-    const plan::Stream &stream = program.streams[s];
-    for (size_t i = 0; i < stream.instructions.size(); ++i) {
-      const Instruction &inst = stream.instructions[i];
-      std::string at = prefix() + "role " + std::to_string(program.role) + " " +
-                       describeInstruction(program, s, i);
-      maxOperands =
-          std::max(maxOperands, inst.reads.size() + inst.writes.size());
-      if (inst.opcode == Opcode::Kernel)
-        prepareKernel(bundle, program, inst, at);
-      else
-        prepareOther(program, inst, at);
-    }
-  }
+  size_t maxOperands = forEachInstruction(
+      program, prefix(), [&](const Instruction &inst, const std::string &at) {
+        if (inst.opcode == Opcode::Kernel)
+          prepareKernel(bundle, program, inst, at);
+        else
+          prepareOther(program, inst, at);
+      });
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
   call_.readIndices.reserve(maxOperands);
@@ -589,25 +581,22 @@ const GemmPlan &DeviceBackend::gemmPlan(const GemmKey &key,
   uint64_t workspace = uint64_t(options_.gemmWorkspaceBytes);
   uint32_t alignA = uint32_t(key.alignA), alignB = uint32_t(key.alignB),
            alignC = uint32_t(key.alignC);
-  cublasStatus_t rc = cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-      sizeof workspace);
-  if (rc == CUBLAS_STATUS_SUCCESS)
-    rc = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
-        sizeof alignA);
-  if (rc == CUBLAS_STATUS_SUCCESS)
-    rc = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
-        sizeof alignB);
-  if (rc == CUBLAS_STATUS_SUCCESS)
-    rc = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC,
-        sizeof alignC);
-  if (rc == CUBLAS_STATUS_SUCCESS)
-    rc = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC,
-        sizeof alignC);
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attribute;
+    const void *value;
+    size_t bytes;
+  } preferences[] = {
+      {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA, sizeof alignA},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB, sizeof alignB},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC, sizeof alignC},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC, sizeof alignC},
+  };
+  cublasStatus_t rc = CUBLAS_STATUS_SUCCESS;
+  for (const auto &preference : preferences)
+    if (rc == CUBLAS_STATUS_SUCCESS)
+      rc = cublasLtMatmulPreferenceSetAttribute(
+          pref, preference.attribute, preference.value, preference.bytes);
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   if (rc == CUBLAS_STATUS_SUCCESS)
