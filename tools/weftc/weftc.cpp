@@ -537,10 +537,15 @@ int runCompile(mlir::MLIRContext &context) {
   mlir::DefaultTimingManager timingManager;
   timingManager.setEnabled(timing);
   mlir::TimingScope rootTimer = timingManager.getRootScope();
+  // The timing report keys pass timers by the pass objects' addresses: the
+  // pass managers stay alive until emission is timed, so no later timer can
+  // be allocated at a freed pass's address and be merged into its row.
+  std::vector<std::unique_ptr<mlir::PassManager>> passManagers;
   for (weft::CompileStage stage :
        {weft::CompileStage::Lower, weft::CompileStage::Autodiff,
         weft::CompileStage::Exec}) {
-    mlir::PassManager pm(&context);
+    mlir::PassManager &pm = *passManagers.emplace_back(
+        std::make_unique<mlir::PassManager>(&context));
     pm.enableTiming(rootTimer);
     weft::buildCompileStage(pm, stage, lowering, schedule);
     if (mlir::failed(pm.run(**module)))
