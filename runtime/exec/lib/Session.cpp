@@ -245,7 +245,7 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
 void Session::validateLocally() {
   backend_ = makeBackend(options_, rank_);
   try {
-    bundle_ = plan::loadBundle(options_.bundleDir);
+    bundle_ = plan::loadBundle(options_.bundleDir, &bundleHash_);
     if (options_.verifyPlan)
       plan::verify(bundle_).throwIfFailed();
   } catch (const plan::Error &error) {
@@ -337,7 +337,6 @@ void Session::validateLocally() {
         throw Error(where + ": buffer 'loss' must be f32");
       lossBuffer_ = buffer.id;
     }
-  bundleHash_ = plan::contentHash(bundle_);
   peakFlopsPerRank_ = clusterPeakFlops(bundle_);
   const plan::Prediction &predicted = bundle_.prediction;
   if (predicted.mfu > 0 && predicted.stepTimeS > 0)

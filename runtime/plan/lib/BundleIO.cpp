@@ -194,7 +194,8 @@ void weft::plan::writeBundle(const Bundle &bundle, const std::string &dir) {
   writeFileAtomic(file, text);
 }
 
-Bundle weft::plan::loadBundle(const std::string &dir) {
+Bundle weft::plan::loadBundle(const std::string &dir,
+                              std::string *verifiedHash) {
   std::string file = dir + "/" + kManifestName;
   std::optional<std::string> text = readFile(file);
   if (!text)
@@ -226,5 +227,8 @@ Bundle weft::plan::loadBundle(const std::string &dir) {
     throw Error(file + ": content_hash: mismatch (manifest says " +
                 recorded->get<std::string>() + ", contents hash to " + actual +
                 "); the bundle was edited or is corrupt");
-  return fromJson(manifest, files, file);
+  Bundle bundle = fromJson(manifest, files, file);
+  if (verifiedHash)
+    *verifiedHash = std::move(actual);
+  return bundle;
 }

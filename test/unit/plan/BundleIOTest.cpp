@@ -79,8 +79,12 @@ TEST_F(BundleIOTest, RoundTripIsByteIdentical) {
        {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
         zero3Bundle(), tensorParallelBundle()}) {
     writeBundle(bundle, dir("a"));
-    Bundle loaded = loadBundle(dir("a"));
+    std::string hash;
+    Bundle loaded = loadBundle(dir("a"), &hash);
     EXPECT_EQ(toJson(loaded), toJson(bundle));
+    // The hash loadBundle verified is the bundle's (what checkpoints record).
+    EXPECT_EQ(hash, contentHash(bundle));
+    EXPECT_EQ(hash, json::parse(read(dir("a") + "/plan.json"))["content_hash"]);
     EXPECT_EQ(loaded.files, bundle.files);
     writeBundle(loaded, dir("b"));
     EXPECT_EQ(read(dir("a") + "/plan.json"), read(dir("b") + "/plan.json"));

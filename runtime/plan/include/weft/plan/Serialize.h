@@ -71,8 +71,10 @@ std::string contentHash(const Bundle &bundle);
 /// Write `bundle` into directory `dir` (created if missing). Throws Error if
 /// the bundle is structurally invalid or a file cannot be written.
 void writeBundle(const Bundle &bundle, const std::string &dir);
-/// Load and structurally check the bundle in `dir`.
-Bundle loadBundle(const std::string &dir);
+/// Load and structurally check the bundle in `dir`. `contentHash`, when
+/// given, receives the content hash just verified (the identity checkpoints
+/// record), so callers need not hash the bundle again.
+Bundle loadBundle(const std::string &dir, std::string *contentHash = nullptr);
 
 } // namespace weft::plan
 
