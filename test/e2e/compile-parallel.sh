@@ -52,10 +52,23 @@
 #   dp2-zero3-full  DP 2 with ZeRO-3, full recompute (the backward gathers
 #                   the parameters of the re-run ops)
 #   dp2-tp2-pp2-zero3-full  the 8-rank ZeRO-3 layout with full recompute
+# Mixed precision: LAYOUT-bf16 or LAYOUT-fp16 compiles both runs (the serial
+# one too) in that precision (docs/lowering.md, "Mixed precision"). Rounding
+# to half precision differs with the order of operations, so the tolerances
+# are those of half precision: loss 2e-3 relative, gradient norm 5e-2
+# (observed <= 2.4e-4 and 3.9e-2: llama-tiny's step 14 after a spike), and
+# the exported parameters as one vector 2e-2 relative in norm (observed
+# 6e-3; per element, AdamW turns half-precision noise in gradients that are
+# truly zero into full-size steps). The serial half-precision run must also
+# track an fp32 serial run: loss within 1e-2 relative at every step.
 set -u
 steps=20 # as issue 5 asks for the equivalence runs
 corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6 model=$7 layout=$8
 export_tool=${9:-}
+precision=fp32
+case $layout in
+*-bf16 | *-fp16) precision=${layout##*-} layout=${layout%-*} ;;
+esac
 case $layout in
 tp2) ranks=2 flags="--tp 2 --dp 1 --micro-batch 4" ;;
 pp2-gpipe) ranks=2 flags="--pp 2 --dp 1 --micro-batch 1 --schedule gpipe" ;;
@@ -118,7 +131,7 @@ dp2-tp2-pp2-zero3-full)
   ;;
 *) echo "FAIL: unknown layout '$layout'"; exit 1 ;;
 esac
-work=$1/compile-parallel-$(basename "$model" .json)-$layout
+work=$1/compile-parallel-$(basename "$model" .json)-$layout-$precision
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
 "$tokenize" "$corpus" tokens.bin >/dev/null || fail "tokenizer"
@@ -131,6 +144,7 @@ train() { # NAME RANKS FLAGS...
   local name=$1 ranks=$2; shift 2
   "$weftc" compile --model "$model" --cluster "$clusters/cpu-sim-$ranks.json" \
     --global-batch 4 --seq-len 32 --lr 3e-3 --warmup-steps 2 \
+    --precision "${PRECISION:-$precision}" \
     --decay-steps 20 "$@" -o "$name" || fail "weftc compile $name"
   local checkpoint=()
   [ $compare_params = 1 ] && checkpoint=(--checkpoint-dir "$name.ck")
@@ -143,6 +157,17 @@ train() { # NAME RANKS FLAGS...
   fi
 }
 train serial 1 --dp 1 --micro-batch 4
+if [ "$precision" != fp32 ]; then
+  PRECISION=fp32 train serial-fp32 1 --dp 1 --micro-batch 4
+  python3 - serial serial-fp32 "$precision" <<'PY' || fail "serial $precision does not track fp32"
+import json, sys
+half, full, precision = sys.argv[1:]
+a, b = ([json.loads(l) for l in open(n + ".jsonl")] for n in (half, full))
+worst = max(abs(x["loss"] - y["loss"]) / y["loss"] for x, y in zip(a, b))
+assert len(a) == len(b) and worst <= 1e-2, f"{precision} vs fp32: {worst}"
+print(f"serial {precision} vs fp32: max relative loss difference {worst:.2e}")
+PY
+fi
 # shellcheck disable=SC2086 # the layout's flags are words
 train "$layout" "$ranks" $flags
 baseline=""
@@ -158,10 +183,12 @@ case " $flags " in
   ;;
 esac
 
-python3 - serial "$layout" $compare_params "$steps" <<'PY' || fail "$layout differs from serial"
+python3 - serial "$layout" $compare_params "$steps" "$precision" <<'PY' || fail "$layout differs from serial"
 import json, struct, sys
 serial, layout, params = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 steps = int(sys.argv[4])
+half = sys.argv[5] != "fp32"
+loss_tol, norm_tol = (2e-3, 5e-2) if half else (1e-5, 1e-4)
 a, b = ([json.loads(l) for l in open(n + ".jsonl")] for n in (serial, layout))
 assert len(a) == len(b) == steps, (len(a), len(b))
 assert a[-1]["loss"] < a[0]["loss"] - 0.5, f"loss did not fall: {a}"
@@ -169,9 +196,9 @@ worst = 0.0
 for step, (x, y) in enumerate(zip(a, b), 1):
     rel = abs(x["loss"] - y["loss"]) / abs(x["loss"])
     worst = max(worst, rel)
-    assert rel <= 1e-5, f"step {step}: loss serial {x['loss']} {layout} {y['loss']}"
+    assert rel <= loss_tol, f"step {step}: loss serial {x['loss']} {layout} {y['loss']}"
     g = abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"]
-    assert g <= 1e-4, f"step {step}: grad norm serial {x['grad_norm']} {layout} {y['grad_norm']}"
+    assert g <= norm_tol, f"step {step}: grad norm serial {x['grad_norm']} {layout} {y['grad_norm']}"
 print(f"{layout}: {steps} steps, max relative loss difference {worst:.2e}")
 if params:
     import numpy as np
@@ -185,6 +212,14 @@ if params:
                 for k, v in header.items() if k != "__metadata__"}
     pa, pb = load(serial + ".safetensors"), load(layout + ".safetensors")
     assert pa.keys() == pb.keys(), (sorted(pa), sorted(pb))
+    if half:
+        va = np.concatenate([pa[k].ravel() for k in sorted(pa)])
+        vb = np.concatenate([pb[k].ravel() for k in sorted(pa)])
+        rel = float(np.linalg.norm(va - vb) / np.linalg.norm(va))
+        assert np.isfinite(vb).all() and rel <= 2e-2, f"parameters differ by {rel:.2e}"
+        print(f"{layout}: {len(pa)} parameters after {steps} steps, relative "
+              f"difference in norm {rel:.2e}")
+        sys.exit(0)
     worst = 0.0
     for name in pa:
         diff = float(np.abs(pa[name] - pb[name]).max())
@@ -209,4 +244,4 @@ print(f"{layout}: bit-identical to {base} (losses, gradient norms"
 PY
     fail "$layout differs from $baseline"
 fi
-echo "PASS: compile-parallel $model $layout"
+echo "PASS: compile-parallel $model $layout ($precision)"

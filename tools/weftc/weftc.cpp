@@ -203,6 +203,20 @@ cl::opt<double> trainGradClip("grad-clip",
                                        "(1.0)"),
                               cl::init(1.0), cl::sub(compileCmd),
                               cl::cat(compileCategory));
+cl::opt<double> trainLossScale(
+    "loss-scale",
+    cl::desc("Loss scale: 0 = dynamic for fp16 (from --initial-loss-scale), "
+             "none for bf16 and fp32; > 0 = a static scale (0)"),
+    cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<double> trainInitialLossScale(
+    "initial-loss-scale",
+    cl::desc("Dynamic loss scaling: the first step's scale (65536)"),
+    cl::init(65536), cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<int64_t> trainLossScaleWindow(
+    "loss-scale-window",
+    cl::desc("Dynamic loss scaling: applied steps before the scale doubles "
+             "(1000)"),
+    cl::init(1000), cl::sub(compileCmd), cl::cat(compileCategory));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weftc") << message << "\n";
@@ -421,14 +435,6 @@ int runEmitBundle(mlir::MLIRContext &context) {
   return 0;
 }
 
-/// `weftc compile`: rejects what the lowering does not cover yet, so no
-/// configuration it cannot lower produces a wrong bundle.
-int checkCompileSlice(StringRef precision) {
-  if (precision != "fp32")
-    return fail("compile: precision " + precision + " is not lowered yet");
-  return 0;
-}
-
 int runCompile(mlir::MLIRContext &context) {
   std::optional<weft::CompileStage> printAfter;
   bool printModel = emitMlir == "model";
@@ -449,8 +455,9 @@ int runCompile(mlir::MLIRContext &context) {
   if (stepsPerPlan != 1)
     return fail("compile: --steps-per-plan: only 1 is supported");
 
-  // The lowering is fp32: that is the default here (not plan's bf16). TP,
-  // PP, ZeRO and recompute are not searched: they default to what every
+  // fp32 is the default here (plan's is bf16): the CPU backend computes
+  // every dtype in fp32, so fp32 storage costs it nothing. TP, PP, ZeRO and
+  // recompute are not searched: they default to what every
   // cluster can run, and flags choose the rest.
   weft::PlanOptions options;
   if (int status = collectPlanOptions("compile", options))
@@ -474,8 +481,20 @@ int runCompile(mlir::MLIRContext &context) {
   std::string clusterJson;
   if (int status = weft::selectPlan(*spec, options, plan, clusterJson))
     return status;
-  if (int status = checkCompileSlice(options.precision))
-    return status;
+  if (trainLossScale < 0)
+    return fail(llvm::formatv("compile: --loss-scale must be >= 0, got {0}",
+                              trainLossScale.getValue())
+                    .str());
+  if (trainInitialLossScale <= 0)
+    return fail(llvm::formatv("compile: --initial-loss-scale must be > 0, "
+                              "got {0}",
+                              trainInitialLossScale.getValue())
+                    .str());
+  if (trainLossScaleWindow < 1)
+    return fail(llvm::formatv("compile: --loss-scale-window must be >= 1, "
+                              "got {0}",
+                              trainLossScaleWindow.getValue())
+                    .str());
   // The ZeRO-3 knobs mean nothing to another plan: say so rather than
   // silently ignore them.
   for (const cl::opt<int64_t> *knob :
@@ -516,6 +535,10 @@ int runCompile(mlir::MLIRContext &context) {
   schedule.decaySteps = trainDecay;
   schedule.weightDecay = trainWeightDecay;
   schedule.gradClip = trainGradClip;
+  schedule.precision = options.precision;
+  schedule.lossScale = trainLossScale;
+  schedule.initialLossScale = trainInitialLossScale;
+  schedule.lossScaleWindow = trainLossScaleWindow;
   schedule.stepsPerPlan = stepsPerPlan;
   schedule.persistThreshold = zero3PersistThreshold;
   schedule.maxLiveGatheredBytes = zero3MaxLiveBytes;

@@ -38,8 +38,8 @@ std::array<Slice, 3> RoleScheduler::layerNormForward(Value x, Value w, Value b,
                                                      double epsilon) {
   int64_t h = width(x), n = rowsOf(x);
   Slice y = activation("layer_norm", n * h);
-  Slice mean = activation("layer_norm.mean", n);
-  Slice rstd = activation("layer_norm.rstd", n);
+  Slice mean = statistic("layer_norm.mean", n);
+  Slice rstd = statistic("layer_norm.rstd", n);
   launch("layer_norm_forward",
          {{"rows", n},
           {"width", h},
@@ -53,7 +53,7 @@ std::array<Slice, 2> RoleScheduler::rmsNormForward(Value x, Value w,
                                                    double epsilon) {
   int64_t h = width(x), n = rowsOf(x);
   Slice y = activation("rms_norm", n * h);
-  Slice rstd = activation("rms_norm.rstd", n);
+  Slice rstd = statistic("rms_norm.rstd", n);
   launch("rms_norm_forward",
          {{"rows", n},
           {"width", h},
@@ -235,7 +235,7 @@ SmallVector<Slice, 5> RoleScheduler::attentionForward(
     out.push_back(y);
   }
   Slice context = activation("attn.context", rows() * heads * headDim);
-  Slice lse = activation("attn.lse", rows() * heads);
+  Slice lse = statistic("attn.lse", rows() * heads);
   launch("attention_forward",
          {{"batch", par.microBatch},
           {"seq", options.seqLen},
@@ -399,8 +399,8 @@ LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
       return failure();
     Slice in = lookup(gather.getInput());
     Slice out = activation("sp.gather", in.elements() * par.tp);
-    wx::AllGatherOp::create(builder, loc, in.elements(), f32, tp, ranges({in}),
-                            ranges({out}), phase());
+    wx::AllGatherOp::create(builder, loc, in.elements(), in.type, tp,
+                            ranges({in}), ranges({out}), phase());
     values[gather.getResult()] = out;
     return success();
   }
@@ -414,7 +414,7 @@ LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
     sequenceSharded.insert(scatter.getResult());
     Slice out = activation("sp.scatter", in.elements() / par.tp);
     wx::ReduceScatterOp::create(builder, loc, wx::ReduceKind::sum,
-                                out.elements(), f32, tp, ranges({in}),
+                                out.elements(), out.type, tp, ranges({in}),
                                 ranges({out}), phase());
     values[scatter.getResult()] = out;
     return success();
@@ -715,13 +715,13 @@ LogicalResult RoleScheduler::lowerVocabParallelCrossEntropyGrad(
       {"vocab_local", local},
       {"vocab_start", vocabStart(local)}};
   Slice logits = lookup(op.getLogits()), labels = lookup(op.getLabels());
-  Slice rowMax = activation("ce.max", rows());
+  Slice rowMax = statistic("ce.max", rows());
   launch("cross_entropy_shard_max", shard, {logits}, {rowMax});
   StringRef tp = bundle.family(Family::TP).getValue();
   Location loc = op.getLoc();
   wx::AllReduceOp::create(builder, loc, wx::ReduceKind::max, rows(), f32, tp,
                           ranges({rowMax}), ranges({rowMax}), phase());
-  Slice sums = activation("ce.sums", 2 * rows());
+  Slice sums = statistic("ce.sums", 2 * rows());
   Slice sumExp = sums.sub(0, rows()), target = sums.sub(rows(), rows());
   launch("cross_entropy_shard_sums", shard, {logits, labels, rowMax},
          {sumExp, target});

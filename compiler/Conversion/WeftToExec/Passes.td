@@ -19,14 +19,22 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     vocabulary-parallel embedding, head and loss, and a vocabulary padded to
     a multiple of TP), sequence parallelism with micro-batch 1, PP with the
     GPipe, 1F1B and interleaved 1F1B schedules (any layer split), DP with
-    ZeRO 0 to 3, recompute `none`, `selective` and `full`, fp32, and the
-    GPT-2 and LLaMA families' ops. Anything else is rejected with an error
+    ZeRO 0 to 3, recompute `none`, `selective` and `full`, fp32, bf16 and
+    fp16 (`precision`), and the GPT-2 and LLaMA families' ops. Anything else is rejected with an error
     naming the op or setting.
 
-    Persistent state lives in flat f32 buffers per role (`params`, `grads`,
+    Persistent state lives in flat buffers per role (`params`, `grads`,
     `exp_avg`, `exp_avg_sq`), one 64-byte aligned slot per parameter (three
     for a fused QKV weight or bias split over TP: one per q, k, v slice),
-    each with a `ShardSpec` naming its slice of the global tensor. On the
+    each with a `ShardSpec` naming its slice of the global tensor.
+    Activations, `params` (the working copy) and the gradients are in the
+    compute dtype (f32, bf16 or f16); per-row statistics (norm mean and
+    rstd, log-sum-exp), the loss, the moments and the master weights are
+    f32. A mixed-precision plan adds an f32 `master` (the whole flat buffer
+    without ZeRO) and its `optimizer_step` also writes the rounded weights:
+    into `params` without ZeRO, into `params.shard` (what the parameter
+    all-gathers read) with it. fp16 scales the loss dynamically unless
+    `loss-scale` fixes it (`training.loss_scale`). On the
     `compute` stream: zero the gradients and `loss`; the pipeline tasks of
     the rank in schedule order, each the stage function's forward or
     backward for one micro-batch (grad ops recompute their kernels' internal
@@ -80,6 +88,16 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     Option<"eps", "eps", "double", "1e-8", "AdamW epsilon">,
     Option<"gradClip", "grad-clip", "double", "1.0",
            "Global gradient-norm clip (0: none)">,
+    Option<"precision", "precision", "std::string", "\"fp32\"",
+           "fp32, bf16 or fp16: the dtype of activations, gradients and the "
+           "parameters' working copy (master weights and moments are fp32)">,
+    Option<"lossScale", "loss-scale", "double", "0",
+           "Loss scale: 0 = dynamic for fp16 (from initial-loss-scale) and "
+           "none (1) otherwise; a positive value is a static scale">,
+    Option<"initialLossScale", "initial-loss-scale", "double", "65536",
+           "Dynamic loss scaling: the first step's scale">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
+           "Dynamic loss scaling: applied steps before the scale doubles">,
     Option<"stepsPerPlan", "steps-per-plan", "int64_t", "1",
            "Optimizer steps per program replay">,
     Option<"predictedStepTimeS", "predicted-step-time-s", "double", "0",

@@ -41,25 +41,28 @@ namespace mlir::weft::schedule {
 namespace wx = mlir::weftx;
 namespace pipeline = ::weft::pipeline;
 
-constexpr int64_t kF32Bytes = 4;
 /// Parameter slots in the flat buffers start at multiples of this many
 /// elements (64 bytes), so every parameter is aligned for vector loads.
 constexpr int64_t kSlotAlign = 16;
 
-/// A byte range of a weftx buffer: what an L1 tensor is at L2.
+/// A byte range of a weftx buffer: what an L1 tensor is at L2. `type` is
+/// the buffer's element type.
 struct Slice {
   StringAttr buffer;
   int64_t offset = 0, bytes = 0;
+  Type type;
 
   explicit operator bool() const { return bool(buffer); }
   bool operator==(const Slice &other) const {
     return buffer == other.buffer && offset == other.offset &&
            bytes == other.bytes;
   }
-  int64_t elements() const { return bytes / kF32Bytes; }
-  /// `elements` f32 elements from element `start`.
+  int64_t elementBytes() const { return type.getIntOrFloatBitWidth() / 8; }
+  int64_t elements() const { return bytes / elementBytes(); }
+  /// `elements` elements from element `start`.
   Slice sub(int64_t start, int64_t elements) const {
-    return {buffer, offset + start * kF32Bytes, elements * kF32Bytes};
+    return {buffer, offset + start * elementBytes(), elements * elementBytes(),
+            type};
   }
   /// The span of a row-major `rows x cols` matrix with row stride `ld`
   /// starting at element `start` (what the column-major GEMM reads).
@@ -173,6 +176,8 @@ public:
     return (dp * par.pp + pp) * par.tp + tp;
   }
   int64_t numVirtualStages() const { return par.pp * par.virtualStages; }
+  /// The training.loss_scale of the bundle.
+  wx::LossScaleAttr lossScale() const;
 
   ModuleOp module;
   const WeftScheduleOptions &options;
@@ -181,6 +186,8 @@ public:
   std::string modelName;
   /// stages[pipeline rank][chunk].
   SmallVector<SmallVector<StageFunctions, 2>> stages;
+  /// The dtype of activations, gradients and working parameters.
+  Type computeType;
   /// Global names of parameters declared on more than one pipeline rank.
   llvm::StringSet<> tiedAcrossStages;
 
@@ -255,7 +262,15 @@ private:
   // --- Buffers, kernels, instructions -------------------------------------
   Slice newBuffer(StringRef name, int64_t elements, wx::Region region,
                   Type type);
+  /// An activation or activation gradient: the plan's compute dtype.
   Slice activation(StringRef name, int64_t elements) {
+    return newBuffer(name, elements, wx::Region::arena, computeType);
+  }
+  /// Per-row statistics the backward reads again (norm mean and rstd,
+  /// attention log-sum-exp, the vocabulary-parallel loss's row max and
+  /// sums): fp32 whatever the compute dtype, as in mixed-precision
+  /// training frameworks.
+  Slice statistic(StringRef name, int64_t elements) {
     return newBuffer(name, elements, wx::Region::arena, f32);
   }
   ArrayAttr ranges(ArrayRef<Slice> slices);
@@ -372,6 +387,10 @@ private:
   MLIRContext *ctx;
   OpBuilder builder;
   Type f32;
+  /// Activations, gradients and the parameters' working copy: f32, bf16 or
+  /// f16 (the `precision` option). Master weights and moments are f32.
+  Type computeType;
+  bool mixedPrecision() const { return computeType != f32; }
   int64_t stage, tpRank;
   bool lastStage;
 
@@ -391,9 +410,14 @@ private:
   /// shard buffers with ZeRO-1, the full ones otherwise).
   int64_t flatElements = 0, stateElements = 0;
   Slice paramsBuf, gradsBuf, expAvg, expAvgSq, loss, sumsq;
-  /// The optimizer's fp32 weights and gradients: this rank's shards with
-  /// ZeRO-1, else `paramsBuf` and `gradsBuf`.
+  /// The optimizer's fp32 weights and its gradients: this rank's shards with
+  /// ZeRO 1-3, else the full flat buffers (`paramsBuf` itself for an fp32
+  /// plan without ZeRO).
   Slice master, gradShards;
+  /// What the parameter all-gathers read (ZeRO 1-3): the optimizer's
+  /// low-precision copy of this rank's shard (`optimizer_step` writes[3]) in
+  /// a mixed-precision plan, else `master`.
+  Slice gatherSource;
 
   // --- Per micro-batch state ----------------------------------------------
   int64_t microBatch = 0;

@@ -296,6 +296,18 @@ void BundleScheduler::declareParameters() {
   }
 }
 
+wx::LossScaleAttr BundleScheduler::lossScale() const {
+  // fp16's narrow range needs a scale; by default it is dynamic from 2^16,
+  // halved on overflow (PyTorch's GradScaler, DeepSpeed).
+  bool dynamic = options.lossScale == 0 && options.precision == "fp16";
+  double initial = options.lossScale > 0 ? options.lossScale
+                   : dynamic             ? options.initialLossScale
+                                         : 1.0;
+  return wx::LossScaleAttr::get(ctx, dynamic, APFloat(initial),
+                                dynamic ? options.lossScaleWindow : 0,
+                                APFloat(0.5));
+}
+
 LogicalResult BundleScheduler::setBundleAttributes() {
   auto apf = [](double v) { return APFloat(v); };
   module->setAttr("weftx.model",
@@ -303,15 +315,15 @@ LogicalResult BundleScheduler::setBundleAttributes() {
                                      options.family.empty()
                                          ? StringRef(modelName)
                                          : StringRef(options.family)));
-  module->setAttr(
-      "weftx.training",
-      wx::TrainingAttr::get(
-          ctx, par.microBatch * par.gradAccum * par.dp, options.seqLen, "fp32",
-          par.microBatch, par.gradAccum, options.stepsPerPlan, apf(options.lr),
-          apf(options.minLr), options.warmupSteps, options.decaySteps,
-          apf(options.weightDecay), apf(options.beta1), apf(options.beta2),
-          apf(options.eps), apf(options.gradClip),
-          wx::LossScaleAttr::get(ctx, false, apf(1.0), 0, apf(0.5))));
+  module->setAttr("weftx.training",
+                  wx::TrainingAttr::get(
+                      ctx, par.microBatch * par.gradAccum * par.dp,
+                      options.seqLen, options.precision, par.microBatch,
+                      par.gradAccum, options.stepsPerPlan, apf(options.lr),
+                      apf(options.minLr), options.warmupSteps,
+                      options.decaySteps, apf(options.weightDecay),
+                      apf(options.beta1), apf(options.beta2), apf(options.eps),
+                      apf(options.gradClip), lossScale()));
   SmallVector<int64_t> peaks(par.pp * par.tp, options.predictedPeakBytes);
   module->setAttr("weftx.prediction",
                   wx::PredictionAttr::get(ctx, apf(options.predictedStepTimeS),
@@ -346,6 +358,27 @@ LogicalResult BundleScheduler::setBundleAttributes() {
 }
 
 LogicalResult BundleScheduler::run() {
+  if (options.precision == "bf16")
+    computeType = BFloat16Type::get(ctx);
+  else if (options.precision == "fp16")
+    computeType = Float16Type::get(ctx);
+  else if (options.precision == "fp32")
+    computeType = Float32Type::get(ctx);
+  else
+    return module.emitError("weft-schedule: precision must be fp32, bf16 or "
+                            "fp16, got '")
+           << options.precision << "'";
+  if (options.lossScale < 0)
+    return module.emitError("weft-schedule: loss-scale must be >= 0, got ")
+           << options.lossScale;
+  if (options.initialLossScale <= 0)
+    return module.emitError("weft-schedule: initial-loss-scale must be > 0, "
+                            "got ")
+           << options.initialLossScale;
+  if (options.lossScaleWindow < 1)
+    return module.emitError("weft-schedule: loss-scale-window must be >= 1, "
+                            "got ")
+           << options.lossScaleWindow;
   if (failed(findStageFunctions()))
     return failure();
   Location loc = module.getLoc();
@@ -387,8 +420,9 @@ LogicalResult BundleScheduler::run() {
 RoleScheduler::RoleScheduler(BundleScheduler &bundle, int64_t stage,
                              int64_t tpRank, wx::ProgramOp program)
     : bundle(bundle), par(bundle.par), options(bundle.options), ctx(bundle.ctx),
-      builder(ctx), f32(Float32Type::get(ctx)), stage(stage), tpRank(tpRank),
-      lastStage(stage == par.pp - 1), program(program) {}
+      builder(ctx), f32(Float32Type::get(ctx)), computeType(bundle.computeType),
+      stage(stage), tpRank(tpRank), lastStage(stage == par.pp - 1),
+      program(program) {}
 
 Slice RoleScheduler::newBuffer(StringRef name, int64_t elements,
                                wx::Region region, Type type) {
@@ -404,7 +438,7 @@ Slice RoleScheduler::newBuffer(StringRef name, int64_t elements,
   auto buffer =
       wx::BufferOp::create(builder, program.getLoc(), symbol, region, bytes,
                            /*alignment=*/64, IntegerAttr(), type);
-  return {buffer.getSymNameAttr(), 0, bytes};
+  return {buffer.getSymNameAttr(), 0, bytes, type};
 }
 
 ArrayAttr RoleScheduler::ranges(ArrayRef<Slice> slices) {
@@ -434,7 +468,8 @@ void RoleScheduler::gemm(bool transA, bool transB, int64_t m, int64_t n,
   SmallVector<Slice, 3> reads = {b, a};
   if (accumulate)
     reads.push_back(c);
-  wx::GemmOp::create(builder, program.getLoc(), f32, transB, transA, n, m, k,
+  assert(a.type == c.type && b.type == c.type && "GEMM operands' dtypes");
+  wx::GemmOp::create(builder, program.getLoc(), c.type, transB, transA, n, m, k,
                      ldb, lda, ldc, APFloat(1.0),
                      APFloat(accumulate ? 1.0 : 0.0), ranges(reads),
                      ranges({c}), phase());
@@ -443,7 +478,7 @@ void RoleScheduler::gemm(bool transA, bool transB, int64_t m, int64_t n,
 Slice RoleScheduler::tpAllReduce(Slice in, StringRef name) {
   Slice out = activation(name, in.elements());
   wx::AllReduceOp::create(builder, program.getLoc(), wx::ReduceKind::sum,
-                          in.elements(), f32,
+                          in.elements(), in.type,
                           bundle.family(Family::TP).getValue(), ranges({in}),
                           ranges({out}), phase());
   return out;
@@ -614,7 +649,8 @@ LogicalResult RoleScheduler::declareParameters() {
     for (LocalParam &param : params) {
       param.persistent = param.localElements() <= threshold;
       if (!param.persistent) {
-        gatheredBytes.push_back(param.spanElements() * kF32Bytes);
+        gatheredBytes.push_back(param.spanElements() *
+                                computeType.getIntOrFloatBitWidth() / 8);
         continue;
       }
       int64_t base = param.pieces.front().start;
@@ -629,9 +665,8 @@ LogicalResult RoleScheduler::declareParameters() {
     llvm::sort(gatheredBytes, std::greater<int64_t>());
     int64_t first = gatheredBytes.empty() ? 0 : gatheredBytes[0];
     int64_t second = gatheredBytes.size() > 1 ? gatheredBytes[1] : first;
-    gatherBucketBytes =
-        std::min<int64_t>(par.bucketBytes > 0 ? par.bucketBytes : 25 << 20,
-                          second);
+    gatherBucketBytes = std::min<int64_t>(
+        par.bucketBytes > 0 ? par.bucketBytes : 25 << 20, second);
     liveGatherBound =
         options.maxLiveGatheredBytes > 0
             ? options.maxLiveGatheredBytes
@@ -641,12 +676,17 @@ LogicalResult RoleScheduler::declareParameters() {
       for (ParamPiece &piece : param.pieces)
         piece.replicaStart = piece.start;
   }
+  // Mixed precision: the working copy `params`, the gradients and their
+  // shards are in the compute dtype; the optimizer steps an fp32 `master`
+  // (the whole flat buffer without ZeRO, this rank's shard with it) and
+  // writes the rounded result into the working copy (without ZeRO) or into
+  // `params.shard`, which the parameter all-gathers read (ZeRO 1-3).
   if (zero < 3 || replicaElements > 0)
-    paramsBuf =
-        newBuffer("params", replicaElements, wx::Region::persistent, f32);
-  gradsBuf =
-      newBuffer("grads", flatElements,
-                zero >= 2 ? wx::Region::arena : wx::Region::persistent, f32);
+    paramsBuf = newBuffer("params", replicaElements, wx::Region::persistent,
+                          computeType);
+  gradsBuf = newBuffer("grads", flatElements,
+                       zero >= 2 ? wx::Region::arena : wx::Region::persistent,
+                       computeType);
   expAvg = newBuffer("exp_avg", stateElements, wx::Region::persistent, f32);
   expAvgSq =
       newBuffer("exp_avg_sq", stateElements, wx::Region::persistent, f32);
@@ -654,28 +694,45 @@ LogicalResult RoleScheduler::declareParameters() {
   gradShards = gradsBuf;
   if (zeroShards > 1) {
     master = newBuffer("master", stateElements, wx::Region::persistent, f32);
-    gradShards =
-        newBuffer("grads.shard", stateElements, wx::Region::persistent, f32);
+    gradShards = newBuffer("grads.shard", stateElements, wx::Region::persistent,
+                           computeType);
+  } else if (mixedPrecision()) {
+    master = newBuffer("master", stateElements, wx::Region::persistent, f32);
   }
+  gatherSource = master;
+  if (zeroShards > 1 && mixedPrecision())
+    gatherSource = newBuffer("params.shard", stateElements,
+                             wx::Region::persistent, computeType);
 
   auto role = FlatSymbolRefAttr::get(program.getSymNameAttr());
   for (LocalParam &param : params)
     for (const ParamPiece &piece : param.pieces) {
-      if (paramsBuf && (zero < 3 || param.persistent))
-        bundle.addShard(param.op,
-                        wx::ShardAttr::get(
-                            ctx, role, FlatSymbolRefAttr::get(paramsBuf.buffer),
-                            piece.replicaStart * kF32Bytes, piece.dim,
-                            piece.sliceStart, piece.sliceLength,
-                            /*zero_shards=*/1, piece.elements));
-      // The ZeRO master weights start as this DP rank's piece.
-      if (zeroShards > 1)
+      auto whole = [&](const Slice &buffer) {
         bundle.addShard(
             param.op,
-            wx::ShardAttr::get(ctx, role, FlatSymbolRefAttr::get(master.buffer),
-                               piece.shardStart * kF32Bytes, piece.dim,
-                               piece.sliceStart, piece.sliceLength, zeroShards,
-                               piece.padded));
+            wx::ShardAttr::get(ctx, role, FlatSymbolRefAttr::get(buffer.buffer),
+                               piece.replicaStart * buffer.elementBytes(),
+                               piece.dim, piece.sliceStart, piece.sliceLength,
+                               /*zero_shards=*/1, piece.elements));
+      };
+      // The ZeRO master weights (and their low-precision copy) start as
+      // this DP rank's piece.
+      auto dpPiece = [&](const Slice &buffer) {
+        bundle.addShard(
+            param.op,
+            wx::ShardAttr::get(ctx, role, FlatSymbolRefAttr::get(buffer.buffer),
+                               piece.shardStart * buffer.elementBytes(),
+                               piece.dim, piece.sliceStart, piece.sliceLength,
+                               zeroShards, piece.padded));
+      };
+      if (paramsBuf && (zero < 3 || param.persistent))
+        whole(paramsBuf);
+      if (zeroShards == 1 && mixedPrecision())
+        whole(master);
+      if (zeroShards > 1)
+        dpPiece(master);
+      if (zeroShards > 1 && mixedPrecision())
+        dpPiece(gatherSource);
     }
   return success();
 }
@@ -709,7 +766,7 @@ void RoleScheduler::send(Slice slice, int64_t peer, StringRef direction) {
   StringAttr label =
       p2p.getStringAttr(("send " + llvm::Twine(phaseLabel)).str());
   wx::WaitEventOp::create(p2p, loc, event, ArrayAttr(), ArrayAttr(), label);
-  wx::SendOp::create(p2p, loc, slice.elements(), f32,
+  wx::SendOp::create(p2p, loc, slice.elements(), slice.type,
                      bundle.family(Family::PP).getValue(), peer,
                      ranges({slice}), ArrayAttr(), label);
 }
@@ -723,7 +780,7 @@ Slice RoleScheduler::receive(StringRef name, int64_t elements, int64_t peer,
       OpBuilder::atBlockEnd(&p2pStream(direction, peer).getBody().front());
   StringAttr label =
       p2p.getStringAttr(("recv " + llvm::Twine(phaseLabel)).str());
-  wx::RecvOp::create(p2p, loc, elements, f32,
+  wx::RecvOp::create(p2p, loc, elements, slice.type,
                      bundle.family(Family::PP).getValue(), peer, ArrayAttr(),
                      ranges({slice}), label);
   wx::RecordEventOp::create(p2p, loc, event, ArrayAttr(), ArrayAttr(), label);
@@ -850,7 +907,7 @@ void RoleScheduler::optimizerStep() {
     if (param.sequencePartial)
       for (const ParamPiece &piece : param.pieces)
         wx::AllReduceOp::create(
-            builder, loc, wx::ReduceKind::sum, piece.elements, f32,
+            builder, loc, wx::ReduceKind::sum, piece.elements, gradsBuf.type,
             bundle.family(Family::TP).getValue(),
             ranges({gradsBuf.sub(piece.start, piece.elements)}),
             ranges({gradsBuf.sub(piece.start, piece.elements)}), phase());
@@ -862,7 +919,7 @@ void RoleScheduler::optimizerStep() {
     if (param.tiedAcrossStages)
       for (const ParamPiece &piece : param.pieces)
         wx::AllReduceOp::create(
-            builder, loc, wx::ReduceKind::sum, piece.elements, f32,
+            builder, loc, wx::ReduceKind::sum, piece.elements, gradsBuf.type,
             bundle.family(Family::Tied).getValue(),
             ranges({gradsBuf.sub(piece.start, piece.elements)}),
             ranges({gradsBuf.sub(piece.start, piece.elements)}), phase());
@@ -897,8 +954,8 @@ void RoleScheduler::optimizerStep() {
     wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
                        ranges({sumsq}), phase());
   else
-    wx::GradNormOp::create(builder, loc, f32, ranges(counted), ranges({sumsq}),
-                           phase());
+    wx::GradNormOp::create(builder, loc, gradShards.type, ranges(counted),
+                           ranges({sumsq}), phase());
   std::optional<Family> normFamily;
   if (zeroShards > 1)
     normFamily = par.tp * par.pp > 1 ? Family::World : Family::DP;
@@ -908,13 +965,18 @@ void RoleScheduler::optimizerStep() {
     wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, 1, f32,
                             bundle.family(*normFamily).getValue(),
                             ranges({sumsq}), ranges({sumsq}), phase());
-  wx::ClipOp::create(builder, loc, f32, ranges({sumsq, gradShards}),
+  wx::ClipOp::create(builder, loc, gradShards.type, ranges({sumsq, gradShards}),
                      ranges({gradShards}), phase());
 
   phaseLabel = "adamw";
+  // A mixed-precision step also writes the rounded weights: the working
+  // copy without ZeRO, the shard the parameter all-gathers read with it.
+  SmallVector<Slice, 4> updated = {master, expAvg, expAvgSq};
+  if (mixedPrecision())
+    updated.push_back(zeroShards > 1 ? gatherSource : paramsBuf);
   wx::OptimizerStepOp::create(builder, loc, stateElements, f32,
                               ranges({master, gradShards, expAvg, expAvgSq}),
-                              ranges({master, expAvg, expAvgSq}), phase());
+                              ranges(updated), phase());
   // ZeRO-3 gathers the parameters where the next step uses them, except
   // the persistent ones.
   if (zeroShards == 1)
@@ -926,8 +988,9 @@ void RoleScheduler::optimizerStep() {
         continue;
       int64_t count = piece.padded / zeroShards;
       wx::AllGatherOp::create(
-          builder, loc, count, f32, bundle.family(Family::DP).getValue(),
-          ranges({master.sub(piece.shardStart, count)}),
+          builder, loc, count, gatherSource.type,
+          bundle.family(Family::DP).getValue(),
+          ranges({gatherSource.sub(piece.shardStart, count)}),
           ranges({paramsBuf.sub(piece.replicaStart, piece.padded)}), phase());
     }
 }
@@ -1061,9 +1124,9 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
     Operation *firstOp = ops[lead.first];
     std::string names = lead.param->op.getName().str();
     if (unit.members.size() > 1)
-      names = ("bucket " + names + ".." +
-               unit.members.back()->param->op.getName())
-                  .str();
+      names =
+          ("bucket " + names + ".." + unit.members.back()->param->op.getName())
+              .str();
     StringAttr label =
         gather.getStringAttr(("gather " + names + " (" + phaseLabel + ")"));
     int64_t index = gatherUsedEvents.size();
@@ -1118,8 +1181,8 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
       for (const ParamPiece &piece : lead.param->pieces) {
         int64_t count = piece.padded / zeroShards;
         wx::AllGatherOp::create(
-            gather, loc, count, f32, dp,
-            ranges({master.sub(piece.shardStart, count)}),
+            gather, loc, count, gatherSource.type, dp,
+            ranges({gatherSource.sub(piece.shardStart, count)}),
             ranges({lead.full.sub(piece.start - first.start, piece.padded)}),
             label);
       }
@@ -1134,8 +1197,9 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
           count += piece.padded / zeroShards;
       Slice staging = activation("bucket.gathered", count * zeroShards);
       wx::AllGatherOp::create(
-          gather, loc, count, f32, dp,
-          ranges({master.sub(lead.param->pieces.front().shardStart, count)}),
+          gather, loc, count, gatherSource.type, dp,
+          ranges(
+              {gatherSource.sub(lead.param->pieces.front().shardStart, count)}),
           ranges({staging}), label);
       int64_t offset = 0;
       for (const Use *member : unit.members) {
@@ -1145,9 +1209,8 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
           for (int64_t rank = 0; rank < zeroShards; ++rank)
             wx::CopyOp::create(
                 gather, loc, ranges({staging.sub(rank * count + offset, part)}),
-                ranges({member->full.sub(piece.start - first.start +
-                                             rank * part,
-                                         part)}),
+                ranges({member->full.sub(
+                    piece.start - first.start + rank * part, part)}),
                 label);
           offset += part;
         }
@@ -1230,7 +1293,7 @@ void RoleScheduler::syncGradients() {
       waitFor(item.op);
       int64_t count = item.piece->padded / zeroShards;
       wx::ReduceScatterOp::create(
-          stream, loc, wx::ReduceKind::sum, count, f32, dp,
+          stream, loc, wx::ReduceKind::sum, count, gradsBuf.type, dp,
           ranges({gradsBuf.sub(item.piece->start, item.piece->padded)}),
           ranges({gradShards.sub(item.piece->shardStart, count)}), label);
     }
@@ -1246,7 +1309,7 @@ void RoleScheduler::syncGradients() {
     Operation *trigger = nullptr;
     auto bucketBytes = [&](size_t first, size_t last) {
       return (slots[last]->start + slots[last]->padded - slots[first]->start) *
-             kF32Bytes;
+             gradsBuf.elementBytes();
     };
     auto flush = [&] {
       if (!bucket)
@@ -1257,7 +1320,7 @@ void RoleScheduler::syncGradients() {
       Slice range =
           gradsBuf.sub(first->start, last->start + last->padded - first->start);
       wx::AllReduceOp::create(stream, loc, wx::ReduceKind::sum,
-                              range.elements(), f32, dp, ranges({range}),
+                              range.elements(), range.type, dp, ranges({range}),
                               ranges({range}), label);
       bucket.reset();
     };
@@ -1302,11 +1365,15 @@ LogicalResult RoleScheduler::run() {
   sumsq = newBuffer("grad.sumsq", 1, wx::Region::persistent, f32);
 
   phaseLabel = "zero grads";
+  // One fill per dtype: the gradients, and `loss` (f32).
   SmallVector<Slice, 2> zeroed = {gradsBuf};
-  if (loss)
+  if (loss && loss.type == gradsBuf.type)
     zeroed.push_back(loss);
-  wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
+  wx::FillOp::create(builder, loc, gradsBuf.type, APFloat(0.0), ArrayAttr(),
                      ranges(zeroed), phase());
+  if (loss && loss.type != gradsBuf.type)
+    wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
+                       ranges({loss}), phase());
 
   auto kind = *pipeline::parseScheduleKind(par.schedule);
   for (const pipeline::Task &task : pipeline::pipelineOrder(
@@ -1334,6 +1401,10 @@ struct WeftSchedulePass : mlir::weft::impl::WeftScheduleBase<WeftSchedulePass> {
     opts.beta2 = beta2;
     opts.eps = eps;
     opts.gradClip = gradClip;
+    opts.precision = precision;
+    opts.lossScale = lossScale;
+    opts.initialLossScale = initialLossScale;
+    opts.lossScaleWindow = lossScaleWindow;
     opts.stepsPerPlan = stepsPerPlan;
     opts.predictedStepTimeS = predictedStepTimeS;
     opts.predictedMfu = predictedMfu;

@@ -271,7 +271,6 @@ ParameterOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   int64_t elements = 1;
   for (int64_t dim : getShape())
     elements *= dim;
-  int64_t elementBytes = getElementBytes(getDtype());
   for (auto [index, shard] :
        llvm::enumerate(getShards().getAsRange<ShardAttr>())) {
     auto shardError = [&, index = index]() {
@@ -315,8 +314,9 @@ ParameterOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                           << " must be at least the slice's " << sliceElements
                           << " elements and a multiple of zero_shards "
                           << shard.getZeroShards();
-    int64_t bytes =
-        shard.getPaddedElements() / shard.getZeroShards() * elementBytes;
+    // A shard holds the parameter converted to its buffer's dtype.
+    int64_t bytes = shard.getPaddedElements() / shard.getZeroShards() *
+                    getElementBytes(buffer.getDtype());
     if (shard.getOffset() < 0 ||
         shard.getOffset() + bytes > int64_t(buffer.getSize()))
       return shardError() << bytes << " bytes at offset " << shard.getOffset()

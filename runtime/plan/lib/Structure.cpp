@@ -474,9 +474,11 @@ private:
                   "zero_shards " + str(shard.zeroShards));
         continue;
       }
-      int64_t bytes =
-          shard.paddedElements / shard.zeroShards * elementBytes(param.dtype);
+      // A shard holds the parameter converted to its buffer's dtype (the
+      // bf16 working copy beside the fp32 master).
       const Buffer &buffer = program.buffers[shard.buffer];
+      int64_t bytes =
+          shard.paddedElements / shard.zeroShards * elementBytes(buffer.dtype);
       if (shard.offset < 0 || shard.offset + bytes > buffer.size)
         error(shardPath + ".offset",
               "shard of " + str(bytes) + " bytes at offset " +
