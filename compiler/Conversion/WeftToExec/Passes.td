@@ -46,8 +46,10 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     ordered against `compute` by events. Then the sequence-parallel and
     tied-embedding gradient sums, the DP gradient sync, the global gradient
     norm (each gradient element counted once, summed over `mp`, `dp` or
-    `world`), `clip`, `optimizer_step` and (ZeRO 1-2) one all-gather per
-    slot. The loss comes from the backward's fused cross-entropy kernels on
+    `world`), `clip` and `optimizer_step`; ZeRO 1-2 rebuild the
+    parameters with one all-gather per slot at the start of the next step,
+    on the `allgather` stream in order of first use (compute waits for each
+    right before its first reader, so they overlap the forward). The loss comes from the backward's fused cross-entropy kernels on
     the last stage (`loss_div = grad_accum`, `grad_div = grad_accum * dp`,
     so the summed gradient is the global-batch mean). Activations get one
     arena buffer per value and micro-batch; `weft-plan-memory` overlaps them

@@ -226,9 +226,16 @@ private:
   LogicalResult runTask(const pipeline::Task &task);
   LogicalResult bindArguments(const StageFunctions &stage, func::FuncOp func,
                               int64_t microBatch);
-  /// Tied-copy and DP gradient sync, clipping, AdamW and (ZeRO-1) the
-  /// parameter all-gather.
+  /// Tied-copy and DP gradient sync, clipping, AdamW and the ZeRO parameter
+  /// all-gathers.
   void optimizerStep();
+  /// ZeRO-1/2: the all-gathers that rebuild the working copy `params` from
+  /// the shards AdamW updated, issued at the start of the step on the
+  /// `allgather` stream in order of first use, so they overlap the forward
+  /// (`compute` waits for each right before its first reader); `optimizer`
+  /// waits until all are done, as it overwrites their source. The first
+  /// step gathers the initial shards, which equal the initial working copy.
+  void scheduleParameterGathers(Operation *optimizer);
   /// The DP gradient sync overlapped with the backward: ZeRO 1-3 one
   /// reduce-scatter per slot on the `reducescatter` stream, ZeRO-0 in-place
   /// all-reduces of buckets of neighbouring slots (up to bucket_bytes) on

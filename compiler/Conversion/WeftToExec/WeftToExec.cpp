@@ -974,25 +974,104 @@ void RoleScheduler::optimizerStep() {
   SmallVector<Slice, 4> updated = {master, expAvg, expAvgSq};
   if (mixedPrecision())
     updated.push_back(zeroShards > 1 ? gatherSource : paramsBuf);
-  wx::OptimizerStepOp::create(builder, loc, stateElements, f32,
-                              ranges({master, gradShards, expAvg, expAvgSq}),
-                              ranges(updated), phase());
-  // ZeRO-3 gathers the parameters where the next step uses them, except
-  // the persistent ones.
-  if (zeroShards == 1)
+  auto optimizer = wx::OptimizerStepOp::create(
+      builder, loc, stateElements, f32,
+      ranges({master, gradShards, expAvg, expAvgSq}), ranges(updated), phase());
+
+  if (zero == 1 || zero == 2)
+    return scheduleParameterGathers(optimizer);
+  // ZeRO-3 rebuilds its persistent small parameters right after the step:
+  // gathered at the start of the next one they would queue ahead of the
+  // first layer's prefetch on `allgather`, for a few bytes each.
+  if (zero != 3)
     return;
   phaseLabel = "param gather";
   for (const LocalParam &param : params)
+    if (param.persistent)
+      for (const ParamPiece &piece : param.pieces) {
+        int64_t count = piece.padded / zeroShards;
+        wx::AllGatherOp::create(
+            builder, loc, count, gatherSource.type,
+            bundle.family(Family::DP).getValue(),
+            ranges({gatherSource.sub(piece.shardStart, count)}),
+            ranges({paramsBuf.sub(piece.replicaStart, piece.padded)}), phase());
+      }
+}
+
+void RoleScheduler::scheduleParameterGathers(Operation *optimizer) {
+  // Every slot is rebuilt from the shards; each is found the first compute
+  // instruction that reads it.
+  struct Rebuilt {
+    const ParamPiece *piece;
+    int64_t begin, end; // bytes of its slot in `params`
+    Operation *firstRead = nullptr;
+  };
+  SmallVector<Rebuilt> slots;
+  for (const LocalParam &param : params)
     for (const ParamPiece &piece : param.pieces) {
-      if (zero == 3 && !param.persistent)
+      Slice slot = paramsBuf.sub(piece.replicaStart, piece.padded);
+      slots.push_back({&piece, slot.offset, slot.offset + slot.bytes});
+    }
+  // One walk over compute; slots are disjoint and in offset order.
+  Block &block = compute.getBody().front();
+  DenseMap<Operation *, size_t> position;
+  size_t unseen = slots.size();
+  for (Operation &op : block) {
+    position[&op] = position.size();
+    auto reads = op.getAttrOfType<ArrayAttr>("reads");
+    if (!reads || !unseen)
+      continue;
+    for (Attribute attribute : reads) {
+      auto range = cast<wx::RangeAttr>(attribute);
+      if (range.getBuffer().getAttr() != paramsBuf.buffer)
         continue;
+      auto it = llvm::partition_point(
+          slots, [&](const Rebuilt &r) { return r.end <= range.getOffset(); });
+      for (; it != slots.end() && it->begin < range.getEnd(); ++it)
+        if (!it->firstRead) {
+          it->firstRead = &op;
+          --unseen;
+        }
+    }
+  }
+  // In order of first use (slots no instruction reads last), so the forward
+  // waits only for what it is about to read.
+  llvm::stable_sort(slots, [&](const Rebuilt &a, const Rebuilt &b) {
+    size_t pa = a.firstRead ? position[a.firstRead] : position.size();
+    size_t pb = b.firstRead ? position[b.firstRead] : position.size();
+    return pa < pb;
+  });
+  Location loc = program.getLoc();
+  wx::StreamOp stream = sideStream("allgather");
+  auto gather = OpBuilder::atBlockBegin(&stream.getBody().front());
+  StringAttr label = gather.getStringAttr("param gather");
+  StringRef dp = bundle.family(Family::DP).getValue();
+  for (size_t i = 0; i < slots.size();) {
+    Operation *reader = slots[i].firstRead;
+    for (; i < slots.size() && slots[i].firstRead == reader; ++i) {
+      const ParamPiece &piece = *slots[i].piece;
       int64_t count = piece.padded / zeroShards;
       wx::AllGatherOp::create(
-          builder, loc, count, gatherSource.type,
-          bundle.family(Family::DP).getValue(),
+          gather, loc, count, gatherSource.type, dp,
           ranges({gatherSource.sub(piece.shardStart, count)}),
-          ranges({paramsBuf.sub(piece.replicaStart, piece.padded)}), phase());
+          ranges({paramsBuf.sub(piece.replicaStart, piece.padded)}), label);
     }
+    if (!reader)
+      continue;
+    int64_t ready = numEvents++;
+    wx::RecordEventOp::create(gather, loc, ready, ArrayAttr(), ArrayAttr(),
+                              label);
+    OpBuilder before(reader);
+    wx::WaitEventOp::create(before, loc, ready, ArrayAttr(), ArrayAttr(),
+                            reader->getAttrOfType<StringAttr>("phase"));
+  }
+  // The step overwrites the shards the gathers read: not before they are
+  // done.
+  int64_t done = numEvents++;
+  wx::RecordEventOp::create(gather, loc, done, ArrayAttr(), ArrayAttr(), label);
+  OpBuilder before(optimizer);
+  wx::WaitEventOp::create(before, loc, done, ArrayAttr(), ArrayAttr(),
+                          optimizer->getAttrOfType<StringAttr>("phase"));
 }
 
 //===----------------------------------------------------------------------===//

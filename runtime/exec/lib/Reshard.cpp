@@ -212,7 +212,7 @@ stateOf(const Bundle &bundle, const std::string &planPath,
 
 /// Where each persistent buffer of each role starts in a rank file's
 /// payload (-1: not saved). Full checkpoints hold the region as is; a weights
-/// snapshot the Params group's ranges, packed in offset order.
+/// snapshot the ranges of weightsSnapshotLayout(), packed in offset order.
 struct PayloadLayout {
   std::vector<std::vector<int64_t>> offsets; // by role, by buffer
   std::vector<int64_t> bytes;                // by role
@@ -228,8 +228,7 @@ PayloadLayout layOut(const Bundle &bundle, CheckpointContents contents) {
         if (b.region == plan::Region::Persistent)
           offsets[size_t(b.id)] = b.offset;
     } else {
-      StateGroupLayout params =
-          stateGroupLayout(bundle, program)[size_t(StateGroup::Params)];
+      StateGroupLayout params = weightsSnapshotLayout(bundle, program);
       bytes = 0;
       for (const ByteRange &r : params.ranges) {
         for (int64_t id : params.buffers) {

@@ -201,6 +201,7 @@ void Session::setUp(MPI_Comm world) {
     initializeParameters();
   prepareInstructions();
   layout_ = stateGroupLayout(bundle_, program);
+  weightsLayout_ = weightsSnapshotLayout(bundle_, program);
 }
 
 void Session::agree(const std::string &localFailure, MPI_Comm comm) const {
@@ -479,7 +480,7 @@ CheckpointStats Session::saveCheckpoint(const std::string &dir) {
 
 CheckpointStats Session::saveWeights(const std::string &dir) {
   PayloadPieces payload;
-  for (const ByteRange &range : layout_[size_t(StateGroup::Params)].ranges) {
+  for (const ByteRange &range : weightsLayout_.ranges) {
     PayloadPieces pieces = persistentPieces(range.offset, range.bytes);
     payload.insert(payload.end(), pieces.begin(), pieces.end());
   }

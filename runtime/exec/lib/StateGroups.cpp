@@ -190,6 +190,55 @@ std::vector<StateGroup> classifyStateGroups(const plan::Bundle &bundle,
   return groups;
 }
 
+namespace {
+/// Sorts and coalesces `g.ranges` and sums them into `g.bytes`.
+void coalesce(StateGroupLayout &g) {
+  std::sort(g.ranges.begin(), g.ranges.end(),
+            [](const ByteRange &a, const ByteRange &b) {
+              return a.offset < b.offset;
+            });
+  std::vector<ByteRange> merged;
+  for (const ByteRange &r : g.ranges) {
+    if (!merged.empty() &&
+        r.offset <= merged.back().offset + merged.back().bytes)
+      merged.back().bytes = std::max(merged.back().offset + merged.back().bytes,
+                                     r.offset + r.bytes) -
+                            merged.back().offset;
+    else
+      merged.push_back(r);
+  }
+  g.ranges = std::move(merged);
+  g.bytes = 0;
+  for (const ByteRange &r : g.ranges)
+    g.bytes += r.bytes;
+}
+} // namespace
+
+StateGroupLayout weightsSnapshotLayout(const plan::Bundle &bundle,
+                                       const plan::Program &program) {
+  std::vector<BufferFacts> facts = analyzeBuffers(bundle, program);
+  std::vector<bool> saved(facts.size(), false);
+  for (size_t b = 0; b < facts.size(); ++b)
+    saved[b] = facts[b].params && !facts[b].gathered &&
+               !facts[b].masterParams && !facts[b].optimizerState;
+  for (const plan::Stream &stream : program.streams)
+    for (const plan::Instruction &inst : stream.instructions)
+      if (inst.opcode == plan::Opcode::AllGather && !inst.writes.empty() &&
+          facts[size_t(inst.writes[0].buffer)].gathered)
+        saved[size_t(inst.reads[0].buffer)] = true;
+  StateGroupLayout layout;
+  layout.group = StateGroup::Params;
+  for (size_t b = 0; b < facts.size(); ++b) {
+    const plan::Buffer &buffer = program.buffers[b];
+    if (!saved[b] || buffer.region != plan::Region::Persistent)
+      continue;
+    layout.buffers.push_back(int64_t(b));
+    layout.ranges.push_back({buffer.offset, buffer.size});
+  }
+  coalesce(layout);
+  return layout;
+}
+
 std::array<StateGroupLayout, kNumStateGroups>
 stateGroupLayout(const plan::Bundle &bundle, const plan::Program &program) {
   std::array<StateGroupLayout, kNumStateGroups> layout;
@@ -209,27 +258,8 @@ stateGroupLayout(const plan::Bundle &bundle, const plan::Program &program) {
   }
   if (program.arenaBytes > 0)
     layout[size_t(StateGroup::Activations)].ranges = {{0, program.arenaBytes}};
-  for (StateGroupLayout &g : layout) {
-    std::sort(g.ranges.begin(), g.ranges.end(),
-              [](const ByteRange &a, const ByteRange &b) {
-                return a.offset < b.offset;
-              });
-    std::vector<ByteRange> merged;
-    for (const ByteRange &r : g.ranges) {
-      if (!merged.empty() &&
-          r.offset <= merged.back().offset + merged.back().bytes)
-        merged.back().bytes =
-            std::max(merged.back().offset + merged.back().bytes,
-                     r.offset + r.bytes) -
-            merged.back().offset;
-      else
-        merged.push_back(r);
-    }
-    g.ranges = std::move(merged);
-    g.bytes = 0;
-    for (const ByteRange &r : g.ranges)
-      g.bytes += r.bytes;
-  }
+  for (StateGroupLayout &g : layout)
+    coalesce(g);
   return layout;
 }
 

@@ -156,9 +156,10 @@
 // MESH-NEXT: weftx.group @world world {{\[\[}}0, 1, 2, 3, 4, 5, 6, 7]]
 // MESH-LABEL: weftx.program @role0 ranks [0, 4] {
 // MESH: weftx.all_reduce sum 1 x f32 on @world
-// MESH: weftx.all_gather {{[0-9]+}} x f32 on @dp
 // MESH-LABEL: weftx.stream "reducescatter" {
 // MESH: weftx.reduce_scatter sum {{[0-9]+}} x f32 on @dp
+// MESH-LABEL: weftx.stream "allgather" {
+// MESH: weftx.all_gather {{[0-9]+}} x f32 on @dp
 // MESH-LABEL: weftx.program @role1 ranks [1, 5] {
 // MESH-LABEL: weftx.program @role2 ranks [2, 6] {
 // MESH-LABEL: weftx.program @role3 ranks [3, 7] {

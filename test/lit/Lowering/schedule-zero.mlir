@@ -71,8 +71,8 @@
 
 // ZeRO-2: full parameters stay (persistent); gradients live in the arena and
 // are reduce-scattered on their own stream as soon as the backward has
-// written each slot, the sharded AdamW step is followed by the parameter
-// all-gather.
+// written each slot; the parameter all-gathers from the shards AdamW
+// updates run at the start of the next step, overlapping its forward.
 
 // ZERO2-LABEL: weftx.program @role0 ranks [0, 1] {
 // ZERO2: weftx.buffer @params persistent size 498688
@@ -84,10 +84,15 @@
 // ZERO2-NEXT: weftx.record_event [[LNF:[0-9]+]] phase "bwd mb0"
 // ZERO2: weftx.wait_event [[DONE:[0-9]+]] phase "grad sync"
 // ZERO2-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: 249344])
-// ZERO2: weftx.optimizer_step 62336 x f32
-// ZERO2-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
+// ZERO2: weftx.wait_event [[GATHERED:[0-9]+]] phase "adamw"
+// ZERO2-NEXT: weftx.optimizer_step 62336 x f32
+// ZERO2-NEXT: }
 // ZERO2-LABEL: weftx.stream "reducescatter" {
 // ZERO2-NEXT: weftx.wait_event [[LNF]] phase "grad sync"
 // ZERO2-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498176 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
 // ZERO2: weftx.record_event [[DONE]] phase "grad sync"
+// ZERO2-NEXT: }
+// ZERO2-LABEL: weftx.stream "allgather" {
+// ZERO2-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
+// ZERO2: weftx.record_event [[GATHERED]] phase "param gather"
 // ZERO2-NEXT: }

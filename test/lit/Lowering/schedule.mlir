@@ -101,7 +101,10 @@
 // ZeRO-1 at DP 2: slots padded to multiples of 2 x 16 elements, the rank's
 // pieces contiguous in @master, @grads.shard and the moments; one
 // reduce-scatter and one all-gather per slot, the partial gradient norm
-// all-reduced, one AdamW step over the shard.
+// all-reduced, one AdamW step over the shard. The all-gathers that rebuild
+// @params run at the start of the next step on the `allgather` stream, in
+// order of first use, overlapping the forward: compute waits for each group
+// right before the instruction that first reads it.
 // ZERO1: weftx.buffer @params persistent size [[FLAT:[0-9]+]] align 64 : f32
 // ZERO1-NEXT: weftx.buffer @grads persistent size [[FLAT]] align 64 : f32
 // ZERO1-NEXT: weftx.buffer @exp_avg persistent size [[SHARD:[0-9]+]] align 64 : f32
@@ -109,13 +112,21 @@
 // ZERO1-NEXT: weftx.buffer @master persistent size [[SHARD]] align 64 : f32
 // ZERO1-NEXT: weftx.buffer @grads.shard persistent size [[SHARD]] align 64 : f32
 // ZERO1-NOT: weftx.all_reduce {{.*}} @grads
+// ZERO1-LABEL: weftx.stream "compute" {
+// ZERO1-NEXT: weftx.fill
+// ZERO1-NEXT: weftx.load_batch
+// ZERO1-NEXT: weftx.wait_event [[EMBEDDINGS:[0-9]+]] phase "fwd mb0"
+// ZERO1-NEXT: weftx.launch @embedding_forward reads(@tokens[0 +: 32], @params[0 +: 65536], @params[65536 +: 32768])
+// ZERO1-NEXT: weftx.wait_event [[LN:[0-9]+]] phase "fwd mb0"
+// ZERO1-NEXT: weftx.launch @layer_norm_forward reads(@embedding[0 +: 2048], @params[98304 +: 256], @params[98560 +: 256])
 // ZERO1: weftx.wait_event [[SYNCED:[0-9]+]] phase "grad sync"
 // ZERO1-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: [[SHARD]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
 // ZERO1-NEXT: weftx.all_reduce sum 1 x f32 on @dp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "clip"
 // ZERO1-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads.shard[0 +: [[SHARD]]]) writes(@grads.shard[0 +: [[SHARD]]]) phase "clip"
+// The step overwrites @master once every gather has read it.
+// ZERO1-NEXT: weftx.wait_event [[GATHERED:[0-9]+]] phase "adamw"
 // ZERO1-NEXT: weftx.optimizer_step {{[0-9]+}} x f32 reads(@master[0 +: [[SHARD]]], @grads.shard[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) writes(@master[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) phase "adamw"
-// ZERO1-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
-// ZERO1-NEXT: weftx.all_gather 4096 x f32 on @dp reads(@master[32768 +: 16384]) writes(@params[65536 +: 32768]) phase "param gather"
+// ZERO1-NEXT: }
 // The reduce-scatters overlap the backward on their own stream, each slot's
 // as soon as compute has written it for the last time (the final norm's
 // first, the token table's, written last by the embedding, last).
@@ -125,6 +136,15 @@
 // ZERO1: weftx.reduce_scatter sum 8192 x f32 on @dp reads(@grads[0 +: 65536]) writes(@grads.shard[0 +: 32768]) phase "grad sync"
 // ZERO1-NEXT: weftx.reduce_scatter sum 4096 x f32 on @dp reads(@grads[65536 +: 32768]) writes(@grads.shard[32768 +: 16384]) phase "grad sync"
 // ZERO1-NEXT: weftx.record_event [[SYNCED]] phase "grad sync"
+// ZERO1-NEXT: }
+// ZERO1-LABEL: weftx.stream "allgather" {
+// ZERO1-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
+// ZERO1-NEXT: weftx.all_gather 4096 x f32 on @dp reads(@master[32768 +: 16384]) writes(@params[65536 +: 32768]) phase "param gather"
+// ZERO1-NEXT: weftx.record_event [[EMBEDDINGS]] phase "param gather"
+// ZERO1-NEXT: weftx.all_gather 32 x f32 on @dp reads(@master[49152 +: 128]) writes(@params[98304 +: 256]) phase "param gather"
+// ZERO1-NEXT: weftx.all_gather 32 x f32 on @dp reads(@master[49280 +: 128]) writes(@params[98560 +: 256]) phase "param gather"
+// ZERO1-NEXT: weftx.record_event [[LN]] phase "param gather"
+// ZERO1: weftx.record_event [[GATHERED]] phase "param gather"
 // ZERO1-NEXT: }
 // Each parameter initializes its replicated copy and its master piece.
 // ZERO1: weftx.parameter "transformer.wpe.weight" [128, 64] {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = 65536, dim = -1, start = 0, length = 0, zero_shards = 1, padded_elements = 8192>, #weftx.shard<role = @role0, buffer = @master, offset = 32768, dim = -1, start = 0, length = 0, zero_shards = 2, padded_elements = 8192>]

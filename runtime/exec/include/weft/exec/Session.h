@@ -162,7 +162,8 @@ public:
   /// Backend::deviceBytesInUse() of this rank.
   int64_t deviceBytesInUse() const;
 
-  /// Collective: writes D/weights-<completedSteps()>: the Params group only,
+  /// Collective: writes D/weights-<completedSteps()>: the working parameters
+  /// as weightsSnapshotLayout() selects them (under ZeRO, this rank's shard),
   /// with the protocol, header and checksums of saveCheckpoint (a separate
   /// name, so a resume never picks it). Offloaded bytes are written from
   /// their host copies.
@@ -281,6 +282,7 @@ private:
     HostBuffer host; // the offloaded bytes, ranges packed in offset order
   };
   std::array<StateGroupLayout, kNumStateGroups> layout_;
+  StateGroupLayout weightsLayout_; // what saveWeights() writes
   std::array<GroupState, kNumStateGroups> groups_;
   bool stepInProgress_ = false;
   StepContext stepContext_;

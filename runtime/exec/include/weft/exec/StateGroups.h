@@ -119,6 +119,16 @@ struct StateGroupLayout {
 std::array<StateGroupLayout, kNumStateGroups>
 stateGroupLayout(const plan::Bundle &bundle, const plan::Program &program);
 
+/// What a weights snapshot of `program` holds: the persistent buffers from
+/// which every working parameter follows, current after a step. That is the
+/// Params group without the replicas ZeRO all-gathers from shards, plus the
+/// shards they are gathered from (the low-precision `params.shard`, or the
+/// fp32 master of an fp32 plan): ZeRO-1/2 rebuild the replicas only at the
+/// start of the next step, so between steps they hold the previous step's
+/// weights; and each DP rank then writes only its shard. `group` is Params.
+StateGroupLayout weightsSnapshotLayout(const plan::Bundle &bundle,
+                                       const plan::Program &program);
+
 } // namespace weft::exec
 
 #endif // WEFT_EXEC_STATEGROUPS_H
