@@ -1,7 +1,8 @@
 //===- CpuBackend.cpp - Host execution of the compute opcodes -------------===//
 //
-// fp32 math throughout; bf16 operands are widened into a workspace sized at
-// prepare() and narrowed back after the call, so execute() never allocates.
+// fp32 math throughout; bf16 and f16 operands are widened into a workspace
+// sized at prepare() and narrowed back after the call, so execute() never
+// allocates.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,14 +37,34 @@ float loadFloat(const std::byte *data, DType dtype, int64_t i) {
   if (dtype == DType::BF16)
     return kernels::bf16ToFloat(
         reinterpret_cast<const kernels::BF16 *>(data)[i]);
+  if (dtype == DType::F16)
+    return kernels::f16ToFloat(reinterpret_cast<const kernels::F16 *>(data)[i]);
   return reinterpret_cast<const float *>(data)[i];
 }
 
 void storeFloat(std::byte *data, DType dtype, int64_t i, float value) {
   if (dtype == DType::BF16)
     reinterpret_cast<kernels::BF16 *>(data)[i] = kernels::floatToBf16(value);
+  else if (dtype == DType::F16)
+    reinterpret_cast<kernels::F16 *>(data)[i] = kernels::floatToF16(value);
   else
     reinterpret_cast<float *>(data)[i] = value;
+}
+
+/// Widens n bf16 or f16 elements to fp32.
+void widenHalf(DType dtype, int64_t n, const std::byte *in, float *out) {
+  if (dtype == DType::BF16)
+    cpu::fromBf16(n, reinterpret_cast<const kernels::BF16 *>(in), out);
+  else
+    cpu::fromF16(n, reinterpret_cast<const kernels::F16 *>(in), out);
+}
+
+/// Rounds n fp32 elements to bf16 or f16.
+void narrowHalf(DType dtype, int64_t n, const float *in, std::byte *out) {
+  if (dtype == DType::BF16)
+    cpu::toBf16(n, in, reinterpret_cast<kernels::BF16 *>(out));
+  else
+    cpu::toF16(n, in, reinterpret_cast<kernels::F16 *>(out));
 }
 
 size_t pageBytes() {
@@ -71,22 +92,33 @@ struct ResolvedKernel {
 
 //===--- Communication: non-blocking MPI ----------------------------------===//
 
-template <typename Combine>
-void combineBf16(void *in, void *inout, int *len, Combine combine) {
-  auto *a = static_cast<const kernels::BF16 *>(in);
-  auto *b = static_cast<kernels::BF16 *>(inout);
+float widen(kernels::BF16 x) { return kernels::bf16ToFloat(x); }
+float widen(kernels::F16 x) { return kernels::f16ToFloat(x); }
+void narrow(float x, kernels::BF16 &out) { out = kernels::floatToBf16(x); }
+void narrow(float x, kernels::F16 &out) { out = kernels::floatToF16(x); }
+
+// MPI reduces bf16 and f16 (moved as 16-bit integers) through user ops that
+// combine in fp32 and round back.
+template <typename Half, typename Combine>
+void combineHalf(void *in, void *inout, int *len, Combine combine) {
+  auto *a = static_cast<const Half *>(in);
+  auto *b = static_cast<Half *>(inout);
   for (int i = 0; i < *len; ++i)
-    b[i] = kernels::floatToBf16(
-        combine(kernels::bf16ToFloat(a[i]), kernels::bf16ToFloat(b[i])));
+    narrow(combine(widen(a[i]), widen(b[i])), b[i]);
 }
-void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
-  combineBf16(in, inout, len, [](float x, float y) { return x + y; });
+template <typename Half>
+void halfSum(void *in, void *inout, int *len, MPI_Datatype *) {
+  combineHalf<Half>(in, inout, len, [](float x, float y) { return x + y; });
 }
-void bf16Max(void *in, void *inout, int *len, MPI_Datatype *) {
-  combineBf16(in, inout, len, [](float x, float y) { return std::max(x, y); });
+template <typename Half>
+void halfMax(void *in, void *inout, int *len, MPI_Datatype *) {
+  combineHalf<Half>(in, inout, len,
+                    [](float x, float y) { return std::max(x, y); });
 }
-void bf16Min(void *in, void *inout, int *len, MPI_Datatype *) {
-  combineBf16(in, inout, len, [](float x, float y) { return std::min(x, y); });
+template <typename Half>
+void halfMin(void *in, void *inout, int *len, MPI_Datatype *) {
+  combineHalf<Half>(in, inout, len,
+                    [](float x, float y) { return std::min(x, y); });
 }
 
 MPI_Datatype mpiType(DType dtype) {
@@ -104,7 +136,7 @@ MPI_Datatype mpiType(DType dtype) {
   case DType::F16:
   case DType::BF16:
   case DType::U16:
-    return MPI_UINT16_T; // half types move as bits; bf16 reduces via user ops
+    return MPI_UINT16_T; // moved as bits; bf16/f16 reduce via user ops
   }
   return MPI_BYTE;
 }
@@ -123,16 +155,19 @@ struct MpiCall {
 struct MpiChannels {
   std::map<std::pair<int64_t, std::string>, MPI_Comm> collective;
   std::map<std::string, MPI_Comm> p2p;
+  // Sum, max, min.
   MPI_Op bf16Ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_Op f16Ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 
   ~MpiChannels() {
     for (auto &[key, comm] : collective)
       MPI_Comm_free(&comm);
     for (auto &[key, comm] : p2p)
       MPI_Comm_free(&comm);
-    for (MPI_Op &op : bf16Ops)
-      if (op != MPI_OP_NULL)
-        MPI_Op_free(&op);
+    for (MPI_Op *ops : {bf16Ops, f16Ops})
+      for (int i = 0; i < 3; ++i)
+        if (ops[i] != MPI_OP_NULL)
+          MPI_Op_free(&ops[i]);
   }
 };
 
@@ -276,7 +311,7 @@ private:
   std::vector<Mapping> regions_;
   int64_t inUse_ = 0;                   // mapped and not decommitted
   std::vector<ResolvedKernel> kernels_; // by bundle kernel id
-  std::vector<float> workspace_;        // bf16 operands widened to fp32
+  std::vector<float> workspace_;        // bf16/f16 operands widened to fp32
   KernelCall call_;                     // reused so execute() never allocates
 };
 
@@ -325,19 +360,18 @@ void CpuBackend::prepareOther(const plan::Program &program,
                               const std::string &where) {
   // The dtype check comes first: checkOperands sizes ranges by the dtype.
   bool gemm = inst.opcode == Opcode::Gemm;
-  if (gemm && inst.dtype != DType::F32 && inst.dtype != DType::BF16 &&
-      inst.dtype != DType::F64)
+  if (gemm && !isFloatStorage(inst.dtype) && inst.dtype != DType::F64)
     throw Error(where + ": gemm of " + std::string(plan::toString(inst.dtype)) +
-                " is not supported (f32, bf16, f64)");
+                " is not supported (f32, bf16, f16, f64)");
   checkOperands(program, inst, where, "CPU");
   if (!gemm)
     return;
-  // bf16 operands are widened into the workspace.
+  // bf16 and f16 operands are widened into the workspace.
   const plan::GemmParams &g = inst.gemm;
   int64_t a = matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda);
   int64_t b = matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb);
   int64_t c = matrixSpan(g.m, g.n, g.ldc);
-  if (inst.dtype == DType::BF16 && size_t(a + b + c) > workspace_.size())
+  if (isHalfFloat(inst.dtype) && size_t(a + b + c) > workspace_.size())
     workspace_.resize(size_t(a + b + c));
 }
 
@@ -362,6 +396,7 @@ void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
         switch (inst.dtype) {
         case DType::F32:
         case DType::BF16:
+        case DType::F16:
           storeFloat(out.data, inst.dtype, i, float(inst.value));
           break;
         case DType::F64:
@@ -378,8 +413,6 @@ void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
           break;
         case DType::U8:
           out.as<uint8_t>()[i] = uint8_t(inst.value);
-          break;
-        case DType::F16: // rejected by prepare()
           break;
         }
       }
@@ -433,11 +466,11 @@ void CpuBackend::runKernel(const Instruction &inst, const StepContext &context,
   call_.readIndices.clear();
   float *scratch = workspace_.data();
   auto widen = [&](const Operand &operand) -> float * {
-    if (operand.dtype != DType::BF16)
+    if (!isHalfFloat(operand.dtype))
       return operand.dtype == DType::F32 ? operand.as<float>() : nullptr;
     float *out = scratch;
     int64_t n = operand.elements();
-    cpu::fromBf16(n, operand.as<kernels::BF16>(), out);
+    widenHalf(operand.dtype, n, operand.data, out);
     scratch += n;
     return out;
   };
@@ -451,9 +484,9 @@ void CpuBackend::runKernel(const Instruction &inst, const StepContext &context,
     call_.writes.push_back(widen(operand));
   kernel.spec->run(call_);
   for (size_t i = 0; i < writes.size(); ++i)
-    if (writes[i].dtype == DType::BF16)
-      cpu::toBf16(writes[i].elements(), call_.writes[i],
-                  writes[i].as<kernels::BF16>());
+    if (isHalfFloat(writes[i].dtype))
+      narrowHalf(writes[i].dtype, writes[i].elements(), call_.writes[i],
+                 writes[i].data);
 }
 
 void CpuBackend::runGemm(const Instruction &inst,
@@ -479,12 +512,12 @@ void CpuBackend::runGemm(const Instruction &inst,
   int64_t b = matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb);
   int64_t c = matrixSpan(g.m, g.n, g.ldc);
   float *wa = workspace_.data(), *wb = wa + a, *wc = wb + b;
-  cpu::fromBf16(a, reads[0].as<kernels::BF16>(), wa);
-  cpu::fromBf16(b, reads[1].as<kernels::BF16>(), wb);
-  cpu::fromBf16(c, writes[0].as<kernels::BF16>(), wc);
+  widenHalf(inst.dtype, a, reads[0].data, wa);
+  widenHalf(inst.dtype, b, reads[1].data, wb);
+  widenHalf(inst.dtype, c, writes[0].data, wc);
   cpu::gemm(g.transB, g.transA, g.n, g.m, g.k, float(g.alpha), wb, g.ldb, wa,
             g.lda, float(g.beta), wc, g.ldc);
-  cpu::toBf16(c, wc, writes[0].as<kernels::BF16>());
+  narrowHalf(inst.dtype, c, wc, writes[0].data);
 }
 
 void CpuBackend::runOptimizer(const Instruction &inst,
@@ -617,9 +650,12 @@ void CpuBackend::connect(const plan::Bundle &bundle, int rank, int,
   }
   for (const std::string &name : p2pStreams)
     MPI_Comm_dup(world, &channels_->p2p[name]);
-  MPI_Op_create(bf16Sum, 1, &channels_->bf16Ops[0]);
-  MPI_Op_create(bf16Max, 1, &channels_->bf16Ops[1]);
-  MPI_Op_create(bf16Min, 1, &channels_->bf16Ops[2]);
+  MPI_Op_create(halfSum<kernels::BF16>, 1, &channels_->bf16Ops[0]);
+  MPI_Op_create(halfMax<kernels::BF16>, 1, &channels_->bf16Ops[1]);
+  MPI_Op_create(halfMin<kernels::BF16>, 1, &channels_->bf16Ops[2]);
+  MPI_Op_create(halfSum<kernels::F16>, 1, &channels_->f16Ops[0]);
+  MPI_Op_create(halfMax<kernels::F16>, 1, &channels_->f16Ops[1]);
+  MPI_Op_create(halfMin<kernels::F16>, 1, &channels_->f16Ops[2]);
 
   // Resolve every communication instruction of this rank's program once.
   const plan::Program &program = *program_;
@@ -642,16 +678,18 @@ void CpuBackend::connect(const plan::Bundle &bundle, int rank, int,
         continue;
       }
       call.type = mpiType(inst.dtype);
-      bool bf16 = inst.dtype == DType::BF16;
+      const MPI_Op *halfOps = inst.dtype == DType::BF16  ? channels_->bf16Ops
+                              : inst.dtype == DType::F16 ? channels_->f16Ops
+                                                         : nullptr;
       switch (inst.reduce) {
       case plan::ReduceOp::Sum:
-        call.op = bf16 ? channels_->bf16Ops[0] : MPI_SUM;
+        call.op = halfOps ? halfOps[0] : MPI_SUM;
         break;
       case plan::ReduceOp::Max:
-        call.op = bf16 ? channels_->bf16Ops[1] : MPI_MAX;
+        call.op = halfOps ? halfOps[1] : MPI_MAX;
         break;
       case plan::ReduceOp::Min:
-        call.op = bf16 ? channels_->bf16Ops[2] : MPI_MIN;
+        call.op = halfOps ? halfOps[2] : MPI_MIN;
         break;
       }
     }

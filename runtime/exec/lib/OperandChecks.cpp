@@ -9,7 +9,11 @@ using plan::DType;
 using plan::Opcode;
 
 bool isFloatStorage(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::BF16;
+  return dtype == DType::F32 || isHalfFloat(dtype);
+}
+
+bool isHalfFloat(DType dtype) {
+  return dtype == DType::BF16 || dtype == DType::F16;
 }
 
 int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
@@ -33,7 +37,7 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
     if (!isFloatStorage(dtype))
       throw Error(where + ": " + op + " " + name + " is " +
                   std::string(plan::toString(dtype)) + "; the " + backend +
-                  " backend supports f32 and bf16");
+                  " backend supports f32, bf16 and f16");
   };
   switch (inst.opcode) {
   case Opcode::Gemm: {
@@ -56,8 +60,6 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
     DType dtype = inst.dtype;
     if (inst.opcode != Opcode::Fill)
       needFloat(dtype, "dtype");
-    else if (dtype == DType::F16)
-      throw Error(where + ": fill of f16 is not supported on the " + backend);
     int64_t eb = plan::elementBytes(dtype);
     const auto &ranges =
         inst.opcode == Opcode::GradNorm ? inst.reads : inst.writes;
@@ -131,7 +133,7 @@ int64_t checkKernelOperands(const plan::Program &program,
     if (!ok)
       throw Error(what + " operand " + name + " is " +
                   std::string(plan::toString(dtype)) + ", expected " +
-                  (operand.isIndex ? "i32" : "f32 or bf16"));
+                  (operand.isIndex ? "i32" : "f32, bf16 or f16"));
     int64_t expected = operand.elements * plan::elementBytes(dtype);
     if (range.bytes != expected)
       throw Error(what + " operand " + name + " has " +
@@ -139,7 +141,7 @@ int64_t checkKernelOperands(const plan::Program &program,
                   std::to_string(expected) + " (" +
                   std::to_string(operand.elements) + " " +
                   std::string(plan::toString(dtype)) + ")");
-    if (dtype == DType::BF16)
+    if (isHalfFloat(dtype))
       widened += operand.elements;
   };
   for (size_t i = 0; i < sig.reads.size(); ++i)

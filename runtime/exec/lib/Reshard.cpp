@@ -76,6 +76,11 @@ float loadElement(const std::byte *p, DType dtype) {
     std::memcpy(&half, p, 2);
     return kernels::bf16ToFloat(half);
   }
+  case DType::F16: {
+    kernels::F16 half;
+    std::memcpy(&half, p, 2);
+    return kernels::f16ToFloat(half);
+  }
   case DType::F64: {
     double value;
     std::memcpy(&value, p, 8);
@@ -93,6 +98,11 @@ void storeElement(std::byte *p, DType dtype, float value) {
   switch (dtype) {
   case DType::BF16: {
     kernels::BF16 half = kernels::floatToBf16(value);
+    std::memcpy(p, &half, 2);
+    break;
+  }
+  case DType::F16: {
+    kernels::F16 half = kernels::floatToF16(value);
     std::memcpy(p, &half, 2);
     break;
   }
@@ -143,9 +153,9 @@ Slice sliceOf(const Bundle &bundle, const std::string &planPath,
     fail("shard in unknown buffer " + std::to_string(spec.buffer));
   const plan::Buffer &buffer = program.buffers[size_t(spec.buffer)];
   if (buffer.dtype != DType::F32 && buffer.dtype != DType::BF16 &&
-      buffer.dtype != DType::F64)
+      buffer.dtype != DType::F16 && buffer.dtype != DType::F64)
     fail("shard in a " + std::string(plan::toString(buffer.dtype)) +
-         " buffer (f32, bf16 and f64 are read)");
+         " buffer (f32, bf16, f16 and f64 are read)");
   int64_t ndim = int64_t(param.shape.size());
   if (spec.dim < -1 || spec.dim >= ndim ||
       (spec.dim >= 0 && (spec.length <= 0 || spec.start < 0 ||

@@ -308,7 +308,7 @@ void Session::validateLocally() {
                         " exceeds what one MPI call moves");
           bool reduces = inst.opcode == Opcode::AllReduce ||
                          inst.opcode == Opcode::ReduceScatter;
-          if (reduces && (inst.dtype == DType::F16 || inst.dtype == DType::U16))
+          if (reduces && inst.dtype == DType::U16)
             throw Error(at + ": reductions of " +
                         std::string(plan::toString(inst.dtype)) +
                         " are not supported");
@@ -645,6 +645,9 @@ void Session::initializeParameters() {
           break;
         case DType::BF16:
           out.as<kernels::BF16>()[e] = kernels::floatToBf16(float(value));
+          break;
+        case DType::F16:
+          out.as<kernels::F16>()[e] = kernels::floatToF16(float(value));
           break;
         default:
           out.as<float>()[e] = float(value);

@@ -1,4 +1,4 @@
-//===- Optimizer.cpp - AdamW, gradient norm, overflow check, bf16 ---------===//
+//===- Optimizer.cpp - AdamW, gradient norm, overflow, bf16/f16 -----------===//
 
 #include "weft/kernels/CpuKernels.h"
 
@@ -33,6 +33,16 @@ void toBf16(int64_t n, const float *x, BF16 *y) {
 void fromBf16(int64_t n, const BF16 *x, float *y) {
   for (int64_t i = 0; i < n; ++i)
     y[i] = bf16ToFloat(x[i]);
+}
+
+void toF16(int64_t n, const float *x, F16 *y) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = floatToF16(x[i]);
+}
+
+void fromF16(int64_t n, const F16 *x, float *y) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = f16ToFloat(x[i]);
 }
 
 #define WEFT_INSTANTIATE(T)                                                    \

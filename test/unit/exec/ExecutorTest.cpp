@@ -2,7 +2,9 @@
 //
 // Each test writes a small bundle, opens it as world size 1 and checks the
 // memory after one step: every opcode, event ordering between streams, the
-// kernel ABI checks, parameter initialization and the LR schedule.
+// kernel ABI checks, parameter initialization and the LR schedule; f16
+// storage wherever an opcode takes it (HalfTwoRanks: f16 collectives, run
+// under mpirun -np 2 by its own ctest entry; it skips itself elsewhere).
 //
 //===----------------------------------------------------------------------===//
 
@@ -392,4 +394,301 @@ TEST(Executor, SerialMlpMatchesTheReferenceBitForBit) {
     EXPECT_EQ(float(stats.loss), float(expected[size_t(step)].loss));
     EXPECT_DOUBLE_EQ(stats.gradNorm, expected[size_t(step)].gradNorm);
   }
+}
+
+//===--- f16 storage (computed in fp32, like bf16)
+//-------------------------===//
+
+namespace {
+
+std::vector<kernels::F16> toF16(const std::vector<float> &values) {
+  std::vector<kernels::F16> out;
+  for (float x : values)
+    out.push_back(kernels::floatToF16(x));
+  return out;
+}
+
+std::vector<float> widenF16(const std::vector<kernels::F16> &values) {
+  std::vector<float> out;
+  for (kernels::F16 x : values)
+    out.push_back(kernels::f16ToFloat(x));
+  return out;
+}
+
+std::vector<uint16_t> bitsOf(const std::vector<kernels::F16> &values) {
+  std::vector<uint16_t> out;
+  for (kernels::F16 x : values)
+    out.push_back(x.bits);
+  return out;
+}
+
+} // namespace
+
+TEST(Executor, F16GemmMatchesAnFp64Loop) {
+  // Column-major C[5x7] = 0.75 A^T B + 0.5 C, A stored 33x5 with lda 40.
+  const int64_t m = 5, n = 7, k = 33, lda = 40, ldb = 33, ldc = 6;
+  OneRank r;
+  int64_t a = r.add(Region::Persistent, lda * m, DType::F16),
+          b = r.add(Region::Persistent, ldb * n, DType::F16),
+          c = r.add(Region::Persistent, ldc * n, DType::F16);
+  Instruction &gemm =
+      r.emit(Opcode::Gemm, {r.all(a), r.all(b), r.all(c)}, {r.all(c)});
+  gemm.gemm = {true, false, m, n, k, lda, ldb, ldc, 0.75, 0.5};
+  gemm.dtype = DType::F16;
+  auto session = r.open();
+  auto values = [](int64_t count, int seed) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i)
+      v[size_t(i)] = float((i * 37 + seed) % 41 - 20) / 8.0f + 0.001f * seed;
+    return toF16(v);
+  };
+  std::vector<kernels::F16> A = values(lda * m, 1), B = values(ldb * n, 2),
+                            C = values(ldc * n, 3);
+  write(*session, a, A);
+  write(*session, b, B);
+  write(*session, c, C);
+  session->runStep();
+  std::vector<kernels::F16> got = read<kernels::F16>(*session, c);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += double(kernels::f16ToFloat(A[size_t(i * lda + p)])) *
+               double(kernels::f16ToFloat(B[size_t(j * ldb + p)]));
+      double expected =
+          0.75 * sum +
+          0.5 * double(kernels::f16ToFloat(C[size_t(j * ldc + i)]));
+      // One f16 rounding (2^-11 relative) plus fp32 accumulation.
+      EXPECT_NEAR(kernels::f16ToFloat(got[size_t(j * ldc + i)]), expected,
+                  std::abs(expected) * 0x1.01p-11 + 1e-4)
+          << i << "," << j;
+    }
+  // Rows past m (the ldc padding) are left alone.
+  for (int64_t j = 0; j < n; ++j)
+    EXPECT_EQ(got[size_t(j * ldc + m)].bits, C[size_t(j * ldc + m)].bits);
+}
+
+TEST(Executor, F16FillAndKernelOperandsRoundToNearestEven) {
+  OneRank r;
+  int64_t x = r.add(Region::Persistent, 3, DType::F16),
+          big = r.add(Region::Persistent, 2, DType::F16),
+          tiny = r.add(Region::Persistent, 2, DType::F16),
+          a = r.add(Region::Persistent, 4),
+          b = r.add(Region::Persistent, 4, DType::F16),
+          sum = r.add(Region::Persistent, 4, DType::F16);
+  for (auto [buffer, value] :
+       {std::pair<int64_t, double>{x, 2.5}, {big, 70000.0}, {tiny, 3e-7}}) {
+    Instruction &fill = r.emit(Opcode::Fill, {}, {r.all(buffer)});
+    fill.dtype = DType::F16;
+    fill.value = value;
+  }
+  Kernel add;
+  add.id = 0;
+  add.name = "residual_add";
+  add.source = "kernels/residual_add.cu";
+  add.constants = {{"n", 4}};
+  r.bundle.kernels = {add};
+  r.bundle.files[add.source] = "//\n";
+  r.emit(Opcode::Kernel, {r.all(a), r.all(b)}, {r.all(sum)}).kernel = 0;
+  auto session = r.open();
+  // a (f32) + b (f16) -> f16: a tie to even, a carry into the exponent, an
+  // overflow and an exact value.
+  std::vector<float> A = {1.0f, 2046.75f, 65000.0f, -3.0f};
+  std::vector<kernels::F16> B =
+      toF16({0x1p-11f + 0x1p-24f, 1.0f, 1000.0f, 0.25f});
+  write(*session, a, A);
+  write(*session, b, B);
+  session->runStep();
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, x)),
+            std::vector<uint16_t>(3, 0x4100));
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, big)),
+            std::vector<uint16_t>(2, 0x7c00)); // inf, not 65504
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, tiny)),
+            std::vector<uint16_t>(2, 0x0005)); // 5.03 subnormal units
+  // B[0] is 2^-11 in f16 (2^-24 is lost), so A[0] + B[0] is a tie.
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, sum)),
+            (std::vector<uint16_t>{0x3c00, 0x6800, 0x7c00, 0xc180}));
+}
+
+TEST(Executor, F16OptimizerStepMatchesTheF32Gradient) {
+  // Two AdamW updates of the same master weights, one from an f32 gradient
+  // and one from the same values stored as f16: the masters and moments
+  // must be bit-identical, the f16 working copy the rounded master.
+  OneRank r;
+  const int64_t n = 6;
+  int64_t p32 = r.add(Region::Persistent, n),
+          g32 = r.add(Region::Persistent, n),
+          m32 = r.add(Region::Persistent, n),
+          v32 = r.add(Region::Persistent, n),
+          p16 = r.add(Region::Persistent, n),
+          g16 = r.add(Region::Persistent, n, DType::F16),
+          m16 = r.add(Region::Persistent, n),
+          v16 = r.add(Region::Persistent, n),
+          copy = r.add(Region::Persistent, n, DType::F16);
+  Instruction &fromF32 = r.emit(
+      Opcode::OptimizerStep, {r.all(p32), r.all(g32), r.all(m32), r.all(v32)},
+      {r.all(p32), r.all(m32), r.all(v32)});
+  fromF32.count = n;
+  Instruction &fromF16 = r.emit(
+      Opcode::OptimizerStep, {r.all(p16), r.all(g16), r.all(m16), r.all(v16)},
+      {r.all(p16), r.all(m16), r.all(v16), r.all(copy)});
+  fromF16.count = n;
+  auto session = r.open();
+  std::vector<float> P = {1.0f, -0.3f, 0.1234567f, 5e-5f, -7.0f, 70000.0f};
+  std::vector<float> G = {0.5f, -0x1p-24f, 1000.0f, 0x1.ffcp-3f, -65504.0f, 0};
+  ASSERT_EQ(widenF16(toF16(G)), G) << "the gradient must be exact in f16";
+  for (int step = 0; step < 2; ++step) {
+    if (step == 0) {
+      write(*session, p32, P);
+      write(*session, p16, P);
+    }
+    write(*session, g32, G);
+    write(*session, g16, toF16(G));
+    session->runStep();
+    std::vector<float> master = read<float>(*session, p16);
+    EXPECT_EQ(read<float>(*session, p32), master) << "step " << step + 1;
+    EXPECT_NE(master, P);
+    EXPECT_EQ(read<float>(*session, m32), read<float>(*session, m16));
+    EXPECT_EQ(read<float>(*session, v32), read<float>(*session, v16));
+    EXPECT_EQ(bitsOf(read<kernels::F16>(*session, copy)),
+              bitsOf(toF16(master)));
+  }
+  // The last master is past 65520 and rounds to inf in the working copy.
+  EXPECT_GE(read<float>(*session, p16)[5], 65520.0f);
+  EXPECT_EQ(read<kernels::F16>(*session, copy)[5].bits, 0x7c00);
+}
+
+TEST(Executor, F16GradNormAndClipComputeInFp32) {
+  OneRank r;
+  int64_t g = r.add(Region::Persistent, 4, DType::F16),
+          h = r.add(Region::Persistent, 2, DType::F16),
+          sum = r.add(Region::Persistent, 1);
+  Instruction &norm =
+      r.emit(Opcode::GradNorm, {r.all(g), r.all(h)}, {r.all(sum)});
+  norm.dtype = DType::F16;
+  Instruction &clip = r.emit(Opcode::Clip, {r.all(sum), r.all(g), r.all(h)},
+                             {r.all(g), r.all(h)});
+  clip.dtype = DType::F16;
+  auto session = r.open();
+  std::vector<float> G = {3.0f, -0.1f, 0x1p-24f, 300.0f}, H = {4.0f, 0.5f};
+  write(*session, g, toF16(G));
+  write(*session, h, toF16(H));
+  exec::StepStats stats = session->runStep();
+  double squares = 0;
+  for (const std::vector<float> &part : {G, H})
+    for (float x : widenF16(toF16(part)))
+      squares += double(x) * double(x);
+  EXPECT_EQ(read<float>(*session, sum)[0], float(squares));
+  EXPECT_DOUBLE_EQ(stats.gradNorm, std::sqrt(double(float(squares))));
+  // clip 1.0: every gradient scaled by 1/norm in fp32, then rounded.
+  float scale = float(1.0 / std::sqrt(double(float(squares))));
+  auto clipped = [&](const std::vector<float> &part) {
+    std::vector<float> out;
+    for (float x : widenF16(toF16(part)))
+      out.push_back(x * scale);
+    return bitsOf(toF16(out));
+  };
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, g)), clipped(G));
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, h)), clipped(H));
+}
+
+TEST(Executor, F16GradientOverflowSkipsTheUpdate) {
+  // Dynamic loss scaling: an f16 gemm writes the gradient; 300 x 300 =
+  // 90000 overflows f16 to inf, so the sum of squares is not finite and the
+  // update is skipped; after the back-off a finite gradient applies.
+  OneRank r;
+  r.bundle.training.precision = "fp16";
+  r.bundle.training.lossScale.dynamic = true;
+  r.bundle.training.lossScale.initial = 1024;
+  r.bundle.training.lossScale.growthInterval = 1000;
+  r.bundle.training.lossScale.backoff = 0.5;
+  int64_t x = r.add(Region::Persistent, 1, DType::F16),
+          y = r.add(Region::Persistent, 1, DType::F16),
+          p = r.add(Region::Persistent, 1),
+          g = r.add(Region::Persistent, 1, DType::F16),
+          m = r.add(Region::Persistent, 1), v = r.add(Region::Persistent, 1),
+          copy = r.add(Region::Persistent, 1, DType::F16),
+          sum = r.add(Region::Persistent, 1);
+  Instruction &gemm = r.emit(Opcode::Gemm, {r.all(x), r.all(y)}, {r.all(g)});
+  gemm.gemm = {false, false, 1, 1, 1, 1, 1, 1, 1.0, 0.0};
+  gemm.dtype = DType::F16;
+  r.emit(Opcode::GradNorm, {r.all(g)}, {r.all(sum)}).dtype = DType::F16;
+  r.emit(Opcode::Clip, {r.all(sum), r.all(g)}, {r.all(g)}).dtype = DType::F16;
+  r.emit(Opcode::OptimizerStep, {r.all(p), r.all(g), r.all(m), r.all(v)},
+         {r.all(p), r.all(m), r.all(v), r.all(copy)})
+      .count = 1;
+  auto session = r.open();
+  write(*session, p, std::vector<float>{0.5f});
+  write(*session, x, toF16({300.0f}));
+  write(*session, y, toF16({300.0f}));
+  exec::StepStats overflow = session->runStep();
+  EXPECT_EQ(read<kernels::F16>(*session, g)[0].bits, 0x7c00);
+  EXPECT_TRUE(overflow.skipped);
+  EXPECT_TRUE(std::isnan(overflow.gradNorm));
+  EXPECT_EQ(read<float>(*session, p)[0], 0.5f);
+  EXPECT_EQ(read<float>(*session, m)[0], 0.0f);
+  EXPECT_EQ(session->lossScaleState().scale, 512);
+  EXPECT_EQ(session->lossScaleState().optimizerSteps, 0);
+
+  write(*session, y, toF16({0.25f})); // gradient 75: finite
+  exec::StepStats applied = session->runStep();
+  EXPECT_FALSE(applied.skipped);
+  EXPECT_EQ(applied.lossScale, 512);
+  EXPECT_DOUBLE_EQ(applied.gradNorm, 75.0 / 512);
+  EXPECT_NE(read<float>(*session, p)[0], 0.5f);
+  EXPECT_EQ(read<kernels::F16>(*session, copy)[0].bits,
+            kernels::floatToF16(read<float>(*session, p)[0]).bits);
+  EXPECT_EQ(session->lossScaleState().optimizerSteps, 1);
+}
+
+TEST(HalfTwoRanks, F16CollectivesReduceInFp32AndMoveBits) {
+  int world = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world != 2)
+    GTEST_SKIP() << "needs mpirun -np 2 (ctest WeftRuntimeTests.two-ranks-f16)";
+  OneRank r;
+  r.bundle.mesh = {2, 1, 1};
+  r.bundle.rankRoles = {0, 0};
+  r.bundle.groups[0].groups = {{0, 1}};
+  r.bundle.training.globalBatch *= 2;
+  const int64_t n = 4;
+  int64_t sum = r.add(Region::Persistent, n, DType::F16),
+          in = r.add(Region::Persistent, n, DType::F16),
+          shard = r.add(Region::Persistent, n / 2, DType::F16),
+          gathered = r.add(Region::Persistent, 2 * n, DType::F16);
+  // emit() may reallocate the stream: finish each instruction before the
+  // next.
+  auto collective = [&](Opcode opcode, int64_t from, int64_t to,
+                        int64_t count) {
+    Instruction &inst = r.emit(opcode, {r.all(from)}, {r.all(to)});
+    inst.dtype = DType::F16;
+    inst.group = 0;
+    inst.count = count;
+  };
+  collective(Opcode::AllReduce, sum, sum, n);
+  collective(Opcode::ReduceScatter, in, shard, n / 2);
+  collective(Opcode::AllGather, in, gathered, n);
+  auto session = r.open();
+  // Per rank: a tie to even (1 + 2^-11), an overflow to inf, an exact sum,
+  // and a cancellation.
+  std::vector<float> mine[2] = {{1.0f, 40000.0f, 0.375f, 1000.0f},
+                                {0x1p-11f, 40000.0f, -2.0f, -999.5f}};
+  write(*session, sum, toF16(mine[rank]));
+  write(*session, in, toF16(mine[rank]));
+  session->runStep();
+  std::vector<float> total;
+  for (int64_t i = 0; i < n; ++i)
+    total.push_back(kernels::f16ToFloat(toF16(mine[0])[size_t(i)]) +
+                    kernels::f16ToFloat(toF16(mine[1])[size_t(i)]));
+  std::vector<uint16_t> expected = bitsOf(toF16(total));
+  EXPECT_EQ(expected, (std::vector<uint16_t>{0x3c00, 0x7c00, 0xbe80, 0x3800}));
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, sum)), expected);
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, shard)),
+            std::vector<uint16_t>(expected.begin() + rank * 2,
+                                  expected.begin() + rank * 2 + 2));
+  std::vector<uint16_t> both = bitsOf(toF16(mine[0]));
+  for (uint16_t bits : bitsOf(toF16(mine[1])))
+    both.push_back(bits);
+  EXPECT_EQ(bitsOf(read<kernels::F16>(*session, gathered)), both);
 }

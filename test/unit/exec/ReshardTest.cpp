@@ -5,7 +5,8 @@
 // bit, and converted back a 1-rank session resumes from it exactly as from the
 // original; the moments are located beside the optimizer's parameter operand;
 // another model, a weights snapshot and an existing output are one-line
-// errors that write nothing.
+// errors that write nothing; f16 working copies are read (weights snapshots)
+// and rewritten (reshards) as the rounded fp32 masters.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/Session.h"
+#include "weft/kernels/Common.h"
 #include "weft/plan/Serialize.h"
 
 #include <gtest/gtest.h>
@@ -183,4 +185,146 @@ TEST(Reshard, AnotherModelAWeightsSnapshotAndAnExistingStepAreErrors) {
   });
   EXPECT_NE(message.find("already exists"), std::string::npos) << message;
   EXPECT_TRUE(fs::exists(out + "/step-1/COMPLETE"));
+}
+
+namespace {
+
+/// A 1-rank mixed-precision plan for one parameter "w" of 6 elements: an
+/// f32 master updated by AdamW from an f16 gradient (filled with 0.3) and an
+/// f16 working copy the step rounds it into (optimizer_step writes[3]).
+struct F16Plan {
+  plan::Bundle bundle;
+  int64_t master = 0, copy = 0;
+  std::string dir;
+
+  F16Plan() {
+    using namespace weft::plan;
+    weft::test::MlpConfig config;
+    config.microBatch = 2;
+    bundle.model = {"unit", "f16"};
+    bundle.mesh = {1, 1, 1};
+    bundle.training = weft::test::mlpTraining(config);
+    bundle.training.precision = "fp16";
+    bundle.prediction = {0.1, {0}, 0.1};
+    bundle.groups.push_back({0, GroupKind::World, {{0}}});
+    bundle.rankRoles = {0};
+    Program program;
+    program.streams.push_back({"compute", {}});
+    int64_t end = 0;
+    auto add = [&](const std::string &name, DType dtype) {
+      Buffer b;
+      b.id = int64_t(program.buffers.size());
+      b.name = name;
+      b.region = Region::Persistent;
+      b.dtype = dtype;
+      b.size = 6 * elementBytes(dtype);
+      b.alignment = 64;
+      b.offset = (end + 63) / 64 * 64;
+      end = b.offset + b.size;
+      program.buffers.push_back(b);
+      return BufferRange{b.id, 0, b.size};
+    };
+    BufferRange masterRange = add("master", DType::F32),
+                copyRange = add("params", DType::F16),
+                grad = add("grads", DType::F16), m = add("exp_avg", DType::F32),
+                v = add("exp_avg_sq", DType::F32);
+    master = masterRange.buffer;
+    copy = copyRange.buffer;
+    program.persistentBytes = end;
+    program.arenaBytes = 64;
+    Instruction fill;
+    fill.opcode = Opcode::Fill;
+    fill.dtype = DType::F16;
+    fill.value = 0.3;
+    fill.writes = {grad};
+    fill.phase = "fill";
+    Instruction step;
+    step.opcode = Opcode::OptimizerStep;
+    step.count = 6;
+    step.reads = {masterRange, grad, m, v};
+    step.writes = {masterRange, m, v, copyRange};
+    step.phase = "step";
+    program.streams[0].instructions = {fill, step};
+    bundle.programs = {program};
+    Parameter param;
+    param.name = "w";
+    param.shape = {2, 3};
+    param.init = {"normal", 0.5};
+    param.hfName = "w";
+    param.shards = {{0, master, 0, -1, 0, 0, 1, 6},
+                    {0, copy, 0, -1, 0, 0, 1, 6}};
+    bundle.parameters = {param};
+    dir = freshDir("f16-plan");
+    plan::writeBundle(bundle, dir);
+    bundle = plan::loadBundle(dir);
+  }
+
+  Options options() const {
+    Options o;
+    o.bundleDir = dir;
+    o.dataPath = tokenFile();
+    o.seed = 4;
+    return o;
+  }
+};
+
+std::vector<float> floatsOf(const Session &session, int64_t buffer) {
+  Operand op = session.buffer(buffer);
+  return std::vector<float>(op.as<float>(), op.as<float>() + op.elements());
+}
+
+std::vector<uint16_t> f16BitsOf(const Session &session, int64_t buffer) {
+  Operand op = session.buffer(buffer);
+  return std::vector<uint16_t>(op.as<uint16_t>(),
+                               op.as<uint16_t>() + op.elements());
+}
+
+std::vector<uint16_t> roundedToF16(const std::vector<float> &values) {
+  std::vector<uint16_t> bits;
+  for (float x : values)
+    bits.push_back(kernels::floatToF16(x).bits);
+  return bits;
+}
+
+} // namespace
+
+TEST(Reshard, F16WorkingCopiesAreReadAndWrittenAsRoundedMasters) {
+  F16Plan plan;
+  std::string ckpt = freshDir("f16-ckpt");
+  auto session = Session::open(plan.options(), MPI_COMM_WORLD);
+  // Initialization fills the f16 copy with the rounded initial master.
+  ASSERT_EQ(f16BitsOf(*session, plan.copy),
+            roundedToF16(floatsOf(*session, plan.master)));
+  for (int step = 0; step < 3; ++step)
+    session->runStep();
+  session->saveCheckpoint(ckpt);
+  session->saveWeights(ckpt);
+  std::vector<float> master = floatsOf(*session, plan.master);
+  std::vector<uint16_t> copy = f16BitsOf(*session, plan.copy);
+  ASSERT_EQ(copy, roundedToF16(master));
+
+  // A full checkpoint is read from the fp32 master; a weights snapshot (the
+  // Params group) from the f16 copy.
+  GlobalState full =
+      readGlobalState(plan.bundle, plan.dir, ckpt + "/step-3", true);
+  ASSERT_EQ(full.tensors.size(), 1u);
+  EXPECT_EQ(full.tensors[0].value, master);
+  GlobalState weights =
+      readGlobalState(plan.bundle, plan.dir, ckpt + "/weights-3", false);
+  std::vector<float> widened;
+  for (uint16_t bits : copy)
+    widened.push_back(kernels::f16ToFloat(kernels::F16{bits}));
+  EXPECT_EQ(weights.tensors[0].value, widened);
+  EXPECT_NE(widened, master) << "the test needs masters inexact in f16";
+
+  // Resharded, the copy is rewritten from the master: a resume holds the
+  // same bytes.
+  std::string out = freshDir("f16-out");
+  reshardCheckpoint(plan.bundle, plan.dir, ckpt + "/step-3", plan.bundle,
+                    plan.dir, out);
+  Options options = plan.options();
+  options.resumeDir = out;
+  auto resumed = Session::open(options, MPI_COMM_WORLD);
+  EXPECT_EQ(floatsOf(*resumed, plan.master), master);
+  EXPECT_EQ(f16BitsOf(*resumed, plan.copy), copy);
 }

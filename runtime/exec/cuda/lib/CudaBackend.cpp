@@ -3,7 +3,7 @@
 // Every CUDA, cuBLASLt and NCCL status is checked; a failure throws Error
 // "rank R: <where>: <call> failed: <name> (<description>)". execute()
 // enqueues on the plan stream's cudaStream and returns; all device memory
-// (regions, cuBLASLt workspaces, per-stream scratch for bf16 widening and
+// (regions, cuBLASLt workspaces, per-stream scratch for bf16/f16 widening and
 // kernel workspaces, the optimizer scalars) is allocated at prepare() and
 // allocateRegion(), none in steady state.
 //
@@ -95,6 +95,13 @@ std::string cublasName(cublasStatus_t status) {
   }
 }
 
+/// How the helper kernels read and write a float operand of `dtype`.
+FloatStorage storageOf(DType dtype) {
+  return dtype == DType::BF16  ? FloatStorage::BF16
+         : dtype == DType::F16 ? FloatStorage::F16
+                               : FloatStorage::F32;
+}
+
 /// The bit pattern of `value` stored as one element of `dtype`.
 uint64_t fillBits(DType dtype, double value) {
   uint64_t bits = 0;
@@ -106,6 +113,9 @@ uint64_t fillBits(DType dtype, double value) {
   }
   case DType::BF16:
     bits = kernels::floatToBf16(float(value)).bits;
+    break;
+  case DType::F16:
+    bits = kernels::floatToF16(float(value)).bits;
     break;
   case DType::F64:
     std::memcpy(&bits, &value, 8);
@@ -121,8 +131,6 @@ uint64_t fillBits(DType dtype, double value) {
     break;
   case DType::U8:
     bits = uint8_t(value);
-    break;
-  case DType::F16: // rejected by prepare()
     break;
   }
   return bits;
@@ -649,7 +657,7 @@ void DeviceBackend::prepareOther(const plan::Program &program,
                   std::to_string(inst.reads[0].bytes));
     break;
   case Opcode::OptimizerStep:
-    if (program.buffers[size_t(inst.reads[1].buffer)].dtype == DType::BF16)
+    if (isHalfFloat(program.buffers[size_t(inst.reads[1].buffer)].dtype))
       scratchFloats_ = std::max(scratchFloats_, inst.count);
     break;
   default:
@@ -695,7 +703,7 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     check(cudaMemsetAsync(acc, 0, sizeof(double), s), "cudaMemsetAsync", at);
     for (const Operand &grad : reads)
       check(sumSquaresAccumulate(grad.bytes / plan::elementBytes(inst.dtype),
-                                 grad.data, inst.dtype == DType::BF16, acc, s),
+                                 grad.data, storageOf(inst.dtype), acc, s),
             "sum of squares", at);
     check(doubleToFloat(acc, writes[0].as<float>(), s), "sum of squares", at);
     return;
@@ -706,8 +714,7 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     float maxNorm = float(context.training->gradClip) * lossScale_;
     for (const Operand &grad : writes)
       check(clipByNorm(grad.bytes / plan::elementBytes(inst.dtype), grad.data,
-                       inst.dtype == DType::BF16, reads[0].as<float>(), maxNorm,
-                       s),
+                       storageOf(inst.dtype), reads[0].as<float>(), maxNorm, s),
             "clip", where(inst, stream));
     return;
   }
@@ -748,11 +755,13 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   call_.scratch = scratch;
   scratch += (kernel.entry->scratchFloats(kernel.constants) + 63) / 64 * 64;
   auto widen = [&](const Operand &operand) -> float * {
-    if (operand.dtype != DType::BF16)
+    if (!isHalfFloat(operand.dtype))
       return operand.dtype == DType::F32 ? operand.as<float>() : nullptr;
     float *out = scratch;
     int64_t n = operand.elements();
-    fail(bf16ToF32(n, operand.as<std::uint16_t>(), out, s), "bf16 widening");
+    fail(halfToF32(n, operand.as<std::uint16_t>(), storageOf(operand.dtype),
+                   out, s),
+         "half widening");
     scratch += n;
     return out;
   };
@@ -766,10 +775,11 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
     call_.writes.push_back(widen(operand));
   fail(kernel.entry->run(call_), "kernel launch");
   for (size_t i = 0; i < writes.size(); ++i)
-    if (writes[i].dtype == DType::BF16)
-      fail(f32ToBf16(writes[i].elements(), call_.writes[i],
-                     writes[i].as<std::uint16_t>(), s),
-           "bf16 narrowing");
+    if (isHalfFloat(writes[i].dtype))
+      fail(f32ToHalf(writes[i].elements(), call_.writes[i],
+                     storageOf(writes[i].dtype), writes[i].as<std::uint16_t>(),
+                     s),
+           "half narrowing");
 }
 
 void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
@@ -804,10 +814,11 @@ void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
   std::string at = where(inst, stream);
   const Operand &grad = reads[1];
   const float *g = grad.as<const float>();
-  if (grad.dtype == DType::BF16) {
+  if (isHalfFloat(grad.dtype)) {
     float *wide = scratchOf(stream);
-    check(bf16ToF32(inst.count, grad.as<std::uint16_t>(), wide, s),
-          "bf16 widening", at);
+    check(halfToF32(inst.count, grad.as<std::uint16_t>(), storageOf(grad.dtype),
+                    wide, s),
+          "half widening", at);
     g = wide;
   }
   check(adamwFromDevice(stepDevice_, inst.count, g, writes[0].as<float>(),
@@ -815,7 +826,7 @@ void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
         "adamw", at);
   if (writes.size() == 4)
     check(storeParams(inst.count, writes[0].as<float>(), writes[3].data,
-                      writes[3].dtype == DType::BF16, s),
+                      storageOf(writes[3].dtype), s),
           "parameter copy", at);
 }
 

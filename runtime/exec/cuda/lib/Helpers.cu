@@ -22,25 +22,44 @@ __device__ inline int64_t index1d() {
 
 unsigned blocksFor(int64_t n) { return unsigned((n + kBlock - 1) / kBlock); }
 
-__device__ inline float loadBf16(std::uint16_t bits) {
-  return kernels::bf16ToFloat(kernels::BF16{bits});
+__device__ inline float load(const void *x, int64_t i, FloatStorage storage) {
+  const auto *bits = static_cast<const std::uint16_t *>(x);
+  switch (storage) {
+  case FloatStorage::BF16:
+    return kernels::bf16ToFloat(kernels::BF16{bits[i]});
+  case FloatStorage::F16:
+    return kernels::f16ToFloat(kernels::F16{bits[i]});
+  default:
+    return static_cast<const float *>(x)[i];
+  }
 }
-__device__ inline std::uint16_t storeBf16(float x) {
-  return kernels::floatToBf16(x).bits;
+__device__ inline void store(void *x, int64_t i, FloatStorage storage,
+                             float value) {
+  switch (storage) {
+  case FloatStorage::BF16:
+    static_cast<std::uint16_t *>(x)[i] = kernels::floatToBf16(value).bits;
+    break;
+  case FloatStorage::F16:
+    static_cast<std::uint16_t *>(x)[i] = kernels::floatToF16(value).bits;
+    break;
+  default:
+    static_cast<float *>(x)[i] = value;
+    break;
+  }
 }
 
-__global__ void bf16ToF32Kernel(int64_t n, const std::uint16_t *in,
-                                float *out) {
+__global__ void halfToF32Kernel(int64_t n, const std::uint16_t *in,
+                                FloatStorage half, float *out) {
   int64_t i = index1d();
   if (i < n)
-    out[i] = loadBf16(in[i]);
+    out[i] = load(in, i, half);
 }
 
-__global__ void f32ToBf16Kernel(int64_t n, const float *in,
+__global__ void f32ToHalfKernel(int64_t n, const float *in, FloatStorage half,
                                 std::uint16_t *out) {
   int64_t i = index1d();
   if (i < n)
-    out[i] = storeBf16(in[i]);
+    store(out, i, half, in[i]);
 }
 
 template <typename T> __global__ void fillKernel(int64_t n, T *dst, T value) {
@@ -61,13 +80,12 @@ __global__ void finishLossKernel(const float *loss, float divisor,
   *out = accumulate ? *out + part : part;
 }
 
-__global__ void sumSquaresKernel(int64_t n, const void *x, bool bf16,
+__global__ void sumSquaresKernel(int64_t n, const void *x, FloatStorage storage,
                                  double *acc) {
   __shared__ double partial[kBlock];
   double sum = 0;
   for (int64_t i = index1d(); i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    double v = bf16 ? double(loadBf16(static_cast<const std::uint16_t *>(x)[i]))
-                    : double(static_cast<const float *>(x)[i]);
+    double v = double(load(x, i, storage));
     sum += v * v;
   }
   partial[threadIdx.x] = sum;
@@ -85,8 +103,8 @@ __global__ void doubleToFloatKernel(const double *in, float *out) {
   *out = float(*in);
 }
 
-__global__ void clipKernel(int64_t n, void *x, bool bf16, const float *sumSq,
-                           float maxNorm) {
+__global__ void clipKernel(int64_t n, void *x, FloatStorage storage,
+                           const float *sumSq, float maxNorm) {
   int64_t i = index1d();
   if (i >= n)
     return;
@@ -94,12 +112,7 @@ __global__ void clipKernel(int64_t n, void *x, bool bf16, const float *sumSq,
   if (maxNorm <= 0 || !(norm > maxNorm))
     return;
   float factor = maxNorm / norm;
-  if (bf16) {
-    auto *p = static_cast<std::uint16_t *>(x);
-    p[i] = storeBf16(loadBf16(p[i]) * factor);
-  } else {
-    static_cast<float *>(x)[i] *= factor;
-  }
+  store(x, i, storage, load(x, i, storage) * factor);
 }
 
 __global__ void adamwKernel(const kernels::AdamWStep *step, int64_t n,
@@ -111,31 +124,27 @@ __global__ void adamwKernel(const kernels::AdamWStep *step, int64_t n,
 }
 
 __global__ void storeParamsKernel(int64_t n, const float *in, void *out,
-                                  bool bf16) {
+                                  FloatStorage storage) {
   int64_t i = index1d();
-  if (i >= n)
-    return;
-  if (bf16)
-    static_cast<std::uint16_t *>(out)[i] = storeBf16(in[i]);
-  else
-    static_cast<float *>(out)[i] = in[i];
+  if (i < n)
+    store(out, i, storage, in[i]);
 }
 
 } // namespace
 
-cudaError_t bf16ToF32(int64_t n, const std::uint16_t *in, float *out,
-                      cudaStream_t stream) {
+cudaError_t halfToF32(int64_t n, const std::uint16_t *in, FloatStorage half,
+                      float *out, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  bf16ToF32Kernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out);
+  halfToF32Kernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, half, out);
   return cudaGetLastError();
 }
 
-cudaError_t f32ToBf16(int64_t n, const float *in, std::uint16_t *out,
-                      cudaStream_t stream) {
+cudaError_t f32ToHalf(int64_t n, const float *in, FloatStorage half,
+                      std::uint16_t *out, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  f32ToBf16Kernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out);
+  f32ToHalfKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, half, out);
   return cudaGetLastError();
 }
 
@@ -180,14 +189,14 @@ cudaError_t finishLoss(const float *loss, float divisor, bool accumulate,
   return cudaGetLastError();
 }
 
-cudaError_t sumSquaresAccumulate(int64_t n, const void *x, bool bf16,
+cudaError_t sumSquaresAccumulate(int64_t n, const void *x, FloatStorage storage,
                                  double *acc, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
   unsigned blocks = blocksFor(n);
   if (blocks > 1024)
     blocks = 1024; // grid-stride loop
-  sumSquaresKernel<<<blocks, kBlock, 0, stream>>>(n, x, bf16, acc);
+  sumSquaresKernel<<<blocks, kBlock, 0, stream>>>(n, x, storage, acc);
   return cudaGetLastError();
 }
 
@@ -196,11 +205,12 @@ cudaError_t doubleToFloat(const double *in, float *out, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t clipByNorm(int64_t n, void *x, bool bf16, const float *sumSq,
-                       float maxNorm, cudaStream_t stream) {
+cudaError_t clipByNorm(int64_t n, void *x, FloatStorage storage,
+                       const float *sumSq, float maxNorm, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  clipKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, bf16, sumSq, maxNorm);
+  clipKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, storage, sumSq,
+                                                  maxNorm);
   return cudaGetLastError();
 }
 
@@ -213,11 +223,11 @@ cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
   return cudaGetLastError();
 }
 
-cudaError_t storeParams(int64_t n, const float *in, void *out, bool bf16,
-                        cudaStream_t stream) {
+cudaError_t storeParams(int64_t n, const float *in, void *out,
+                        FloatStorage storage, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  storeParamsKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out, bf16);
+  storeParamsKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out, storage);
   return cudaGetLastError();
 }
 

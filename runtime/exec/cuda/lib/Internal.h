@@ -15,10 +15,15 @@ namespace weft::exec::cuda {
 
 //===--- Helper kernels (Helpers.cu) -------------------------------------===//
 
-cudaError_t bf16ToF32(int64_t n, const std::uint16_t *in, float *out,
-                      cudaStream_t stream);
-cudaError_t f32ToBf16(int64_t n, const float *in, std::uint16_t *out,
-                      cudaStream_t stream);
+/// How a float operand is stored; compute is fp32 for all of them.
+enum class FloatStorage { F32, BF16, F16 };
+
+/// out[i] = in[i] widened from bf16 or f16 (`half`) to f32.
+cudaError_t halfToF32(int64_t n, const std::uint16_t *in, FloatStorage half,
+                      float *out, cudaStream_t stream);
+/// out[i] = in[i] rounded to bf16 or f16 (`half`), nearest even.
+cudaError_t f32ToHalf(int64_t n, const float *in, FloatStorage half,
+                      std::uint16_t *out, cudaStream_t stream);
 /// n elements of `elementBytes` (1, 2, 4 or 8) bytes, each set to the low
 /// bytes of `pattern`.
 cudaError_t fillPattern(void *dst, int64_t n, int elementBytes,
@@ -27,20 +32,20 @@ cudaError_t scale(int64_t n, float *x, float factor, cudaStream_t stream);
 /// *out = (accumulate ? *out : 0) + *loss / divisor.
 cudaError_t finishLoss(const float *loss, float divisor, bool accumulate,
                        float *out, cudaStream_t stream);
-/// *acc += sum x[i]^2 (x f32, or bf16 when `bf16`).
-cudaError_t sumSquaresAccumulate(int64_t n, const void *x, bool bf16,
+/// *acc += sum x[i]^2 (x stored as `storage`).
+cudaError_t sumSquaresAccumulate(int64_t n, const void *x, FloatStorage storage,
                                  double *acc, cudaStream_t stream);
 cudaError_t doubleToFloat(const double *in, float *out, cudaStream_t stream);
 /// x *= maxNorm / sqrt(*sumSq) when maxNorm > 0 and the norm exceeds it.
-cudaError_t clipByNorm(int64_t n, void *x, bool bf16, const float *sumSq,
-                       float maxNorm, cudaStream_t stream);
+cudaError_t clipByNorm(int64_t n, void *x, FloatStorage storage,
+                       const float *sumSq, float maxNorm, cudaStream_t stream);
 /// AdamW with the step's scalars read from device memory (graph-safe).
 cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
                             const float *grad, float *param, float *m, float *v,
                             cudaStream_t stream);
-/// out[i] = in[i] narrowed to bf16 (`bf16`) or copied as f32.
-cudaError_t storeParams(int64_t n, const float *in, void *out, bool bf16,
-                        cudaStream_t stream);
+/// out[i] = in[i] rounded to bf16 or f16, or copied as f32 (`storage`).
+cudaError_t storeParams(int64_t n, const float *in, void *out,
+                        FloatStorage storage, cudaStream_t stream);
 
 //===--- The kernel table (CudaKernelTable.cpp) --------------------------===//
 

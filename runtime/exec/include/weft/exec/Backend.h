@@ -233,8 +233,9 @@ public:
 std::vector<std::pair<size_t, size_t>>
 communicationBuckets(const plan::Stream &stream);
 
-/// The host backend: OpenBLAS GEMM and the CPU kernel library, fp32 and bf16
-/// storage (bf16 computed in fp32), non-blocking MPI communication.
+/// The host backend: OpenBLAS GEMM and the CPU kernel library, fp32, bf16 and
+/// f16 storage (bf16 and f16 computed in fp32), non-blocking MPI
+/// communication.
 std::unique_ptr<Backend> makeCpuBackend();
 
 } // namespace weft::exec

@@ -6,8 +6,8 @@
 // compiler's kernel-source generator reads too; an entry here adds the
 // operand signature and the host loop. Operands
 // are the instruction's reads then writes, in order (docs/runtime.md, "Kernel
-// ABI", lists every entry). Float operands may be f32 or bf16 (converted to
-// fp32 around the call); index operands are i32. Every operand's size is
+// ABI", lists every entry). Float operands may be f32, bf16 or f16 (converted
+// to fp32 around the call); index operands are i32. Every operand's size is
 // checked against the signature when the bundle is opened.
 //
 //===----------------------------------------------------------------------===//
@@ -29,7 +29,7 @@ namespace weft::exec {
 using KernelConstants = std::map<std::string, int64_t>;
 
 struct OperandSpec {
-  bool isIndex = false; // i32 ids/targets; otherwise f32 or bf16
+  bool isIndex = false; // i32 ids/targets; otherwise f32, bf16 or f16
   int64_t elements = 0;
 };
 

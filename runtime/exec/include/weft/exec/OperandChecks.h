@@ -17,8 +17,12 @@
 
 namespace weft::exec {
 
-/// f32 or bf16: the storage dtypes the backends compute in fp32.
+/// f32, bf16 or f16: the storage dtypes the backends compute in fp32.
 bool isFloatStorage(plan::DType dtype);
+
+/// bf16 or f16: the 2-byte float storage a backend widens to fp32 around
+/// compute and rounds back to nearest even afterwards.
+bool isHalfFloat(plan::DType dtype);
 
 /// Elements a column-major `rows x cols` matrix with leading dimension `ld`
 /// spans.
@@ -33,9 +37,10 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                    const std::string &where, const std::string &backend);
 
 /// Checks a kernel launch against its registry signature for `constants`:
-/// operand counts, dtypes (i32 index operands, f32 or bf16 otherwise) and
-/// exact byte sizes; `what` ("<where>: kernel 'name'") starts every message.
-/// Returns the elements of bf16 operands, which a backend widens to fp32.
+/// operand counts, dtypes (i32 index operands, f32, bf16 or f16 otherwise)
+/// and exact byte sizes; `what` ("<where>: kernel 'name'") starts every
+/// message. Returns the elements of bf16 and f16 operands, which a backend
+/// widens to fp32.
 int64_t checkKernelOperands(const plan::Program &program,
                             const plan::Instruction &inst,
                             const KernelSpec &spec,

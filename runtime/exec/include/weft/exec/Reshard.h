@@ -27,7 +27,7 @@ namespace weft::exec {
 /// its parameter operand (reads[0]): exp_avg and exp_avg_sq are its reads[2]
 /// and reads[3], element for element parallel to it (all f32). Bytes that no
 /// single optimizer_step covers have no optimizer state (nullopt): they are a
-/// working copy derived from a master (bf16 copy, ZeRO's gathered replica).
+/// working copy derived from a master (bf16/f16 copy, ZeRO's gathered replica).
 struct OptimizerStateLocation {
   int64_t expAvgBuffer = -1, expAvgOffset = 0;     // bytes into the buffer
   int64_t expAvgSqBuffer = -1, expAvgSqOffset = 0; // bytes into the buffer

@@ -1,4 +1,4 @@
-//===- Common.h - Host/device portability and bf16 storage ------*- C++ -*-===//
+//===- Common.h - Host/device portability, bf16 and f16 storage -*- C++ -*-===//
 //
 // Every kernel header in this directory is single-source: the math is written
 // once as WEFT_HD functions over one element or one row, and both the CPU
@@ -119,6 +119,65 @@ WEFT_HD inline BF16 floatToBf16(float f) {
 
 WEFT_HD inline float bf16ToFloat(BF16 h) {
   return bitsToFloat(static_cast<std::uint32_t>(h.bits) << 16);
+}
+
+//===----------------------------------------------------------------------===//
+// f16 storage: IEEE binary16 (1 sign, 5 exponent, 10 mantissa bits). Compute
+// is always fp32. The conversions are integer code on host and device alike,
+// so both backends round bit-identically and no CUDA header is needed.
+//===----------------------------------------------------------------------===//
+
+struct F16 {
+  std::uint16_t bits;
+};
+
+/// Rounds to the nearest f16, ties to even, subnormals included; finite
+/// values of magnitude 65520 or more round to infinity. NaNs stay NaN
+/// (quieted, sign and top payload bits kept).
+WEFT_HD inline F16 floatToF16(float f) {
+  std::uint32_t u = floatToBits(f);
+  std::uint32_t sign = (u >> 16) & 0x8000u;
+  std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u)
+    return F16{
+        static_cast<std::uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu))};
+  if (abs >= 0x477ff000u) // 65520: halfway between 65504 and 2^16
+    return F16{static_cast<std::uint16_t>(sign | 0x7c00u)};
+  if (abs >= 0x38800000u) { // 2^-14, the smallest normal f16
+    // Rebias the exponent (127 -> 15) and round away the low 13 mantissa
+    // bits; a carry out of the mantissa correctly bumps the exponent.
+    std::uint32_t rebiased = abs - (112u << 23);
+    rebiased += 0xfffu + ((rebiased >> 13) & 1u);
+    return F16{static_cast<std::uint16_t>(sign | (rebiased >> 13))};
+  }
+  if (abs <= 0x33000000u) // at most 2^-25, half the smallest subnormal
+    return F16{static_cast<std::uint16_t>(sign)};
+  // Subnormal: count units of 2^-24 from the full 24-bit significand. A
+  // round-up to 0x400 is the smallest normal, which is the right encoding.
+  std::uint32_t exponent = abs >> 23; // 102..112 here
+  std::uint32_t significand = (abs & 0x7fffffu) | 0x800000u;
+  std::uint32_t shift = 126u - exponent;
+  std::uint32_t units = significand >> shift;
+  std::uint32_t rest = significand & ((1u << shift) - 1u);
+  std::uint32_t halfway = 1u << (shift - 1u);
+  if (rest > halfway || (rest == halfway && (units & 1u)))
+    ++units;
+  return F16{static_cast<std::uint16_t>(sign | units)};
+}
+
+/// Exact: every f16 is an f32. Signaling NaNs come back quieted.
+WEFT_HD inline float f16ToFloat(F16 h) {
+  std::uint32_t sign = static_cast<std::uint32_t>(h.bits & 0x8000u) << 16;
+  std::uint32_t exponent = (h.bits >> 10) & 0x1fu;
+  std::uint32_t mantissa = h.bits & 0x3ffu;
+  if (exponent == 0x1fu)
+    return bitsToFloat(sign | 0x7f800000u | (mantissa << 13) |
+                       (mantissa ? 0x400000u : 0u));
+  if (exponent != 0)
+    return bitsToFloat(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  // Zero or subnormal: mantissa * 2^-24, a normal (or zero) f32.
+  float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+  return bitsToFloat(sign | floatToBits(magnitude));
 }
 
 } // namespace weft::kernels

@@ -193,10 +193,12 @@ template <typename T> double sumOfSquares(int64_t n, const T *x);
 /// True if any element is inf or NaN (loss-scale overflow).
 template <typename T> bool hasNonFinite(int64_t n, const T *x);
 
-//===--- bf16 storage ----------------------------------------------------===//
+//===--- bf16 and f16 storage --------------------------------------------===//
 
 void toBf16(int64_t n, const float *x, BF16 *y);
 void fromBf16(int64_t n, const BF16 *x, float *y);
+void toF16(int64_t n, const float *x, F16 *y);
+void fromF16(int64_t n, const F16 *x, float *y);
 
 } // namespace weft::kernels::cpu
 
