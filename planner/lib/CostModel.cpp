@@ -167,19 +167,24 @@ StateBytes stateBytesPerParam(Precision precision, int zero, int64_t dp,
   // Mixed precision: half weights and gradients, fp32 master + Adam m + v.
   // fp32: fp32 weights and gradients, Adam m + v; the weights are the master
   // copy, except that ZeRO-1/2 keep an fp32 copy of this rank's shard for the
-  // optimizer (and ZeRO-1 the reduce-scatter's gradient shard), as the
-  // compiled plan lays them out (docs/planner.md).
+  // optimizer. As the compiled plan lays them out (docs/planner.md): ZeRO-1
+  // also keeps the reduce-scatter's gradient shard beside the full gradients
+  // (in the compute precision), and mixed ZeRO-1/2 the optimizer's rounded
+  // half copy of the shard (`params.shard`), which the all-gather reads.
   bool mixed = precision != Precision::FP32;
-  StateBytes bytes{mixed ? 2.0 : 4.0, mixed ? 2.0 : 4.0, 8.0,
-                   mixed ? 4.0 : 0.0};
+  double e = mixed ? 2.0 : 4.0;
+  StateBytes bytes{e, e, 8.0, mixed ? 4.0 : 0.0};
   if (zero >= 1) {
     bytes.optimizer /= dp;
     bytes.master /= dp;
   }
-  if (!mixed && (zero == 1 || zero == 2) && dp > 1) {
-    bytes.master = 4.0 / dp;
+  if ((zero == 1 || zero == 2) && dp > 1) {
+    if (!mixed)
+      bytes.master = 4.0 / dp;
     if (zero == 1)
-      bytes.gradients += 4.0 / dp;
+      bytes.gradients += e / dp;
+    if (mixed)
+      bytes.weights += e / dp;
   }
   if (zero >= 2)
     bytes.gradients /= dp;
@@ -554,8 +559,8 @@ double persistThreshold(const ModelSpec &spec, bool endStage, int64_t tp) {
   double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
   double largest = std::max(qkv, double(spec.ffnSize) * h) / double(tp);
   if (endStage)
-    largest = std::max(largest,
-                       std::ceil(double(spec.vocabSize) / double(tp)) * h);
+    largest =
+        std::max(largest, std::ceil(double(spec.vocabSize) / double(tp)) * h);
   return std::min(100000.0, std::floor(largest / 64));
 }
 } // namespace
@@ -667,9 +672,8 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
   // the time model's prefetch coverage assumes); otherwise the gradient
   // reduction buckets, one filling and one in flight.
   if (c.dp > 1)
-    memory.commBuffers = c.zero == 3
-                             ? double(c.prefetchDepth) * c.bucketBytes
-                             : 2 * consts.dpBucketBytes;
+    memory.commBuffers = c.zero == 3 ? double(c.prefetchDepth) * c.bucketBytes
+                                     : 2 * consts.dpBucketBytes;
   if (layout.pp > 1) {
     // Stage-boundary buffers of the compiled schedule: each micro-batch's
     // activation is sent from (and its gradient received into) a buffer of
@@ -685,7 +689,7 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
                   (c.sequenceParallel ? double(c.tp) : 1.0);
     double m = double(c.gradAccum);
     bool gpipe = c.schedule == Schedule::GPipe;
-    double count = stage == 0 ? (gpipe ? 2 * m - 1 : m + 1)
+    double count = stage == 0               ? (gpipe ? 2 * m - 1 : m + 1)
                    : stage == layout.pp - 1 ? std::max(0.0, m - 1)
                                             : 2 * m;
     memory.pipelineBuffers = count * unit;

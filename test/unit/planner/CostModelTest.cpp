@@ -139,12 +139,22 @@ TEST(Memory, ZeroStateBytes) {
   StateBytes z0 = stateBytesPerParam(Precision::BF16, 0, 8);
   EXPECT_DOUBLE_EQ(z0.weights + z0.gradients + z0.optimizer + z0.master, 16);
   EXPECT_DOUBLE_EQ(z0.master, 4);
+  // Mixed ZeRO-1/2 as compiled: beside the full half weights, the
+  // optimizer's rounded half copy of this rank's shard (`params.shard`, which
+  // the all-gather reads); ZeRO-1 keeps the full half gradients and the
+  // reduce-scatter's shard (`grads.shard`), ZeRO-2 only the shard.
   StateBytes z1 = stateBytesPerParam(Precision::BF16, 1, 8);
   EXPECT_DOUBLE_EQ(z1.optimizer + z1.master, 1.5);
-  EXPECT_DOUBLE_EQ(z1.gradients, 2);
+  EXPECT_DOUBLE_EQ(z1.gradients, 2 + 0.25);
+  EXPECT_DOUBLE_EQ(z1.weights, 2 + 0.25);
   StateBytes z2 = stateBytesPerParam(Precision::FP16, 2, 8);
   EXPECT_DOUBLE_EQ(z2.gradients, 0.25);
-  EXPECT_DOUBLE_EQ(z2.weights, 2);
+  EXPECT_DOUBLE_EQ(z2.weights, 2 + 0.25);
+  EXPECT_DOUBLE_EQ(z2.optimizer + z2.master, 1.5);
+  // One DP rank shards nothing: the full fp32 master, as ZeRO-0.
+  StateBytes z1dp1 = stateBytesPerParam(Precision::BF16, 1, 1);
+  EXPECT_DOUBLE_EQ(
+      z1dp1.weights + z1dp1.gradients + z1dp1.optimizer + z1dp1.master, 16);
   StateBytes z3 = stateBytesPerParam(Precision::BF16, 3, 8);
   EXPECT_DOUBLE_EQ(z3.weights + z3.gradients + z3.optimizer + z3.master, 2.0);
   StateBytes fp32 = stateBytesPerParam(Precision::FP32, 0, 8);
@@ -219,6 +229,24 @@ TEST(Memory, NonIncreasingInZeroStage) {
     EXPECT_LE(e.peakMemoryBytes, previous + allowance) << "ZeRO-" << zero;
     previous = e.peakMemoryBytes;
   }
+}
+
+TEST(Memory, MixedZeroStatesAsCompiled) {
+  // weft-schedule's bf16 layout on 8 DP ranks (docs/planner.md, "Memory
+  // fidelity"): ZeRO-1 2 (params) + 2 (grads) + 16/8 (master, moments and
+  // the half grads.shard and params.shard); ZeRO-2 the same without the full
+  // gradients, which live in the arena during the step.
+  ModelSpec m = gpt1p3b();
+  CostModel model(m, clusterPreset("dgx-a100-80g"),
+                  {64, 2048, Precision::BF16});
+  auto states = [](const MemoryBreakdown &b) {
+    return b.weights + b.gradients + b.optimizer + b.masterWeights;
+  };
+  Estimate z1 = model.evaluate(dataParallel(1, 8, 64));
+  EXPECT_NEAR(states(z1.memory), (4 + 2.0) * m.totalParams, 1);
+  Estimate z2 = model.evaluate(dataParallel(2, 8, 64));
+  EXPECT_NEAR(states(z2.memory), (2 + 2.0) * m.totalParams, 1);
+  EXPECT_NEAR(z2.memory.gradientBuffer, 2.0 * m.totalParams, 1);
 }
 
 TEST(Memory, ZeroThreeKeepsSmallParametersWhole) {

@@ -92,8 +92,8 @@ struct MemoryBreakdown {
   /// Pipeline stage-boundary send/receive buffers (activations out, their
   /// gradients in) of the micro-batches in flight.
   double pipelineBuffers = 0;
-  double commBuffers = 0;        // gradient reduction buckets
-  double workspace = 0;          // CUDA context, cuBLAS/NCCL workspaces
+  double commBuffers = 0; // gradient reduction buckets
+  double workspace = 0;   // CUDA context, cuBLAS/NCCL workspaces
   double total() const;
   /// What a compiled plan places itself (persistent region + arena): model
   /// states, activations, backward workspace, logits, ZeRO-3 buffers, the
@@ -170,8 +170,11 @@ double bubbleFraction(Schedule schedule, int64_t pp, int64_t microBatches,
                       int64_t virtualStages);
 
 /// Bytes per parameter held on each GPU for weights, gradients, AdamW moments
-/// and fp32 master weights under ZeRO `zero` over `dp` ranks; with optimizer
-/// offload the moments and master weights live in host memory instead.
+/// and fp32 master weights under ZeRO `zero` over `dp` ranks, as weft-schedule
+/// lays out the persistent region (the ZeRO-1/2 shards of the gradient and,
+/// in mixed precision, of the rounded half weights count as gradients and
+/// weights); with optimizer offload the moments and master weights live in
+/// host memory instead.
 struct StateBytes {
   double weights, gradients, optimizer, master;
 };
