@@ -8,6 +8,7 @@
 #   bench/compile/compile-175b.sh [BUILD_DIR] [GLOBAL_BATCH...]
 #
 # Defaults: build, global batches 64 (8 micro-batches per replica) and 128.
+# WEFT_COMPILE_FLAGS adds flags, e.g. "--precision bf16 --zero 1".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -29,7 +30,8 @@ for batch in "${BATCHES[@]}"; do
   /usr/bin/time -f "%e %M" -o "$WORK/time" "$WEFTC" compile \
     --model "$WORK/gpt3-175b.json" --cluster dgx-a100-80g:128 \
     --tp 8 --pp 16 --dp 8 --global-batch "$batch" --seq-len 2048 \
-    --micro-batch 1 -o "$out" --timing >/dev/null 2>"$WORK/timing"
+    --micro-batch 1 ${WEFT_COMPILE_FLAGS:-} -o "$out" --timing \
+    >/dev/null 2>"$WORK/timing"
   read -r wall rss <"$WORK/time"
   pass() { awk -v name="$1" '$NF == name { print $1; exit }' "$WORK/timing"; }
   python3 - "$out/plan.json" "$batch" "$wall" "$rss" "$(pass WeftSchedule)" \
