@@ -23,6 +23,9 @@
 #   tp2-pp2         TP 2 x PP 2, 1F1B
 #   tp2-sp          TP 2 with sequence parallelism (micro-batches of 1)
 #   tp2-pp2-sp      TP 2 x PP 2 with sequence parallelism
+#   tp2-sp-mb2      TP 2 + SP with micro-batches of 2 sequences (sequence
+#                   collectives through [TP, batch, seq/TP, h] staging)
+#   tp2-pp2-sp-mb2  TP 2 x PP 2 + SP, micro-batches of 2, selective recompute
 #   pp2-interleaved PP 2 x 2 virtual stages (the model needs 4 blocks)
 #   dp2-tp2-pp2     DP 2 x TP 2 x PP 2 (8 ranks), 2 micro-batches per replica
 #   dp2-tp2-pp2-zero1  the same with ZeRO-1 (sharded AdamW state)
@@ -79,6 +82,13 @@ tp2-sp)
 tp2-pp2-sp)
   ranks=4
   flags="--tp 2 --pp 2 --dp 1 --micro-batch 1 --sequence-parallel on"
+  ;;
+tp2-sp-mb2)
+  ranks=2 flags="--tp 2 --dp 1 --micro-batch 2 --sequence-parallel on" ;;
+tp2-pp2-sp-mb2)
+  ranks=4
+  flags="--tp 2 --pp 2 --dp 1 --micro-batch 2 --sequence-parallel on"
+  flags="$flags --recompute selective"
   ;;
 pp2-interleaved)
   ranks=2

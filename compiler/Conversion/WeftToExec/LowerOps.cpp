@@ -382,10 +382,26 @@ LogicalResult RoleScheduler::lowerAllReduce(Operation *op, Value input,
 }
 
 LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
-  // The sequence is dimension 1 of [batch, seq, hidden]; with one sequence
-  // per micro-batch (checked up front) each TP rank's part is one contiguous
-  // block, in TP-rank order: the layout all_gather and reduce_scatter use.
+  // The sequence is dimension 1 of [batch, seq, hidden]: a TP rank's part is
+  // [batch, seq / TP, hidden]. all_gather and reduce_scatter exchange one
+  // contiguous block per TP rank, so with several sequences per micro-batch
+  // the blocks go through a staging buffer in [TP, batch, seq / TP, hidden]
+  // order, one copy per (TP rank, sequence) on each side; with one sequence
+  // the staging layout is the tensor's own and there are no copies.
   Location loc = op->getLoc();
+  int64_t batch = par.microBatch;
+  // Copies between [batch, seq, w] `full` and [TP, batch, seq/TP, w]
+  // `staged`, in the direction `toStaged`; `part` is one rank's elements.
+  auto restage = [&](Slice full, Slice staged, int64_t part, bool toStaged) {
+    int64_t piece = part / batch; // seq/TP rows of one sequence
+    for (int64_t r = 0; r < par.tp; ++r)
+      for (int64_t b = 0; b < batch; ++b) {
+        Slice f = full.sub((b * par.tp + r) * piece, piece);
+        Slice s = staged.sub(r * part + b * piece, piece);
+        wx::CopyOp::create(builder, loc, ranges({toStaged ? f : s}),
+                           ranges({toStaged ? s : f}), phase());
+      }
+  };
   StringRef tp = bundle.family(Family::TP).getValue();
   auto check = [&](ArrayRef<int16_t> axes, int64_t dim) -> LogicalResult {
     if (axes != ArrayRef<int16_t>{2} || dim != 1)
@@ -399,8 +415,12 @@ LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
       return failure();
     Slice in = lookup(gather.getInput());
     Slice out = activation("sp.gather", in.elements() * par.tp);
+    Slice staged =
+        batch == 1 ? out : activation("sp.gather.staged", out.elements());
     wx::AllGatherOp::create(builder, loc, in.elements(), in.type, tp,
-                            ranges({in}), ranges({out}), phase());
+                            ranges({in}), ranges({staged}), phase());
+    if (batch > 1)
+      restage(out, staged, in.elements(), /*toStaged=*/false);
     values[gather.getResult()] = out;
     return success();
   }
@@ -413,8 +433,12 @@ LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
     Slice in = lookup(scatter.getInput());
     sequenceSharded.insert(scatter.getResult());
     Slice out = activation("sp.scatter", in.elements() / par.tp);
+    Slice staged =
+        batch == 1 ? in : activation("sp.scatter.staged", in.elements());
+    if (batch > 1)
+      restage(in, staged, out.elements(), /*toStaged=*/true);
     wx::ReduceScatterOp::create(builder, loc, wx::ReduceKind::sum,
-                                out.elements(), out.type, tp, ranges({in}),
+                                out.elements(), out.type, tp, ranges({staged}),
                                 ranges({out}), phase());
     values[scatter.getResult()] = out;
     return success();
@@ -423,11 +447,13 @@ LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
   if (failed(check(slice.getGridAxes(), slice.getSliceAxis().getZExtValue())))
     return failure();
   Slice in = lookup(slice.getInput());
-  int64_t part = in.elements() / par.tp;
+  int64_t part = in.elements() / par.tp, piece = part / batch;
   sequenceSharded.insert(slice.getResult());
   Slice out = activation("sp.slice", part);
-  wx::CopyOp::create(builder, loc, ranges({in.sub(tpRank * part, part)}),
-                     ranges({out}), phase());
+  for (int64_t b = 0; b < batch; ++b)
+    wx::CopyOp::create(builder, loc,
+                       ranges({in.sub((b * par.tp + tpRank) * piece, piece)}),
+                       ranges({out.sub(b * piece, piece)}), phase());
   values[slice.getResult()] = out;
   return success();
 }

@@ -17,7 +17,7 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     replicas; collectives name group families (`tp`, `pp`, `dp`, `mp`,
     `world`, `tied`), declared when used. Supported: TP (including the
     vocabulary-parallel embedding, head and loss, and a vocabulary padded to
-    a multiple of TP), sequence parallelism with micro-batch 1, PP with the
+    a multiple of TP), sequence parallelism (any micro-batch), PP with the
     GPipe, 1F1B and interleaved 1F1B schedules (any layer split), DP with
     ZeRO 0 to 3, recompute `none`, `selective` and `full`, fp32, bf16 and
     fp16 (`precision`), and the GPT-2 and LLaMA families' ops. Anything else is rejected with an error

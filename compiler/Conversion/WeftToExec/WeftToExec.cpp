@@ -159,12 +159,6 @@ LogicalResult BundleScheduler::readParallel() {
       par.recompute != "full")
     return forward.emitError("weft-schedule: unknown recompute '")
            << par.recompute << "'";
-  // Sequence shards of one sequence are contiguous row blocks; those of
-  // several sequences per micro-batch would interleave.
-  if (par.sequenceParallel && par.tp > 1 && par.microBatch != 1)
-    return forward.emitError("weft-schedule: sequence parallelism needs "
-                             "micro-batch 1, got ")
-           << par.microBatch;
   if (par.sequenceParallel && options.seqLen % par.tp != 0)
     return forward.emitError("weft-schedule: seq-len ")
            << options.seqLen << " is not divisible by tp = " << par.tp

@@ -1,7 +1,6 @@
 // What weft-schedule does not lower yet, or cannot: one error each.
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3' --weft-autodiff | sed 's/zero = 3 : i64/zero = 4 : i64/' | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=ZERO4
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | sed 's/recompute = "none"/recompute = "sometimes"/' | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=RECOMPUTE
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1 micro-batch=2' --weft-autodiff | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=SP-BATCH
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1' --weft-autodiff | not weft-opt --weft-schedule='seq-len=7' 2>&1 | FileCheck %s --check-prefix=SP-SEQ
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule 2>&1 | FileCheck %s --check-prefix=SEQ
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=NO-BACKWARD
@@ -16,7 +15,6 @@
 
 // ZERO4: error: weft-schedule: unknown ZeRO stage 4
 // RECOMPUTE: error: weft-schedule: unknown recompute 'sometimes'
-// SP-BATCH: error: weft-schedule: sequence parallelism needs micro-batch 1, got 2
 // SP-SEQ: error: weft-schedule: seq-len 7 is not divisible by tp = 2 (sequence parallelism)
 // SEQ: error: weft-schedule: seq-len must be positive
 // NO-BACKWARD: error: weft-schedule: no @gpt2_tiny_stage0_backward; run weft-autodiff first

@@ -4,6 +4,7 @@
 // RUN: weftc import %S/../weftc/Inputs/gpt2-tiny-4layers.json | weft-opt --weft-lower='pp=2 grad-accum=2 schedule=interleaved virtual-stages=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=INTERLEAVED
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 tp=2 pp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=MESH
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=SP
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1 micro-batch=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=SP-MB2
 
 // Tensor parallelism over 2 ranks on GPT-2 "odd" (vocabulary 263, padded to
 // 2 x 132): one program per TP rank; the rank's vocabulary offset is the only
@@ -177,3 +178,22 @@
 // SP: weftx.all_reduce sum 64 x f32 on @tp reads(@grads[[[LN1:[0-9]+]] +: 256]) writes(@grads[[[LN1]] +: 256]) phase "sequence-parallel grads"
 // SP-LABEL: weftx.program @role1 ranks [1] {
 // SP: weftx.copy reads(@embedding[1024 +: 1024]) writes(@sp.slice[0 +: 1024]) phase "fwd mb0"
+
+// Sequence parallelism with two sequences per micro-batch: a TP rank holds
+// [2, 4, 64] (its half of each sequence). The slice takes one block per
+// sequence; the all-gather lands in [TP, batch, seq/TP, h] staging and
+// copies reorder it into [batch, seq, h]; the reduce-scatter's input is
+// reordered into the staging layout first.
+// SP-MB2-LABEL: weftx.program @role0 ranks [0] {
+// SP-MB2: weftx.copy reads(@embedding[0 +: 1024]) writes(@sp.slice[0 +: 1024]) phase "fwd mb0"
+// SP-MB2-NEXT: weftx.copy reads(@embedding[2048 +: 1024]) writes(@sp.slice[1024 +: 1024]) phase "fwd mb0"
+// SP-MB2: weftx.all_gather 512 x f32 on @tp reads(@layer_norm[0 +: 2048]) writes(@sp.gather.staged[0 +: 4096]) phase "fwd mb0"
+// SP-MB2-NEXT: weftx.copy reads(@sp.gather.staged[0 +: 1024]) writes(@sp.gather[0 +: 1024])
+// SP-MB2-NEXT: weftx.copy reads(@sp.gather.staged[1024 +: 1024]) writes(@sp.gather[2048 +: 1024])
+// SP-MB2-NEXT: weftx.copy reads(@sp.gather.staged[2048 +: 1024]) writes(@sp.gather[1024 +: 1024])
+// SP-MB2-NEXT: weftx.copy reads(@sp.gather.staged[3072 +: 1024]) writes(@sp.gather[3072 +: 1024])
+// SP-MB2: weftx.copy reads(@attn.out[0 +: 1024]) writes(@sp.scatter.staged[0 +: 1024])
+// SP-MB2-NEXT: weftx.copy reads(@attn.out[2048 +: 1024]) writes(@sp.scatter.staged[1024 +: 1024])
+// SP-MB2-NEXT: weftx.copy reads(@attn.out[1024 +: 1024]) writes(@sp.scatter.staged[2048 +: 1024])
+// SP-MB2-NEXT: weftx.copy reads(@attn.out[3072 +: 1024]) writes(@sp.scatter.staged[3072 +: 1024])
+// SP-MB2-NEXT: weftx.reduce_scatter sum 512 x f32 on @tp reads(@sp.scatter.staged[0 +: 4096]) writes(@sp.scatter[0 +: 2048])
