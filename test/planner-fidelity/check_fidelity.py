@@ -88,6 +88,9 @@ LAYOUT_CASES = [
     ("llama-tiny", 2, 2, 2, 3, 1, 4, 64, "1f1b"),
     ("llama-tiny", 2, 1, 1, 0, 1, 2, 64, "1f1b", "on"),
     ("llama-tiny", 2, 2, 1, 0, 1, 4, 64, "1f1b", "on"),
+    # Sequence parallelism with micro-batches of several sequences.
+    ("gpt2-tiny", 2, 1, 1, 0, 2, 2, 64, "1f1b", "on"),
+    ("llama-tiny", 2, 2, 1, 0, 2, 2, 64, "1f1b", "on"),
 ]
 
 # Activation recompute (docs/autodiff.md, "Recompute modes"): the same
