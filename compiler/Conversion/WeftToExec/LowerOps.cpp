@@ -594,18 +594,20 @@ LogicalResult RoleScheduler::lowerAttentionGrad(AttentionLikeGradOp op) {
     rotate("rotary_backward", dqkv[1], op.getNumKvHeads(), op.getHeadDim(),
            theta);
   }
-  // Input projections: dW_j += x^T dqkv_j, db_j += sum_rows(dqkv_j),
-  // dx = sum_j dqkv_j W_j^T (under TP, this rank's partial sum).
+  // Input projections: dx = sum_j dqkv_j W_j^T (under TP, this rank's
+  // partial sum) first, so its TP all-reduce overlaps the weight gradients
+  // dW_j += x^T dqkv_j, db_j += sum_rows(dqkv_j) that follow.
   Slice dx = activation("attn.grad", rows() * hidden);
+  for (auto [j, p] : llvm::enumerate(proj))
+    gemm(false, true, rows(), hidden, p.width, dqkv[j], p.width,
+         p.weight.matrix(p.column, hidden, p.width, p.ld), p.ld, dx, hidden,
+         j > 0);
   for (auto [j, p] : llvm::enumerate(proj)) {
     gemm(true, false, hidden, p.width, rows(), x, hidden, dqkv[j], p.width,
          p.weightGrad.matrix(p.column, hidden, p.width, p.ld), p.ld, true);
     if (p.bias)
       launch("bias_grad", {{"rows", rows()}, {"width", p.width}}, {dqkv[j]},
              {p.biasGrad});
-    gemm(false, true, rows(), hidden, p.width, dqkv[j], p.width,
-         p.weight.matrix(p.column, hidden, p.width, p.ld), p.ld, dx, hidden,
-         j > 0);
   }
   bindParameterGrads(op);
   values[op.getResult(0)] = dx;
@@ -640,21 +642,22 @@ LogicalResult RoleScheduler::lowerMlpGrad(MLPGradOp op) {
   } else {
     launch("activation_backward", {{"n", n}, {"act", act}}, {u, dh}, {du});
   }
+  // dx = du up^T (+ dg gate^T) first, so its TP all-reduce overlaps the
+  // weight gradients that follow.
+  Slice dx = activation("mlp.grad", rows() * hidden);
+  gemm(false, true, rows(), hidden, ffn, du, ffn, lookup(op.getUpWeight()), ffn,
+       dx, hidden, false);
+  if (gate)
+    gemm(false, true, rows(), hidden, ffn, dg, ffn, lookup(gate), ffn, dx,
+         hidden, true);
   gemm(true, false, hidden, ffn, rows(), x, hidden, du, ffn,
        *gradOf(op.getUpWeight()), ffn, true);
   if (Value bias = op.getUpBias())
     launch("bias_grad", {{"rows", rows()}, {"width", ffn}}, {du},
            {*gradOf(bias)});
-  // dx = du up^T (+ dg gate^T).
-  Slice dx = activation("mlp.grad", rows() * hidden);
-  gemm(false, true, rows(), hidden, ffn, du, ffn, lookup(op.getUpWeight()), ffn,
-       dx, hidden, false);
-  if (gate) {
+  if (gate)
     gemm(true, false, hidden, ffn, rows(), x, hidden, dg, ffn, *gradOf(gate),
          ffn, true);
-    gemm(false, true, rows(), hidden, ffn, dg, ffn, lookup(gate), ffn, dx,
-         hidden, true);
-  }
   bindParameterGrads(op);
   values[op.getResult(0)] = dx;
   return success();

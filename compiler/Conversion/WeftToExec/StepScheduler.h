@@ -252,6 +252,14 @@ private:
   /// out as in the flat buffers); the gather itself is scheduled after the
   /// task by `scheduleGathers`.
   Slice gatheredParameter(LocalParam &param);
+  /// Every TP collective moves from `compute` to a `tp` stream (one stream:
+  /// one order on the TP communicator), after an event recorded behind the
+  /// last instruction it depends on; compute waits for it right before the
+  /// first instruction that depends on it, so independent compute in
+  /// between overlaps it (e.g. the weight gradient's GEMM under the
+  /// all-reduce of the input gradient). Conservative: no event compute
+  /// records or waits for is crossed.
+  void moveTensorParallelCollectives();
   /// A side stream (created on first use).
   wx::StreamOp sideStream(StringRef name);
   /// Sends `slice` to pipeline rank `peer` once `compute` has produced it,

@@ -1099,6 +1099,86 @@ static bool touches(Operation *op, StringRef attr, const Slice &slice) {
   return false;
 }
 
+/// Whether any range of `a`'s `attrA` overlaps any range of `b`'s `attrB`.
+static bool overlaps(Operation *a, StringRef attrA, Operation *b,
+                     StringRef attrB) {
+  auto list = b->getAttrOfType<ArrayAttr>(attrB);
+  if (!list)
+    return false;
+  for (Attribute attribute : list) {
+    auto range = cast<wx::RangeAttr>(attribute);
+    Slice slice{range.getBuffer().getAttr(), range.getOffset(),
+                range.getBytes(), Type()};
+    if (touches(a, attrA, slice))
+      return true;
+  }
+  return false;
+}
+
+void RoleScheduler::moveTensorParallelCollectives() {
+  if (par.tp == 1)
+    return;
+  StringRef tp = bundle.family(Family::TP).getValue();
+  Block &block = compute.getBody().front();
+  SmallVector<Operation *> collectives;
+  for (Operation &op : block)
+    if (isa<wx::AllReduceOp, wx::AllGatherOp, wx::ReduceScatterOp>(op) &&
+        op.getAttrOfType<FlatSymbolRefAttr>("group").getValue() == tp)
+      collectives.push_back(&op);
+  if (collectives.empty())
+    return;
+  Location loc = program.getLoc();
+  auto stream = OpBuilder::atBlockEnd(&sideStream("tp").getBody().front());
+  for (Operation *collective : collectives) {
+    auto phaseOf = [](Operation *op) {
+      return op->getAttrOfType<StringAttr>("phase");
+    };
+    // The last instruction the collective must follow: one that writes its
+    // input or touches its output, or a wait for another stream (which may
+    // have produced its input). Events compute records may order other
+    // streams' accesses to its buffers, so none is crossed.
+    Operation *after = nullptr;
+    for (Operation *op = collective->getPrevNode(); op; op = op->getPrevNode())
+      if (isa<wx::WaitEventOp, wx::RecordEventOp>(op) ||
+          overlaps(op, "writes", collective, "reads") ||
+          overlaps(op, "reads", collective, "writes") ||
+          overlaps(op, "writes", collective, "writes")) {
+        after = op;
+        break;
+      }
+    // The first instruction that must follow it: one that reads or writes
+    // its output or writes its input, or records an event.
+    Operation *before = nullptr;
+    for (Operation *op = collective->getNextNode(); op; op = op->getNextNode())
+      if (isa<wx::RecordEventOp, wx::WaitEventOp>(op) ||
+          overlaps(op, "reads", collective, "writes") ||
+          overlaps(op, "writes", collective, "writes") ||
+          overlaps(op, "writes", collective, "reads")) {
+        before = op;
+        break;
+      }
+    if (after) {
+      int64_t ready = numEvents++;
+      OpBuilder record(ctx);
+      record.setInsertionPointAfter(after);
+      wx::RecordEventOp::create(record, loc, ready, ArrayAttr(), ArrayAttr(),
+                                phaseOf(after));
+      wx::WaitEventOp::create(stream, loc, ready, ArrayAttr(), ArrayAttr(),
+                              phaseOf(collective));
+    }
+    collective->moveBefore(stream.getInsertionBlock(),
+                           stream.getInsertionPoint());
+    int64_t done = numEvents++;
+    wx::RecordEventOp::create(stream, loc, done, ArrayAttr(), ArrayAttr(),
+                              phaseOf(collective));
+    if (before) {
+      OpBuilder wait(before);
+      wx::WaitEventOp::create(wait, loc, done, ArrayAttr(), ArrayAttr(),
+                              phaseOf(before));
+    }
+  }
+}
+
 Slice RoleScheduler::gatheredParameter(LocalParam &param) {
   const ParamPiece &head = param.pieces.front(), &tail = param.pieces.back();
   if (param.persistent)
@@ -1454,6 +1534,7 @@ LogicalResult RoleScheduler::run() {
     if (failed(runTask(task)))
       return failure();
   optimizerStep();
+  moveTensorParallelCollectives();
   return success();
 }
 

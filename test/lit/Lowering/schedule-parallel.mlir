@@ -20,8 +20,12 @@
 // TP: weftx.kernel @vocab_embedding_forward.1 file "kernels/vocab_embedding_forward.1.cu" constants {batch = 1 : i64, hidden = 48 : i64, seq = 8 : i64, vocab_local = 132 : i64, vocab_start = 132 : i64}
 
 // TP-LABEL: weftx.program @role0 ranks [0] {
+// TP collectives run on the `tp` stream (in compute's order, checked
+// below): compute records an event after the producer and waits for the
+// collective before the first consumer.
 // TP: weftx.launch @vocab_embedding_forward reads(@tokens[0 +: 32], @params[0 +: 25344]) writes(@embedding.partial[0 +: 1536]) phase "fwd mb0"
-// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@embedding.partial[0 +: 1536]) writes(@tp.sum[0 +: 1536])
+// TP-NEXT: weftx.record_event [[EMB_READY:[0-9]+]] phase "fwd mb0"
+// TP-NEXT: weftx.wait_event [[EMB_SUMMED:[0-9]+]] phase "fwd mb0"
 // TP-NEXT: weftx.launch @position_embedding_forward reads(@tp.sum[0 +: 1536], @params[{{[0-9]+}} +: 12288]) writes(@embedding[0 +: 1536])
 // The fused QKV weight holds this rank's 24 columns of each of q, k and v as
 // three contiguous [48, 24] matrices.
@@ -29,16 +33,18 @@
 // TP: weftx.gemm f32 m 24 n 8 k 48 lda 24 ldb 48 ldc 24 {{.*}} reads(@params[[[K:[0-9]+]] +: 4608], @layer_norm[0 +: 1536]) writes(@attn.k[0 +: 768])
 // The row-parallel output projection's partial sum, reduced, then the bias.
 // TP: weftx.gemm f32 m 48 n 8 k 24 {{.*}} writes(@attn.out[0 +: 1536])
-// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@attn.out[0 +: 1536]) writes(@tp.sum.1[0 +: 1536])
+// TP-NEXT: weftx.record_event {{[0-9]+}}
+// TP-NEXT: weftx.wait_event {{[0-9]+}}
 // TP-NEXT: weftx.launch @bias_add{{(.[0-9])?}} reads(@tp.sum.1[0 +: 1536], @params[{{[0-9]+}} +: 192]) writes(@bias_add[0 +: 1536])
 // TP: weftx.launch @cross_entropy_shard_max reads(@logits[0 +: 4224]) writes(@ce.max[0 +: 32]) phase "bwd mb0"
-// TP-NEXT: weftx.all_reduce max 8 x f32 on @tp reads(@ce.max[0 +: 32]) writes(@ce.max[0 +: 32])
+// TP-NEXT: weftx.record_event
+// TP-NEXT: weftx.wait_event
 // TP-NEXT: weftx.launch @cross_entropy_shard_sums reads(@logits[0 +: 4224], @targets[0 +: 32], @ce.max[0 +: 32]) writes(@ce.sums[0 +: 32], @ce.sums[32 +: 32])
-// TP-NEXT: weftx.all_reduce sum 16 x f32 on @tp reads(@ce.sums[0 +: 64]) writes(@ce.sums[0 +: 64])
+// TP-NEXT: weftx.record_event
+// TP-NEXT: weftx.wait_event
 // TP-NEXT: weftx.launch @cross_entropy_shard_finish reads(@logits[0 +: 4224], @targets[0 +: 32], @ce.max[0 +: 32], @ce.sums[0 +: 32], @ce.sums[32 +: 32]) writes(@loss[0 +: 4], @logits.grad[0 +: 4224])
 // The head's input gradient is partial: tp_copy's backward sums it.
 // TP: writes(@lm_head.grad[0 +: 1536])
-// TP: weftx.all_reduce sum 384 x f32 on @tp reads(@lm_head.grad[0 +: 1536])
 // Layer 0's q gradient (its backward comes last) accumulates into the q
 // piece of the fused weight.
 // TP: weftx.gemm f32 trans_b m 24 n 48 k 8 {{.*}} reads(@attn.q.grad.2[0 +: 768], @{{[a-z_.0-9]+}}[0 +: 1536], @grads[[[Q]] +: 4608]) writes(@grads[[[Q]] +: 4608])
@@ -48,6 +54,15 @@
 // TP: weftx.grad_norm f32 reads(@grads[0 +: [[ALL:[0-9]+]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
 // TP-NEXT: weftx.all_reduce sum 1 x f32 on @mp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "clip"
 // TP-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads[0 +: [[ALL]]])
+// TP-LABEL: weftx.stream "tp" {
+// TP-NEXT: weftx.wait_event [[EMB_READY]] phase "fwd mb0"
+// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@embedding.partial[0 +: 1536]) writes(@tp.sum[0 +: 1536])
+// TP-NEXT: weftx.record_event [[EMB_SUMMED]] phase "fwd mb0"
+// TP-NEXT: weftx.wait_event
+// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@attn.out[0 +: 1536]) writes(@tp.sum.1[0 +: 1536])
+// TP: weftx.all_reduce max 8 x f32 on @tp reads(@ce.max[0 +: 32]) writes(@ce.max[0 +: 32])
+// TP: weftx.all_reduce sum 16 x f32 on @tp reads(@ce.sums[0 +: 64]) writes(@ce.sums[0 +: 64])
+// TP: weftx.all_reduce sum 384 x f32 on @tp reads(@lm_head.grad[0 +: 1536])
 // TP-LABEL: weftx.program @role1 ranks [1] {
 // TP: weftx.launch @vocab_embedding_forward.1 reads(@tokens[0 +: 32], @params[0 +: 25344])
 // TP: weftx.grad_norm f32 reads(@grads[0 +: 25344], @grads[{{[0-9]+}} +: {{[0-9]+}}],
@@ -172,22 +187,24 @@
 // SP-LABEL: weftx.program @role0 ranks [0] {
 // SP: weftx.copy reads(@embedding[0 +: 1024]) writes(@sp.slice[0 +: 1024]) phase "fwd mb0"
 // SP-NEXT: weftx.launch @layer_norm_forward{{(.[0-9])?}} reads(@sp.slice[0 +: 1024], {{.*}}) writes(@layer_norm[0 +: 1024], @layer_norm.mean[0 +: 16], @layer_norm.rstd[0 +: 16])
-// SP-NEXT: weftx.all_gather 256 x f32 on @tp reads(@layer_norm[0 +: 1024]) writes(@sp.gather[0 +: 2048])
-// SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out[0 +: 2048]) writes(@sp.scatter[0 +: 1024])
+// SP-NEXT: weftx.record_event
 // SP: weftx.launch @layer_norm_backward{{(.[0-9])?}} reads({{.*}}) writes(@layer_norm.grad[0 +: 1024], @grads[{{[0-9]+}} +: 256], @grads[{{[0-9]+}} +: 256])
+// SP-LABEL: weftx.stream "tp" {
+// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm[0 +: 1024]) writes(@sp.gather[0 +: 2048])
+// SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out[0 +: 2048]) writes(@sp.scatter[0 +: 1024])
 // SP: weftx.all_reduce sum 64 x f32 on @tp reads(@grads[[[LN1:[0-9]+]] +: 256]) writes(@grads[[[LN1]] +: 256]) phase "sequence-parallel grads"
 // SP-LABEL: weftx.program @role1 ranks [1] {
 // SP: weftx.copy reads(@embedding[1024 +: 1024]) writes(@sp.slice[0 +: 1024]) phase "fwd mb0"
 
 // Sequence parallelism with two sequences per micro-batch: a TP rank holds
 // [2, 4, 64] (its half of each sequence). The slice takes one block per
-// sequence; the all-gather lands in [TP, batch, seq/TP, h] staging and
-// copies reorder it into [batch, seq, h]; the reduce-scatter's input is
-// reordered into the staging layout first.
+// sequence; the all-gather (on `tp`) lands in [TP, batch, seq/TP, h]
+// staging and copies reorder it into [batch, seq, h]; the reduce-scatter's
+// input is reordered into the staging layout first.
 // SP-MB2-LABEL: weftx.program @role0 ranks [0] {
 // SP-MB2: weftx.copy reads(@embedding[0 +: 1024]) writes(@sp.slice[0 +: 1024]) phase "fwd mb0"
 // SP-MB2-NEXT: weftx.copy reads(@embedding[2048 +: 1024]) writes(@sp.slice[1024 +: 1024]) phase "fwd mb0"
-// SP-MB2: weftx.all_gather 512 x f32 on @tp reads(@layer_norm[0 +: 2048]) writes(@sp.gather.staged[0 +: 4096]) phase "fwd mb0"
+// SP-MB2: weftx.wait_event
 // SP-MB2-NEXT: weftx.copy reads(@sp.gather.staged[0 +: 1024]) writes(@sp.gather[0 +: 1024])
 // SP-MB2-NEXT: weftx.copy reads(@sp.gather.staged[1024 +: 1024]) writes(@sp.gather[2048 +: 1024])
 // SP-MB2-NEXT: weftx.copy reads(@sp.gather.staged[2048 +: 1024]) writes(@sp.gather[1024 +: 1024])
@@ -196,4 +213,7 @@
 // SP-MB2-NEXT: weftx.copy reads(@attn.out[2048 +: 1024]) writes(@sp.scatter.staged[1024 +: 1024])
 // SP-MB2-NEXT: weftx.copy reads(@attn.out[1024 +: 1024]) writes(@sp.scatter.staged[2048 +: 1024])
 // SP-MB2-NEXT: weftx.copy reads(@attn.out[3072 +: 1024]) writes(@sp.scatter.staged[3072 +: 1024])
-// SP-MB2-NEXT: weftx.reduce_scatter sum 512 x f32 on @tp reads(@sp.scatter.staged[0 +: 4096]) writes(@sp.scatter[0 +: 2048])
+// SP-MB2-NEXT: weftx.record_event
+// SP-MB2-LABEL: weftx.stream "tp" {
+// SP-MB2: weftx.all_gather 512 x f32 on @tp reads(@layer_norm[0 +: 2048]) writes(@sp.gather.staged[0 +: 4096]) phase "fwd mb0"
+// SP-MB2: weftx.reduce_scatter sum 512 x f32 on @tp reads(@sp.scatter.staged[0 +: 4096]) writes(@sp.scatter[0 +: 2048])

@@ -50,15 +50,19 @@
 // program, so they match): the gather of the re-run ln_1 output before the
 // attention, the reduce-scatter of its partial output, the gather of the
 // re-run ln_2 output for mlp_grad.
+// The collectives run on the `tp` stream in compute's order.
 // SP-LABEL: weftx.program @role0 ranks [0] {
-// SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@lm_head.grad[0 +: 2048]) writes(@sp.scatter.4[0 +: 1024]) phase "bwd mb0"
 // SP: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 1024], {{.*}}) writes(@layer_norm.6[0 +: 1024], {{.*}}) phase "bwd mb0"
-// SP-NEXT: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.6[0 +: 1024]) writes(@sp.gather.5[0 +: 2048]) phase "bwd mb0"
+// SP-NEXT: weftx.record_event
 // SP: weftx.launch @attention_forward {{.*}} phase "bwd mb0"
-// SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out.2[0 +: 2048]) writes(@sp.scatter.5[0 +: 1024]) phase "bwd mb0"
 // SP: weftx.launch @layer_norm_forward reads(@residual.4[0 +: 1024], {{.*}}) writes(@layer_norm.7[0 +: 1024], {{.*}}) phase "bwd mb0"
-// SP-NEXT: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.7[0 +: 1024]) writes(@sp.gather.6[0 +: 2048]) phase "bwd mb0"
+// SP-NEXT: weftx.record_event
 // SP: weftx.launch @attention_backward
+// SP-LABEL: weftx.stream "tp" {
+// SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@lm_head.grad[0 +: 2048]) writes(@sp.scatter.4[0 +: 1024]) phase "bwd mb0"
+// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.6[0 +: 1024]) writes(@sp.gather.5[0 +: 2048]) phase "bwd mb0"
+// SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out.2[0 +: 2048]) writes(@sp.scatter.5[0 +: 1024]) phase "bwd mb0"
+// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.7[0 +: 1024]) writes(@sp.gather.6[0 +: 2048]) phase "bwd mb0"
 // SP-LABEL: weftx.program @role1 ranks [1] {
 // SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.6[0 +: 1024]) writes(@sp.gather.5[0 +: 2048]) phase "bwd mb0"
 // SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out.2[0 +: 2048]) writes(@sp.scatter.5[0 +: 1024]) phase "bwd mb0"
