@@ -4,13 +4,15 @@
 Loads a safetensors file written by weft-export into transformers'
 GPT2LMHeadModel / LlamaForCausalLM (built from the preset's config.json),
 computes the mean next-token cross-entropy on the batch weft-run trained on at
-the same step, and compares it with weft-run's logged loss (relative 1e-5; the
-model runs in float64, TF32 off). Two stages, because the GPU machine has
+the same step, and compares it with weft-run's logged loss (the model runs in
+float64, TF32 off; relative 1e-5 for fp32 plans, 2e-3 for bf16 and 2e-4 for
+fp16 plans, whose forward rounds weights and activations). Two stages, because the GPU machine has
 torch but cannot build Weft, and this machine builds Weft but has no torch:
 
   scripts/hf-crosscheck.py stage [--build build] [--out .gpu/hf-crosscheck]
       (after scripts/gpu-prepare.sh, which recreates .gpu)
-      here: for gpt2-tiny and llama-tiny, weftc compile (serial), weft-run
+      here: for gpt2-tiny and llama-tiny in fp32, gpt2-tiny in bf16 and
+      llama-tiny in fp16, weftc compile (serial), weft-run
       8 steps with checkpoints at 0 and 7, weft-export of step-0 and step-7;
       writes per model config.json, tokens.bin, step0/step7 safetensors and
       expected.json (weft-run's losses of step 1 and step 8, which are
@@ -28,7 +30,15 @@ import struct
 import subprocess
 import sys
 
-MODELS = ("gpt2-tiny", "llama-tiny")
+# (model, precision): the staged directory is the model's name, with
+# "-PRECISION" for half-precision plans.
+CASES = (("gpt2-tiny", "fp32"), ("llama-tiny", "fp32"), ("gpt2-tiny", "bf16"),
+         ("llama-tiny", "fp16"))
+TOLERANCE = {"fp32": 1e-5, "bf16": 2e-3, "fp16": 2e-4}
+
+
+def case_dir(model, precision):
+    return model if precision == "fp32" else f"{model}-{precision}"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LLMC_MAGIC = 20240520
 BATCH, SEQ_LEN = 4, 32
@@ -43,8 +53,8 @@ def stage(args):
             sys.exit(f"hf-crosscheck: error: {path} not built (ninja -C "
                      f"{args.build} {name})")
     run = lambda *cmd, **kw: subprocess.run(cmd, check=True, **kw)
-    for model in MODELS:
-        out = os.path.join(args.out, model)
+    for model, precision in CASES:
+        out = os.path.join(args.out, case_dir(model, precision))
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         work = os.path.join(out, "work")
@@ -59,7 +69,8 @@ def stage(args):
             os.path.join(ROOT, "test/lit/weftc/Inputs/cpu-sim-1.json"),
             "--global-batch", str(BATCH), "--seq-len", str(SEQ_LEN),
             "--lr", "1e-2", "--warmup-steps", "2", "--decay-steps", "20",
-            "--dp", "1", "--micro-batch", str(BATCH), "-o", bundle,
+            "--dp", "1", "--micro-batch", str(BATCH), "--precision",
+            precision, "-o", bundle,
             stdout=subprocess.DEVNULL)
         ck = os.path.join(work, "ck")
         run(tools["weft-run"], bundle, "--data", tokens, "--steps", "0",
@@ -73,7 +84,8 @@ def stage(args):
                 "-o", os.path.join(out, f"step{step}.safetensors"),
                 stdout=subprocess.DEVNULL)
         losses = [json.loads(line)["loss"] for line in open(metrics)]
-        json.dump({"batch": BATCH, "seq_len": SEQ_LEN,
+        json.dump({"batch": BATCH, "seq_len": SEQ_LEN, "precision": precision,
+                   "tolerance": TOLERANCE[precision],
                    "checks": [{"weights": "step0.safetensors", "step": 1,
                                "loss": losses[0]},
                               {"weights": "step7.safetensors", "step": 8,
@@ -127,7 +139,8 @@ def check(args):
     torch.backends.cuda.matmul.allow_tf32 = False
     device = "cuda" if torch.cuda.is_available() else "cpu"
     status = 0
-    for model in MODELS:
+    for name, precision in CASES:
+        model = case_dir(name, precision)
         d = os.path.join(args.dir, model)
         if not os.path.isdir(d):
             print(f"SKIP: hf-crosscheck {model}: not staged")
@@ -164,7 +177,7 @@ def check(args):
                     logits.reshape(-1, logits.shape[-1]),
                     targets.reshape(-1).to(device)).item()
             rel = abs(loss - c["loss"]) / abs(c["loss"])
-            ok = rel <= 1e-5
+            ok = rel <= expected.get("tolerance", 1e-5)
             status |= 0 if ok else 1
             print(f"{'PASS' if ok else 'FAIL'}: hf-crosscheck {model} step "
                   f"{c['step']}: weft-run {c['loss']:.7f}, transformers "
