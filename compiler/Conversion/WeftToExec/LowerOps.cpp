@@ -377,7 +377,13 @@ LogicalResult RoleScheduler::lowerAllReduce(Operation *op, Value input,
       allReduce.getGridAxes() != ArrayRef<int16_t>{2})
     return op->emitError("weft-schedule: only sum all-reduces over the TP "
                          "axis (grid axis 2) are lowered");
-  values[result] = tpAllReduce(lookup(input), "tp.sum");
+  // A partial sum nothing else reads (a fresh buffer of the op that made it)
+  // is reduced in place: no second buffer, which matters while the
+  // all-reduce overlaps later compute on the `tp` stream.
+  Operation *producer = input.getDefiningOp();
+  bool inPlace = input.hasOneUse() && producer &&
+                 !isa<TPCopyOp, RestoreOp, ParamOp>(producer);
+  values[result] = tpAllReduce(lookup(input), "tp.sum", inPlace);
   return success();
 }
 

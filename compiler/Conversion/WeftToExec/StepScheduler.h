@@ -298,8 +298,8 @@ private:
   void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, Slice a,
             int64_t lda, Slice b, int64_t ldb, Slice c, int64_t ldc,
             bool accumulate);
-  /// Sums `in` over the TP group into a fresh buffer.
-  Slice tpAllReduce(Slice in, StringRef name);
+  /// Sums `in` over the TP group into a fresh buffer, or into `in` itself.
+  Slice tpAllReduce(Slice in, StringRef name, bool inPlace = false);
 
   // --- Values -------------------------------------------------------------
   Slice lookup(Value value) { return values.lookup(value); }

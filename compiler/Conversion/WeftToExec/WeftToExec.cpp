@@ -469,8 +469,8 @@ void RoleScheduler::gemm(bool transA, bool transB, int64_t m, int64_t n,
                      ranges({c}), phase());
 }
 
-Slice RoleScheduler::tpAllReduce(Slice in, StringRef name) {
-  Slice out = activation(name, in.elements());
+Slice RoleScheduler::tpAllReduce(Slice in, StringRef name, bool inPlace) {
+  Slice out = inPlace ? in : activation(name, in.elements());
   wx::AllReduceOp::create(builder, program.getLoc(), wx::ReduceKind::sum,
                           in.elements(), in.type,
                           bundle.family(Family::TP).getValue(), ranges({in}),

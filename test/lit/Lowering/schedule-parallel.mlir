@@ -26,16 +26,17 @@
 // TP: weftx.launch @vocab_embedding_forward reads(@tokens[0 +: 32], @params[0 +: 25344]) writes(@embedding.partial[0 +: 1536]) phase "fwd mb0"
 // TP-NEXT: weftx.record_event [[EMB_READY:[0-9]+]] phase "fwd mb0"
 // TP-NEXT: weftx.wait_event [[EMB_SUMMED:[0-9]+]] phase "fwd mb0"
-// TP-NEXT: weftx.launch @position_embedding_forward reads(@tp.sum[0 +: 1536], @params[{{[0-9]+}} +: 12288]) writes(@embedding[0 +: 1536])
+// TP-NEXT: weftx.launch @position_embedding_forward reads(@embedding.partial[0 +: 1536], @params[{{[0-9]+}} +: 12288]) writes(@embedding[0 +: 1536])
 // The fused QKV weight holds this rank's 24 columns of each of q, k and v as
 // three contiguous [48, 24] matrices.
 // TP: weftx.gemm f32 m 24 n 8 k 48 lda 24 ldb 48 ldc 24 {{.*}} reads(@params[[[Q:[0-9]+]] +: 4608], @layer_norm[0 +: 1536]) writes(@attn.q[0 +: 768])
 // TP: weftx.gemm f32 m 24 n 8 k 48 lda 24 ldb 48 ldc 24 {{.*}} reads(@params[[[K:[0-9]+]] +: 4608], @layer_norm[0 +: 1536]) writes(@attn.k[0 +: 768])
-// The row-parallel output projection's partial sum, reduced, then the bias.
+// The row-parallel output projection's partial sum, reduced in place (no
+// other op reads the partial), then the bias.
 // TP: weftx.gemm f32 m 48 n 8 k 24 {{.*}} writes(@attn.out[0 +: 1536])
 // TP-NEXT: weftx.record_event {{[0-9]+}}
 // TP-NEXT: weftx.wait_event {{[0-9]+}}
-// TP-NEXT: weftx.launch @bias_add{{(.[0-9])?}} reads(@tp.sum.1[0 +: 1536], @params[{{[0-9]+}} +: 192]) writes(@bias_add[0 +: 1536])
+// TP-NEXT: weftx.launch @bias_add{{(.[0-9])?}} reads(@attn.out[0 +: 1536], @params[{{[0-9]+}} +: 192]) writes(@bias_add[0 +: 1536])
 // TP: weftx.launch @cross_entropy_shard_max reads(@logits[0 +: 4224]) writes(@ce.max[0 +: 32]) phase "bwd mb0"
 // TP-NEXT: weftx.record_event
 // TP-NEXT: weftx.wait_event
@@ -56,10 +57,10 @@
 // TP-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads[0 +: [[ALL]]])
 // TP-LABEL: weftx.stream "tp" {
 // TP-NEXT: weftx.wait_event [[EMB_READY]] phase "fwd mb0"
-// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@embedding.partial[0 +: 1536]) writes(@tp.sum[0 +: 1536])
+// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@embedding.partial[0 +: 1536]) writes(@embedding.partial[0 +: 1536])
 // TP-NEXT: weftx.record_event [[EMB_SUMMED]] phase "fwd mb0"
 // TP-NEXT: weftx.wait_event
-// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@attn.out[0 +: 1536]) writes(@tp.sum.1[0 +: 1536])
+// TP-NEXT: weftx.all_reduce sum 384 x f32 on @tp reads(@attn.out[0 +: 1536]) writes(@attn.out[0 +: 1536])
 // TP: weftx.all_reduce max 8 x f32 on @tp reads(@ce.max[0 +: 32]) writes(@ce.max[0 +: 32])
 // TP: weftx.all_reduce sum 16 x f32 on @tp reads(@ce.sums[0 +: 64]) writes(@ce.sums[0 +: 64])
 // TP: weftx.all_reduce sum 384 x f32 on @tp reads(@lm_head.grad[0 +: 1536])
