@@ -10,6 +10,13 @@
 //   zero1   dp ranks, gradient reduce-scatter, sharded fp32 master weights
 //           and moments, grad-norm all-reduce, parameter all-gather.
 // Every plan supports gradient accumulation (accum micro-batches).
+// serial-offload and zero1-offload: the same with optimizer offload (format
+// version 4's host region): fp32 master weights, moments and the staging
+// copies `.grad.host`/`.host` in host memory; the clipped gradient is
+// copied to the host, AdamW runs on host buffers only and the updated
+// weights are copied back to the device (to the working copy, or to the
+// `.shard` the all-gather reads). Same math: bit-identical to the plain
+// variant on the CPU backend.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_TEST_E2E_MLPBUNDLE_H
@@ -28,7 +35,8 @@
 namespace weft::test {
 
 struct MlpConfig {
-  std::string variant = "serial"; // serial | ddp | zero1
+  // serial | ddp | zero1 | serial-offload | zero1-offload
+  std::string variant = "serial";
   int64_t dp = 1;
   int64_t microBatch = 4;
   int64_t accum = 1;
@@ -65,7 +73,7 @@ using namespace weft::plan;
 
 struct Builder {
   Program program;
-  int64_t persistentEnd = 0, arenaEnd = 0;
+  int64_t persistentEnd = 0, arenaEnd = 0, hostEnd = 0;
   std::vector<Instruction> *stream = nullptr;
 
   int64_t add(const std::string &name, Region region, int64_t elements,
@@ -77,7 +85,9 @@ struct Builder {
     b.size = elements * elementBytes(dtype);
     b.dtype = dtype;
     b.alignment = 64;
-    int64_t &end = region == Region::Persistent ? persistentEnd : arenaEnd;
+    int64_t &end = region == Region::Persistent ? persistentEnd
+                   : region == Region::Host     ? hostEnd
+                                                : arenaEnd;
     b.offset = (end + 63) / 64 * 64;
     end = b.offset + b.size;
     program.buffers.push_back(b);
@@ -140,10 +150,18 @@ inline Kernel makeKernel(int64_t id, const std::string &name,
 inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
   using namespace weft::plan;
   using detail::Builder;
-  const bool zero = c.variant == "zero1";
-  if (c.variant != "serial" && c.variant != "ddp" && !zero)
+  const std::string suffix = "-offload";
+  const bool offload = c.variant.size() > suffix.size() &&
+                       c.variant.compare(c.variant.size() - suffix.size(),
+                                         suffix.size(), suffix) == 0;
+  const std::string variant =
+      offload ? c.variant.substr(0, c.variant.size() - suffix.size())
+              : c.variant;
+  const bool zero = variant == "zero1";
+  if ((variant != "serial" && variant != "ddp" && !zero) ||
+      (offload && variant == "ddp"))
     throw std::runtime_error("unknown variant " + c.variant);
-  if (c.variant == "serial" && c.dp != 1)
+  if (variant == "serial" && c.dp != 1)
     throw std::runtime_error("the serial plan has dp 1");
 
   Bundle bundle;
@@ -189,21 +207,30 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
   const char *names[3] = {"wte", "w1", "w2"};
   const int64_t sizes[3] = {V * H, H * F, F * V};
   int64_t param[3], grad[3], master[3], gradShard[3], m[3], v[3];
+  int64_t gradHost[3], paramHost[3], paramShard[3];
   const int64_t shards = zero ? c.dp : 1;
+  // Optimizer state lives in the host region under offload.
+  const Region state = offload ? Region::Host : Region::Persistent;
   for (int i = 0; i < 3; ++i) {
-    param[i] = b.add(names[i], Region::Persistent, sizes[i]);
-    grad[i] =
-        b.add(std::string(names[i]) + ".grad", Region::Persistent, sizes[i]);
-    master[i] = zero ? b.add(std::string(names[i]) + ".master",
-                             Region::Persistent, sizes[i] / shards)
-                     : param[i];
-    gradShard[i] = zero ? b.add(std::string(names[i]) + ".grad.shard",
-                                Region::Persistent, sizes[i] / shards)
+    std::string name = names[i];
+    param[i] = b.add(name, Region::Persistent, sizes[i]);
+    grad[i] = b.add(name + ".grad", Region::Persistent, sizes[i]);
+    master[i] = zero || offload
+                    ? b.add(name + ".master", state, sizes[i] / shards)
+                    : param[i];
+    gradShard[i] = zero ? b.add(name + ".grad.shard", Region::Persistent,
+                                sizes[i] / shards)
                         : grad[i];
-    m[i] = b.add(std::string(names[i]) + ".exp_avg", Region::Persistent,
-                 sizes[i] / shards);
-    v[i] = b.add(std::string(names[i]) + ".exp_avg_sq", Region::Persistent,
-                 sizes[i] / shards);
+    m[i] = b.add(name + ".exp_avg", state, sizes[i] / shards);
+    v[i] = b.add(name + ".exp_avg_sq", state, sizes[i] / shards);
+    gradHost[i] = paramHost[i] = paramShard[i] = -1;
+    if (offload) {
+      gradHost[i] = b.add(name + ".grad.host", Region::Host, sizes[i] / shards);
+      paramHost[i] = b.add(name + ".host", Region::Host, sizes[i] / shards);
+      paramShard[i] =
+          zero ? b.add(name + ".shard", Region::Persistent, sizes[i] / shards)
+               : param[i];
+    }
   }
   int64_t loss = b.add("loss", Region::Persistent, 1);
   int64_t norm = b.add("grad.sumsq", Region::Persistent, 1);
@@ -221,7 +248,7 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
                                     b.all(grad[2])};
   b.emit(Opcode::Fill, {}, grads, "zero grads").dtype = DType::F32;
   b.emit(Opcode::Fill, {}, {b.all(loss)}, "zero loss").dtype = DType::F32;
-  const bool overlap = c.variant != "serial";
+  const bool overlap = variant != "serial";
   for (int64_t mb = 0; mb < c.accum; ++mb) {
     std::string fwd = "fwd mb" + std::to_string(mb);
     std::string bwd = "bwd mb" + std::to_string(mb);
@@ -273,6 +300,22 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
   clipReads.insert(clipReads.end(), shardGrads.begin(), shardGrads.end());
   b.emit(Opcode::Clip, clipReads, shardGrads, "clip").dtype = DType::F32;
   for (int i = 0; i < 3; ++i) {
+    if (offload) {
+      b.emit(Opcode::Copy, {b.all(gradShard[i])}, {b.all(gradHost[i])},
+             "adamw");
+      Instruction &step = b.emit(
+          Opcode::OptimizerStep,
+          {b.all(master[i]), b.all(gradHost[i]), b.all(m[i]), b.all(v[i])},
+          {b.all(master[i]), b.all(m[i]), b.all(v[i]), b.all(paramHost[i])},
+          "adamw");
+      step.count = sizes[i] / shards;
+      b.emit(Opcode::Copy, {b.all(paramHost[i])}, {b.all(paramShard[i])},
+             "adamw");
+      if (zero)
+        b.comm(Opcode::AllGather, sizes[i] / shards, b.all(paramShard[i]),
+               b.all(param[i]), "param gather");
+      continue;
+    }
     Instruction &step = b.emit(
         Opcode::OptimizerStep,
         {b.all(master[i]), b.all(gradShard[i]), b.all(m[i]), b.all(v[i])},
@@ -286,6 +329,7 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
   b.program.numEvents = overlap ? 4 : 0;
   b.program.persistentBytes = b.persistentEnd;
   b.program.arenaBytes = b.arenaEnd;
+  b.program.hostBytes = b.hostEnd;
   b.program.streams.push_back({"compute", compute});
   if (overlap)
     b.program.streams.push_back({"comm", side});
@@ -300,7 +344,7 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
     p.init = {"normal", 0.2};
     p.hfName = names[i];
     p.shards.push_back({0, param[i], 0, -1, 0, 0, 1, sizes[i]});
-    if (zero)
+    if (zero || offload)
       p.shards.push_back({0, master[i], 0, -1, 0, 0, shards, sizes[i]});
     bundle.parameters.push_back(p);
   }

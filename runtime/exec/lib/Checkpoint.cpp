@@ -206,6 +206,19 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
 
 void readRankFile(const std::string &path, const RankFileInfo &expected,
                   const RankFileResult &manifest, std::byte *payload) {
+  readRankFile(path, expected, manifest, {{payload, expected.payloadBytes}});
+}
+
+void readRankFile(const std::string &path, const RankFileInfo &expected,
+                  const RankFileResult &manifest,
+                  const PayloadTargets &payload) {
+  int64_t targetBytes = 0;
+  for (const auto &piece : payload)
+    targetBytes += piece.second;
+  if (targetBytes != expected.payloadBytes)
+    throw Error(path + ": " + std::to_string(targetBytes) +
+                " bytes of memory for a payload of " +
+                std::to_string(expected.payloadBytes));
   Fd file;
   file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (file.fd < 0)
@@ -274,13 +287,16 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
   // The seed is informational: initialization is the only consumer of the
   // counter-based generator, and it does not run on resume.
   uint32_t crc = 0;
-  auto *data = reinterpret_cast<uint8_t *>(payload);
-  for (int64_t done = 0; done < expected.payloadBytes;) {
-    size_t n = size_t(
-        std::min<int64_t>(int64_t(kChunk), expected.payloadBytes - done));
-    readAll(data + done, n, off_t(kRankHeaderBytes + done));
-    crc = crc32c(data + done, n, crc);
-    done += int64_t(n);
+  int64_t done = 0; // payload bytes read so far (file offset - header)
+  for (const auto &piece : payload) {
+    auto *data = reinterpret_cast<uint8_t *>(piece.first);
+    for (int64_t at = 0; at < piece.second;) {
+      size_t n = size_t(std::min<int64_t>(int64_t(kChunk), piece.second - at));
+      readAll(data + at, n, off_t(kRankHeaderBytes + done));
+      crc = crc32c(data + at, n, crc);
+      at += int64_t(n);
+      done += int64_t(n);
+    }
   }
   if (crc != recorded)
     throw Error(path + ": checksum mismatch (computed " + hex32(crc) +

@@ -194,7 +194,9 @@ public:
     if (region == plan::Region::Arena)
       std::memset(data, 0xff, size);
     regions_.push_back({static_cast<std::byte *>(data), size});
-    inUse_ += int64_t(size);
+    // The host region is host memory on every backend, not device memory.
+    if (region != plan::Region::Host)
+      inUse_ += int64_t(size);
     return static_cast<std::byte *>(data);
   }
 

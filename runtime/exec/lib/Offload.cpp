@@ -28,11 +28,18 @@ std::string_view toString(Residency residency) {
     return "host-pinned";
   case Residency::Released:
     return "released";
+  case Residency::Host:
+    return "host";
   }
   return "?";
 }
 
 Residency Session::where(StateGroup group) const {
+  // A group the plan keeps wholly in its host region (optimizer offload)
+  // lives on the host whatever offload() is asked.
+  const StateGroupLayout &g = layout_[size_t(group)];
+  if (g.bytes == 0 && g.hostBytes > 0)
+    return Residency::Host;
   return groups_[size_t(group)].where;
 }
 
@@ -65,7 +72,7 @@ OffloadReport Session::offload(StateGroup group, HostMemoryKind kind) {
   const StateGroupLayout &g = layout_[size_t(group)];
   OffloadReport report;
   report.group = group;
-  report.before = state.where;
+  report.before = where(group);
   report.groupBytes = g.bytes;
   report.deviceBytesBefore = backend_->deviceBytesInUse();
   std::string who = "rank " + std::to_string(rank_) + ": offload of '" +
@@ -79,7 +86,11 @@ OffloadReport Session::offload(StateGroup group, HostMemoryKind kind) {
   // Nothing may write (or read) the bytes once they are copied: complete
   // every collective and transfer this rank has in flight.
   report.drained = drain();
-  if (state.where == Residency::Device && g.bytes == 0) {
+  // Only device bytes move: the group's host-region ranges (optimizer
+  // offload) are host memory already and stay where they are.
+  if (report.before == Residency::Host) {
+    // Nothing on the device to move.
+  } else if (state.where == Residency::Device && g.bytes == 0) {
     state.where = group == StateGroup::Activations ? Residency::Released
                   : kind == HostMemoryKind::Pinned ? Residency::Pinned
                                                    : Residency::Pageable;
@@ -127,7 +138,7 @@ OffloadReport Session::offload(StateGroup group, HostMemoryKind kind) {
       report.bytesMoved = g.bytes;
     }
   }
-  report.after = state.where;
+  report.after = where(group);
   report.deviceBytesAfter = backend_->deviceBytesInUse();
   report.seconds = MPI_Wtime() - start;
   return report;
@@ -140,7 +151,7 @@ OffloadReport Session::reload(StateGroup group) {
   OffloadReport report;
   report.group = group;
   report.reload = true;
-  report.before = state.where;
+  report.before = where(group);
   report.groupBytes = g.bytes;
   report.deviceBytesBefore = backend_->deviceBytesInUse();
   if (state.where == Residency::Released) {
@@ -165,7 +176,7 @@ OffloadReport Session::reload(StateGroup group) {
     report.bytesMoved = g.bytes;
   }
   state.where = Residency::Device;
-  report.after = state.where;
+  report.after = where(group);
   report.deviceBytesAfter = backend_->deviceBytesInUse();
   report.seconds = MPI_Wtime() - start;
   return report;

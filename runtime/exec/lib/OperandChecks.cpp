@@ -20,8 +20,35 @@ int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld) {
   return (cols - 1) * ld + rows;
 }
 
+void checkHostOperands(const plan::Program &program,
+                       const plan::Instruction &inst,
+                       const std::string &where) {
+  // The verifier's rule (Structure.cpp), repeated because a backend may be
+  // handed an unverified plan: only these opcodes can reach host memory.
+  size_t host = 0, total = 0;
+  const plan::Buffer *first = nullptr;
+  for (const auto *ranges : {&inst.reads, &inst.writes})
+    for (const plan::BufferRange &range : *ranges) {
+      if (range.buffer < 0 || range.buffer >= int64_t(program.buffers.size()))
+        continue;
+      ++total;
+      const plan::Buffer &buffer = program.buffers[size_t(range.buffer)];
+      if (buffer.region == plan::Region::Host && !host++)
+        first = &buffer;
+    }
+  if (!host || inst.opcode == Opcode::Copy || inst.opcode == Opcode::Fill ||
+      (inst.opcode == Opcode::OptimizerStep && host == total))
+    return;
+  throw Error(where + ": " + std::string(plan::toString(inst.opcode)) +
+              " reads or writes host buffer " + std::to_string(first->id) +
+              " '" + first->name +
+              "' (host memory is for copy, fill and an optimizer_step whose "
+              "operands are all on the host)");
+}
+
 void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                    const std::string &where, const std::string &backend) {
+  checkHostOperands(program, inst, where);
   std::string op(plan::toString(inst.opcode));
   auto needBytes = [&](const plan::BufferRange &range, int64_t bytes,
                        const std::string &name) {
@@ -111,6 +138,7 @@ int64_t checkKernelOperands(const plan::Program &program,
                             const KernelSpec &spec,
                             const KernelConstants &constants,
                             const std::string &what) {
+  checkHostOperands(program, inst, what);
   if (!inst.args.empty())
     throw Error(what + " takes no scalar args (shapes are constants)");
   KernelSignature sig;

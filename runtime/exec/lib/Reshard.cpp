@@ -209,20 +209,21 @@ stateOf(const Bundle &bundle, const std::string &planPath,
     for (int64_t id : {state->expAvgBuffer, state->expAvgSqBuffer}) {
       const plan::Buffer &b = program.buffers[size_t(id)];
       if (buffer.dtype != DType::F32 || b.dtype != DType::F32 ||
-          b.region != plan::Region::Persistent)
+          b.region == plan::Region::Arena)
         throw Error(planPath + ": parameter '" + param.name +
                     "': the optimizer_step updating it in role " +
                     std::to_string(spec.role) +
                     " does not keep f32 parameter and moments in persistent "
-                    "buffers");
+                    "or host buffers");
     }
   }
   return state;
 }
 
-/// Where each persistent buffer of each role starts in a rank file's
-/// payload (-1: not saved). Full checkpoints hold the region as is; a weights
-/// snapshot the ranges of weightsSnapshotLayout(), packed in offset order.
+/// Where each persistent or host buffer of each role starts in a rank
+/// file's payload (-1: not saved). Full checkpoints hold the persistent
+/// region as is, then the host region; a weights snapshot the ranges of
+/// weightsSnapshotLayout(), packed in offset order, then its host ranges.
 struct PayloadLayout {
   std::vector<std::vector<int64_t>> offsets; // by role, by buffer
   std::vector<int64_t> bytes;                // by role
@@ -232,22 +233,30 @@ PayloadLayout layOut(const Bundle &bundle, CheckpointContents contents) {
   PayloadLayout layout;
   for (const plan::Program &program : bundle.programs) {
     std::vector<int64_t> offsets(program.buffers.size(), -1);
-    int64_t bytes = program.persistentBytes;
+    int64_t bytes = program.persistentBytes + program.hostBytes;
     if (contents == CheckpointContents::Full) {
       for (const plan::Buffer &b : program.buffers)
         if (b.region == plan::Region::Persistent)
           offsets[size_t(b.id)] = b.offset;
+        else if (b.region == plan::Region::Host)
+          offsets[size_t(b.id)] = program.persistentBytes + b.offset;
     } else {
       StateGroupLayout params = weightsSnapshotLayout(bundle, program);
       bytes = 0;
-      for (const ByteRange &r : params.ranges) {
-        for (int64_t id : params.buffers) {
-          const plan::Buffer &b = program.buffers[size_t(id)];
-          if (b.offset >= r.offset && b.offset + b.size <= r.offset + r.bytes)
-            offsets[size_t(id)] = bytes + (b.offset - r.offset);
+      auto pack = [&](const std::vector<ByteRange> &ranges,
+                      plan::Region region) {
+        for (const ByteRange &r : ranges) {
+          for (int64_t id : params.buffers) {
+            const plan::Buffer &b = program.buffers[size_t(id)];
+            if (b.region == region && b.offset >= r.offset &&
+                b.offset + b.size <= r.offset + r.bytes)
+              offsets[size_t(id)] = bytes + (b.offset - r.offset);
+          }
+          bytes += r.bytes;
         }
-        bytes += r.bytes;
-      }
+      };
+      pack(params.ranges, plan::Region::Persistent);
+      pack(params.hostRanges, plan::Region::Host);
     }
     layout.offsets.push_back(std::move(offsets));
     layout.bytes.push_back(bytes);
@@ -289,6 +298,7 @@ GlobalState readGlobalState(const Bundle &bundle, const std::string &bundleDir,
   GlobalState state;
   state.step = manifest.step;
   state.dataSamples = manifest.step * bundle.training.globalBatch;
+  state.lossScale = manifest.lossScale;
   state.weightsOnly = manifest.contents == CheckpointContents::Weights;
   if (moments && state.weightsOnly)
     throw Error(stepDir + "/manifest.json: a weights snapshot (parameters "
@@ -507,8 +517,8 @@ ReshardStats reshardCheckpoint(const Bundle &from, const std::string &fromDir,
     for (const ShardSpec &spec : to.parameters[p].shards) {
       const Parameter &param = to.parameters[p];
       Slice slice = sliceOf(to, planPath, param, spec);
-      if (to.programs[size_t(spec.role)].buffers[size_t(spec.buffer)].region !=
-          plan::Region::Persistent)
+      if (to.programs[size_t(spec.role)].buffers[size_t(spec.buffer)].region ==
+          plan::Region::Arena)
         continue; // a gathered copy, rebuilt by the step
       plan[size_t(spec.role)].push_back(
           {p, Source{&spec, slice, stateOf(to, planPath, param, spec, slice)}});
@@ -524,6 +534,20 @@ ReshardStats reshardCheckpoint(const Bundle &from, const std::string &fromDir,
   for (const GlobalTensor &tensor : state.tensors)
     stats.elements += int64_t(tensor.value.size());
   stats.notes = trainingNotes(from.training, to.training);
+  // The dynamic loss scaler carries over; a plan that starts scaling
+  // dynamically starts from its initial scale, with every step so far
+  // counted as an applied AdamW update (bias correction).
+  std::optional<LossScaleState> lossScale;
+  if (to.training.lossScale.dynamic) {
+    lossScale = state.lossScale.value_or(
+        LossScaleState{to.training.lossScale.initial, 0, state.step});
+  } else if (state.lossScale && state.lossScale->optimizerSteps != state.step) {
+    stats.notes.push_back(
+        "loss scaling: " +
+        std::to_string(state.step - state.lossScale->optimizerSteps) +
+        " skipped steps are counted as updates from here on (the new plan's "
+        "bias correction follows the step number)");
+  }
   const std::string name = "step-" + std::to_string(state.step);
   const std::string final = outDir + "/" + name, tmp = final + ".tmp";
   stats.dir = final;
@@ -549,6 +573,7 @@ ReshardStats reshardCheckpoint(const Bundle &from, const std::string &fromDir,
     int64_t world = to.mesh.worldSize();
     Manifest manifest;
     manifest.step = state.step;
+    manifest.lossScale = lossScale;
     manifest.worldSize = int32_t(world);
     manifest.bundleHash = hash;
     std::vector<std::byte> payload;
@@ -557,22 +582,24 @@ ReshardStats reshardCheckpoint(const Bundle &from, const std::string &fromDir,
       const plan::Program &program = to.programs[size_t(role)];
       int64_t dp = to.mesh.coordOf(rank).dp;
       // Everything but parameters and moments starts at zero, as in a fresh
-      // session.
-      payload.assign(size_t(program.persistentBytes), std::byte{0});
+      // session. The payload is the persistent region, then the host region.
+      payload.assign(size_t(program.persistentBytes + program.hostBytes),
+                     std::byte{0});
+      auto at = [&](int64_t id) {
+        const plan::Buffer &b = program.buffers[size_t(id)];
+        return payload.data() + b.offset +
+               (b.region == plan::Region::Host ? program.persistentBytes : 0);
+      };
       for (const auto &[p, source] : plan[size_t(role)]) {
         const GlobalTensor &tensor = *byName.at(to.parameters[p].name);
         const ShardSpec &spec = *source.spec;
         const plan::Buffer &buffer = program.buffers[size_t(spec.buffer)];
         int64_t bytes = plan::elementBytes(buffer.dtype);
-        std::byte *base = payload.data() + buffer.offset + spec.offset;
+        std::byte *base = at(spec.buffer) + spec.offset;
         std::byte *m = nullptr, *v = nullptr;
         if (source.state && !dropMoments) {
-          m = payload.data() +
-              program.buffers[size_t(source.state->expAvgBuffer)].offset +
-              source.state->expAvgOffset;
-          v = payload.data() +
-              program.buffers[size_t(source.state->expAvgSqBuffer)].offset +
-              source.state->expAvgSqOffset;
+          m = at(source.state->expAvgBuffer) + source.state->expAvgOffset;
+          v = at(source.state->expAvgSqBuffer) + source.state->expAvgSqOffset;
         }
         int64_t first = source.slice.first(dp);
         for (int64_t k = 0; k < source.slice.chunk; ++k) {
@@ -597,7 +624,7 @@ ReshardStats reshardCheckpoint(const Bundle &from, const std::string &fromDir,
       info.step = state.step;
       info.seed = state.seed;
       info.dataSamples = state.step * to.training.globalBatch;
-      info.payloadBytes = program.persistentBytes;
+      info.payloadBytes = program.persistentBytes + program.hostBytes;
       std::string file = "rank-" + std::to_string(rank) + ".bin";
       RankFileResult result =
           writeRankFile(tmp + "/" + file, info, payload.data());

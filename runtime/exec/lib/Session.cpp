@@ -193,9 +193,7 @@ void Session::setUp(MPI_Comm world) {
 
   buildCommunicators();
   const plan::Program &program = *rankProgram_.program;
-  if (!persistent_) // resumeLocally() already holds the checkpoint's bytes
-    persistent_ = backend_->allocateRegion(plan::Region::Persistent,
-                                           program.persistentBytes);
+  allocateStateRegions(); // resumeLocally() may hold the checkpoint already
   arena_ = backend_->allocateRegion(plan::Region::Arena, program.arenaBytes);
   if (!resumed_)
     initializeParameters();
@@ -352,11 +350,25 @@ void Session::validateLocally() {
 //===----------------------------------------------------------------------===//
 
 void Session::resumeLocally() {
-  // Read straight into the region; nothing runs on it unless every rank's
+  // Read straight into the regions; nothing runs on them unless every rank's
   // checksum matched (the agreement in setUp).
-  persistent_ = backend_->allocateRegion(plan::Region::Persistent,
-                                         rankProgram_.program->persistentBytes);
+  allocateStateRegions();
   resumed_ = readCheckpointLocally(options_.resumeDir);
+}
+
+void Session::allocateStateRegions() {
+  const plan::Program &program = *rankProgram_.program;
+  if (!persistent_)
+    persistent_ = backend_->allocateRegion(plan::Region::Persistent,
+                                           program.persistentBytes);
+  // Plans without offload have no host region: nothing allocated.
+  if (!host_ && program.hostBytes > 0)
+    host_ = backend_->allocateRegion(plan::Region::Host, program.hostBytes);
+}
+
+int64_t Session::fullPayloadBytes() const {
+  return rankProgram_.program->persistentBytes +
+         rankProgram_.program->hostBytes;
 }
 
 CheckpointStats Session::readCheckpointLocally(const std::string &dir,
@@ -383,19 +395,27 @@ CheckpointStats Session::readCheckpointLocally(const std::string &dir,
   expected.worldSize = worldSize_;
   expected.step = manifest.step;
   expected.dataSamples = manifest.step * bundle_.training.globalBatch;
-  expected.payloadBytes = program.persistentBytes;
+  // The payload is the persistent region, then the host region.
+  expected.payloadBytes = fullPayloadBytes();
   const RankFileResult &recorded = manifest.results[size_t(rank_)];
   if (payloadTouched)
     *payloadTouched = 1; // readRankFile writes into the region as it goes
+  // Nothing the device runs touches the host region now (between steps).
+  backend_->synchronize();
+  const std::string path = *stepDir + "/" + manifest.files[size_t(rank_)];
   if (backend_->hostAddressable()) {
-    readRankFile(*stepDir + "/" + manifest.files[size_t(rank_)], expected,
-                 recorded, persistent_);
+    readRankFile(
+        path, expected, recorded,
+        {{persistent_, program.persistentBytes}, {host_, program.hostBytes}});
   } else {
-    // Read and checked in host memory, then copied to the device whole.
-    std::vector<std::byte> host(size_t(program.persistentBytes));
-    readRankFile(*stepDir + "/" + manifest.files[size_t(rank_)], expected,
-                 recorded, host.data());
-    backend_->copyToDevice(persistent_, host.data(), program.persistentBytes);
+    // Read and checked in host memory, then copied to the device whole; the
+    // host region is host memory on every backend: read in place.
+    std::vector<std::byte> staging(size_t(program.persistentBytes));
+    readRankFile(path, expected, recorded,
+                 {{staging.data(), program.persistentBytes},
+                  {host_, program.hostBytes}});
+    backend_->copyToDevice(persistent_, staging.data(),
+                           program.persistentBytes);
   }
   if (bundle_.training.lossScale.dynamic) {
     if (!manifest.lossScale)
@@ -471,11 +491,15 @@ PayloadPieces Session::hostPieces(const PayloadPieces &pieces,
 
 CheckpointStats Session::saveCheckpoint(const std::string &dir) {
   std::vector<std::byte> staging;
-  return commitCheckpoint(
-      dir, "step-" + std::to_string(completedSteps_),
-      hostPieces(persistentPieces(0, rankProgram_.program->persistentBytes),
-                 staging),
-      false);
+  // hostPieces() synchronizes (its copies), but with nothing to copy the
+  // host region still needs the device's writes to it complete.
+  backend_->synchronize();
+  PayloadPieces payload = hostPieces(
+      persistentPieces(0, rankProgram_.program->persistentBytes), staging);
+  if (rankProgram_.program->hostBytes > 0)
+    payload.push_back({host_, rankProgram_.program->hostBytes});
+  return commitCheckpoint(dir, "step-" + std::to_string(completedSteps_),
+                          payload, false);
 }
 
 CheckpointStats Session::saveWeights(const std::string &dir) {
@@ -485,8 +509,12 @@ CheckpointStats Session::saveWeights(const std::string &dir) {
     payload.insert(payload.end(), pieces.begin(), pieces.end());
   }
   std::vector<std::byte> staging;
+  backend_->synchronize();
+  payload = hostPieces(payload, staging);
+  for (const ByteRange &range : weightsLayout_.hostRanges)
+    payload.push_back({host_ + range.offset, range.bytes});
   return commitCheckpoint(dir, "weights-" + std::to_string(completedSteps_),
-                          hostPieces(payload, staging), true);
+                          payload, true);
 }
 
 CheckpointStats Session::commitCheckpoint(const std::string &dir,
@@ -626,7 +654,9 @@ void Session::initializeParameters() {
       out.data += shard.offset;
       std::byte *device = out.data;
       std::vector<std::byte> host;
-      if (!backend_->hostAddressable()) {
+      // Host-region buffers (offloaded master weights) are host memory on
+      // every backend: filled in place.
+      if (!backend_->hostAddressable() && buffer.region != plan::Region::Host) {
         host.resize(size_t(part * plan::elementBytes(buffer.dtype)));
         out.data = host.data();
       }
@@ -662,8 +692,9 @@ void Session::initializeParameters() {
 
 Operand Session::buffer(int64_t id) const {
   const plan::Buffer &buffer = rankProgram_.program->buffers.at(size_t(id));
-  std::byte *base =
-      buffer.region == plan::Region::Persistent ? persistent_ : arena_;
+  std::byte *base = buffer.region == plan::Region::Persistent ? persistent_
+                    : buffer.region == plan::Region::Host     ? host_
+                                                              : arena_;
   return {base + buffer.offset, buffer.size, buffer.dtype};
 }
 
@@ -675,6 +706,13 @@ void Session::readBuffer(int64_t id, int64_t offset, void *host,
                 std::to_string(offset + bytes) + ") outside buffer " +
                 std::to_string(id) + " of " + std::to_string(b.bytes) +
                 " bytes");
+  if (rankProgram_.program->buffers.at(size_t(id)).region ==
+      plan::Region::Host) {
+    // Host memory, written in stream order: wait for the device, then read.
+    backend_->synchronize();
+    std::memcpy(host, b.data + offset, size_t(bytes));
+    return;
+  }
   backend_->copyToHost(static_cast<std::byte *>(host), b.data + offset, bytes);
 }
 

@@ -193,24 +193,38 @@ std::vector<StateGroup> classifyStateGroups(const plan::Bundle &bundle,
 namespace {
 /// Sorts and coalesces `g.ranges` and sums them into `g.bytes`.
 void coalesce(StateGroupLayout &g) {
-  std::sort(g.ranges.begin(), g.ranges.end(),
-            [](const ByteRange &a, const ByteRange &b) {
-              return a.offset < b.offset;
-            });
-  std::vector<ByteRange> merged;
-  for (const ByteRange &r : g.ranges) {
-    if (!merged.empty() &&
-        r.offset <= merged.back().offset + merged.back().bytes)
-      merged.back().bytes = std::max(merged.back().offset + merged.back().bytes,
-                                     r.offset + r.bytes) -
-                            merged.back().offset;
-    else
-      merged.push_back(r);
-  }
-  g.ranges = std::move(merged);
-  g.bytes = 0;
-  for (const ByteRange &r : g.ranges)
-    g.bytes += r.bytes;
+  auto merge = [](std::vector<ByteRange> &ranges, int64_t &total) {
+    std::sort(ranges.begin(), ranges.end(),
+              [](const ByteRange &a, const ByteRange &b) {
+                return a.offset < b.offset;
+              });
+    std::vector<ByteRange> merged;
+    for (const ByteRange &r : ranges) {
+      if (!merged.empty() &&
+          r.offset <= merged.back().offset + merged.back().bytes)
+        merged.back().bytes =
+            std::max(merged.back().offset + merged.back().bytes,
+                     r.offset + r.bytes) -
+            merged.back().offset;
+      else
+        merged.push_back(r);
+    }
+    ranges = std::move(merged);
+    total = 0;
+    for (const ByteRange &r : ranges)
+      total += r.bytes;
+  };
+  merge(g.ranges, g.bytes);
+  merge(g.hostRanges, g.hostBytes);
+}
+
+/// Adds `buffer` to the ranges of its region (arena buffers have none of
+/// their own: Activations covers the whole arena).
+void addRange(StateGroupLayout &g, const plan::Buffer &buffer) {
+  if (buffer.region == plan::Region::Persistent)
+    g.ranges.push_back({buffer.offset, buffer.size});
+  else if (buffer.region == plan::Region::Host)
+    g.hostRanges.push_back({buffer.offset, buffer.size});
 }
 } // namespace
 
@@ -226,14 +240,26 @@ StateGroupLayout weightsSnapshotLayout(const plan::Bundle &bundle,
       if (inst.opcode == plan::Opcode::AllGather && !inst.writes.empty() &&
           facts[size_t(inst.writes[0].buffer)].gathered)
         saved[size_t(inst.reads[0].buffer)] = true;
+  // A host staging copy of saved device weights (optimizer offload writes
+  // the updated weights to host memory and copies them to the device).
+  for (const plan::Stream &stream : program.streams)
+    for (const plan::Instruction &inst : stream.instructions)
+      if (inst.opcode == plan::Opcode::Copy && !inst.reads.empty() &&
+          !inst.writes.empty() &&
+          program.buffers[size_t(inst.reads[0].buffer)].region ==
+              plan::Region::Host &&
+          program.buffers[size_t(inst.writes[0].buffer)].region ==
+              plan::Region::Persistent &&
+          saved[size_t(inst.writes[0].buffer)])
+        saved[size_t(inst.reads[0].buffer)] = false;
   StateGroupLayout layout;
   layout.group = StateGroup::Params;
   for (size_t b = 0; b < facts.size(); ++b) {
     const plan::Buffer &buffer = program.buffers[b];
-    if (!saved[b] || buffer.region != plan::Region::Persistent)
+    if (!saved[b] || buffer.region == plan::Region::Arena)
       continue;
     layout.buffers.push_back(int64_t(b));
-    layout.ranges.push_back({buffer.offset, buffer.size});
+    addRange(layout, buffer);
   }
   coalesce(layout);
   return layout;
@@ -253,8 +279,7 @@ stateGroupLayout(const plan::Bundle &bundle, const plan::Program &program) {
     const plan::Buffer &buffer = program.buffers[b];
     StateGroupLayout &g = layout[size_t(groups[b])];
     g.buffers.push_back(int64_t(b));
-    if (buffer.region == plan::Region::Persistent)
-      g.ranges.push_back({buffer.offset, buffer.size});
+    addRange(g, buffer);
   }
   if (program.arenaBytes > 0)
     layout[size_t(StateGroup::Activations)].ranges = {{0, program.arenaBytes}};

@@ -22,8 +22,10 @@ constexpr SpellingTable<DType, 8> kDTypes = {{{DType::F32, "f32"},
                                               {DType::I64, "i64"},
                                               {DType::U16, "u16"},
                                               {DType::U8, "u8"}}};
-constexpr SpellingTable<Region, 2> kRegions = {
-    {{Region::Persistent, "persistent"}, {Region::Arena, "arena"}}};
+constexpr SpellingTable<Region, 3> kRegions = {
+    {{Region::Persistent, "persistent"},
+     {Region::Arena, "arena"},
+     {Region::Host, "host"}}};
 constexpr SpellingTable<GroupKind, 5> kGroupKinds = {
     {{GroupKind::TP, "tp"},
      {GroupKind::PP, "pp"},

@@ -446,6 +446,8 @@ void writeProgram(CanonicalWriter &w, const Bundle &bundle,
     w.endObject();
   }
   w.endArray();
+  w.key("host_bytes");
+  w.integer(program.hostBytes);
   w.key("num_events");
   w.integer(program.numEvents);
   w.key("persistent_bytes");
@@ -695,7 +697,7 @@ bool sameBuffer(const Buffer &a, const Buffer &b) {
 /// Equal in everything but the instructions' fields other than the opcode.
 bool sameSkeleton(const Program &a, const Program &b) {
   if (a.numEvents != b.numEvents || a.arenaBytes != b.arenaBytes ||
-      a.persistentBytes != b.persistentBytes ||
+      a.persistentBytes != b.persistentBytes || a.hostBytes != b.hostBytes ||
       a.buffers.size() != b.buffers.size() ||
       a.streams.size() != b.streams.size())
     return false;
@@ -722,6 +724,7 @@ uint64_t skeletonDigest(const Program &program) {
   mix(uint64_t(program.numEvents));
   mix(uint64_t(program.arenaBytes));
   mix(uint64_t(program.persistentBytes));
+  mix(uint64_t(program.hostBytes));
   mix(program.buffers.size());
   for (const Buffer &buffer : program.buffers) {
     mix(uint64_t(buffer.offset));

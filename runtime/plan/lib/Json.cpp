@@ -145,6 +145,7 @@ json storedProgramToJson(const Bundle &bundle, const StoredProgram &stored) {
           {"num_events", program.numEvents},
           {"arena_bytes", program.arenaBytes},
           {"persistent_bytes", program.persistentBytes},
+          {"host_bytes", program.hostBytes},
           {"buffers", std::move(buffers)},
           {"streams", std::move(streams)}};
 }
@@ -475,6 +476,7 @@ void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
   base.numEvents = reader.integer("num_events");
   base.arenaBytes = reader.integer("arena_bytes");
   base.persistentBytes = reader.integer("persistent_bytes");
+  base.hostBytes = reader.integer("host_bytes");
   const json &buffers = reader.array("buffers");
   for (size_t i = 0; i < buffers.size(); ++i) {
     ObjectReader item = reader.element(buffers, "buffers", i);

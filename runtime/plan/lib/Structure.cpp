@@ -151,6 +151,8 @@ private:
       error(path + ".arena_bytes", "must not be negative");
     if (program.persistentBytes < 0)
       error(path + ".persistent_bytes", "must not be negative");
+    if (program.hostBytes < 0)
+      error(path + ".host_bytes", "must not be negative");
     for (size_t i = 0; i < program.buffers.size(); ++i) {
       const Buffer &buffer = program.buffers[i];
       std::string bufferPath = at(path + ".buffers", i);
@@ -308,12 +310,51 @@ private:
     }
   }
 
+  /// Host-region buffers are touched only by instructions a host can run or
+  /// that move bytes between host and device: copy, fill, and an
+  /// optimizer_step whose operands are all in host memory (the CPU AdamW of
+  /// optimizer offload). Collectives, GEMMs and kernels run on the device.
+  void checkHostOperands(const Instruction &inst, const Program &program,
+                         const std::string &path) {
+    size_t host = 0, total = 0;
+    const BufferRange *first = nullptr;
+    std::string key;
+    auto visit = [&](const std::vector<BufferRange> &ranges, const char *name) {
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        if (ranges[i].buffer < 0 ||
+            ranges[i].buffer >= int64_t(program.buffers.size()))
+          return;
+        ++total;
+        if (program.buffers[ranges[i].buffer].region != Region::Host)
+          continue;
+        if (!host++) {
+          first = &ranges[i];
+          key = at(path + "." + name, i);
+        }
+      }
+    };
+    visit(inst.reads, "reads");
+    visit(inst.writes, "writes");
+    if (!host || inst.opcode == Opcode::Copy || inst.opcode == Opcode::Fill)
+      return;
+    if (inst.opcode == Opcode::OptimizerStep && host == total)
+      return;
+    const Buffer &buffer = program.buffers[first->buffer];
+    error(key, std::string(toString(inst.opcode)) +
+                   " reads or writes host "
+                   "buffer " +
+                   str(buffer.id) + " '" + buffer.name +
+                   "' (host memory is for copy, fill and an optimizer_step "
+                   "whose operands are all on the host)");
+  }
+
   void checkInstruction(const Instruction &inst, const Program &program,
                         const std::string &path) {
     for (size_t i = 0; i < inst.reads.size(); ++i)
       checkRange(inst.reads[i], program, path, "reads", i);
     for (size_t i = 0; i < inst.writes.size(); ++i)
       checkRange(inst.writes[i], program, path, "writes", i);
+    checkHostOperands(inst, program, path);
 
     switch (inst.opcode) {
     case Opcode::Kernel:
@@ -411,7 +452,10 @@ private:
           inst.writes[0].buffer < int64_t(program.buffers.size()) &&
           program.buffers[inst.writes[0].buffer].region != Region::Arena)
         error(path + ".writes[0].buffer",
-              "release of persistent buffer " + str(inst.writes[0].buffer));
+              "release of " +
+                  std::string(
+                      toString(program.buffers[inst.writes[0].buffer].region)) +
+                  " buffer " + str(inst.writes[0].buffer));
       break;
     }
   }

@@ -407,8 +407,9 @@ private:
 
   void checkRegions() {
     for (const Buffer &buffer : program.buffers) {
-      int64_t capacity = buffer.region == Region::Arena
-                             ? program.arenaBytes
+      int64_t capacity = buffer.region == Region::Arena ? program.arenaBytes
+                         : buffer.region == Region::Host
+                             ? program.hostBytes
                              : program.persistentBytes;
       if (buffer.offset + buffer.size > capacity)
         report(CheckKind::Memory,
@@ -417,12 +418,14 @@ private:
                    " lies outside the " + std::string(toString(buffer.region)) +
                    " region of " + str(capacity) + " bytes");
     }
-    // Persistent buffers are live for the whole run: no overlap at all.
-    forEachOverlap(Region::Persistent, [&](const Buffer &a, const Buffer &b) {
-      report(CheckKind::Memory, "persistent buffers " + str(a.id) + " '" +
-                                    a.name + "' and " + str(b.id) + " '" +
-                                    b.name + "' overlap");
-    });
+    // Persistent and host buffers are live for the whole run: no overlap
+    // at all.
+    for (Region region : {Region::Persistent, Region::Host})
+      forEachOverlap(region, [&](const Buffer &a, const Buffer &b) {
+        report(CheckKind::Memory, std::string(toString(region)) + " buffers " +
+                                      str(a.id) + " '" + a.name + "' and " +
+                                      str(b.id) + " '" + b.name + "' overlap");
+      });
   }
 
   template <typename Fn> void forEachOverlap(Region region, Fn fn) const {
@@ -479,7 +482,7 @@ private:
     clocks.assign(numStreams, VectorClock(numStreams, 0));
     eventClocks.assign(program.numEvents, VectorClock());
     for (const Buffer &buffer : program.buffers) {
-      bytes.emplace_back(buffer.size, buffer.region == Region::Persistent
+      bytes.emplace_back(buffer.size, buffer.region != Region::Arena
                                           ? ByteState::Written
                                           : ByteState::Uninitialized);
       Liveness live;

@@ -20,6 +20,7 @@
 #include "weft/exec/Backend.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/KernelRegistry.h"
+#include "weft/exec/OperandChecks.h"
 #include "weft/exec/Session.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/kernels/Common.h"
@@ -637,6 +638,172 @@ TEST(CudaGpu, MlpDdpWorldOneMatchesCpu) {
   if (!builtWithNccl())
     GTEST_SKIP() << "built without NCCL";
   compareMlp("ddp", true);
+}
+
+//===--- The host region (optimizer offload) ------------------------------===//
+
+/// One optimizer-offload step: fill a host buffer, copy the device gradient
+/// to host memory, AdamW on host buffers only (writes[3] a bf16 copy), copy
+/// the updated weights back to the device. The host work runs the CPU
+/// kernels on both backends, so the results must be bit-identical.
+struct HostStepProgram {
+  plan::Program program;
+  int64_t n = 48;
+  HostStepProgram() {
+    auto add = [&](const std::string &name, plan::Region region, int64_t at,
+                   DType dtype = DType::F32) {
+      plan::Buffer b;
+      b.id = int64_t(program.buffers.size());
+      b.name = name;
+      b.region = region;
+      b.offset = at;
+      b.size = n * plan::elementBytes(dtype);
+      b.dtype = dtype;
+      b.alignment = 64;
+      program.buffers.push_back(b);
+      return plan::BufferRange{b.id, 0, b.size};
+    };
+    plan::BufferRange grad = add("grad", plan::Region::Persistent, 0),
+                      param = add("param", plan::Region::Persistent, 256),
+                      master = add("master", plan::Region::Host, 0),
+                      m = add("m", plan::Region::Host, 256),
+                      v = add("v", plan::Region::Host, 512),
+                      gradHost = add("grad.host", plan::Region::Host, 768),
+                      paramHost = add("param.host", plan::Region::Host, 1024),
+                      low = add("param.bf16", plan::Region::Host, 1280,
+                                DType::BF16);
+    program.persistentBytes = 512;
+    program.hostBytes = 1536;
+    program.arenaBytes = 64;
+    auto inst = [](Opcode opcode, std::vector<plan::BufferRange> reads,
+                   std::vector<plan::BufferRange> writes) {
+      plan::Instruction i;
+      i.opcode = opcode;
+      i.reads = std::move(reads);
+      i.writes = std::move(writes);
+      i.dtype = DType::F32;
+      return i;
+    };
+    plan::Instruction fill = inst(Opcode::Fill, {}, {paramHost});
+    fill.value = -3;
+    plan::Instruction adam = inst(
+        Opcode::OptimizerStep, {master, gradHost, m, v}, {master, m, v, low});
+    adam.count = n;
+    plan::Instruction back = inst(Opcode::Copy, {master}, {paramHost});
+    program.streams.push_back(
+        {"compute",
+         {fill, inst(Opcode::Copy, {grad}, {gradHost}), adam, back,
+          inst(Opcode::Copy, {paramHost}, {param})}});
+  }
+};
+
+TEST(CudaGpu, HostRegionOffloadStepMatchesCpuBitForBit) {
+  SKIP_WITHOUT_DEVICE();
+  HostStepProgram hp;
+  const plan::Program &program = hp.program;
+  plan::Bundle bundle;
+  bundle.training.lr = 1e-2;
+  bundle.training.warmupSteps = 1;
+  bundle.training.decaySteps = 100;
+  bundle.training.weightDecay = 0.1;
+  for (bool graph : {false, true}) {
+    std::unique_ptr<Backend> cpu = makeCpuBackend();
+    CudaBackendOptions options;
+    options.graph = graph;
+    std::unique_ptr<CudaBackend> gpu = makeCudaBackend(options);
+    cpu->prepare(bundle, program);
+    gpu->prepare(bundle, program);
+    struct Regions {
+      std::byte *persistent, *host;
+    };
+    auto regions = [&](Backend &b) {
+      Regions r{
+          b.allocateRegion(plan::Region::Persistent, program.persistentBytes),
+          b.allocateRegion(plan::Region::Host, program.hostBytes)};
+      b.allocateRegion(plan::Region::Arena, program.arenaBytes);
+      return r;
+    };
+    Regions c = regions(*cpu), g = regions(*gpu);
+    // The host region is host memory, zeroed, and not device memory.
+    EXPECT_EQ(g.host[0], std::byte{0});
+    EXPECT_EQ(gpu->deviceBytesInUse(),
+              program.persistentBytes + program.arenaBytes);
+    std::vector<float> master(size_t(hp.n)), grad(size_t(hp.n));
+    for (int64_t i = 0; i < hp.n; ++i) {
+      master[size_t(i)] = 0.01f * float(i) - 0.2f;
+      grad[size_t(i)] = 0.003f * float(i % 7) - 0.01f;
+    }
+    std::memcpy(c.host, master.data(), master.size() * 4);
+    std::memcpy(g.host, master.data(), master.size() * 4);
+    std::memcpy(c.persistent, grad.data(), grad.size() * 4);
+    gpu->copyToDevice(g.persistent, reinterpret_cast<std::byte *>(grad.data()),
+                      int64_t(grad.size() * 4));
+    auto operands = [&](const Regions &r,
+                        const std::vector<plan::BufferRange> &ranges) {
+      std::vector<Operand> out;
+      for (const plan::BufferRange &range : ranges) {
+        const plan::Buffer &b = program.buffers[size_t(range.buffer)];
+        std::byte *base =
+            b.region == plan::Region::Host ? r.host : r.persistent;
+        out.push_back({base + b.offset + range.offset, range.bytes, b.dtype});
+      }
+      return out;
+    };
+    StepContext context; // one object for the session, as Session keeps
+    context.training = &bundle.training;
+    for (int64_t step = 1; step <= 4; ++step) {
+      context.step = context.optimizerStep = step;
+      context.lr = learningRate(bundle.training, step);
+      // Step 3 is skipped (as the loss scaler does after an overflow): the
+      // host AdamW must read the flag when it runs.
+      context.skipUpdate = step == 3;
+      for (const plan::Instruction &inst : program.streams[0].instructions)
+        cpu->execute(inst, 0, operands(c, inst.reads), operands(c, inst.writes),
+                     context);
+      gpu->beginStep(context);
+      if (graph && gpu->hasGraph()) {
+        gpu->replay();
+      } else {
+        bool capture = graph && step >= 2;
+        if (capture)
+          gpu->beginCapture();
+        for (const plan::Instruction &inst : program.streams[0].instructions)
+          gpu->execute(inst, 0, operands(g, inst.reads),
+                       operands(g, inst.writes), context);
+        if (capture) {
+          gpu->endCapture();
+          gpu->replay();
+        }
+      }
+      gpu->synchronize();
+      EXPECT_EQ(std::memcmp(c.host, g.host, size_t(program.hostBytes)), 0)
+          << (graph ? "graph" : "eager") << " step " << step;
+      std::vector<std::byte> device(size_t(program.persistentBytes));
+      gpu->copyToHost(device.data(), g.persistent, int64_t(device.size()));
+      EXPECT_EQ(std::memcmp(c.persistent, device.data(), device.size()), 0)
+          << (graph ? "graph" : "eager") << " step " << step;
+    }
+    // Steps 1, 2 and 4 updated the master; the copy back reached the device.
+    EXPECT_NE(std::memcmp(c.host, master.data(), master.size() * 4), 0);
+  }
+}
+
+TEST(CudaHost, HostOperandsOutsideCopyFillAndHostAdamWFailPrepare) {
+  // The operand rule the CUDA backend applies at prepare() (checkOperands,
+  // shared with the CPU backend), on the program above with AdamW reading
+  // its gradient from device memory.
+  HostStepProgram hp;
+  hp.program.streams[0].instructions[2].reads[1] = {0, 0, 192}; // grad
+  try {
+    checkOperands(hp.program, hp.program.streams[0].instructions[2], "here",
+                  "CUDA");
+    ADD_FAILURE() << "accepted an optimizer_step mixing host and device";
+  } catch (const Error &error) {
+    EXPECT_EQ(std::string(error.what()),
+              "here: optimizer_step reads or writes host buffer 2 'master' "
+              "(host memory is for copy, fill and an optimizer_step whose "
+              "operands are all on the host)");
+  }
 }
 
 } // namespace

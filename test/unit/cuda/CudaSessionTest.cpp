@@ -174,6 +174,34 @@ TEST(CudaSessionGpu, MlpZero1WithAccumulationMatchesCpu) {
   compareWithCpu("zero1", true, 4); // reduce-scatter, all-gather buckets
 }
 
+TEST(CudaSessionGpu, MlpOptimizerOffloadMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  // A host region (pinned): gradient copied device->host, AdamW as a host
+  // function, weights copied back; eager, then captured and replayed.
+  compareWithCpu("serial-offload", false, 4);
+  compareWithCpu("serial-offload", true, 5);
+  compareWithCpu("zero1-offload", true, 4); // the all-gather reads the copy
+}
+
+TEST(CudaSessionGpu, OptimizerOffloadCheckpointResumesThroughTheBackend) {
+  SKIP_WITHOUT_DEVICE();
+  std::string bundle = mlpBundle("serial-offload");
+  std::string ck = freshDir("ck-offload");
+  auto cpu = Runtime::open(bundle, options("cpu", true), MPI_COMM_WORLD);
+  auto gpu = Runtime::open(bundle, options("cuda", true), MPI_COMM_WORLD);
+  std::vector<StepStats> want = cpu->runSteps(5);
+  for (int64_t step = 1; step <= 3; ++step)
+    expectClose(gpu->step(), want[size_t(step - 1)],
+                "offload step " + std::to_string(step));
+  gpu->saveCheckpoint(ck); // persistent region, then the pinned host region
+  Options resume = options("cuda", true);
+  resume.resumeDir = ck;
+  auto again = Runtime::open(bundle, resume, MPI_COMM_WORLD);
+  for (int64_t step = 4; step <= 5; ++step)
+    expectClose(again->step(), want[size_t(step - 1)],
+                "resumed offload step " + std::to_string(step));
+}
+
 TEST(CudaSessionGpu, CheckpointOffloadAndSnapshotThroughTheBackend) {
   SKIP_WITHOUT_DEVICE();
   std::string bundle = mlpBundle("serial");

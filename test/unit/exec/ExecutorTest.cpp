@@ -43,7 +43,7 @@ std::string tokenFile() { return weft::test::testTokenFile(); }
 struct OneRank {
   Bundle bundle;
   Program program;
-  int64_t persistentEnd = 0, arenaEnd = 0;
+  int64_t persistentEnd = 0, arenaEnd = 0, hostEnd = 0;
 
   OneRank() {
     bundle.model = {"unit", "test"};
@@ -65,7 +65,9 @@ struct OneRank {
     b.dtype = dtype;
     b.size = elements * elementBytes(dtype);
     b.alignment = 64;
-    int64_t &end = region == Region::Persistent ? persistentEnd : arenaEnd;
+    int64_t &end = region == Region::Persistent ? persistentEnd
+                   : region == Region::Host     ? hostEnd
+                                                : arenaEnd;
     b.offset = (end + 63) / 64 * 64;
     end = b.offset + b.size;
     program.buffers.push_back(b);
@@ -85,9 +87,10 @@ struct OneRank {
     program.streams[stream].instructions.push_back(inst);
     return program.streams[stream].instructions.back();
   }
-  std::unique_ptr<Session> open() {
+  std::unique_ptr<Session> open(bool verify = true) {
     program.persistentBytes = std::max<int64_t>(persistentEnd, 64);
     program.arenaBytes = std::max<int64_t>(arenaEnd, 64);
+    program.hostBytes = hostEnd;
     bundle.programs = {program};
     std::string dir = tempPath("bundle");
     writeBundle(bundle, dir);
@@ -96,6 +99,7 @@ struct OneRank {
     options.dataPath = tokenFile();
     options.seed = 3;
     options.trace = true;
+    options.verifyPlan = verify;
     return Session::open(options, MPI_COMM_WORLD);
   }
 };
@@ -111,9 +115,9 @@ void write(const Session &s, int64_t id, const std::vector<T> &values) {
   std::copy(values.begin(), values.end(), s.buffer(id).as<T>());
 }
 
-std::string openError(OneRank &rank) {
+std::string openError(OneRank &rank, bool verify = true) {
   try {
-    rank.open();
+    rank.open(verify);
   } catch (const exec::Error &error) {
     return error.what();
   }
@@ -288,6 +292,97 @@ TEST(Executor, GradNormClipAndAdamW) {
   for (size_t i = 0; i < 3; ++i)
     EXPECT_EQ(low[i].bits, kernels::floatToBf16(P[i]).bits);
   EXPECT_TRUE(std::isnan(stats.loss)); // no 'loss' buffer
+}
+
+TEST(Executor, HostRegionCopyFillAndAdamW) {
+  // Optimizer offload: the gradient copied to host memory, AdamW on host
+  // buffers only, the updated weights copied back to the device.
+  OneRank r;
+  int64_t p = r.add(Region::Persistent, 3), g = r.add(Region::Persistent, 3),
+          master = r.add(Region::Host, 3), m = r.add(Region::Host, 3),
+          v = r.add(Region::Host, 3), gh = r.add(Region::Host, 3),
+          ph = r.add(Region::Host, 3), filled = r.add(Region::Host, 2);
+  r.emit(Opcode::Fill, {}, {r.all(filled)}).value = 0.25;
+  r.program.streams[0].instructions.back().dtype = DType::F32;
+  r.emit(Opcode::Copy, {r.all(g)}, {r.all(gh)});
+  r.emit(Opcode::OptimizerStep, {r.all(master), r.all(gh), r.all(m), r.all(v)},
+         {r.all(master), r.all(m), r.all(v), r.all(ph)})
+      .count = 3;
+  r.emit(Opcode::Copy, {r.all(ph)}, {r.all(p)});
+  auto session = r.open();
+  // The host region is host memory on every backend; not device memory.
+  EXPECT_EQ(session->bundle().programs[0].hostBytes, r.hostEnd);
+  EXPECT_EQ(session->deviceBytesInUse(),
+            int64_t(2 * ::sysconf(_SC_PAGESIZE))); // persistent + arena
+  write(*session, master, std::vector<float>{1, -1, 0.5f});
+  write(*session, g, std::vector<float>{0.5f, 0.25f, 0});
+  session->runStep();
+  const TrainingInfo &t = session->bundle().training;
+  kernels::AdamWStep adam = kernels::makeAdamWStep(
+      {exec::learningRate(t, 1), t.beta1, t.beta2, t.eps, t.weightDecay}, 1);
+  std::vector<float> P = {1, -1, 0.5f}, G = {0.5f, 0.25f, 0}, M(3), V(3);
+  for (size_t i = 0; i < 3; ++i)
+    kernels::adamwElement(adam, G[i], P[i], M[i], V[i]);
+  EXPECT_EQ(read<float>(*session, master), P);
+  EXPECT_EQ(read<float>(*session, m), M);
+  EXPECT_EQ(read<float>(*session, v), V);
+  EXPECT_EQ(read<float>(*session, gh), G);
+  EXPECT_EQ(read<float>(*session, p), P); // copied back to the device
+  EXPECT_EQ(read<float>(*session, filled), (std::vector<float>{0.25f, 0.25f}));
+  float viaRead[3];
+  session->readBuffer(master, 0, viaRead, 12);
+  EXPECT_EQ(std::vector<float>(viaRead, viaRead + 3), P);
+}
+
+TEST(Executor, HostOperandsOutsideCopyFillAndHostAdamWAreRejected) {
+  // The verifier rejects these plans (writeBundle refuses them:
+  // VerifierTest); the backend checks again at prepare(), for plans that
+  // reach it unverified.
+  auto prepareError = [](OneRank &r) -> std::string {
+    r.program.persistentBytes = std::max<int64_t>(r.persistentEnd, 64);
+    r.program.arenaBytes = std::max<int64_t>(r.arenaEnd, 64);
+    r.program.hostBytes = r.hostEnd;
+    try {
+      exec::makeCpuBackend()->prepare(r.bundle, r.program);
+    } catch (const exec::Error &error) {
+      return error.what();
+    }
+    return "no error";
+  };
+  OneRank r;
+  int64_t a = r.add(Region::Host, 64), b = r.add(Region::Arena, 64),
+          c = r.add(Region::Arena, 64);
+  r.emit(Opcode::Gemm, {r.all(a), r.all(b)}, {r.all(c)}).gemm = {
+      false, false, 8, 8, 8, 8, 8, 8, 1.0, 0.0};
+  r.program.streams[0].instructions.back().dtype = DType::F32;
+  EXPECT_EQ(
+      prepareError(r),
+      "role 0 stream 0 'compute' instruction 0 (p0): gemm reads or writes host "
+      "buffer 0 'b0' (host memory is for copy, fill and an "
+      "optimizer_step whose operands are all on the host)");
+
+  OneRank mixed; // AdamW with the gradient still on the device
+  int64_t p = mixed.add(Region::Host, 3), g = mixed.add(Region::Persistent, 3),
+          m = mixed.add(Region::Host, 3), v = mixed.add(Region::Host, 3);
+  mixed
+      .emit(Opcode::OptimizerStep,
+            {mixed.all(p), mixed.all(g), mixed.all(m), mixed.all(v)},
+            {mixed.all(p), mixed.all(m), mixed.all(v)})
+      .count = 3;
+  EXPECT_EQ(
+      prepareError(mixed),
+      "role 0 stream 0 'compute' instruction 0 (p0): optimizer_step reads or "
+      "writes host buffer 0 'b0' (host memory is for copy, fill and an "
+      "optimizer_step whose operands are all on the host)");
+
+  OneRank fine; // the same AdamW with every operand on the host
+  int64_t fp = fine.add(Region::Host, 3), fg = fine.add(Region::Host, 3),
+          fm = fine.add(Region::Host, 3), fv = fine.add(Region::Host, 3);
+  fine.emit(Opcode::OptimizerStep,
+            {fine.all(fp), fine.all(fg), fine.all(fm), fine.all(fv)},
+            {fine.all(fp), fine.all(fm), fine.all(fv)})
+      .count = 3;
+  EXPECT_EQ(prepareError(fine), "no error");
 }
 
 TEST(Executor, KernelOperandSizeMismatchIsRejectedAtOpen) {

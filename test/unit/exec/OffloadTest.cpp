@@ -221,6 +221,82 @@ TEST(Offload, LoadCheckpointRewindsTrainingBitIdentically) {
       << message;
 }
 
+TEST(Offload, OptimizerOffloadPlansTrainBitIdenticallyAndNeverMoveHostBytes) {
+  // The same MLP with its master weights and moments in the plan's host
+  // region (e2e/MlpBundle.h, *-offload): same math, only placement differs.
+  for (const char *variant : {"serial", "zero1"}) {
+    SCOPED_TRACE(variant);
+    Options plainOptions = mlpOptions(variant, 1);
+    Options options = mlpOptions(std::string(variant) + "-offload", 1);
+    auto plain = Runtime::open(plainOptions.bundleDir, plainOptions);
+    auto rt = Runtime::open(options.bundleDir, options);
+    const plan::Program &program = *rt->session().rankProgram().program;
+    ASSERT_GT(program.hostBytes, 0);
+    EXPECT_LT(program.persistentBytes,
+              plain->session().rankProgram().program->persistentBytes);
+    // Wholly on the host: nothing to move, before or after.
+    EXPECT_EQ(rt->where(StateGroup::OptimizerStates), Residency::Host);
+    EXPECT_EQ(rt->where(StateGroup::MasterParams), Residency::Host);
+    EXPECT_EQ(rt->layout(StateGroup::OptimizerStates).bytes, 0);
+    EXPECT_GT(rt->layout(StateGroup::OptimizerStates).hostBytes, 0);
+    std::string dir = freshDir("ck");
+    std::vector<StepStats> first;
+    for (int step = 1; step <= 4; ++step) {
+      StepStats a = plain->step(), b = rt->step();
+      EXPECT_EQ(a.loss, b.loss) << "step " << step; // exact
+      EXPECT_EQ(a.gradNorm, b.gradNorm) << "step " << step;
+      if (step > 2)
+        first.push_back(b);
+      // Offload everything between steps: only device bytes move.
+      std::vector<OffloadReport> out =
+          rt->offload(allGroups(), HostMemoryKind::Pageable);
+      int64_t moved = 0;
+      for (const OffloadReport &r : out) {
+        moved += r.bytesMoved;
+        if (r.group == StateGroup::OptimizerStates) {
+          EXPECT_EQ(r.before, Residency::Host);
+          EXPECT_EQ(r.after, Residency::Host);
+          EXPECT_EQ(r.bytesMoved, 0);
+        }
+      }
+      EXPECT_EQ(moved, rt->session().layout(StateGroup::Params).bytes +
+                           rt->session().layout(StateGroup::Gradients).bytes +
+                           rt->session().layout(StateGroup::Other).bytes)
+          << "device bytes only";
+      if (step == 2) {
+        rt->saveCheckpoint(dir); // from host copies and the host region
+        rt->saveWeights(dir);
+      }
+      rt->reload(allGroups());
+    }
+    // The checkpoint holds the host region after the persistent one.
+    EXPECT_EQ(
+        fileBytes(dir + "/step-2/rank-0.bin").size(),
+        size_t(kRankHeaderBytes + program.persistentBytes + program.hostBytes));
+    // Rewind to step 2 and replay: bit-identical (host state restored).
+    rt->loadCheckpoint(dir);
+    std::vector<StepStats> again = rt->runSteps(2);
+    ASSERT_EQ(again.size(), 2u);
+    EXPECT_EQ(again[0].loss, first[0].loss);
+    EXPECT_EQ(again[1].loss, first[1].loss);
+    EXPECT_EQ(again[1].gradNorm, first[1].gradNorm);
+    // The working weights agree with the plain plan's, byte for byte.
+    for (const plan::Buffer &b : program.buffers) {
+      if (b.name != "wte" && b.name != "w1" && b.name != "w2")
+        continue;
+      std::vector<float> x(size_t(b.size / 4)), y(x.size());
+      rt->session().readBuffer(b.id, 0, x.data(), b.size);
+      int64_t id = -1;
+      for (const plan::Buffer &other :
+           plain->session().rankProgram().program->buffers)
+        if (other.name == b.name)
+          id = other.id;
+      plain->session().readBuffer(id, 0, y.data(), b.size);
+      EXPECT_TRUE(x == y) << b.name;
+    }
+  }
+}
+
 TEST(OffloadTwoRanks, InFlightCollectiveIsDrainedBeforeTheCopy) {
   int world = 0, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);

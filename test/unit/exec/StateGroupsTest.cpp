@@ -7,6 +7,7 @@
 
 #include "weft/exec/StateGroups.h"
 #include "e2e/MlpBundle.h"
+#include "unit/plan/TestBundles.h"
 #include "weft/exec/Error.h"
 #include "weft/inspect/State.h"
 #include "weft/plan/Error.h"
@@ -230,4 +231,56 @@ TEST(StateGroups, InspectShowsWhereEachGroupLives) {
   std::string text = inspect::stateText(state);
   EXPECT_NE(text.find("master_params"), std::string::npos) << text;
   EXPECT_THROW(inspect::stateJson(bundle, 7), plan::Error);
+}
+
+TEST(StateGroups, HostRegionRangesAreKeptApart) {
+  // Optimizer offload (test/unit/plan/TestBundles.h): master, moments and
+  // both staging copies in the host region.
+  plan::Bundle bundle = plan::test::hostOffloadBundle();
+  const plan::Program &program = bundle.programs[0];
+  auto groups = groupsByName(bundle);
+  EXPECT_EQ(groups["w.master"], "master_params");
+  EXPECT_EQ(groups["w.exp_avg"], "optimizer_states");
+  EXPECT_EQ(groups["w.grad.host"], "gradients");
+  EXPECT_EQ(groups["w.grad"], "gradients"); // the copy's source
+  EXPECT_EQ(groups["w.host"], "params");
+  EXPECT_EQ(groups["w"], "params");
+  auto layout = exec::stateGroupLayout(bundle, program);
+  const exec::StateGroupLayout &states =
+      layout[size_t(StateGroup::OptimizerStates)];
+  EXPECT_EQ(states.bytes, 0); // nothing on the device to offload
+  ASSERT_EQ(states.hostRanges.size(), 1u);
+  EXPECT_EQ(states.hostRanges[0].offset, 0);
+  EXPECT_EQ(states.hostBytes, 512);
+  const exec::StateGroupLayout &params = layout[size_t(StateGroup::Params)];
+  EXPECT_EQ(params.bytes, 256);     // w
+  EXPECT_EQ(params.hostBytes, 256); // w.host
+  int64_t device = 0, host = 0;
+  for (const exec::StateGroupLayout &g : layout)
+    if (g.group != StateGroup::Activations) {
+      device += g.bytes;
+      host += g.hostBytes;
+    }
+  EXPECT_EQ(device, program.persistentBytes);
+  EXPECT_EQ(host, program.hostBytes);
+  // A weights snapshot holds the device working copy, not its host staging
+  // copy (the copy moves w.host into w each step).
+  exec::StateGroupLayout weights = exec::weightsSnapshotLayout(bundle, program);
+  EXPECT_EQ(weights.buffers, (std::vector<int64_t>{0}));
+  EXPECT_EQ(weights.hostBytes, 0);
+  // weft-inspect state shows the host bytes.
+  nlohmann::json state = inspect::stateJson(bundle, 0);
+  EXPECT_EQ(state["roles"][0]["host_bytes"], 1280);
+  EXPECT_EQ(state["roles"][0]["groups"][2]["host_bytes"], 512);
+  std::string text = inspect::stateText(state);
+  EXPECT_NE(text.find("arena 512 B, host 1.25 KiB\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("optimizer_states  512 B in host, 1 range(s); offload: "
+                      "nothing to move (host memory already)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("params            256 B in persistent, 1 range(s) + "
+                      "256 B in host, 1 range(s); offload: copied"),
+            std::string::npos)
+      << text;
 }

@@ -77,7 +77,7 @@ protected:
 TEST_F(BundleIOTest, RoundTripIsByteIdentical) {
   for (const Bundle &bundle :
        {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
-        zero3Bundle(), tensorParallelBundle()}) {
+        zero3Bundle(), tensorParallelBundle(), hostOffloadBundle()}) {
     writeBundle(bundle, dir("a"));
     std::string hash;
     Bundle loaded = loadBundle(dir("a"), &hash);
@@ -91,6 +91,36 @@ TEST_F(BundleIOTest, RoundTripIsByteIdentical) {
     EXPECT_EQ(read(dir("a") + "/kernels/embed.cu"),
               read(dir("b") + "/kernels/embed.cu"));
   }
+}
+
+TEST_F(BundleIOTest, HostRegionRoundTrips) {
+  Bundle bundle = hostOffloadBundle();
+  writeBundle(bundle, dir("a"));
+  json manifest = json::parse(read(dir("a") + "/plan.json"));
+  const json &program = manifest["programs"][0];
+  EXPECT_EQ(program["host_bytes"], 1280);
+  EXPECT_EQ(program["persistent_bytes"], 512);
+  EXPECT_EQ(program["buffers"][6]["region"], "host");
+  EXPECT_EQ(program["buffers"][6]["name"], "w.master");
+  Bundle loaded = loadBundle(dir("a"));
+  EXPECT_EQ(loaded.programs[0].hostBytes, 1280);
+  EXPECT_EQ(loaded.programs[0].buffers[6].region, Region::Host);
+  EXPECT_EQ(loaded.programs[0].buffers[1].region, Region::Persistent);
+  // A plan without a host region says so: host_bytes 0, not absent.
+  writeBundle(dataParallelBundle(), dir("b"));
+  EXPECT_EQ(
+      json::parse(read(dir("b") + "/plan.json"))["programs"][0]["host_bytes"],
+      0);
+  // host_bytes is required, and an unknown region is named.
+  EXPECT_EQ(
+      loadError([](json &m) { m["programs"][0].erase("host_bytes"); }, bundle),
+      dir("edited") + "/plan.json: programs[0].host_bytes: missing field");
+  EXPECT_NE(
+      loadError(
+          [](json &m) { m["programs"][0]["buffers"][6]["region"] = "cpu"; },
+          bundle)
+          .find("programs[0].buffers[6].region"),
+      std::string::npos);
 }
 
 /// The indented form's layout: records (instructions, buffers, shards,
@@ -207,7 +237,8 @@ TEST_F(BundleIOTest, RejectsTruncatedManifest) {
   writeBundle(dataParallelBundle(), dir("a"));
   std::string path = dir("a") + "/plan.json";
   std::string text = read(path);
-  overwrite(path, text.substr(0, text.size() / 2));
+  // Cut at a line end: mid-token cuts read as a different syntax error.
+  overwrite(path, text.substr(0, text.rfind('\n', text.size() / 2) + 1));
   try {
     loadBundle(dir("a"));
     FAIL() << "loaded a truncated bundle";
@@ -233,9 +264,13 @@ TEST_F(BundleIOTest, RejectsMissingManifest) {
 }
 
 TEST_F(BundleIOTest, RejectsWrongVersion) {
-  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 4; }),
-            dir("edited") + "/plan.json: format_version: version 4 is not "
-                            "supported (this build reads version 3)");
+  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 5; }),
+            dir("edited") + "/plan.json: format_version: version 5 is not "
+                            "supported (this build reads version 4)");
+  // Version 3 (no host region) is not read either.
+  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 3; }),
+            dir("edited") + "/plan.json: format_version: version 3 is not "
+                            "supported (this build reads version 4)");
 }
 
 TEST_F(BundleIOTest, RejectsVersion2Bundle) {
@@ -248,7 +283,7 @@ TEST_F(BundleIOTest, RejectsVersion2Bundle) {
               }
             }),
             dir("edited") + "/plan.json: format_version: version 2 is not "
-                            "supported (this build reads version 3)");
+                            "supported (this build reads version 4)");
   // The version 2 spelling under version 3 names the field.
   EXPECT_EQ(loadError([](json &m) {
               for (json &program : m["programs"]) {
@@ -267,7 +302,7 @@ TEST_F(BundleIOTest, RejectsVersion1Bundle) {
                   json::array({{{"id", 0}, {"kind", "dp"}, {"ranks", {0, 1}}}});
             }),
             dir("edited") + "/plan.json: format_version: version 1 is not "
-                            "supported (this build reads version 3)");
+                            "supported (this build reads version 4)");
   // The version 1 group spelling under version 3 names the missing field.
   EXPECT_EQ(loadError([](json &m) {
               m["groups"] =

@@ -142,6 +142,34 @@ inline Bundle dataParallelBundle() {
   return bundle;
 }
 
+/// dataParallelBundle() with optimizer offload: the fp32 master weights,
+/// both AdamW moments and the staging copies of the gradient and of the
+/// updated weights live in the host region; the step copies the gradient to
+/// the host, runs AdamW there and copies the weights back.
+inline Bundle hostOffloadBundle() {
+  Bundle bundle = dataParallelBundle();
+  Program &program = bundle.programs[0];
+  program.persistentBytes = 512;
+  program.hostBytes = 1280;
+  program.buffers[4] = buffer(4, "w.exp_avg", Region::Host, 0, 256);
+  program.buffers[5] = buffer(5, "w.exp_avg_sq", Region::Host, 256, 256);
+  program.buffers.push_back(buffer(6, "w.master", Region::Host, 512, 256));
+  program.buffers.push_back(buffer(7, "w.grad.host", Region::Host, 768, 256));
+  program.buffers.push_back(buffer(8, "w.host", Region::Host, 1024, 256));
+  const Program &p = program;
+  std::vector<Instruction> &compute = program.streams[0].instructions;
+  Instruction optimizer =
+      op(Opcode::OptimizerStep,
+         {whole(p, 6), whole(p, 7), whole(p, 4), whole(p, 5)},
+         {whole(p, 6), whole(p, 4), whole(p, 5), whole(p, 8)}, "adamw");
+  optimizer.count = 64;
+  compute.back() = op(Opcode::Copy, {whole(p, 1)}, {whole(p, 7)}, "adamw");
+  compute.push_back(optimizer);
+  compute.push_back(op(Opcode::Copy, {whole(p, 8)}, {whole(p, 0)}, "adamw"));
+  bundle.parameters[0].shards.push_back({0, 6, 0, -1, 0, 0, 1, 64});
+  return bundle;
+}
+
 /// A 2-stage pipeline: stage 0 sends activations forward, stage 1 sends the
 /// activation gradient back.
 inline Bundle pipelineBundle() {

@@ -398,4 +398,74 @@ TEST(Verifier, EmptyFamily) {
             "groups[1].groups: a group family needs at least one group");
 }
 
+//===--- The host region (format version 4) ------------------------------===//
+
+TEST(Verifier, HostOffloadBundleVerifies) {
+  VerifyResult result = verify(hostOffloadBundle());
+  EXPECT_TRUE(result.ok()) << allMessages(result);
+}
+
+TEST(Verifier, GemmReadingAHostBufferIsRejected) {
+  Bundle bundle = hostOffloadBundle();
+  instruction(bundle, 0, 0, 2).reads[1] = {6, 0, 256}; // the host master
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Structure),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[2].reads[1]: gemm reads "
+                "or writes host buffer 6 'w.master' (host memory is for "
+                "copy, fill and an optimizer_step whose operands are all on "
+                "the host)"})
+      << allMessages(result);
+}
+
+TEST(Verifier, CollectiveOnAHostBufferIsRejected) {
+  Bundle bundle = hostOffloadBundle();
+  Instruction &allReduce = instruction(bundle, 0, 0, 3);
+  allReduce.reads[0] = allReduce.writes[0] = {7, 0, 256}; // w.grad.host
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> structure = messages(result, CheckKind::Structure);
+  ASSERT_FALSE(structure.empty()) << allMessages(result);
+  EXPECT_EQ(structure.front(),
+            "programs[0].streams[0].instructions[3].reads[0]: all_reduce "
+            "reads or writes host buffer 7 'w.grad.host' (host memory is for "
+            "copy, fill and an optimizer_step whose operands are all on the "
+            "host)");
+}
+
+TEST(Verifier, OptimizerStepMixingHostAndDeviceIsRejected) {
+  Bundle bundle = hostOffloadBundle();
+  // The gradient straight from device memory, the rest on the host.
+  instruction(bundle, 0, 0, 5).reads[1] = {1, 0, 256};
+  VerifyResult result = verify(bundle);
+  std::vector<std::string> structure = messages(result, CheckKind::Structure);
+  ASSERT_FALSE(structure.empty()) << allMessages(result);
+  EXPECT_EQ(structure.front(),
+            "programs[0].streams[0].instructions[5].reads[0]: optimizer_step "
+            "reads or writes host buffer 6 'w.master' (host memory is for "
+            "copy, fill and an optimizer_step whose operands are all on the "
+            "host)");
+}
+
+TEST(Verifier, OverlappingHostBuffers) {
+  Bundle bundle = hostOffloadBundle();
+  bundle.programs[0].buffers[5].offset = 128; // exp_avg_sq over exp_avg
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Memory),
+            std::vector<std::string>{"role 0 (ranks 0, 1): host buffers 4 "
+                                     "'w.exp_avg' and 5 'w.exp_avg_sq' "
+                                     "overlap"})
+      << allMessages(result);
+}
+
+TEST(Verifier, HostBufferOutsideHostBytes) {
+  Bundle bundle = hostOffloadBundle();
+  bundle.programs[0].hostBytes = 1200;
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Memory),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): buffer 8 'w.host' bytes [1024, 1280) "
+                "lies outside the host region of 1200 bytes"})
+      << allMessages(result);
+}
+
 } // namespace

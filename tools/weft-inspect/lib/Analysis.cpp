@@ -34,6 +34,8 @@ MemoryProfile memoryProfile(const plan::Program &program,
   for (const plan::Buffer &buffer : program.buffers) {
     if (buffer.region == plan::Region::Persistent) {
       profile.persistentBytes += buffer.size;
+    } else if (buffer.region == plan::Region::Host) {
+      profile.hostBytes += buffer.size; // host memory: not in the profile
     } else if (last[buffer.id] > first[buffer.id]) {
       changes.push_back({first[buffer.id], buffer.size});
       changes.push_back({last[buffer.id], -buffer.size});
@@ -63,7 +65,8 @@ MemoryProfile memoryProfile(const plan::Program &program,
   }
   for (const plan::Buffer &buffer : program.buffers) {
     bool live = buffer.region == plan::Region::Persistent ||
-                (first[buffer.id] <= profile.peakTime &&
+                (buffer.region == plan::Region::Arena &&
+                 first[buffer.id] <= profile.peakTime &&
                  last[buffer.id] > profile.peakTime);
     if (!live)
       continue;

@@ -208,6 +208,7 @@ json summaryJson(const Inspection &inspection) {
          {"bytes_at_peak", categories},
          {"persistent_bytes", program.persistentBytes},
          {"arena_bytes", program.arenaBytes},
+         {"host_bytes", program.hostBytes},
          {"planned_bytes", planned},
          {"peak_in_use_bytes", memory.peakBytes},
          {"predicted_peak_bytes", size_t(program.role) < predicted.size()
@@ -278,6 +279,8 @@ std::string summaryText(const json &s) {
         << formatBytes(role["planned_bytes"].get<double>()) << " (persistent "
         << formatBytes(role["persistent_bytes"].get<double>()) << " + arena "
         << formatBytes(role["arena_bytes"].get<double>()) << ")";
+    if (role["host_bytes"].get<int64_t>() > 0)
+      out << ", host " << formatBytes(role["host_bytes"].get<double>());
     if (!role["predicted_peak_bytes"].is_null())
       out << ", planner predicted "
           << formatBytes(role["predicted_peak_bytes"].get<double>());
@@ -483,6 +486,7 @@ json memoryJson(const Inspection &inspection, int64_t rank) {
           {"step_time_s", inspection.timeline.stepTimeS},
           {"persistent_bytes", profile.persistentBytes},
           {"planned_bytes", program.arenaBytes + program.persistentBytes},
+          {"host_bytes", program.hostBytes},
           {"predicted_peak_bytes", size_t(role) < predicted.size()
                                        ? json(predicted[role])
                                        : json(nullptr)},
@@ -525,6 +529,9 @@ std::string memoryText(const json &m) {
     out << ", planner predicted "
         << formatBytes(m["predicted_peak_bytes"].get<double>());
   out << ")\n";
+  if (m["host_bytes"].get<int64_t>() > 0)
+    out << "host region: " << formatBytes(m["host_bytes"].get<double>())
+        << " of host memory (optimizer offload), not counted above\n";
   for (const json &inst : m["running_at_peak"])
     out << "  running: " << inst["stream"].get<std::string>() << " #"
         << inst["index"] << " " << inst["op"].get<std::string>() << " ("

@@ -17,6 +17,8 @@
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/kernels/Common.h"
+#include "weft/kernels/CpuKernels.h"
+#include "weft/kernels/Optimizer.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -28,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <unordered_map>
 
 namespace weft::exec::cuda {
@@ -158,6 +161,66 @@ struct ResolvedKernel {
   KernelConstants constants;
 };
 
+/// Host work of one instruction on host-region operands (optimizer offload),
+/// launched in stream order with cudaLaunchHostFunc: a fill, or AdamW with
+/// the CPU kernel. The operands are fixed by the plan, so a captured graph
+/// replays the same task; the step's scalars and the loss scaler's skip are
+/// read from `context` (the backend's copy of the step's StepContext,
+/// refreshed at beginStep() and when the instruction is issued) when the
+/// task runs, not when it is enqueued.
+struct HostTask {
+  const Instruction *inst = nullptr;
+  std::vector<Operand> reads, writes;
+  const StepContext *context = nullptr;
+  std::vector<float> wide; // a bf16/f16 gradient widened to fp32
+};
+
+/// Runs on CUDA's host-callback thread: must not call the CUDA API.
+void CUDART_CB runHostTask(void *data) {
+  HostTask &task = *static_cast<HostTask *>(data);
+  const Instruction &inst = *task.inst;
+  if (inst.opcode == Opcode::Fill) {
+    int64_t eb = plan::elementBytes(inst.dtype);
+    uint64_t bits = fillBits(inst.dtype, inst.value);
+    for (const Operand &out : task.writes)
+      for (int64_t i = 0; i < out.bytes / eb; ++i)
+        std::memcpy(out.data + i * eb, &bits, size_t(eb)); // little-endian
+    return;
+  }
+  const StepContext &context = *task.context;
+  if (context.skipUpdate) // the loss scaler skipped this step
+    return;
+  const plan::TrainingInfo &t = *context.training;
+  kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
+                              t.weightDecay};
+  kernels::AdamWStep step = kernels::makeAdamWStep(
+      config, context.optimizerStep, 1.0 / context.lossScale);
+  const Operand &grad = task.reads[1];
+  const float *g = grad.as<const float>();
+  if (grad.dtype == DType::BF16) {
+    kernels::cpu::fromBf16(inst.count, grad.as<const kernels::BF16>(),
+                           task.wide.data());
+    g = task.wide.data();
+  } else if (grad.dtype == DType::F16) {
+    kernels::cpu::fromF16(inst.count, grad.as<const kernels::F16>(),
+                          task.wide.data());
+    g = task.wide.data();
+  }
+  float *param = task.writes[0].as<float>();
+  kernels::cpu::adamwStep(step, inst.count, g, param,
+                          task.writes[1].as<float>(),
+                          task.writes[2].as<float>());
+  if (task.writes.size() < 4)
+    return;
+  const Operand &copy = task.writes[3];
+  if (copy.dtype == DType::BF16)
+    kernels::cpu::toBf16(inst.count, param, copy.as<kernels::BF16>());
+  else if (copy.dtype == DType::F16)
+    kernels::cpu::toF16(inst.count, param, copy.as<kernels::F16>());
+  else
+    std::memcpy(copy.data, param, size_t(inst.count) * 4);
+}
+
 class DeviceBackend final : public CudaBackend {
 public:
   explicit DeviceBackend(const CudaBackendOptions &options)
@@ -280,6 +343,16 @@ private:
                     const std::vector<Operand> &reads,
                     const std::vector<Operand> &writes,
                     const StepContext &context);
+  /// Enqueues `inst` (fill or optimizer_step on host-region operands) as a
+  /// host function on `stream`.
+  void runOnHost(const Instruction &inst, int64_t stream,
+                 const std::vector<Operand> &reads,
+                 const std::vector<Operand> &writes,
+                 const StepContext &context);
+  /// Whether `inst` writes host-region buffers only (prepare()'s answer).
+  bool onHost(const Instruction &inst) const {
+    return hostInstructions_.count(&inst) != 0;
+  }
   float *scratchOf(int64_t stream) const {
     return scratch_ + size_t(stream) * size_t(scratchFloats_);
   }
@@ -288,7 +361,17 @@ private:
   int device_ = -1;
   bool prepared_ = false;
   std::vector<void *> regions_;
-  std::vector<void *> staging_; // pinned host
+  std::vector<void *> hostRegions_; // the plan's host region (pinned)
+  std::vector<void *> staging_;     // pinned host
+  // Fills and optimizer steps on host-region operands (prepare()), and
+  // their tasks, made at the first execute() and reused by every step and
+  // by a captured graph (stable addresses).
+  std::unordered_map<const Instruction *, int64_t> hostInstructions_;
+  std::unordered_map<const Instruction *, std::unique_ptr<HostTask>> hostTasks_;
+  StepContext hostContext_; // what host tasks read when they run
+  /// Copies `context` into hostContext_, writing only the fields that
+  /// changed (host tasks of this step may be reading the others).
+  void refreshHostContext(const StepContext &context);
   int64_t inUse_ = 0;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;     // plan events
@@ -352,6 +435,8 @@ DeviceBackend::~DeviceBackend() {
     cudaStreamDestroy(stream);
   for (void *region : regions_)
     cudaFree(region);
+  for (void *region : hostRegions_)
+    cudaFreeHost(region);
   if (workspace_)
     cudaFree(workspace_);
   if (stepHost_)
@@ -387,6 +472,16 @@ std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
   std::string what = "allocating the " + std::string(plan::toString(region)) +
                      " region of " + std::to_string(bytes) + " bytes";
   void *data = nullptr;
+  if (region == plan::Region::Host) {
+    // Pinned host memory: DMA-able by copy instructions in either direction
+    // and read and written by host tasks; not device memory (not in use).
+    check(cudaHostAlloc(&data, size_t(std::max<int64_t>(bytes, 1)),
+                        cudaHostAllocDefault),
+          "cudaHostAlloc", what);
+    hostRegions_.push_back(data);
+    std::memset(data, 0, size_t(std::max<int64_t>(bytes, 1)));
+    return static_cast<std::byte *>(data);
+  }
   check(cudaMalloc(&data, size_t(std::max<int64_t>(bytes, 1))), "cudaMalloc",
         what);
   regions_.push_back(data);
@@ -628,6 +723,26 @@ void DeviceBackend::prepareOther(const plan::Program &program,
     if (std::string why = gemmUnsupported(inst.dtype); !why.empty())
       throw Error(where + ": " + why);
   checkOperands(program, inst, where, "CUDA");
+  // checkOperands admits host operands only in copy, fill and an
+  // optimizer_step on host memory alone: the last two run on the host.
+  bool host = false;
+  for (const plan::BufferRange &range : inst.writes)
+    host = host ||
+           program.buffers[size_t(range.buffer)].region == plan::Region::Host;
+  if (host &&
+      (inst.opcode == Opcode::Fill || inst.opcode == Opcode::OptimizerStep)) {
+    if (inst.opcode == Opcode::Fill)
+      for (const plan::BufferRange &range : inst.writes)
+        if (program.buffers[size_t(range.buffer)].region != plan::Region::Host)
+          throw Error(where + ": fill writes host and device buffers in one "
+                              "instruction (not supported on CUDA)");
+    hostInstructions_[&inst] =
+        inst.opcode == Opcode::OptimizerStep &&
+                isHalfFloat(program.buffers[size_t(inst.reads[1].buffer)].dtype)
+            ? inst.count
+            : 0;
+    return;
+  }
   switch (inst.opcode) {
   case Opcode::Gemm: {
     GemmKey key = gemmKeyOf(program, inst);
@@ -680,13 +795,18 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     runGemm(inst, stream, reads, writes);
     return;
   case Opcode::Copy:
+    // cudaMemcpyDefault: the host region is pinned memory, so the same call
+    // moves device->device, device->host and host->device, in stream order.
     if (reads[0].data != writes[0].data)
       check(cudaMemcpyAsync(writes[0].data, reads[0].data,
-                            size_t(reads[0].bytes), cudaMemcpyDeviceToDevice,
-                            s),
+                            size_t(reads[0].bytes), cudaMemcpyDefault, s),
             "cudaMemcpyAsync", where(inst, stream));
     return;
   case Opcode::Fill: {
+    if (onHost(inst)) {
+      runOnHost(inst, stream, reads, writes, context);
+      return;
+    }
     int eb = int(plan::elementBytes(inst.dtype));
     uint64_t bits = fillBits(inst.dtype, inst.value);
     for (const Operand &out : writes)
@@ -695,7 +815,10 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     return;
   }
   case Opcode::OptimizerStep:
-    runOptimizer(inst, stream, reads, writes, context);
+    if (onHost(inst))
+      runOnHost(inst, stream, reads, writes, context);
+    else
+      runOptimizer(inst, stream, reads, writes, context);
     return;
   case Opcode::GradNorm: {
     double *acc = normAcc_ + size_t(stream) * 32;
@@ -830,6 +953,43 @@ void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
           "parameter copy", at);
 }
 
+void DeviceBackend::refreshHostContext(const StepContext &context) {
+  StepContext &h = hostContext_;
+  if (h.step != context.step)
+    h.step = context.step;
+  if (h.lr != context.lr)
+    h.lr = context.lr;
+  if (h.training != context.training)
+    h.training = context.training;
+  if (h.lossScale != context.lossScale)
+    h.lossScale = context.lossScale;
+  if (h.optimizerStep != context.optimizerStep)
+    h.optimizerStep = context.optimizerStep;
+  if (h.skipUpdate != context.skipUpdate)
+    h.skipUpdate = context.skipUpdate;
+}
+
+void DeviceBackend::runOnHost(const Instruction &inst, int64_t stream,
+                              const std::vector<Operand> &reads,
+                              const std::vector<Operand> &writes,
+                              const StepContext &context) {
+  std::unique_ptr<HostTask> &task = hostTasks_[&inst];
+  if (!task) {
+    // The first step (eager, before any capture) makes the task.
+    task = std::make_unique<HostTask>();
+    task->inst = &inst;
+    task->wide.resize(size_t(hostInstructions_.at(&inst)));
+    task->reads = reads; // the plan's ranges: the same every step
+    task->writes = writes;
+    task->context = &hostContext_;
+  }
+  // The skip is decided at clip, after beginStep(): issued eagerly, the task
+  // sees it; a captured graph sees each replay's beginStep() values.
+  refreshHostContext(context);
+  check(cudaLaunchHostFunc(streamOf(stream), runHostTask, task.get()),
+        "cudaLaunchHostFunc", where(inst, stream));
+}
+
 //===--- Streams, events, steps and graphs -------------------------------===//
 
 void DeviceBackend::recordEvent(int64_t event, int64_t stream) {
@@ -859,6 +1019,11 @@ void DeviceBackend::beginStep(const StepContext &context) {
   // The previous upload must have left the pinned slot before it is reused.
   check(cudaEventSynchronize(uploadDone_), "cudaEventSynchronize",
         "step " + std::to_string(context.step));
+  if (!hostInstructions_.empty()) {
+    // Host tasks of the previous step must be done reading hostContext_.
+    synchronize();
+    refreshHostContext(context);
+  }
   if (context.training) {
     const plan::TrainingInfo &t = *context.training;
     kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,

@@ -5,10 +5,10 @@
 // communication and step begin/end. Session never dereferences a region
 // address unless the backend says the regions are host memory
 // (hostAddressable()); everything else goes through the copies below. Each
-// rank allocates exactly two regions, sized by the plan (persistent and
-// arena), once at open; Backend::prepare sees the whole program up front so
-// it can check the kernel ABI and size every workspace, and nothing is
-// allocated in steady state.
+// rank allocates its regions, sized by the plan (persistent, arena, and the
+// host region of optimizer-offload plans), once at open; Backend::prepare sees
+// the whole program up front so it can check the kernel ABI and size every
+// workspace, and nothing is allocated in steady state.
 //
 // The CPU backend (makeCpuBackend) executes synchronously on host memory and
 // communicates with non-blocking MPI; the CUDA backend
@@ -99,10 +99,14 @@ public:
 
   //===--- Memory --------------------------------------------------------===//
 
-  /// Allocates a region of `bytes` (called twice per rank, at open). The
+  /// Allocates a region of `bytes` (once per region and rank, at open). The
   /// persistent region is zeroed; the arena's contents are unspecified (NaN
   /// bytes on both backends). The address is opaque to the executor unless
-  /// hostAddressable().
+  /// hostAddressable(). Region::Host is the rank's host memory (CPU: like
+  /// persistent; CUDA: pinned, cudaHostAlloc), zeroed, always host-addressable
+  /// and never counted in deviceBytesInUse(); instructions reach it in stream
+  /// order (copy, fill, optimizer_step on host operands), so the executor
+  /// reads or writes it directly only after synchronize().
   virtual std::byte *allocateRegion(plan::Region region, int64_t bytes) = 0;
   /// Whether region addresses are host memory the executor may read and
   /// write directly (CPU: the zero-copy paths for load_batch, parameter
@@ -159,6 +163,11 @@ public:
   /// Runs one compute instruction: kernel, gemm, copy, fill,
   /// optimizer_step, grad_norm or clip. `stream` is the program's stream
   /// index. The CPU runs it to completion; a device backend enqueues it.
+  /// Operands of host-region buffers are host pointers: copy moves bytes
+  /// between host and device either way; fill and an optimizer_step whose
+  /// operands are all host buffers run on the host in stream order (CUDA:
+  /// cudaLaunchHostFunc, reading the step's values from a copy of `context`
+  /// the backend refreshes at beginStep() and at issue, when they run).
   virtual void execute(const plan::Instruction &inst, int64_t stream,
                        const std::vector<Operand> &reads,
                        const std::vector<Operand> &writes,

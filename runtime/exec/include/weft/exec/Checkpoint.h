@@ -2,7 +2,7 @@
 //
 // The on-disk format of a checkpoint (docs/runtime.md, "Checkpoints"):
 //
-//   D/step-<N>/rank-<r>.bin   header + rank r's persistent region
+//   D/step-<N>/rank-<r>.bin   header + rank r's persistent and host regions
 //   D/step-<N>/manifest.json  world size, bundle hash, step, per-rank files
 //   D/step-<N>/COMPLETE       commit marker, written last
 //
@@ -35,7 +35,7 @@ struct RankFileInfo {
   int64_t step = 0;        // optimizer steps completed
   uint64_t seed = 0;       // counter-based RNG: the seed is the whole RNG state
   int64_t dataSamples = 0; // sequences consumed: step x global batch
-  int64_t payloadBytes = 0; // the persistent region
+  int64_t payloadBytes = 0; // the persistent region, then the host region
 };
 
 /// What writing a rank file produced (recorded in the manifest).
@@ -66,6 +66,13 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
 /// the reason; `payload` is then unspecified.
 void readRankFile(const std::string &path, const RankFileInfo &expected,
                   const RankFileResult &manifest, std::byte *payload);
+/// Where a payload is read to: pieces of memory filled one after the other
+/// (a full checkpoint: the persistent region, then the host region).
+using PayloadTargets = std::vector<std::pair<std::byte *, int64_t>>;
+/// The same into pieces whose sizes sum to expected.payloadBytes.
+void readRankFile(const std::string &path, const RankFileInfo &expected,
+                  const RankFileResult &manifest,
+                  const PayloadTargets &payload);
 
 /// What a checkpoint holds: every persistent byte, or the Params state
 /// group only (a weights snapshot, D/weights-<N>).

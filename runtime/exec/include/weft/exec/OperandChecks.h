@@ -28,6 +28,12 @@ bool isHalfFloat(plan::DType dtype);
 /// spans.
 int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld);
 
+/// Rejects an instruction that touches a host-region buffer unless it is a
+/// copy, a fill, or an optimizer_step whose operands are all host buffers
+/// (the plan verifier's rule; checkOperands applies it first).
+void checkHostOperands(const plan::Program &program,
+                       const plan::Instruction &inst, const std::string &where);
+
 /// Checks the operands of gemm (A, B, C spans), fill / grad_norm / clip
 /// (dtype, whole elements, the f32 sum of squares) and optimizer_step (f32
 /// master weights and moments, in-place updates, the optional low-precision

@@ -1,17 +1,19 @@
 //===- Reshard.h - Checkpoints as global tensors, in any layout -*- C++ -*-===//
 //
-// A checkpoint holds each rank's persistent region: parameter shards (TP
-// slices, ZeRO pieces, working copies and fp32 masters) and the AdamW
-// moments beside them. This header reads one back as global (unsharded)
-// tensors through the bundle's ShardSpecs, and writes global tensors as a
-// checkpoint of another bundle: the same model under a different TP/PP/DP/
-// ZeRO layout or precision (docs/runtime.md, "Resharding"). weft-export
-// (Export.h) and weft-reshard are built on it.
+// A checkpoint holds each rank's persistent region, then its host region
+// (optimizer offload): parameter shards (TP slices, ZeRO pieces, working
+// copies and fp32 masters) and the AdamW moments beside them. This header
+// reads one back as global (unsharded) tensors through the bundle's
+// ShardSpecs, and writes global tensors as a checkpoint of another bundle:
+// the same model under a different TP/PP/DP/ZeRO layout or precision
+// (docs/runtime.md, "Resharding"). weft-export (Export.h) and weft-reshard
+// are built on it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_RESHARD_H
 #define WEFT_EXEC_RESHARD_H
 
+#include "weft/exec/Checkpoint.h"
 #include "weft/plan/Bundle.h"
 
 #include <cstdint>
@@ -49,6 +51,8 @@ struct GlobalState {
   uint64_t seed = 0;        // the counter-based RNG's whole state
   int64_t dataSamples = 0;  // sequences consumed (step x global batch)
   bool weightsOnly = false; // a weights snapshot: no master, no moments
+  /// The dynamic loss scaler's state, when the checkpoint's plan has one.
+  std::optional<LossScaleState> lossScale;
   std::vector<GlobalTensor> tensors; // in bundle parameter order
 };
 

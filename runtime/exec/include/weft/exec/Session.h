@@ -4,8 +4,9 @@
 // validates it (content hash, format version, plan verifier, world size,
 // kernel ABI, data file) on every rank before any communication, agrees on
 // the outcome across ranks, builds the communicators, allocates the rank's
-// two regions and initializes the parameters; runStep() replays the rank's
-// program once (one optimizer step). docs/runtime.md is the specification.
+// regions (persistent, arena, host) and initializes the parameters; runStep()
+// replays the rank's program once (one optimizer step). docs/runtime.md is the
+// specification.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_SESSION_H
@@ -83,6 +84,7 @@ enum class Residency {
   Pageable, // copied to pageable host memory; device bytes released
   Pinned,   // copied to pinned host memory; device bytes released
   Released, // dropped without a copy (the arena: dead between steps)
+  Host,     // in the plan's host region (optimizer offload): never moved
 };
 std::string_view toString(Residency residency);
 
@@ -176,9 +178,9 @@ public:
   CheckpointStats loadCheckpoint(const std::string &dir);
 
   /// Collective: writes checkpoint D/step-<completedSteps()> (each rank its
-  /// persistent region; rank 0 the manifest, the rename and the COMPLETE
-  /// marker). Throws the same Error on every rank if any rank failed; the
-  /// earlier checkpoints in `dir` stay intact.
+  /// persistent region, then its host region; rank 0 the manifest, the rename
+  /// and the COMPLETE marker). Throws the same Error on every rank if any rank
+  /// failed; the earlier checkpoints in `dir` stay intact.
   CheckpointStats saveCheckpoint(const std::string &dir);
   /// The checkpoint this session resumed from, if any.
   const std::optional<CheckpointStats> &resumed() const { return resumed_; }
@@ -200,8 +202,10 @@ public:
   const Backend &backend() const { return *backend_; }
   Backend &backend() { return *backend_; }
   /// The memory of program buffer `id` on this rank: a device address unless
-  /// backend().hostAddressable() (read it with Backend::copyToHost); on the
-  /// CPU an offloaded group's pages are protected: touching them faults.
+  /// backend().hostAddressable() (read it with Backend::copyToHost), but
+  /// always host memory for a host-region buffer (valid after
+  /// Backend::synchronize()); on the CPU an offloaded group's pages are
+  /// protected: touching them faults.
   Operand buffer(int64_t id) const;
   /// Copies `bytes` of program buffer `id` from `offset` to host memory
   /// (through the backend; waits for the device).
@@ -216,6 +220,12 @@ private:
   void setUp(MPI_Comm world);
   void validateLocally();
   void resumeLocally();
+  /// The persistent and host regions, allocated once (before a resume reads
+  /// into them).
+  void allocateStateRegions();
+  /// A full checkpoint's payload: the persistent region, then the host
+  /// region.
+  int64_t fullPayloadBytes() const;
   CheckpointStats readCheckpointLocally(const std::string &dir,
                                         int *payloadTouched = nullptr);
   bool advance(bool untilDone);
@@ -259,6 +269,7 @@ private:
   std::unique_ptr<Comms> comms_;
   std::byte *persistent_ = nullptr;
   std::byte *arena_ = nullptr;
+  std::byte *host_ = nullptr; // the host region (host memory), if any
   std::vector<std::vector<Prepared>> prepared_; // [stream][instruction]
   std::vector<size_t> next_;                    // per stream: next instruction
   std::vector<char> pending_;  // per stream: communication in flight

@@ -105,13 +105,18 @@ struct ByteRange {
   int64_t bytes = 0;
 };
 
-/// Where one group of one program lives.
+/// Where one group of one program lives: its device ranges in `region`
+/// (persistent, or the arena for Activations) and, kept apart, its ranges in
+/// the host region (optimizer-offload plans), which are already in host
+/// memory: offload never moves them.
 struct StateGroupLayout {
   StateGroup group = StateGroup::Other;
   plan::Region region = plan::Region::Persistent;
-  std::vector<int64_t> buffers;  // buffer ids, ascending
-  std::vector<ByteRange> ranges; // coalesced, sorted by offset
-  int64_t bytes = 0;             // sum of the ranges
+  std::vector<int64_t> buffers;      // buffer ids, ascending (both regions)
+  std::vector<ByteRange> ranges;     // in `region`: coalesced, sorted by offset
+  int64_t bytes = 0;                 // sum of the ranges
+  std::vector<ByteRange> hostRanges; // in the host region, likewise
+  int64_t hostBytes = 0;             // sum of the host ranges
 };
 
 /// The layout of every group of `program` (indexed by StateGroup). The
@@ -126,6 +131,10 @@ stateGroupLayout(const plan::Bundle &bundle, const plan::Program &program);
 /// fp32 master of an fp32 plan): ZeRO-1/2 rebuild the replicas only at the
 /// start of the next step, so between steps they hold the previous step's
 /// weights; and each DP rank then writes only its shard. `group` is Params.
+/// Buffers in the host region go to hostRanges (a snapshot's payload is
+/// `ranges` then `hostRanges`), except a host buffer whose bytes a copy
+/// moves into a selected device buffer (optimizer offload's `params.host`):
+/// the device copy already holds them.
 StateGroupLayout weightsSnapshotLayout(const plan::Bundle &bundle,
                                        const plan::Program &program);
 

@@ -23,14 +23,16 @@
 namespace weft::plan {
 
 /// The manifest version this library reads and writes.
-inline constexpr int64_t kFormatVersion = 3;
+inline constexpr int64_t kFormatVersion = 4;
 
 /// Why a manifest of `version` cannot be read, e.g. "version 2 is not
-/// supported (this build reads version 3)".
+/// supported (this build reads version 4)".
 std::string unsupportedVersionReason(int64_t version);
 
 enum class DType { F32, F16, BF16, F64, I32, I64, U16, U8 };
-enum class Region { Persistent, Arena };
+/// Persistent and Arena are device memory; Host is the rank's host memory
+/// (pinned on a GPU), live for the whole run like Persistent.
+enum class Region { Persistent, Arena, Host };
 enum class GroupKind { TP, PP, DP, World, Custom };
 enum class ReduceOp { Sum, Max, Min };
 
@@ -229,6 +231,7 @@ struct Program {
   int64_t numEvents = 0;
   int64_t arenaBytes = 0;
   int64_t persistentBytes = 0;
+  int64_t hostBytes = 0;
   std::vector<Buffer> buffers;
   std::vector<Stream> streams;
 };

@@ -25,7 +25,8 @@ struct MemorySample {
 };
 
 struct MemoryProfile {
-  int64_t persistentBytes = 0;       // sum of the persistent buffers
+  int64_t persistentBytes = 0; // sum of the persistent buffers
+  int64_t hostBytes = 0; // the host region (optimizer offload): not device
   std::vector<MemorySample> samples; // step function, starting at time 0
   int64_t peakBytes = 0;
   double peakTime = 0;
