@@ -269,6 +269,7 @@ llvm::Error BundleBuilder::buildProgram(ProgramOp program, int64_t role) {
   p.numEvents = program.getNumEvents();
   p.arenaBytes = *program.getArenaSize();
   p.persistentBytes = *program.getPersistentSize();
+  p.hostBytes = program.getHostSize().value_or(0);
   bufferIds.clear();
   for (BufferOp buffer : program.getBuffers()) {
     std::optional<int64_t> offset = buffer.getOffset();

@@ -183,7 +183,9 @@ StateBytes stateBytesPerParam(Precision precision, int zero, int64_t dp,
       bytes.master = 4.0 / dp;
     if (zero == 1)
       bytes.gradients += e / dp;
-    if (mixed)
+    // The device's copy of the shard the gathers read: a half copy in mixed
+    // precision, and an fp32 one with the master on the host (offload).
+    if (mixed || offload == Offload::Optimizer)
       bytes.weights += e / dp;
   }
   if (zero >= 2)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Dynamic loss scaling of a compiled fp16 plan (registered by CMakeLists.txt):
 #   loss-scale.sh WORK_DIR CORPUS WEFT_RUN WEFT_MAKE_TOKENS WEFTC CLUSTER_DIR
-#                 LAYOUT
+#                 LAYOUT [WEFT_RESHARD]
 # Compiles gpt2-tiny in fp16 with the loss scale starting at 2^24, far above
 # what f16 gradients hold (65504), and a growth window of 5 steps, and trains
 # 16 steps under LAYOUT (serial, or dp2-zero1: both ranks must agree on every
@@ -12,9 +12,12 @@
 #   including the first applied one equals, bit for bit, that of the same plan
 #   compiled with lr 0 (weights never change), and afterwards they differ;
 # - the loss falls once steps apply;
-# - a checkpoint taken while backing off, resumed, continues bit for bit.
+# - a checkpoint taken while backing off, resumed, continues bit for bit;
+# - with WEFT_RESHARD (serial only): that checkpoint converted to DP 2 ZeRO-1
+#   keeps the scaler's state: resumed there, the scale follows the same
+#   sequence and the losses stay within 2e-3 of the serial run.
 set -u
-corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6 layout=$7
+corpus=$2 run=$3 tokenize=$4 weftc=$5 clusters=$6 layout=$7 reshard=${8:-}
 case $layout in
 serial) ranks=1 flags="--dp 1 --micro-batch 4" ;;
 dp2-zero1) ranks=2 flags="--dp 2 --zero 1 --micro-batch 2" ;;
@@ -73,4 +76,20 @@ print(f"{len(skipped)} steps skipped, scale {scaled[-1]['loss_scale']:g} "
       f"at step {scaled[-1]['step']}, loss {scaled[0]['loss']:.3f} -> "
       f"{scaled[-1]['loss']:.3f}; resumed from step 4 bit for bit")
 PY
+if [ -n "$reshard" ] && [ "$layout" = serial ]; then
+  ranks=2 flags="--dp 2 --zero 1 --micro-batch 2"
+  compile dp2 3e-3
+  "$reshard" scaled ck/step-4 dp2 ck-dp2 >/dev/null || fail "weft-reshard"
+  train dp2 dp2.jsonl 16 --checkpoint-dir ck-dp2 --resume
+  python3 - <<'PY' || fail "the resharded run lost the scaler's state"
+import json
+load = lambda n: [json.loads(l) for l in open(n)]
+scaled, moved = load("scaled.jsonl")[4:], load("dp2.jsonl")
+assert [m["loss_scale"] for m in moved] == [m["loss_scale"] for m in scaled]
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(scaled, moved))
+assert worst <= 2e-3, worst
+print(f"resharded to DP 2 ZeRO-1 at step 4: same scale sequence, loss within "
+      f"{worst:.1e}")
+PY
+fi
 echo "PASS: fp16 dynamic loss scaling, $layout"

@@ -127,6 +127,20 @@ RECOMPUTE_CASES = [
 # add the half `params.shard` the all-gathers read, ZeRO-1 the half
 # `grads.shard` (serial, DP2 ZeRO 0-3, TP2, TP2+SP, PP2 1F1B/GPipe,
 # DP2xTP2xPP2 ZeRO-3, recompute; a few fp16 rows, whose layout is bf16's).
+# Optimizer offload (13th field): master weights and moments in the host
+# region; only the device's persistent bytes are compared (the host region
+# is not device memory).
+OFFLOAD_CASES = [
+    ("gpt2-tiny", 1, 1, 1, 0, 2, 2, 64, "1f1b", "off", "none", "fp32",
+     "optimizer"),
+    ("gpt2-tiny", 1, 1, 2, 1, 2, 2, 64, "1f1b", "off", "none", "fp32",
+     "optimizer"),
+    ("gpt2-tiny", 1, 1, 2, 2, 2, 2, 64, "1f1b", "off", "none", "bf16",
+     "optimizer"),
+    ("llama-tiny", 2, 1, 2, 3, 1, 2, 64, "1f1b", "off", "none", "bf16",
+     "optimizer"),
+]
+
 PRECISION_CASES = [
     ("gpt2-tiny", 1, 1, 1, 0, 2, 2, 64, "1f1b", "off", "none", "bf16"),
     ("gpt2-tiny", 1, 1, 2, 0, 2, 2, 64, "1f1b", "off", "none", "bf16"),
@@ -167,12 +181,17 @@ CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                        "examples", "clusters", "cpu-sim-2.json")
 
 
-def cluster_file(workdir, ranks):
-    """examples/clusters/cpu-sim-2.json with `ranks` ranks on its node."""
+def cluster_file(workdir, ranks, host=False):
+    """examples/clusters/cpu-sim-2.json with `ranks` ranks on its node (and,
+    for optimizer offload, cpu-sim-8's host description)."""
     cluster = json.load(open(CLUSTER))
     cluster["name"] = f"cpu-sim-{ranks}"
     cluster["gpus_per_node"] = ranks
-    path = os.path.join(workdir, f"cpu-sim-{ranks}.json")
+    if host:
+        cluster["host"] = {"memory_gib": 64, "memory_bandwidth_gb_s": 20,
+                           "cores": 8, "pinned_bandwidth_gb_s": 10}
+    path = os.path.join(workdir, f"cpu-sim-{ranks}{'-host' if host else ''}"
+                                 ".json")
     with open(path, "w") as out:
         json.dump(cluster, out)
     return path
@@ -213,13 +232,14 @@ def check(weftc, workdir, case):
     sp = case[9] if len(case) > 9 else "off"
     recompute = case[10] if len(case) > 10 else "none"
     precision = case[11] if len(case) > 11 else "fp32"
+    offload = case[12] if len(case) > 12 else "none"
     batch = mb * ga * dp
-    cluster = cluster_file(workdir, tp * pp * dp)
+    cluster = cluster_file(workdir, tp * pp * dp, offload != "none")
     flags = ["--model", model, "--cluster", cluster, "--global-batch",
              str(batch), "--seq-len", str(seq), "--precision", precision,
              "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--zero",
              str(zero), "--micro-batch", str(mb), "--recompute", recompute,
-             "--sequence-parallel", sp]
+             "--sequence-parallel", sp, "--offload", offload]
     name = f"{model}-tp{tp}-pp{pp}-dp{dp}-z{zero}-mb{mb}-ga{ga}-s{seq}"
     if pp > 1:
         flags += ["--schedule", schedule]
@@ -232,10 +252,11 @@ def check(weftc, workdir, case):
         name += f"-rc-{recompute}"
     if precision != "fp32":
         name += f"-{precision}"
+    if offload != "none":
+        name += "-offload"
     bundle = os.path.join(workdir, name)
     run([weftc, "compile", *flags, "-o", bundle])
-    plan = json.loads(run([weftc, "plan", *flags, "--offload", "none",
-                           "--json"]))["plans"][0]
+    plan = json.loads(run([weftc, "plan", *flags, "--json"]))["plans"][0]
     # Per pipeline stage: the planner's breakdown of that stage against the
     # most loaded role program of the stage (TP ranks and DP replicas of a
     # stage plan alike); the worst stage is reported.
@@ -285,13 +306,16 @@ def main():
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     worst = [0.0, 0.0]
     failed = 0
-    cases = CASES + LAYOUT_CASES + RECOMPUTE_CASES + PRECISION_CASES
+    cases = (CASES + LAYOUT_CASES + RECOMPUTE_CASES + PRECISION_CASES +
+             OFFLOAD_CASES)
     if "--layouts-only" in sys.argv[3:]:
         cases = LAYOUT_CASES
     if "--recompute-only" in sys.argv[3:]:
         cases = RECOMPUTE_CASES
     if "--precision-only" in sys.argv[3:]:
         cases = PRECISION_CASES
+    if "--offload-only" in sys.argv[3:]:
+        cases = OFFLOAD_CASES
     for case in cases:
         name, pp_, pr, ap, ar, errors, ok = check(weftc, workdir, case)
         worst = [max(worst[i], abs(errors[i])) for i in range(2)]

@@ -161,6 +161,9 @@ int weft::selectPlan(const ModelSpec &model, const PlanOptions &options,
     Constraints constraints = constraintsFrom(options);
     if (!constraints.offload)
       constraints.offload = Offload::None;
+    if (*constraints.offload == Offload::Optimizer && !cluster.host)
+      throw Error("--offload optimizer: " + options.cluster +
+                  " has no host description (field 'host')");
     SearchResult result = search(costModel, constraints);
     if (result.plans.empty()) {
       std::cerr << "weftc: error: no plan fits; run `weftc plan` with the "

@@ -115,9 +115,9 @@ cl::opt<std::string> planSequenceParallel(
     cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<std::string> planOffload(
     "offload",
-    cl::desc("Optimizer offload: none|optimizer|auto (default auto: searched "
-             "where the cluster describes its hosts)"),
-    cl::sub(planCmd), cl::cat(planCategory));
+    cl::desc("Optimizer offload: none|optimizer|auto (plan: auto, searched "
+             "where the cluster describes its hosts; compile: none)"),
+    cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<std::string>
     planAttention("attention",
                   cl::desc("Attention implementation: flash|eager (flash)"),
@@ -462,6 +462,7 @@ int runCompile(mlir::MLIRContext &context) {
   weft::PlanOptions options;
   if (int status = collectPlanOptions("compile", options))
     return status;
+  options.offload = optionalFlag(planOffload);
   if (planPrecision.getNumOccurrences() == 0)
     options.precision = "fp32";
   options.tp = options.tp.value_or(1);
@@ -539,6 +540,8 @@ int runCompile(mlir::MLIRContext &context) {
   schedule.lossScale = trainLossScale;
   schedule.initialLossScale = trainInitialLossScale;
   schedule.lossScaleWindow = trainLossScaleWindow;
+  schedule.offloadOptimizer =
+      plan.config.offload == weft::planner::Offload::Optimizer;
   schedule.stepsPerPlan = stepsPerPlan;
   schedule.persistThreshold = zero3PersistThreshold;
   schedule.maxLiveGatheredBytes = zero3MaxLiveBytes;

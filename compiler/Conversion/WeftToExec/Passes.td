@@ -100,6 +100,9 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
            "Dynamic loss scaling: the first step's scale">,
     Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
            "Dynamic loss scaling: applied steps before the scale doubles">,
+    Option<"offloadOptimizer", "offload-optimizer", "bool", "false",
+           "Optimizer offload: the fp32 master weights and AdamW moments in "
+           "host memory, AdamW on the host">,
     Option<"stepsPerPlan", "steps-per-plan", "int64_t", "1",
            "Optimizer steps per program replay">,
     Option<"predictedStepTimeS", "predicted-step-time-s", "double", "0",

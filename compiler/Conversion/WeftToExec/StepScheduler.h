@@ -57,6 +57,7 @@ struct Slice {
     return buffer == other.buffer && offset == other.offset &&
            bytes == other.bytes;
   }
+  bool operator!=(const Slice &other) const { return !(*this == other); }
   int64_t elementBytes() const { return type.getIntOrFloatBitWidth() / 8; }
   int64_t elements() const { return bytes / elementBytes(); }
   /// `elements` elements from element `start`.

@@ -390,7 +390,7 @@ LogicalResult BundleScheduler::run() {
         ranks.push_back(rankOf(d, s, t));
       auto program = wx::ProgramOp::create(
           builder, loc, ("role" + llvm::Twine(programs.size())).str(), ranks,
-          IntegerAttr(), IntegerAttr());
+          IntegerAttr(), IntegerAttr(), IntegerAttr());
       program.getBody().emplaceBlock();
       programs.push_back(program);
     }
@@ -681,20 +681,25 @@ LogicalResult RoleScheduler::declareParameters() {
   gradsBuf = newBuffer("grads", flatElements,
                        zero >= 2 ? wx::Region::arena : wx::Region::persistent,
                        computeType);
-  expAvg = newBuffer("exp_avg", stateElements, wx::Region::persistent, f32);
-  expAvgSq =
-      newBuffer("exp_avg_sq", stateElements, wx::Region::persistent, f32);
+  // Optimizer offload keeps the optimizer's state in host memory; the
+  // device then needs a copy of its own even in fp32 (the working copy, or
+  // the shard the gathers read).
+  bool offload = options.offloadOptimizer;
+  wx::Region stateRegion = offload ? wx::Region::host : wx::Region::persistent;
+  bool separateMaster = mixedPrecision() || offload;
+  expAvg = newBuffer("exp_avg", stateElements, stateRegion, f32);
+  expAvgSq = newBuffer("exp_avg_sq", stateElements, stateRegion, f32);
   master = paramsBuf;
   gradShards = gradsBuf;
   if (zeroShards > 1) {
-    master = newBuffer("master", stateElements, wx::Region::persistent, f32);
+    master = newBuffer("master", stateElements, stateRegion, f32);
     gradShards = newBuffer("grads.shard", stateElements, wx::Region::persistent,
                            computeType);
-  } else if (mixedPrecision()) {
-    master = newBuffer("master", stateElements, wx::Region::persistent, f32);
+  } else if (separateMaster) {
+    master = newBuffer("master", stateElements, stateRegion, f32);
   }
   gatherSource = master;
-  if (zeroShards > 1 && mixedPrecision())
+  if (zeroShards > 1 && separateMaster)
     gatherSource = newBuffer("params.shard", stateElements,
                              wx::Region::persistent, computeType);
 
@@ -721,11 +726,11 @@ LogicalResult RoleScheduler::declareParameters() {
       };
       if (paramsBuf && (zero < 3 || param.persistent))
         whole(paramsBuf);
-      if (zeroShards == 1 && mixedPrecision())
+      if (zeroShards == 1 && master != paramsBuf)
         whole(master);
       if (zeroShards > 1)
         dpPiece(master);
-      if (zeroShards > 1 && mixedPrecision())
+      if (gatherSource != master)
         dpPiece(gatherSource);
     }
   return success();
@@ -963,14 +968,32 @@ void RoleScheduler::optimizerStep() {
                      ranges({gradShards}), phase());
 
   phaseLabel = "adamw";
-  // A mixed-precision step also writes the rounded weights: the working
-  // copy without ZeRO, the shard the parameter all-gathers read with it.
+  // With a separate master the step also writes the (rounded) weights the
+  // device uses: the working copy without ZeRO, the shard the parameter
+  // all-gathers read with it.
+  Slice deviceCopy = zeroShards > 1 ? gatherSource : paramsBuf;
   SmallVector<Slice, 4> updated = {master, expAvg, expAvgSq};
-  if (mixedPrecision())
-    updated.push_back(zeroShards > 1 ? gatherSource : paramsBuf);
-  auto optimizer = wx::OptimizerStepOp::create(
+  if (master != deviceCopy)
+    updated.push_back(deviceCopy);
+  Slice grads = gradShards;
+  if (options.offloadOptimizer) {
+    // Optimizer offload: the clipped gradients go to host memory, AdamW runs
+    // there on the host-resident master and moments, and the updated
+    // weights come back (ZeRO-Offload's schedule, without its overlap yet).
+    grads = newBuffer("grads.host", stateElements, wx::Region::host,
+                      gradShards.type);
+    updated.back() = newBuffer("params.host", stateElements, wx::Region::host,
+                               deviceCopy.type);
+    wx::CopyOp::create(builder, loc, ranges({gradShards}), ranges({grads}),
+                       builder.getStringAttr("offload grads"));
+  }
+  Operation *optimizer = wx::OptimizerStepOp::create(
       builder, loc, stateElements, f32,
-      ranges({master, gradShards, expAvg, expAvgSq}), ranges(updated), phase());
+      ranges({master, grads, expAvg, expAvgSq}), ranges(updated), phase());
+  if (options.offloadOptimizer)
+    wx::CopyOp::create(builder, loc, ranges({updated.back()}),
+                       ranges({deviceCopy}),
+                       builder.getStringAttr("reload params"));
 
   if (zero == 1 || zero == 2)
     return scheduleParameterGathers(optimizer);
@@ -1559,6 +1582,7 @@ struct WeftSchedulePass : mlir::weft::impl::WeftScheduleBase<WeftSchedulePass> {
     opts.lossScale = lossScale;
     opts.initialLossScale = initialLossScale;
     opts.lossScaleWindow = lossScaleWindow;
+    opts.offloadOptimizer = offloadOptimizer;
     opts.stepsPerPlan = stepsPerPlan;
     opts.predictedStepTimeS = predictedStepTimeS;
     opts.predictedMfu = predictedMfu;

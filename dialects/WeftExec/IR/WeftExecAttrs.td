@@ -13,6 +13,7 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 def Weftx_Region : I32EnumAttr<"Region", "a rank's memory region", [
     I32EnumAttrCase<"persistent", 0>,
     I32EnumAttrCase<"arena", 1>,
+    I32EnumAttrCase<"host", 2>,
   ]> {
   let cppNamespace = "::mlir::weftx";
 }

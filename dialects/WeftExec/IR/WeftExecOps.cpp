@@ -371,9 +371,10 @@ LogicalResult ProgramOp::verifyRegions() {
   }
 
   for (auto [name, buffer] : buffers) {
-    std::optional<int64_t> regionSize = buffer.getRegion() == Region::arena
-                                            ? getArenaSize()
-                                            : getPersistentSize();
+    std::optional<int64_t> regionSize =
+        buffer.getRegion() == Region::arena  ? getArenaSize()
+        : buffer.getRegion() == Region::host ? getHostSize()
+                                             : getPersistentSize();
     std::optional<int64_t> offset = buffer.getOffset();
     if (regionSize && offset &&
         *offset + int64_t(buffer.getSize()) > *regionSize)
@@ -416,7 +417,10 @@ LogicalResult ProgramOp::verifyRegions() {
         if (buffers.lookup(target.getBuffer().getAttr()).getRegion() !=
             Region::arena)
           return op.emitOpError()
-                 << "releases persistent buffer " << target.getBuffer()
+                 << "releases "
+                 << stringifyRegion(buffers.lookup(target.getBuffer().getAttr())
+                                        .getRegion())
+                 << " buffer " << target.getBuffer()
                  << " (only arena contents can be released)";
       } else if (auto record = dyn_cast<RecordEventOp>(op)) {
         auto [it, inserted] = records.try_emplace(record.getEvent(), record);

@@ -132,8 +132,10 @@ def Weftx_ProgramOp : Weftx_Op<"program", [
     What every rank in `ranks` executes (ranks doing the same work share a
     role). The body declares `weftx.buffer`s and `weftx.stream`s; role ids
     follow declaration order and the event count is one more than the
-    largest event id used. `arena` and `persistent` are the planned region
-    sizes in bytes, set by `weft-plan-memory` together with buffer offsets.
+    largest event id used. `arena`, `persistent` and `host` are the planned
+    region sizes in bytes, set by `weft-plan-memory` together with buffer
+    offsets (`host` only when the program has host buffers: optimizer
+    offload).
 
     ```mlir
     weftx.program @r0 ranks [0, 1] arena 640 persistent 128 {
@@ -144,11 +146,13 @@ def Weftx_ProgramOp : Weftx_Op<"program", [
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, DenseI64ArrayAttr:$ranks,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$arena_size,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$persistent_size);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$persistent_size,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$host_size);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `ranks` $ranks (`arena` $arena_size^)?
-    (`persistent` $persistent_size^)? attr-dict-with-keyword $body
+    (`persistent` $persistent_size^)? (`host` $host_size^)?
+    attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;
   let hasRegionVerifier = 1;

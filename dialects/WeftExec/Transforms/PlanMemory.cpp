@@ -437,16 +437,20 @@ Operation *PlanMemoryPass::planProgram(ProgramOp program, int64_t role,
     buffers[index].setOffsetAttr(attr);
   };
 
-  int64_t persistentSize = 0;
+  // Persistent and host buffers live for the whole run: packed in
+  // declaration order.
+  int64_t persistentSize = 0, hostSize = 0;
   SmallVector<unsigned> arena;
   for (auto [index, buffer] : llvm::enumerate(buffers)) {
     if (buffer.getRegion() == weftx::Region::arena) {
       arena.push_back(index);
       continue;
     }
-    int64_t offset = llvm::alignTo(persistentSize, alignments[index]);
+    int64_t &size =
+        buffer.getRegion() == weftx::Region::host ? hostSize : persistentSize;
+    int64_t offset = llvm::alignTo(size, alignments[index]);
     setOffset(index, offset);
-    persistentSize = offset + sizes[index];
+    size = offset + sizes[index];
   }
 
   // Largest first packs best; ties go to the earlier first access, then to
@@ -522,6 +526,8 @@ Operation *PlanMemoryPass::planProgram(ProgramOp program, int64_t role,
 
   program.setArenaSizeAttr(builder.getI64IntegerAttr(arenaSize));
   program.setPersistentSizeAttr(builder.getI64IntegerAttr(persistentSize));
+  if (hostSize > 0)
+    program.setHostSizeAttr(builder.getI64IntegerAttr(hostSize));
   if (!report)
     return nullptr;
 

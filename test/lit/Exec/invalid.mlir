@@ -442,6 +442,18 @@ module {
 
 module {
   weftx.mesh dp 1 pp 1 tp 1
+  weftx.program @r0 ranks [0] arena 0 persistent 0 host 128 {
+    // expected-error @+1 {{bytes [64, 320) lie outside the host region of 128 bytes}}
+    weftx.buffer @h host size 256 align 64 offset 64 : f32
+    weftx.stream "compute" {
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {
       // expected-error @+1 {{cannot appear in a weftx.stream (only weftx instructions)}}
@@ -899,6 +911,19 @@ module {
     weftx.stream "compute" {
       // expected-error @+1 {{releases persistent buffer @p (only arena contents can be released)}}
       weftx.release writes(@p[0 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @h host size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{releases host buffer @h (only arena contents can be released)}}
+      weftx.release writes(@h[0 +: 16])
     }
   }
 }
