@@ -1156,30 +1156,22 @@ void RoleScheduler::moveTensorParallelCollectives() {
     auto phaseOf = [](Operation *op) {
       return op->getAttrOfType<StringAttr>("phase");
     };
-    // The last instruction the collective must follow: one that writes its
-    // input or touches its output, or a wait for another stream (which may
-    // have produced its input). Events compute records may order other
-    // streams' accesses to its buffers, so none is crossed.
-    Operation *after = nullptr;
-    for (Operation *op = collective->getPrevNode(); op; op = op->getPrevNode())
-      if (isa<wx::WaitEventOp, wx::RecordEventOp>(op) ||
-          overlaps(op, "writes", collective, "reads") ||
-          overlaps(op, "reads", collective, "writes") ||
-          overlaps(op, "writes", collective, "writes")) {
-        after = op;
-        break;
-      }
-    // The first instruction that must follow it: one that reads or writes
-    // its output or writes its input, or records an event.
-    Operation *before = nullptr;
-    for (Operation *op = collective->getNextNode(); op; op = op->getNextNode())
-      if (isa<wx::RecordEventOp, wx::WaitEventOp>(op) ||
-          overlaps(op, "reads", collective, "writes") ||
-          overlaps(op, "writes", collective, "writes") ||
-          overlaps(op, "writes", collective, "reads")) {
-        before = op;
-        break;
-      }
+    // An instruction the collective stays ordered with: one that writes its
+    // input, or reads or writes its output, or an event (a wait may stand
+    // for another stream's write of its input; a record may order another
+    // stream's access to its buffers).
+    auto ordered = [&](Operation *op) {
+      return isa<wx::WaitEventOp, wx::RecordEventOp>(op) ||
+             overlaps(op, "writes", collective, "reads") ||
+             overlaps(op, "reads", collective, "writes") ||
+             overlaps(op, "writes", collective, "writes");
+    };
+    Operation *after = collective->getPrevNode(); // the last it follows
+    while (after && !ordered(after))
+      after = after->getPrevNode();
+    Operation *before = collective->getNextNode(); // the first to follow it
+    while (before && !ordered(before))
+      before = before->getNextNode();
     if (after) {
       int64_t ready = numEvents++;
       OpBuilder record(ctx);

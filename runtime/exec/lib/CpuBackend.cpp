@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AdamWStep.h"
 #include "Describe.h"
 #include "weft/exec/Backend.h"
 #include "weft/exec/Error.h"
@@ -528,11 +529,7 @@ void CpuBackend::runOptimizer(const Instruction &inst,
                               const StepContext &context) {
   if (context.skipUpdate) // dynamic loss scaling: the gradients overflowed
     return;
-  const plan::TrainingInfo &t = *context.training;
-  kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
-                              t.weightDecay};
-  kernels::AdamWStep step = kernels::makeAdamWStep(
-      config, context.optimizerStep, 1.0 / context.lossScale);
+  kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
   float *param = writes[0].as<float>();
   float *m = writes[1].as<float>();
   float *v = writes[2].as<float>();

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/exec/cuda/CudaBackend.h"
+#include "AdamWStep.h"
 #include "Describe.h"
 #include "Internal.h"
 #include "Nccl.h"
@@ -190,11 +191,7 @@ void CUDART_CB runHostTask(void *data) {
   const StepContext &context = *task.context;
   if (context.skipUpdate) // the loss scaler skipped this step
     return;
-  const plan::TrainingInfo &t = *context.training;
-  kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
-                              t.weightDecay};
-  kernels::AdamWStep step = kernels::makeAdamWStep(
-      config, context.optimizerStep, 1.0 / context.lossScale);
+  kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
   const Operand &grad = task.reads[1];
   const float *g = grad.as<const float>();
   if (grad.dtype == DType::BF16) {
@@ -1024,13 +1021,8 @@ void DeviceBackend::beginStep(const StepContext &context) {
     synchronize();
     refreshHostContext(context);
   }
-  if (context.training) {
-    const plan::TrainingInfo &t = *context.training;
-    kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
-                                t.weightDecay};
-    *stepHost_ =
-        kernels::makeAdamWStep(config, context.optimizerStep, 1.0 / lossScale_);
-  }
+  if (context.training)
+    *stepHost_ = adamwStepOf(context, lossScale_);
   std::string at = "step " + std::to_string(context.step);
   check(cudaMemcpyAsync(stepDevice_, stepHost_, sizeof(kernels::AdamWStep),
                         cudaMemcpyHostToDevice, streams_[0]),

@@ -1,0 +1,29 @@
+//===- AdamWStep.h - AdamW's constants of a step ----------------*- C++ -*-===//
+//
+// Shared by the CPU and CUDA backends, which both run AdamW from a step's
+// context (docs/runtime.md, optimizer_step).
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFT_EXEC_ADAMWSTEP_H
+#define WEFT_EXEC_ADAMWSTEP_H
+
+#include "weft/exec/Backend.h"
+#include "weft/kernels/Optimizer.h"
+
+namespace weft::exec {
+
+/// AdamW's constants for this step: the LR, the training's betas, eps and
+/// weight decay, bias correction at the update count, and the gradient scale
+/// 1 / `lossScale`.
+inline kernels::AdamWStep adamwStepOf(const StepContext &context,
+                                      double lossScale) {
+  const plan::TrainingInfo &t = *context.training;
+  kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
+                              t.weightDecay};
+  return kernels::makeAdamWStep(config, context.optimizerStep,
+                                1.0 / lossScale);
+}
+
+} // namespace weft::exec
+
+#endif // WEFT_EXEC_ADAMWSTEP_H
