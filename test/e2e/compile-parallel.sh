@@ -17,6 +17,9 @@
 # the reordering noise past these tolerances; 3e-3 trains smoothly.)
 #
 # Layouts (ranks = dp x pp x tp):
+#   dp2             DP 2 (gradient all-reduce buckets overlapped with the
+#                   backward)
+#   dp2-zero1       DP 2 with ZeRO-1
 #   tp2             TP 2 (vocabulary-parallel embedding, head and loss)
 #   pp2-gpipe       PP 2, GPipe, 4 micro-batches
 #   pp2-1f1b        PP 2, 1F1B, 4 micro-batches
@@ -73,6 +76,8 @@ case $layout in
 *-bf16 | *-fp16) precision=${layout##*-} layout=${layout%-*} ;;
 esac
 case $layout in
+dp2) ranks=2 flags="--dp 2 --micro-batch 2" ;;
+dp2-zero1) ranks=2 flags="--dp 2 --zero 1 --micro-batch 2" ;;
 tp2) ranks=2 flags="--tp 2 --dp 1 --micro-batch 4" ;;
 pp2-gpipe) ranks=2 flags="--pp 2 --dp 1 --micro-batch 1 --schedule gpipe" ;;
 pp2-1f1b) ranks=2 flags="--pp 2 --dp 1 --micro-batch 1 --schedule 1f1b" ;;
