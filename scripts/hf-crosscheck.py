@@ -6,7 +6,10 @@ GPT2LMHeadModel / LlamaForCausalLM (built from the preset's config.json),
 computes the mean next-token cross-entropy on the batch weft-run trained on at
 the same step, and compares it with weft-run's logged loss (the model runs in
 float64, TF32 off; relative 1e-5 for fp32 plans, 2e-3 for bf16 and 2e-4 for
-fp16 plans, whose forward rounds weights and activations). Two stages, because the GPU machine has
+fp16 plans, whose forward rounds weights and activations). It also trains the
+same 8 steps with transformers and torch's AdamW (fp64) from the step-0
+weights, with weft's LR schedule and clipping, and compares every step's loss
+(relative 1e-5 fp32, 1e-2 bf16, 2e-3 fp16). Two stages, because the GPU machine has
 torch but cannot build Weft, and this machine builds Weft but has no torch:
 
   scripts/hf-crosscheck.py stage [--build build] [--out .gpu/hf-crosscheck]
@@ -35,6 +38,8 @@ import sys
 CASES = (("gpt2-tiny", "fp32"), ("llama-tiny", "fp32"), ("gpt2-tiny", "bf16"),
          ("llama-tiny", "fp16"))
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-3, "fp16": 2e-4}
+# Training 8 steps with torch's AdamW: half-precision rounding compounds.
+TRAIN_TOLERANCE = {"fp32": 1e-5, "bf16": 1e-2, "fp16": 2e-3}
 
 
 def case_dir(model, precision):
@@ -84,8 +89,12 @@ def stage(args):
                 "-o", os.path.join(out, f"step{step}.safetensors"),
                 stdout=subprocess.DEVNULL)
         losses = [json.loads(line)["loss"] for line in open(metrics)]
+        training = json.load(open(os.path.join(bundle, "plan.json")))["training"]
         json.dump({"batch": BATCH, "seq_len": SEQ_LEN, "precision": precision,
                    "tolerance": TOLERANCE[precision],
+                   "train_tolerance": TRAIN_TOLERANCE[precision],
+                   "training": training,
+                   "losses": losses,
                    "checks": [{"weights": "step0.safetensors", "step": 1,
                                "loss": losses[0]},
                               {"weights": "step7.safetensors", "step": 8,
@@ -123,6 +132,48 @@ def batch(torch, tokens_path, step, size, seq_len):
                         for i in (((step - 1) * size + j) % sequences
                                   for j in range(size))])
     return rows[:, :-1], rows[:, 1:]
+
+
+def lr_at(t, step):
+    """weft-run's LR schedule at 1-based `step` (docs/runtime.md)."""
+    import math
+    if step <= t["warmup_steps"]:
+        return t["lr"] * step / t["warmup_steps"]
+    if step >= t["decay_steps"]:
+        return t["min_lr"]
+    ratio = (step - t["warmup_steps"]) / (t["decay_steps"] - t["warmup_steps"])
+    return t["min_lr"] + 0.5 * (1 + math.cos(math.pi * ratio)) * (
+        t["lr"] - t["min_lr"])
+
+
+def train(torch, net, expected, tokens, device):
+    """torch's own AdamW training from the step-0 weights, in fp64: the loss
+    of every step (before its update), with weft's schedule and clipping (by
+    grad_clip / norm when the global norm exceeds it, no epsilon)."""
+    t = expected["training"]
+    params = [p for p in net.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=t["lr"], betas=(t["beta1"], t["beta2"]),
+                            eps=t["eps"], weight_decay=t["weight_decay"])
+    losses = []
+    for step in range(1, len(expected["losses"]) + 1):
+        ids, targets = batch(torch, tokens, step, expected["batch"],
+                             expected["seq_len"])
+        logits = net(input_ids=ids.to(device)).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).to(device))
+        opt.zero_grad()
+        loss.backward()
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params
+                              if p.grad is not None))
+        if t["grad_clip"] > 0 and norm > t["grad_clip"]:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(t["grad_clip"] / norm)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(t, step)
+        opt.step()
+        losses.append(loss.item())
+    return losses
 
 
 def check(args):
@@ -183,6 +234,28 @@ def check(args):
                   f"{c['step']}: weft-run {c['loss']:.7f}, transformers "
                   f"{transformers.__version__} ({device}, fp64) {loss:.7f}, "
                   f"relative {rel:.1e}")
+        if "losses" not in expected:
+            continue
+        # Training: transformers + torch's AdamW from the same step-0 weights
+        # against every step's loss of weft-run.
+        net = cls(config).to(torch.float64)
+        weights = load_safetensors(torch, os.path.join(d, "step0.safetensors"))
+        net.load_state_dict({k: v.to(torch.float64)
+                             for k, v in weights.items()}, strict=False)
+        net.tie_weights()
+        net = net.to(device).eval()  # eval: no dropout; gradients still flow
+        theirs = train(torch, net, expected, os.path.join(d, "tokens.bin"),
+                       device)
+        ours = expected["losses"]
+        rel = max(abs(a - b) / abs(a) for a, b in zip(ours, theirs))
+        tolerance = expected["train_tolerance"]
+        ok = rel <= tolerance
+        status |= 0 if ok else 1
+        print(f"{'PASS' if ok else 'FAIL'}: hf-crosscheck {model} training "
+              f"{len(ours)} steps against torch {torch.__version__} AdamW "
+              f"({device}, fp64): max relative loss difference {rel:.1e} "
+              f"(tolerance {tolerance:.0e}); step {len(ours)} weft-run "
+              f"{ours[-1]:.6f}, torch {theirs[-1]:.6f}")
     return status
 
 

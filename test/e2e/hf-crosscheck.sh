@@ -4,7 +4,8 @@
 # Stages gpt2-tiny and llama-tiny (fp32), gpt2-tiny (bf16) and llama-tiny
 # (fp16) with scripts/hf-crosscheck.py (weftc compile, weft-run, weft-export)
 # and has transformers compute the losses of steps 1 and 8 from the exported
-# weights in fp64 (docs/runtime.md, "Export"). Needs torch and transformers
+# weights in fp64, and train the 8 steps with torch's AdamW against every
+# step's loss (docs/runtime.md, "Export"). Needs torch and transformers
 # (`pip install torch transformers`, about 3 GB with torch's CUDA libraries):
 # without them it prints one SKIPPED line.
 set -u
