@@ -237,6 +237,10 @@ private:
   /// waits until all are done, as it overwrites their source. The first
   /// step gathers the initial shards, which equal the initial working copy.
   void scheduleParameterGathers(Operation *optimizer);
+  /// ZeRO: all-gathers `piece` over DP from this rank's part in
+  /// `gatherSource` into `slot` (its padded slot), with `b`.
+  void gatherPiece(OpBuilder &b, const ParamPiece &piece, Slice slot,
+                   StringAttr label);
   /// The DP gradient sync overlapped with the backward: ZeRO 1-3 one
   /// reduce-scatter per slot on the `reducescatter` stream, ZeRO-0 in-place
   /// all-reduces of buckets of neighbouring slots (up to bucket_bytes) on

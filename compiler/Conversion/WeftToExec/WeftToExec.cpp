@@ -1005,14 +1005,18 @@ void RoleScheduler::optimizerStep() {
   phaseLabel = "param gather";
   for (const LocalParam &param : params)
     if (param.persistent)
-      for (const ParamPiece &piece : param.pieces) {
-        int64_t count = piece.padded / zeroShards;
-        wx::AllGatherOp::create(
-            builder, loc, count, gatherSource.type,
-            bundle.family(Family::DP).getValue(),
-            ranges({gatherSource.sub(piece.shardStart, count)}),
-            ranges({paramsBuf.sub(piece.replicaStart, piece.padded)}), phase());
-      }
+      for (const ParamPiece &piece : param.pieces)
+        gatherPiece(builder, piece,
+                    paramsBuf.sub(piece.replicaStart, piece.padded), phase());
+}
+
+void RoleScheduler::gatherPiece(OpBuilder &b, const ParamPiece &piece,
+                                Slice slot, StringAttr label) {
+  int64_t count = piece.padded / zeroShards;
+  wx::AllGatherOp::create(b, program.getLoc(), count, gatherSource.type,
+                          bundle.family(Family::DP).getValue(),
+                          ranges({gatherSource.sub(piece.shardStart, count)}),
+                          ranges({slot}), label);
 }
 
 void RoleScheduler::scheduleParameterGathers(Operation *optimizer) {
@@ -1062,16 +1066,12 @@ void RoleScheduler::scheduleParameterGathers(Operation *optimizer) {
   wx::StreamOp stream = sideStream("allgather");
   auto gather = OpBuilder::atBlockBegin(&stream.getBody().front());
   StringAttr label = gather.getStringAttr("param gather");
-  StringRef dp = bundle.family(Family::DP).getValue();
   for (size_t i = 0; i < slots.size();) {
     Operation *reader = slots[i].firstRead;
     for (; i < slots.size() && slots[i].firstRead == reader; ++i) {
       const ParamPiece &piece = *slots[i].piece;
-      int64_t count = piece.padded / zeroShards;
-      wx::AllGatherOp::create(
-          gather, loc, count, gatherSource.type, dp,
-          ranges({gatherSource.sub(piece.shardStart, count)}),
-          ranges({paramsBuf.sub(piece.replicaStart, piece.padded)}), label);
+      gatherPiece(gather, piece,
+                  paramsBuf.sub(piece.replicaStart, piece.padded), label);
     }
     if (!reader)
       continue;
@@ -1346,14 +1346,10 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
     }
     if (unit.members.size() == 1) {
       const ParamPiece &first = lead.param->pieces.front();
-      for (const ParamPiece &piece : lead.param->pieces) {
-        int64_t count = piece.padded / zeroShards;
-        wx::AllGatherOp::create(
-            gather, loc, count, gatherSource.type, dp,
-            ranges({gatherSource.sub(piece.shardStart, count)}),
-            ranges({lead.full.sub(piece.start - first.start, piece.padded)}),
-            label);
-      }
+      for (const ParamPiece &piece : lead.param->pieces)
+        gatherPiece(gather, piece,
+                    lead.full.sub(piece.start - first.start, piece.padded),
+                    label);
     } else {
       // One all_gather of the bucket: block r of the staging buffer holds
       // rank r's shards of the members in slot order; copies (on this
