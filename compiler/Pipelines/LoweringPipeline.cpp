@@ -28,6 +28,13 @@ void weft::buildLoweringPipeline(mlir::OpPassManager &pm,
   pm.addPass(mlir::weft::createWeftSplitStages());
 }
 
+void weft::buildStepPipeline(mlir::OpPassManager &pm) {
+  pm.addPass(mlir::weftx::createWeftOptimizer());
+  pm.addPass(mlir::weftx::createWeftOverlapGradSync());
+  pm.addPass(mlir::weftx::createWeftOverlapParamGathers());
+  pm.addPass(mlir::weftx::createWeftOverlapTpCollectives());
+}
+
 void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
                              const LoweringOptions &lowering,
                              const mlir::weft::WeftScheduleOptions &schedule) {
@@ -39,19 +46,39 @@ void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
     pm.addPass(mlir::weft::createWeftAutodiff());
     return;
   case CompileStage::Exec:
-    pm.addPass(mlir::weft::createWeftSchedule(schedule));
-    pm.addPass(mlir::weftx::createWeftPlanMemory());
-    pm.addPass(mlir::weftx::createWeftGenerateKernels());
+    buildExecStage(pm, mlir::weft::createWeftSchedule(schedule));
     return;
   }
 }
 
-void weft::buildCompilePipeline(
-    mlir::OpPassManager &pm, const LoweringOptions &lowering,
-    const mlir::weft::WeftScheduleOptions &schedule) {
-  for (CompileStage stage :
-       {CompileStage::Lower, CompileStage::Autodiff, CompileStage::Exec})
-    buildCompileStage(pm, stage, lowering, schedule);
+void weft::buildExecStage(mlir::OpPassManager &pm,
+                          std::unique_ptr<mlir::Pass> schedule) {
+  pm.addPass(std::move(schedule));
+  buildStepPipeline(pm);
+  pm.addPass(mlir::weftx::createWeftPlanMemory());
+  pm.addPass(mlir::weftx::createWeftGenerateKernels());
+}
+
+/// `weft-compile`: the stages of `weftc compile` from option strings.
+static mlir::LogicalResult buildCompileFromStrings(
+    mlir::OpPassManager &pm, llvm::StringRef optionsStr,
+    llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)> errorHandler) {
+  weft::CompilePipelineOptions options;
+  if (mlir::failed(options.parseFromString(optionsStr)))
+    return errorHandler("weft-compile: cannot parse options '" + optionsStr +
+                        "'");
+  std::unique_ptr<weft::LoweringOptions> lowering =
+      weft::LoweringOptions::createFromString(options.lower);
+  if (!lowering)
+    return errorHandler("weft-compile: bad lower options '" + options.lower +
+                        "'");
+  std::unique_ptr<mlir::Pass> schedule = mlir::weft::createWeftSchedule();
+  if (mlir::failed(schedule->initializeOptions(options.schedule, errorHandler)))
+    return mlir::failure();
+  weft::buildLoweringPipeline(pm, *lowering);
+  pm.addPass(mlir::weft::createWeftAutodiff());
+  weft::buildExecStage(pm, std::move(schedule));
+  return mlir::success();
 }
 
 void weft::registerLoweringPipeline() {
@@ -59,4 +86,19 @@ void weft::registerLoweringPipeline() {
       "weft-lower",
       "Lower weft models for a parallel configuration (docs/lowering.md)",
       buildLoweringPipeline);
+  mlir::PassPipelineRegistration<>(
+      "weft-step",
+      "After weft-schedule: the optimizer step and the overlap of the "
+      "gradient sync, ZeRO-1/2 parameter gathers and TP collectives "
+      "(docs/lowering.md)",
+      buildStepPipeline);
+  mlir::registerPassPipeline(
+      "weft-compile",
+      "Every stage of `weftc compile` (weft-lower, weft-autodiff, "
+      "weft-schedule, weft-step, weft-plan-memory, weft-generate-kernels): "
+      "--weft-compile='lower={dp=2 zero=1} schedule={seq-len=8}'",
+      buildCompileFromStrings,
+      [](llvm::function_ref<void(const mlir::detail::PassOptions &)> print) {
+        print(CompilePipelineOptions());
+      });
 }

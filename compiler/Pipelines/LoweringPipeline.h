@@ -62,11 +62,18 @@ struct LoweringOptions : mlir::PassPipelineOptions<LoweringOptions> {
 void buildLoweringPipeline(mlir::OpPassManager &pm,
                            const LoweringOptions &options);
 
+/// Appends what follows weft-schedule in every training step (`weft-step`
+/// in weft-opt): weft-optimizer, then the overlap passes
+/// (weft-overlap-grad-sync, weft-overlap-param-gathers,
+/// weft-overlap-tp-collectives).
+void buildStepPipeline(mlir::OpPassManager &pm);
+
 /// The stages of `weftc compile`, in order; `--emit-mlir` names them.
 enum class CompileStage {
   Lower,    // weft-lower: mesh, tensor partition, stage functions (L1)
   Autodiff, // weft-autodiff: backward functions
-  Exec,     // weft-schedule + weft-plan-memory: the placed weftx bundle (L2)
+  Exec,     // weft-schedule, weft-step, weft-plan-memory,
+            // weft-generate-kernels: the placed weftx bundle (L2)
 };
 
 /// Appends the passes of one compile stage to `pm` (a module pass manager).
@@ -74,13 +81,23 @@ void buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
                        const LoweringOptions &lowering,
                        const mlir::weft::WeftScheduleOptions &schedule);
 
-/// Appends every compile stage: a weft model (L0) to a placed weftx module
-/// that `weft::emitBundle` writes.
-void buildCompilePipeline(mlir::OpPassManager &pm,
-                          const LoweringOptions &lowering,
-                          const mlir::weft::WeftScheduleOptions &schedule);
+/// Appends the exec stage with `schedule` (a weft-schedule pass) first.
+void buildExecStage(mlir::OpPassManager &pm,
+                    std::unique_ptr<mlir::Pass> schedule);
 
-/// Registers `weft-lower` for weft-opt's command line.
+/// `weft-compile`'s options: the options of weft-lower and of
+/// weft-schedule, each in braces, e.g.
+/// `--weft-compile='lower={dp=2 zero=1} schedule={seq-len=8}'`.
+struct CompilePipelineOptions
+    : mlir::PassPipelineOptions<CompilePipelineOptions> {
+  Option<std::string> lower{*this, "lower",
+                            llvm::cl::desc("weft-lower's options")};
+  Option<std::string> schedule{*this, "schedule",
+                               llvm::cl::desc("weft-schedule's options")};
+};
+
+/// Registers `weft-lower`, `weft-step` and `weft-compile` (every stage of
+/// `weftc compile`, built by the same functions) for weft-opt.
 void registerLoweringPipeline();
 
 } // namespace weft

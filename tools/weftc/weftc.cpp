@@ -165,6 +165,12 @@ cl::opt<bool> timing("timing",
                      cl::desc("Print the wall time of every pass and of "
                               "bundle emission to stderr"),
                      cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<bool> verifyEach(
+    "verify-each",
+    cl::desc("Verify the weftx IR after every pass of the exec stage too "
+             "(the model and lowering stages always are; the bundle is "
+             "verified, IR and plan, before it is written)"),
+    cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<int64_t> stepsPerPlan("steps-per-plan",
                               cl::desc("Optimizer steps per replay (1)"),
                               cl::init(1), cl::sub(compileCmd),
@@ -573,6 +579,10 @@ int runCompile(mlir::MLIRContext &context) {
     mlir::PassManager &pm = *passManagers.emplace_back(
         std::make_unique<mlir::PassManager>(&context));
     pm.enableTiming(rootTimer);
+    // The exec stage's module is large (every rank's instructions): one
+    // full verification per pass costs ~0.3 s each at 175B, and emission
+    // verifies the result anyway (verify-weftx and the plan verifier).
+    pm.enableVerifier(stage != weft::CompileStage::Exec || verifyEach);
     weft::buildCompileStage(pm, stage, lowering, schedule);
     if (mlir::failed(pm.run(**module)))
       return fail("compile: " + firstError);

@@ -5,8 +5,9 @@
 include "mlir/Pass/PassBase.td"
 
 def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
-  let summary = "Schedule differentiated weft stage functions as one weftx "
-                "training step per role (level L1 to L2)";
+  let summary = "Schedule differentiated weft stage functions as weftx "
+                "programs, one per role: state buffers, the pipeline's "
+                "tasks, the gradient reductions (level L1 to L2)";
   let description = [{
     Replaces the module's contents (the stage functions `@f` and their
     `@f_backward` from `weft-autodiff`, with the `weft.parallel`
@@ -44,24 +45,22 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     GEMMs and the kernels' `+=`); activations and their gradients cross
     stages by send/recv on one stream per direction and sending rank,
     ordered against `compute` by events. Then the sequence-parallel and
-    tied-embedding gradient sums, the DP gradient sync, the global gradient
-    norm (each gradient element counted once, summed over `mp`, `dp` or
-    `world`), `clip` and `optimizer_step`; ZeRO 1-2 rebuild the
-    parameters with one all-gather per slot at the start of the next step,
-    on the `allgather` stream in order of first use (compute waits for each
-    right before its first reader, so they overlap the forward). The loss comes from the backward's fused cross-entropy kernels on
+    tied-embedding gradient sums and the DP gradient sync, one collective
+    per slot in slot order on `compute` (ZeRO-0: an in-place `all_reduce`;
+    ZeRO 1-3: a `reduce_scatter` into this rank's piece of `grads.shard`).
+    The rest of the step comes from the passes that follow
+    (`--weft-step`): `weft-optimizer` (norm, clip, AdamW, ZeRO
+    all-gathers) and the overlap passes (`weft-overlap-grad-sync`,
+    `weft-overlap-param-gathers`, `weft-overlap-tp-collectives`). TP
+    collectives are emitted on `compute` where the math needs them. The
+    loss comes from the backward's fused cross-entropy kernels on
     the last stage (`loss_div = grad_accum`, `grad_div = grad_accum * dp`,
     so the summed gradient is the global-batch mean). Activations get one
     arena buffer per value and micro-batch; `weft-plan-memory` overlaps them
-    by liveness.
+    by liveness. The module's `weftx.config` records `bucket_bytes` (the DP
+    gradient buckets) whenever DP > 1.
 
-    DP gradient sync: ZeRO-0 all-reduces buckets of neighbouring slots (up
-    to `bucket_bytes`, 25 MiB when 0) in place on an `allreduce` stream,
-    ZeRO 1-3 reduce-scatter each slot into `grads.shard` on a
-    `reducescatter` stream; each is issued after an event compute records
-    right after the last instruction that writes its slots (so it overlaps
-    the rest of the backward), and compute waits for all of them before the
-    norm. With ZeRO 1-3 AdamW updates this rank's pieces (`master`, moments) only.
+    With ZeRO 1-3 AdamW updates this rank's pieces (`master`, moments) only.
     ZeRO-2/3 keep the full gradients in the arena (accumulated over the
     micro-batches, reduce-scattered after the last). ZeRO-3 keeps no full
     parameters: each task (forward or backward of one micro-batch) gathers

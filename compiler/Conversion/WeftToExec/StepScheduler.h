@@ -1,6 +1,6 @@
 //===- StepScheduler.h - weft-schedule internals ----------------*- C++ -*-===//
 //
-// The classes behind `weft-schedule` (docs/lowering.md, step 7), shared by
+// The classes behind `weft-schedule` (docs/lowering.md, "Passes"), shared by
 // its source files:
 //
 //   BundleScheduler   module-wide: the stage functions, the mesh, group
@@ -10,8 +10,8 @@
 //   RoleScheduler     one role's program: a role is (pipeline rank, TP rank),
 //                     shared by all DP replicas. Buffers, the pipeline
 //                     schedule with its point-to-point transfers, and the
-//                     optimizer step (WeftToExec.cpp); every weft op expanded
-//                     into GEMMs, registry kernels and TP collectives
+//                     gradient reductions (WeftToExec.cpp); every weft op
+//                     expanded into GEMMs, registry kernels and TP collectives
 //                     (LowerOps.cpp)
 //
 //===----------------------------------------------------------------------===//
@@ -23,6 +23,7 @@
 
 #include "Weft/IR/WeftOps.h"
 #include "WeftExec/IR/WeftExecOps.h"
+#include "WeftExec/Transforms/ProgramEdits.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -86,17 +87,9 @@ struct StageFunctions {
   int64_t virtualStage = 0;
 };
 
-/// The group families a program may communicate over. Each holds one
-/// disjoint group per position on the other mesh axes; a rank uses the group
-/// that contains it.
-enum class Family {
-  TP,            // the TP ranks of one (dp, pp) position
-  PP,            // the pipeline of one (dp, tp) position, by stage
-  DP,            // the replicas of one (pp, tp) position
-  ModelParallel, // every rank of one DP replica (gradient norm)
-  World,         // every rank (gradient norm over ZeRO shards)
-  Tied,          // the first and last pipeline rank of one (dp, tp) position
-};
+/// The group families a program may communicate over (weftx's standard
+/// families, ProgramEdits.h).
+using Family = wx::Family;
 
 /// One contiguous piece of a parameter in a role's flat buffers, with the
 /// slice of the global tensor it holds. A parameter is one piece, except a
@@ -200,9 +193,8 @@ private:
 
   OpBuilder builder;
   wx::MeshOp mesh;
-  /// Groups are declared after the mesh and the groups before them; kernels
-  /// before the first program.
-  Operation *lastGroup = nullptr, *firstProgram = nullptr;
+  /// Kernels are declared before the first program.
+  Operation *firstProgram = nullptr;
   llvm::StringMap<int64_t> kernelNames;
   llvm::DenseMap<std::pair<StringAttr, DictionaryAttr>, FlatSymbolRefAttr>
       kernels;
@@ -227,27 +219,14 @@ private:
   LogicalResult runTask(const pipeline::Task &task);
   LogicalResult bindArguments(const StageFunctions &stage, func::FuncOp func,
                               int64_t microBatch);
-  /// Tied-copy and DP gradient sync, clipping, AdamW and the ZeRO parameter
-  /// all-gathers.
-  void optimizerStep();
-  /// ZeRO-1/2: the all-gathers that rebuild the working copy `params` from
-  /// the shards AdamW updated, issued at the start of the step on the
-  /// `allgather` stream in order of first use, so they overlap the forward
-  /// (`compute` waits for each right before its first reader); `optimizer`
-  /// waits until all are done, as it overwrites their source. The first
-  /// step gathers the initial shards, which equal the initial working copy.
-  void scheduleParameterGathers(Operation *optimizer);
+  /// The SP and tied-copy gradient sums and the DP gradient sync, one
+  /// collective per slot (weft-overlap-grad-sync moves them under the
+  /// backward); weft-optimizer appends the step after them.
+  void reduceGradients();
   /// ZeRO: all-gathers `piece` over DP from this rank's part in
   /// `gatherSource` into `slot` (its padded slot), with `b`.
   void gatherPiece(OpBuilder &b, const ParamPiece &piece, Slice slot,
                    StringAttr label);
-  /// The DP gradient sync overlapped with the backward: ZeRO 1-3 one
-  /// reduce-scatter per slot on the `reducescatter` stream, ZeRO-0 in-place
-  /// all-reduces of buckets of neighbouring slots (up to bucket_bytes) on
-  /// the `allreduce` stream, each issued (after an event) as soon as
-  /// compute has written its slots for the last time; compute waits for all
-  /// of them before the gradient norm.
-  void syncGradients();
   /// ZeRO-3: the all-gathers of the parameters the task just lowered reads
   /// (`pendingGathers`), on the `allgather` stream in first-use order, each
   /// waited for before its first use and released after its last; gather k
@@ -257,14 +236,6 @@ private:
   /// out as in the flat buffers); the gather itself is scheduled after the
   /// task by `scheduleGathers`.
   Slice gatheredParameter(LocalParam &param);
-  /// Every TP collective moves from `compute` to a `tp` stream (one stream:
-  /// one order on the TP communicator), after an event recorded behind the
-  /// last instruction it depends on; compute waits for it right before the
-  /// first instruction that depends on it, so independent compute in
-  /// between overlaps it (e.g. the weight gradient's GEMM under the
-  /// all-reduce of the input gradient). Conservative: no event compute
-  /// records or waits for is crossed.
-  void moveTensorParallelCollectives();
   /// A side stream (created on first use).
   wx::StreamOp sideStream(StringRef name);
   /// Sends `slice` to pipeline rank `peer` once `compute` has produced it,

@@ -1,7 +1,7 @@
 //===- WeftToExec.cpp - weft-schedule: L1 training functions to weftx -----===//
 //
-// Schedules one optimizer step of the differentiated stage functions as one
-// weftx program per role (docs/lowering.md, step 7). A role is a (pipeline
+// Schedules one training step of the differentiated stage functions as one
+// weftx program per role (docs/lowering.md, "Passes"). A role is a (pipeline
 // rank, TP rank) pair; the DP replicas of a role share its program and talk
 // to their own groups through group families (one disjoint group per
 // position on the other mesh axes).
@@ -12,8 +12,9 @@
 // PipelineSchedule.h) orders the forward and backward of every (chunk,
 // micro-batch) on the `compute` stream, and activations and their gradients
 // cross stage boundaries with send/recv on streams of their own, ordered
-// against `compute` by events; then the tied-embedding and DP gradient sums,
-// the global gradient norm, clipping, AdamW and the ZeRO-1 all-gather.
+// against `compute` by events; then the sequence-parallel, tied-embedding
+// and DP gradient sums. weft-optimizer (the norm, clipping, AdamW, ZeRO
+// gathers) and the overlap passes take it from there.
 //
 //===----------------------------------------------------------------------===//
 #include "StepScheduler.h"
@@ -203,61 +204,8 @@ FlatSymbolRefAttr BundleScheduler::kernel(StringRef name,
 
 FlatSymbolRefAttr BundleScheduler::family(Family kind) {
   FlatSymbolRefAttr &symbol = families[int(kind)];
-  if (symbol)
-    return symbol;
-  // Each family lists its groups one after another, members in
-  // group-relative order (the pipeline by stage, TP by TP rank).
-  SmallVector<int64_t> ranks;
-  int64_t groupSize = 0;
-  StringRef name;
-  wx::GroupKind groupKind = wx::GroupKind::custom;
-  switch (kind) {
-  case Family::TP:
-    name = "tp", groupKind = wx::GroupKind::tp, groupSize = par.tp;
-    for (int64_t d = 0; d < par.dp; ++d)
-      for (int64_t s = 0; s < par.pp; ++s)
-        for (int64_t t = 0; t < par.tp; ++t)
-          ranks.push_back(rankOf(d, s, t));
-    break;
-  case Family::PP:
-    name = "pp", groupKind = wx::GroupKind::pp, groupSize = par.pp;
-    for (int64_t d = 0; d < par.dp; ++d)
-      for (int64_t t = 0; t < par.tp; ++t)
-        for (int64_t s = 0; s < par.pp; ++s)
-          ranks.push_back(rankOf(d, s, t));
-    break;
-  case Family::DP:
-    name = "dp", groupKind = wx::GroupKind::dp, groupSize = par.dp;
-    for (int64_t s = 0; s < par.pp; ++s)
-      for (int64_t t = 0; t < par.tp; ++t)
-        for (int64_t d = 0; d < par.dp; ++d)
-          ranks.push_back(rankOf(d, s, t));
-    break;
-  case Family::ModelParallel:
-    name = "mp", groupSize = par.pp * par.tp;
-    for (int64_t d = 0; d < par.dp; ++d)
-      for (int64_t s = 0; s < par.pp; ++s)
-        for (int64_t t = 0; t < par.tp; ++t)
-          ranks.push_back(rankOf(d, s, t));
-    break;
-  case Family::World:
-    name = "world", groupKind = wx::GroupKind::world;
-    groupSize = par.dp * par.pp * par.tp;
-    for (int64_t r = 0; r < groupSize; ++r)
-      ranks.push_back(r);
-    break;
-  case Family::Tied:
-    name = "tied", groupSize = 2;
-    for (int64_t d = 0; d < par.dp; ++d)
-      for (int64_t t = 0; t < par.tp; ++t)
-        ranks.append({rankOf(d, 0, t), rankOf(d, par.pp - 1, t)});
-    break;
-  }
-  OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPointAfter(lastGroup);
-  lastGroup = wx::GroupOp::create(builder, module.getLoc(), name, groupKind,
-                                  ranks, groupSize);
-  symbol = FlatSymbolRefAttr::get(ctx, name);
+  if (!symbol)
+    symbol = wx::getOrCreateFamily(module, kind);
   return symbol;
 }
 
@@ -331,10 +279,12 @@ LogicalResult BundleScheduler::setBundleAttributes() {
   config.set("recompute", builder.getStringAttr(par.recompute));
   config.set("tp", i64(par.tp));
   config.set("zero", i64(par.zero));
-  if (par.zero == 3 && par.dp > 1) {
-    config.set("prefetch_depth", i64(par.prefetchDepth));
+  // The DP gradient buckets (weft-overlap-grad-sync) and ZeRO-3's gather
+  // buckets and prefetch depth.
+  if (par.dp > 1)
     config.set("bucket_bytes", i64(par.bucketBytes));
-  }
+  if (par.zero == 3 && par.dp > 1)
+    config.set("prefetch_depth", i64(par.prefetchDepth));
   if (par.pp > 1) {
     config.set("schedule", builder.getStringAttr(par.schedule));
     config.set("virtual_stages", i64(par.virtualStages));
@@ -378,7 +328,6 @@ LogicalResult BundleScheduler::run() {
   Location loc = module.getLoc();
   builder.setInsertionPointToEnd(module.getBody());
   mesh = wx::MeshOp::create(builder, loc, par.dp, par.pp, par.tp);
-  lastGroup = mesh;
   // One program per role, in role order (role = pipeline rank * TP + TP
   // rank), created up front so that kernels declared while lowering any of
   // them go before all.
@@ -897,7 +846,7 @@ LogicalResult RoleScheduler::runTask(const pipeline::Task &task) {
   return success();
 }
 
-void RoleScheduler::optimizerStep() {
+void RoleScheduler::reduceGradients() {
   Location loc = program.getLoc();
   // Sequence parallelism: replicated parameters used on sequence shards
   // have one partial gradient per TP rank.
@@ -923,91 +872,29 @@ void RoleScheduler::optimizerStep() {
             ranges({gradsBuf.sub(piece.start, piece.elements)}),
             ranges({gradsBuf.sub(piece.start, piece.elements)}), phase());
 
-  // The DP sync overlaps the backward on a stream of its own.
+  // The DP sync, one collective per slot in slot order (ZeRO 1-3: a
+  // reduce-scatter into this rank's piece of the gradient shard; ZeRO-0: an
+  // in-place all-reduce); weft-overlap-grad-sync moves them under the
+  // backward and buckets the all-reduces.
   phaseLabel = "grad sync";
-  if (par.dp > 1)
-    syncGradients();
-
-  // The global norm counts every gradient element once: this rank's part
-  // leaves out the copies other ranks count (TP-replicated parameters off TP
-  // rank 0, the tied copy on the last stage), then one all-reduce sums the
-  // parts over the ranks that hold distinct gradients.
-  phaseLabel = "clip";
-  // Runs of counted pieces become one range each: between neighbouring
-  // slots lies only alignment padding, which no instruction writes.
-  SmallVector<Slice> counted;
-  bool previousCounted = false;
-  for (const LocalParam &param : params) {
-    for (const ParamPiece &piece : param.pieces) {
-      Slice part = zeroShards > 1 ? gradShards.sub(piece.shardStart,
-                                                   piece.padded / zeroShards)
-                                  : gradsBuf.sub(piece.start, piece.elements);
-      if (param.countsInNorm && previousCounted)
-        counted.back().bytes = part.offset + part.bytes - counted.back().offset;
-      else if (param.countsInNorm)
-        counted.push_back(part);
-      previousCounted = param.countsInNorm;
-    }
+  if (par.dp > 1) {
+    StringRef dp = bundle.family(Family::DP).getValue();
+    for (const LocalParam &param : params)
+      for (const ParamPiece &piece : param.pieces) {
+        Slice slot = gradsBuf.sub(piece.start, piece.padded);
+        if (zeroShards > 1) {
+          int64_t count = piece.padded / zeroShards;
+          wx::ReduceScatterOp::create(
+              builder, loc, wx::ReduceKind::sum, count, gradsBuf.type, dp,
+              ranges({slot}), ranges({gradShards.sub(piece.shardStart, count)}),
+              phase());
+        } else {
+          wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum,
+                                  slot.elements(), slot.type, dp,
+                                  ranges({slot}), ranges({slot}), phase());
+        }
+      }
   }
-  if (counted.empty())
-    wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
-                       ranges({sumsq}), phase());
-  else
-    wx::GradNormOp::create(builder, loc, gradShards.type, ranges(counted),
-                           ranges({sumsq}), phase());
-  std::optional<Family> normFamily;
-  if (zeroShards > 1)
-    normFamily = par.tp * par.pp > 1 ? Family::World : Family::DP;
-  else if (par.tp * par.pp > 1)
-    normFamily = Family::ModelParallel;
-  if (normFamily)
-    wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, 1, f32,
-                            bundle.family(*normFamily).getValue(),
-                            ranges({sumsq}), ranges({sumsq}), phase());
-  wx::ClipOp::create(builder, loc, gradShards.type, ranges({sumsq, gradShards}),
-                     ranges({gradShards}), phase());
-
-  phaseLabel = "adamw";
-  // With a separate master the step also writes the (rounded) weights the
-  // device uses: the working copy without ZeRO, the shard the parameter
-  // all-gathers read with it.
-  Slice deviceCopy = zeroShards > 1 ? gatherSource : paramsBuf;
-  SmallVector<Slice, 4> updated = {master, expAvg, expAvgSq};
-  if (master != deviceCopy)
-    updated.push_back(deviceCopy);
-  Slice grads = gradShards;
-  if (options.offloadOptimizer) {
-    // Optimizer offload: the clipped gradients go to host memory, AdamW runs
-    // there on the host-resident master and moments, and the updated
-    // weights come back (ZeRO-Offload's schedule, without its overlap yet).
-    grads = newBuffer("grads.host", stateElements, wx::Region::host,
-                      gradShards.type);
-    updated.back() = newBuffer("params.host", stateElements, wx::Region::host,
-                               deviceCopy.type);
-    wx::CopyOp::create(builder, loc, ranges({gradShards}), ranges({grads}),
-                       builder.getStringAttr("offload grads"));
-  }
-  Operation *optimizer = wx::OptimizerStepOp::create(
-      builder, loc, stateElements, f32,
-      ranges({master, grads, expAvg, expAvgSq}), ranges(updated), phase());
-  if (options.offloadOptimizer)
-    wx::CopyOp::create(builder, loc, ranges({updated.back()}),
-                       ranges({deviceCopy}),
-                       builder.getStringAttr("reload params"));
-
-  if (zero == 1 || zero == 2)
-    return scheduleParameterGathers(optimizer);
-  // ZeRO-3 rebuilds its persistent small parameters right after the step:
-  // gathered at the start of the next one they would queue ahead of the
-  // first layer's prefetch on `allgather`, for a few bytes each.
-  if (zero != 3)
-    return;
-  phaseLabel = "param gather";
-  for (const LocalParam &param : params)
-    if (param.persistent)
-      for (const ParamPiece &piece : param.pieces)
-        gatherPiece(builder, piece,
-                    paramsBuf.sub(piece.replicaStart, piece.padded), phase());
 }
 
 void RoleScheduler::gatherPiece(OpBuilder &b, const ParamPiece &piece,
@@ -1017,78 +904,6 @@ void RoleScheduler::gatherPiece(OpBuilder &b, const ParamPiece &piece,
                           bundle.family(Family::DP).getValue(),
                           ranges({gatherSource.sub(piece.shardStart, count)}),
                           ranges({slot}), label);
-}
-
-void RoleScheduler::scheduleParameterGathers(Operation *optimizer) {
-  // Every slot is rebuilt from the shards; each is found the first compute
-  // instruction that reads it.
-  struct Rebuilt {
-    const ParamPiece *piece;
-    int64_t begin, end; // bytes of its slot in `params`
-    Operation *firstRead = nullptr;
-  };
-  SmallVector<Rebuilt> slots;
-  for (const LocalParam &param : params)
-    for (const ParamPiece &piece : param.pieces) {
-      Slice slot = paramsBuf.sub(piece.replicaStart, piece.padded);
-      slots.push_back({&piece, slot.offset, slot.offset + slot.bytes});
-    }
-  // One walk over compute; slots are disjoint and in offset order.
-  Block &block = compute.getBody().front();
-  DenseMap<Operation *, size_t> position;
-  size_t unseen = slots.size();
-  for (Operation &op : block) {
-    position[&op] = position.size();
-    auto reads = op.getAttrOfType<ArrayAttr>("reads");
-    if (!reads || !unseen)
-      continue;
-    for (Attribute attribute : reads) {
-      auto range = cast<wx::RangeAttr>(attribute);
-      if (range.getBuffer().getAttr() != paramsBuf.buffer)
-        continue;
-      auto it = llvm::partition_point(
-          slots, [&](const Rebuilt &r) { return r.end <= range.getOffset(); });
-      for (; it != slots.end() && it->begin < range.getEnd(); ++it)
-        if (!it->firstRead) {
-          it->firstRead = &op;
-          --unseen;
-        }
-    }
-  }
-  // In order of first use (slots no instruction reads last), so the forward
-  // waits only for what it is about to read.
-  llvm::stable_sort(slots, [&](const Rebuilt &a, const Rebuilt &b) {
-    size_t pa = a.firstRead ? position[a.firstRead] : position.size();
-    size_t pb = b.firstRead ? position[b.firstRead] : position.size();
-    return pa < pb;
-  });
-  Location loc = program.getLoc();
-  wx::StreamOp stream = sideStream("allgather");
-  auto gather = OpBuilder::atBlockBegin(&stream.getBody().front());
-  StringAttr label = gather.getStringAttr("param gather");
-  for (size_t i = 0; i < slots.size();) {
-    Operation *reader = slots[i].firstRead;
-    for (; i < slots.size() && slots[i].firstRead == reader; ++i) {
-      const ParamPiece &piece = *slots[i].piece;
-      gatherPiece(gather, piece,
-                  paramsBuf.sub(piece.replicaStart, piece.padded), label);
-    }
-    if (!reader)
-      continue;
-    int64_t ready = numEvents++;
-    wx::RecordEventOp::create(gather, loc, ready, ArrayAttr(), ArrayAttr(),
-                              label);
-    OpBuilder before(reader);
-    wx::WaitEventOp::create(before, loc, ready, ArrayAttr(), ArrayAttr(),
-                            reader->getAttrOfType<StringAttr>("phase"));
-  }
-  // The step overwrites the shards the gathers read: not before they are
-  // done.
-  int64_t done = numEvents++;
-  wx::RecordEventOp::create(gather, loc, done, ArrayAttr(), ArrayAttr(), label);
-  OpBuilder before(optimizer);
-  wx::WaitEventOp::create(before, loc, done, ArrayAttr(), ArrayAttr(),
-                          optimizer->getAttrOfType<StringAttr>("phase"));
 }
 
 //===----------------------------------------------------------------------===//
@@ -1109,89 +924,10 @@ wx::StreamOp RoleScheduler::sideStream(StringRef name) {
 /// Whether one of the `attr` ("reads" or "writes") ranges of `op` overlaps
 /// `slice`.
 static bool touches(Operation *op, StringRef attr, const Slice &slice) {
-  auto list = op->getAttrOfType<ArrayAttr>(attr);
-  if (!list)
-    return false;
-  for (Attribute attribute : list) {
-    auto range = cast<wx::RangeAttr>(attribute);
-    if (range.getBuffer().getAttr() == slice.buffer &&
-        range.getOffset() < slice.offset + slice.bytes &&
-        slice.offset < range.getEnd())
-      return true;
-  }
-  return false;
-}
-
-/// Whether any range of `a`'s `attrA` overlaps any range of `b`'s `attrB`.
-static bool overlaps(Operation *a, StringRef attrA, Operation *b,
-                     StringRef attrB) {
-  auto list = b->getAttrOfType<ArrayAttr>(attrB);
-  if (!list)
-    return false;
-  for (Attribute attribute : list) {
-    auto range = cast<wx::RangeAttr>(attribute);
-    Slice slice{range.getBuffer().getAttr(), range.getOffset(),
-                range.getBytes(), Type()};
-    if (touches(a, attrA, slice))
-      return true;
-  }
-  return false;
-}
-
-void RoleScheduler::moveTensorParallelCollectives() {
-  if (par.tp == 1)
-    return;
-  StringRef tp = bundle.family(Family::TP).getValue();
-  Block &block = compute.getBody().front();
-  SmallVector<Operation *> collectives;
-  for (Operation &op : block)
-    if (isa<wx::AllReduceOp, wx::AllGatherOp, wx::ReduceScatterOp>(op) &&
-        op.getAttrOfType<FlatSymbolRefAttr>("group").getValue() == tp)
-      collectives.push_back(&op);
-  if (collectives.empty())
-    return;
-  Location loc = program.getLoc();
-  auto stream = OpBuilder::atBlockEnd(&sideStream("tp").getBody().front());
-  for (Operation *collective : collectives) {
-    auto phaseOf = [](Operation *op) {
-      return op->getAttrOfType<StringAttr>("phase");
-    };
-    // An instruction the collective stays ordered with: one that writes its
-    // input, or reads or writes its output, or an event (a wait may stand
-    // for another stream's write of its input; a record may order another
-    // stream's access to its buffers).
-    auto ordered = [&](Operation *op) {
-      return isa<wx::WaitEventOp, wx::RecordEventOp>(op) ||
-             overlaps(op, "writes", collective, "reads") ||
-             overlaps(op, "reads", collective, "writes") ||
-             overlaps(op, "writes", collective, "writes");
-    };
-    Operation *after = collective->getPrevNode(); // the last it follows
-    while (after && !ordered(after))
-      after = after->getPrevNode();
-    Operation *before = collective->getNextNode(); // the first to follow it
-    while (before && !ordered(before))
-      before = before->getNextNode();
-    if (after) {
-      int64_t ready = numEvents++;
-      OpBuilder record(ctx);
-      record.setInsertionPointAfter(after);
-      wx::RecordEventOp::create(record, loc, ready, ArrayAttr(), ArrayAttr(),
-                                phaseOf(after));
-      wx::WaitEventOp::create(stream, loc, ready, ArrayAttr(), ArrayAttr(),
-                              phaseOf(collective));
-    }
-    collective->moveBefore(stream.getInsertionBlock(),
-                           stream.getInsertionPoint());
-    int64_t done = numEvents++;
-    wx::RecordEventOp::create(stream, loc, done, ArrayAttr(), ArrayAttr(),
-                              phaseOf(collective));
-    if (before) {
-      OpBuilder wait(before);
-      wx::WaitEventOp::create(wait, loc, done, ArrayAttr(), ArrayAttr(),
-                              phaseOf(before));
-    }
-  }
+  return wx::touches(op, attr,
+                     wx::RangeAttr::get(op->getContext(),
+                                        FlatSymbolRefAttr::get(slice.buffer),
+                                        slice.offset, slice.bytes));
 }
 
 Slice RoleScheduler::gatheredParameter(LocalParam &param) {
@@ -1403,115 +1139,6 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
   }
 }
 
-void RoleScheduler::syncGradients() {
-  // The last compute instruction that writes each slot (the zeroing fill
-  // for a parameter without a gradient), in compute order.
-  Block &block = compute.getBody().front();
-  llvm::DenseMap<Operation *, size_t> position;
-  for (Operation &op : block)
-    position[&op] = position.size();
-  struct Ready {
-    Operation *op;
-    size_t slot; // index in slot order
-    const ParamPiece *piece;
-  };
-  SmallVector<Ready> ready;
-  for (const LocalParam &param : params)
-    for (const ParamPiece &piece : param.pieces) {
-      Slice grad = gradsBuf.sub(piece.start, piece.padded);
-      for (Operation &op : llvm::reverse(block))
-        if (touches(&op, "writes", grad)) {
-          ready.push_back({&op, ready.size(), &piece});
-          break;
-        }
-    }
-  llvm::stable_sort(ready, [&](const Ready &a, const Ready &b) {
-    return position[a.op] < position[b.op];
-  });
-  Location loc = program.getLoc();
-  bool scatter = zeroShards > 1;
-  auto stream = OpBuilder::atBlockEnd(
-      &sideStream(scatter ? "reducescatter" : "allreduce").getBody().front());
-  StringAttr label = stream.getStringAttr("grad sync");
-  StringRef dp = bundle.family(Family::DP).getValue();
-  // The side stream waits for an event compute records right after `op`
-  // (one per producing instruction).
-  llvm::DenseMap<Operation *, int64_t> events;
-  auto waitFor = [&](Operation *op) {
-    auto [it, inserted] = events.try_emplace(op, numEvents);
-    if (!inserted)
-      return;
-    ++numEvents;
-    OpBuilder after(ctx);
-    after.setInsertionPointAfter(op);
-    wx::RecordEventOp::create(after, loc, it->second, ArrayAttr(), ArrayAttr(),
-                              op->getAttrOfType<StringAttr>("phase"));
-    wx::WaitEventOp::create(stream, loc, it->second, ArrayAttr(), ArrayAttr(),
-                            label);
-  };
-  if (scatter) {
-    // ZeRO 1-3: each DP rank receives the sum of its piece of every slot in
-    // the gradient shard, one reduce-scatter per slot as soon as it is
-    // final.
-    for (const Ready &item : ready) {
-      waitFor(item.op);
-      int64_t count = item.piece->padded / zeroShards;
-      wx::ReduceScatterOp::create(
-          stream, loc, wx::ReduceKind::sum, count, gradsBuf.type, dp,
-          ranges({gradsBuf.sub(item.piece->start, item.piece->padded)}),
-          ranges({gradShards.sub(item.piece->shardStart, count)}), label);
-    }
-  } else {
-    // ZeRO-0: in-place all-reduces of buckets of neighbouring slots (the
-    // alignment gaps between them are zero) of at most bucket_bytes (25 MiB
-    // when unset), each issued once its latest slot is final.
-    int64_t limit = par.bucketBytes > 0 ? par.bucketBytes : 25 << 20;
-    SmallVector<const ParamPiece *> slots(ready.size());
-    for (const Ready &item : ready)
-      slots[item.slot] = item.piece;
-    std::optional<std::pair<size_t, size_t>> bucket; // [first, last] slot
-    Operation *trigger = nullptr;
-    auto bucketBytes = [&](size_t first, size_t last) {
-      return (slots[last]->start + slots[last]->padded - slots[first]->start) *
-             gradsBuf.elementBytes();
-    };
-    auto flush = [&] {
-      if (!bucket)
-        return;
-      waitFor(trigger);
-      const ParamPiece *first = slots[bucket->first],
-                       *last = slots[bucket->second];
-      Slice range =
-          gradsBuf.sub(first->start, last->start + last->padded - first->start);
-      wx::AllReduceOp::create(stream, loc, wx::ReduceKind::sum,
-                              range.elements(), range.type, dp, ranges({range}),
-                              ranges({range}), label);
-      bucket.reset();
-    };
-    for (const Ready &item : ready) {
-      if (bucket) {
-        std::pair<size_t, size_t> grown = *bucket;
-        if (item.slot + 1 == bucket->first)
-          grown.first = item.slot;
-        else if (item.slot == bucket->second + 1)
-          grown.second = item.slot;
-        if (grown != *bucket && bucketBytes(grown.first, grown.second) <= limit)
-          bucket = grown;
-        else
-          flush();
-      }
-      if (!bucket)
-        bucket = {item.slot, item.slot};
-      trigger = item.op;
-    }
-    flush();
-  }
-  int64_t done = numEvents++;
-  wx::RecordEventOp::create(stream, loc, done, ArrayAttr(), ArrayAttr(), label);
-  wx::WaitEventOp::create(builder, loc, done, ArrayAttr(), ArrayAttr(),
-                          phase());
-}
-
 LogicalResult RoleScheduler::run() {
   Location loc = program.getLoc();
   builder.setInsertionPointToEnd(&program.getBody().front());
@@ -1544,8 +1171,7 @@ LogicalResult RoleScheduler::run() {
            kind, par.pp, par.virtualStages, par.gradAccum, stage))
     if (failed(runTask(task)))
       return failure();
-  optimizerStep();
-  moveTensorParallelCollectives();
+  reduceGradients();
   return success();
 }
 

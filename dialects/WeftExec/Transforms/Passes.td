@@ -71,4 +71,108 @@ def WeftGenerateKernels : Pass<"weft-generate-kernels", "::mlir::ModuleOp"> {
   }];
 }
 
+def WeftOptimizer : Pass<"weft-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Append the optimizer step to every program: global gradient "
+                "norm, clipping, AdamW, ZeRO parameter all-gathers";
+  let description = [{
+    Runs after `weft-schedule`, whose programs end with the gradients
+    reduced (tied copies, sequence-parallel partial sums, the DP sync). It
+    reads what it needs from the IR: the state buffers by name (`params`,
+    the working copy; `grads`; `grads.shard` and `master`, this DP rank's
+    shard with ZeRO 1-3; `params.shard`, the rounded shard a
+    mixed-precision or offloaded ZeRO plan gathers from; `exp_avg`,
+    `exp_avg_sq`; `grad.sumsq`) and each parameter's shards (its slots), and
+    appends to `compute`:
+
+    - the global gradient norm: `grad_norm` over the pieces this rank
+      counts (a parameter replicated over TP counts on TP rank 0 only; a
+      tied embedding on the lowest pipeline rank that holds it only), runs
+      of neighbouring counted slots as one range, then one `all_reduce` of
+      the sum of squares over `world` (ZeRO 1-3 with TP or PP), `dp` (ZeRO
+      1-3), or `mp` (the ranks of one replica); families are declared if
+      missing;
+    - `clip` of the gradients the optimizer reads (the shard with ZeRO 1-3);
+    - one `optimizer_step` (AdamW; hyper-parameters and the LR schedule are
+      the bundle's `weftx.training`) over the fp32 master and moments; with
+      a separate master (mixed precision, or offload) it also writes the
+      device's copy: the working copy without ZeRO, `params.shard` with it;
+    - with optimizer offload (the moments are in the `host` region): copies
+      of the clipped gradients to a new host buffer `grads.host` before the
+      step, which writes the weights into a new `params.host`, and of those
+      back to the device after it;
+    - ZeRO 1-3: one `all_gather` over `dp` per slot of the working copy the
+      role keeps (every slot with ZeRO-1/2, the persistent small
+      parameters with ZeRO-3) from the updated shard.
+
+    A program without one of the required buffers is an error naming it.
+  }];
+}
+
+def WeftOverlapGradSync : Pass<"weft-overlap-grad-sync", "::mlir::ModuleOp"> {
+  let summary = "Move the DP gradient sync off `compute` so it overlaps the "
+                "backward (buckets for all-reduce)";
+  let description = [{
+    Input: the data-parallel gradient sync as `weft-schedule` emits it, one
+    contiguous run on each program's `compute` stream of collectives over a
+    `dp` group family that read the `grads` buffer: in-place `all_reduce`s
+    of one slot each (ZeRO-0) or `reduce_scatter`s of one slot into the
+    gradient shard (ZeRO 1-3), in slot order.
+
+    Each collective moves to a side stream (`allreduce` for all-reduces,
+    `reducescatter` for reduce-scatters) behind an event that `compute`
+    records right after the last instruction before the run that writes the
+    slot, so the sync of a slot starts as soon as the backward is done with
+    it (the last micro-batch's gradient kernel, or the zeroing fill for a
+    slot nothing writes). Collectives issue in the order their slots become
+    final (slot order among ties). Neighbouring in-place all-reduces of
+    contiguous slots merge into buckets of at most `bucket_bytes` of the
+    module's `weftx.config` (25 MiB when absent or 0); a bucket is issued
+    when its latest slot is final. `compute` waits for the whole sync where
+    the run was. Programs without such collectives are left alone; a run
+    that is not contiguous is an error.
+  }];
+}
+
+def WeftOverlapParamGathers
+    : Pass<"weft-overlap-param-gathers", "::mlir::ModuleOp"> {
+  let summary = "ZeRO-1/2: move the parameter all-gathers after the optimizer "
+                "step to the start of the next step, overlapping its forward";
+  let description = [{
+    Input: the `all_gather`s over a `dp` group family that `compute` runs
+    after its last `optimizer_step` and that write the working copy
+    `params` (how `weft-schedule` rebuilds the ZeRO-1/2 parameters from the
+    updated shards). They move to the start of the step on an `allgather`
+    stream, in order of their slot's first reader on `compute` (slots no
+    instruction reads last): `compute` waits for each right before that
+    reader, so the gathers overlap the forward, and waits for all of them
+    before the first instruction that writes what they read (the optimizer
+    step, or the copy that brings back offloaded weights). The first step
+    gathers the initial shards, which equal the initial working copy.
+
+    A program that already has an `allgather` stream (ZeRO-3's prefetched
+    gathers) keeps its post-step gathers (its few persistent small
+    parameters) where they are: at the start of the step they would queue
+    ahead of the first layer's prefetch.
+  }];
+}
+
+def WeftOverlapTpCollectives
+    : Pass<"weft-overlap-tp-collectives", "::mlir::ModuleOp"> {
+  let summary = "Move every tensor-parallel collective from `compute` to a "
+                "`tp` stream, ordered by events";
+  let description = [{
+    Every `all_reduce`, `all_gather` and `reduce_scatter` on `compute` over a
+    `tp` group family moves to a `tp` stream (one stream: one order on the
+    TP communicator), after an event recorded behind the last instruction
+    it must follow; `compute` waits for it right before the first
+    instruction that must follow it, so independent compute in between
+    overlaps it (e.g. a weight-gradient GEMM under the all-reduce of the
+    input gradient). A collective follows an instruction that writes its
+    input, reads or writes its output, or is an event (a wait may stand for
+    another stream's write of its input; a record may order another
+    stream's access to its buffers): conservative, no event `compute`
+    records or waits for is crossed.
+  }];
+}
+
 #endif // WEFTEXEC_TRANSFORMS_PASSES_TD

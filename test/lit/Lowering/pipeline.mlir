@@ -9,3 +9,19 @@
 // CHECK: weft.tp_attention
 // CHECK-LABEL: func.func @gpt2_odd_stage1
 // CHECK: weft.vocab_parallel_cross_entropy
+
+// weft-compile is every stage of `weftc compile`, from weft-lower's and
+// weft-schedule's options; weft-step is weft-optimizer and the overlap
+// passes. Both build the same passes as the stepwise command line.
+// RUN: weftc import gpt2-tiny | weft-opt --weft-compile='lower={dp=2 zero=1 tp=2} schedule={seq-len=8 precision=bf16}' > %t.compile
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1 tp=2' --weft-autodiff --weft-schedule='seq-len=8 precision=bf16' --weft-step --weft-plan-memory --weft-generate-kernels > %t.step
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1 tp=2' --weft-autodiff --weft-schedule='seq-len=8 precision=bf16' --weft-optimizer --weft-overlap-grad-sync --weft-overlap-param-gathers --weft-overlap-tp-collectives --weft-plan-memory --weft-generate-kernels | diff - %t.step
+// RUN: diff %t.compile %t.step
+// RUN: FileCheck %s --check-prefix=COMPILE < %t.compile
+// RUN: not weft-opt %s --weft-compile='schedule={seq-len=8 no-such-option=1}' 2>&1 | FileCheck %s --check-prefix=BAD-OPTION
+
+// COMPILE: weftx.program @role0 ranks [0, 2] arena
+// COMPILE: weftx.stream "reducescatter"
+// COMPILE: weftx.stream "allgather"
+// COMPILE: weftx.stream "tp"
+// BAD-OPTION: no-such-option

@@ -1,6 +1,6 @@
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 offload-optimizer=1' | FileCheck %s --check-prefix=SERIAL
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8 offload-optimizer=1' | FileCheck %s --check-prefix=ZERO1
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 offload-optimizer=1' --weft-plan-memory | weft-opt | FileCheck %s --check-prefix=PLACED
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 offload-optimizer=1' --weft-step | FileCheck %s --check-prefix=SERIAL
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8 offload-optimizer=1' --weft-step | FileCheck %s --check-prefix=ZERO1
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 offload-optimizer=1' --weft-step --weft-plan-memory | weft-opt | FileCheck %s --check-prefix=PLACED
 
 // Optimizer offload (docs/lowering.md, "Optimizer offload"): the fp32 master
 // weights and AdamW moments live in the host region, with a host copy of the
@@ -27,7 +27,8 @@
 
 // ZeRO-1: the host holds this rank's shard of the state; the updated
 // weights return into `params.shard`, which the next step's all-gathers
-// read (they must be done before the copy overwrites it).
+// read (they must be done before the copy overwrites it; the host's AdamW
+// does not wait for them).
 // ZERO1-LABEL: weftx.program @role0 ranks [0, 1] {
 // ZERO1-NEXT: weftx.buffer @params persistent size 498688
 // ZERO1-NEXT: weftx.buffer @grads persistent size 498688
@@ -37,8 +38,8 @@
 // ZERO1-NEXT: weftx.buffer @grads.shard persistent size 249344
 // ZERO1-NEXT: weftx.buffer @params.shard persistent size 249344
 // ZERO1: weftx.copy reads(@grads.shard[0 +: 249344]) writes(@grads.host[0 +: 249344]) phase "offload grads"
-// ZERO1-NEXT: weftx.wait_event [[GATHERED:[0-9]+]] phase "adamw"
 // ZERO1-NEXT: weftx.optimizer_step 62336 x f32 reads(@master[0 +: 249344], @grads.host[0 +: 249344], {{.*}}) writes(@master[0 +: 249344], {{.*}}, @params.host[0 +: 249344]) phase "adamw"
+// ZERO1-NEXT: weftx.wait_event [[GATHERED:[0-9]+]] phase "reload params"
 // ZERO1-NEXT: weftx.copy reads(@params.host[0 +: 249344]) writes(@params.shard[0 +: 249344]) phase "reload params"
 // ZERO1-LABEL: weftx.stream "allgather" {
 // ZERO1-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@params.shard[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"

@@ -1,10 +1,10 @@
-// RUN: weftc import gpt2-odd | weft-opt --weft-lower='tp=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=TP
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='pp=2 grad-accum=4 schedule=1f1b' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=PP
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='pp=2 grad-accum=3 schedule=gpipe' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=GPIPE
-// RUN: weftc import %S/../weftc/Inputs/gpt2-tiny-4layers.json | weft-opt --weft-lower='pp=2 grad-accum=2 schedule=interleaved virtual-stages=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=INTERLEAVED
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 tp=2 pp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=MESH
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=SP
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1 micro-batch=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=SP-MB2
+// RUN: weftc import gpt2-odd | weft-opt --weft-lower='tp=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=TP
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='pp=2 grad-accum=4 schedule=1f1b' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=PP
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='pp=2 grad-accum=3 schedule=gpipe' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=GPIPE
+// RUN: weftc import %S/../weftc/Inputs/gpt2-tiny-4layers.json | weft-opt --weft-lower='pp=2 grad-accum=2 schedule=interleaved virtual-stages=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=INTERLEAVED
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 tp=2 pp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=MESH
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=SP
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1 micro-batch=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=SP-MB2
 
 // Tensor parallelism over 2 ranks on GPT-2 "odd" (vocabulary 263, padded to
 // 2 x 132): one program per TP rank; the rank's vocabulary offset is the only

@@ -1,6 +1,6 @@
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 precision=bf16' | FileCheck %s --check-prefix=BF16
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=1' --weft-autodiff --weft-schedule='seq-len=8 precision=fp16 persist-threshold=100' | FileCheck %s --check-prefix=FP16
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 precision=fp16 loss-scale=128' | FileCheck %s --check-prefix=STATIC
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 precision=bf16' --weft-step | FileCheck %s --check-prefix=BF16
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=1' --weft-autodiff --weft-schedule='seq-len=8 precision=fp16 persist-threshold=100' --weft-step | FileCheck %s --check-prefix=FP16
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8 precision=fp16 loss-scale=128' --weft-step | FileCheck %s --check-prefix=STATIC
 
 // Mixed precision without ZeRO (docs/lowering.md, "Mixed precision"): the
 // working copy `params`, the gradients and activations are bf16; per-row

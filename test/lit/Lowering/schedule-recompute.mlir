@@ -1,10 +1,10 @@
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=full' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=FULL
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=selective' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=SELECTIVE
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1 recompute=full' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=SP
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 recompute=full bucket-bytes=1' --weft-autodiff --weft-schedule='seq-len=8 persist-threshold=0 max-live-gathered-bytes=1000000000' | FileCheck %s --check-prefix=ZERO3
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=none' --weft-autodiff --weft-schedule='seq-len=8' --weft-plan-memory | FileCheck %s --check-prefix=ARENA-NONE
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=selective' --weft-autodiff --weft-schedule='seq-len=8' --weft-plan-memory | FileCheck %s --check-prefix=ARENA-SELECTIVE
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=full' --weft-autodiff --weft-schedule='seq-len=8' --weft-plan-memory | FileCheck %s --check-prefix=ARENA-FULL
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=full' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=FULL
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=selective' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=SELECTIVE
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1 recompute=full' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=SP
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 recompute=full bucket-bytes=1' --weft-autodiff --weft-schedule='seq-len=8 persist-threshold=0 max-live-gathered-bytes=1000000000' --weft-step | FileCheck %s --check-prefix=ZERO3
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=none' --weft-autodiff --weft-schedule='seq-len=8' --weft-step --weft-plan-memory | FileCheck %s --check-prefix=ARENA-NONE
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=selective' --weft-autodiff --weft-schedule='seq-len=8' --weft-step --weft-plan-memory | FileCheck %s --check-prefix=ARENA-SELECTIVE
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='recompute=full' --weft-autodiff --weft-schedule='seq-len=8' --weft-step --weft-plan-memory | FileCheck %s --check-prefix=ARENA-FULL
 
 // Activation recompute (docs/autodiff.md, "Recompute modes"): the re-run
 // forward ops at the top of each weft.block_grad lower like their forward,

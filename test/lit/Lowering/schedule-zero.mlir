@@ -1,5 +1,5 @@
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2 grad-accum=2 bucket-bytes=1' --weft-autodiff --weft-schedule='seq-len=8 persist-threshold=0 max-live-gathered-bytes=1000000000' | FileCheck %s --check-prefix=ZERO3
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=ZERO2
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2 grad-accum=2 bucket-bytes=1' --weft-autodiff --weft-schedule='seq-len=8 persist-threshold=0 max-live-gathered-bytes=1000000000' --weft-step | FileCheck %s --check-prefix=ZERO3
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=ZERO2
 
 // ZeRO-3 over 2 DP ranks with 2 micro-batches: the persistent region holds
 // only this rank's halves (master weights, gradient shard, AdamW moments);

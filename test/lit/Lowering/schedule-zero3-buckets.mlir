@@ -1,6 +1,6 @@
-// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2' --weft-autodiff --weft-schedule='seq-len=8 max-live-gathered-bytes=100000' | FileCheck %s --check-prefix=TIGHT
-// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2' --weft-autodiff --weft-schedule='seq-len=8 max-live-gathered-bytes=100000' | FileCheck %s --check-prefix=NOGATHER
-// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2' --weft-autodiff --weft-schedule='seq-len=8 max-live-gathered-bytes=1000000' | FileCheck %s --check-prefix=LOOSE
+// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2' --weft-autodiff --weft-schedule='seq-len=8 max-live-gathered-bytes=100000' --weft-step | FileCheck %s --check-prefix=TIGHT
+// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2' --weft-autodiff --weft-schedule='seq-len=8 max-live-gathered-bytes=100000' --weft-step | FileCheck %s --check-prefix=NOGATHER
+// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2' --weft-autodiff --weft-schedule='seq-len=8 max-live-gathered-bytes=1000000' --weft-step | FileCheck %s --check-prefix=LOOSE
 
 // The ZeRO-3 prefetch schedule on LLaMA-tiny over 2 DP ranks
 // (docs/lowering.md, "ZeRO-3"):

@@ -1,6 +1,6 @@
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 grad-accum=2' --weft-autodiff --weft-schedule='seq-len=8 lr=0.01' | FileCheck %s
-// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=LLAMA
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8' | FileCheck %s --check-prefix=ZERO1
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 grad-accum=2' --weft-autodiff --weft-schedule='seq-len=8 lr=0.01' --weft-step | FileCheck %s
+// RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=LLAMA
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=ZERO1
 
 // GPT-2 tiny at DP 2 with two accumulated micro-batches of one sequence of 8
 // tokens: one program shared by both DP ranks; flat persistent parameter,
@@ -10,7 +10,7 @@
 // clipping and AdamW. The module
 // holds no L1 left.
 
-// CHECK: module attributes {weftx.config = {dp = 2 : i64, grad_accum = 2 : i64, micro_batch = 1 : i64, pp = 1 : i64, recompute = "none", tp = 1 : i64, zero = 0 : i64}, weftx.model = #weftx.model<name = "gpt2_tiny", family = "gpt2_tiny">
+// CHECK: module attributes {weftx.config = {bucket_bytes = 0 : i64, dp = 2 : i64, grad_accum = 2 : i64, micro_batch = 1 : i64, pp = 1 : i64, recompute = "none", tp = 1 : i64, zero = 0 : i64}, weftx.model = #weftx.model<name = "gpt2_tiny", family = "gpt2_tiny">
 // CHECK-SAME: weftx.training = #weftx.training<global_batch = 4, seq_len = 8, precision = "fp32", micro_batch = 1, grad_accum = 2, steps_per_plan = 1, lr = 1.0{{0*}}e-02
 // CHECK-NOT: func.func
 // CHECK: weftx.mesh dp 2 pp 1 tp 1

@@ -1,0 +1,197 @@
+//===- OverlapGradSync.cpp - DP gradient sync overlapped with backward ----===//
+//
+// Moves the data-parallel gradient collectives that weft-schedule emits as
+// one run on `compute` to a side stream, each behind the last write of its
+// slot, merging ZeRO-0's all-reduces into buckets.
+//
+//===----------------------------------------------------------------------===//
+#include "WeftExec/Transforms/Passes.h"
+#include "WeftExec/Transforms/ProgramEdits.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+
+namespace mlir::weftx {
+#define GEN_PASS_DEF_WEFTOVERLAPGRADSYNC
+#include "WeftExec/Transforms/Passes.h.inc"
+} // namespace mlir::weftx
+
+using namespace mlir;
+using namespace mlir::weftx;
+
+namespace {
+
+/// The default bucket size of the DP gradient all-reduce (as DDP's 25 MiB).
+constexpr int64_t kDefaultBucketBytes = 25 << 20;
+
+/// A DP gradient collective: an in-place all-reduce or a reduce-scatter over
+/// a `dp` family that reads `grads`.
+bool isGradientSync(Operation &op) {
+  if (!isa<AllReduceOp, ReduceScatterOp>(op) ||
+      groupKindOf(&op) != GroupKind::dp)
+    return false;
+  auto reads = cast<InstructionOpInterface>(op).getReads();
+  if (reads.size() != 1 ||
+      cast<RangeAttr>(reads[0]).getBuffer().getValue() != "grads")
+    return false;
+  return !isa<AllReduceOp>(op) ||
+         cast<InstructionOpInterface>(op).getWrites() == reads;
+}
+
+LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
+  StreamOp compute = findStream(program, "compute");
+  if (!compute)
+    return success();
+  Block &block = compute.getBody().front();
+  SmallVector<Operation *> syncs;
+  for (Operation &op : block)
+    if (isGradientSync(op))
+      syncs.push_back(&op);
+  if (syncs.empty())
+    return success();
+  for (auto [prev, next] : llvm::zip(syncs, llvm::drop_begin(syncs)))
+    if (prev->getNextNode() != next)
+      return next->emitError("weft-overlap-grad-sync: the gradient sync "
+                             "collectives of program @")
+             << program.getSymName() << " are not one contiguous run";
+  bool scatter = isa<ReduceScatterOp>(syncs.front());
+  if (llvm::any_of(syncs, [&](Operation *op) {
+        return isa<ReduceScatterOp>(op) != scatter;
+      }))
+    return syncs.front()->emitError("weft-overlap-grad-sync: program @")
+           << program.getSymName()
+           << " mixes gradient all-reduces and reduce-scatters";
+
+  // The last instruction before the run that writes each slot.
+  DenseMap<Operation *, size_t> position;
+  for (Operation &op : block)
+    position[&op] = position.size();
+  struct Ready {
+    Operation *writer;
+    size_t slot; // index in the run
+  };
+  SmallVector<Ready> ready;
+  for (auto [slot, sync] : llvm::enumerate(syncs)) {
+    auto grad =
+        cast<RangeAttr>(cast<InstructionOpInterface>(sync).getReads()[0]);
+    Operation *writer = nullptr;
+    for (Operation *op = syncs.front()->getPrevNode(); op && !writer;
+         op = op->getPrevNode())
+      if (touches(op, "writes", grad))
+        writer = op;
+    if (!writer)
+      return sync->emitError("weft-overlap-grad-sync: nothing on compute "
+                             "writes the gradient slot this collective reads");
+    ready.push_back({writer, slot});
+  }
+  llvm::stable_sort(ready, [&](const Ready &a, const Ready &b) {
+    return position[a.writer] < position[b.writer];
+  });
+
+  EventCounter events(program);
+  StreamOp stream =
+      getOrCreateStream(program, scatter ? "reducescatter" : "allreduce");
+  auto side = OpBuilder::atBlockEnd(&stream.getBody().front());
+  Location loc = program.getLoc();
+  StringAttr label = side.getStringAttr("grad sync");
+  // The side stream waits for an event compute records right after each
+  // producing instruction (one per instruction).
+  DenseMap<Operation *, int64_t> recorded;
+  auto waitFor = [&](Operation *writer) {
+    auto [it, inserted] = recorded.try_emplace(writer, 0);
+    if (!inserted)
+      return;
+    it->second = recordAfter(writer, events);
+    WaitEventOp::create(side, loc, it->second, ArrayAttr(), ArrayAttr(), label);
+  };
+  // Compute waits for the whole sync where the run was.
+  Operation *after = syncs.back()->getNextNode();
+
+  if (scatter) {
+    for (const Ready &item : ready) {
+      waitFor(item.writer);
+      syncs[item.slot]->moveBefore(side.getInsertionBlock(),
+                                   side.getInsertionPoint());
+    }
+  } else {
+    // In-place all-reduces of buckets of neighbouring, contiguous slots of at
+    // most `bucketLimit` bytes, each issued once its latest slot is final.
+    auto range = [&](size_t slot) {
+      return cast<RangeAttr>(
+          cast<InstructionOpInterface>(syncs[slot]).getReads()[0]);
+    };
+    auto contiguous = [&](size_t first, size_t second) {
+      return range(first).getEnd() == range(second).getOffset();
+    };
+    auto bytes = [&](size_t first, size_t last) {
+      return range(last).getEnd() - range(first).getOffset();
+    };
+    std::optional<std::pair<size_t, size_t>> bucket; // [first, last] slot
+    Operation *trigger = nullptr;
+    auto flush = [&] {
+      if (!bucket)
+        return;
+      waitFor(trigger);
+      auto first = cast<AllReduceOp>(syncs[bucket->first]);
+      RangeAttr whole =
+          RangeAttr::get(side.getContext(), range(bucket->first).getBuffer(),
+                         range(bucket->first).getOffset(),
+                         bytes(bucket->first, bucket->second));
+      int64_t elementBytes = range(bucket->first).getBytes() / first.getCount();
+      ArrayAttr list = side.getArrayAttr({whole});
+      AllReduceOp::create(side, loc, first.getReduce(),
+                          whole.getBytes() / elementBytes, first.getDtype(),
+                          first.getGroup(), list, list, label);
+      bucket.reset();
+    };
+    for (const Ready &item : ready) {
+      if (bucket) {
+        std::pair<size_t, size_t> grown = *bucket;
+        if (item.slot + 1 == bucket->first &&
+            contiguous(item.slot, grown.first))
+          grown.first = item.slot;
+        else if (item.slot == bucket->second + 1 &&
+                 contiguous(grown.second, item.slot))
+          grown.second = item.slot;
+        if (grown != *bucket && bytes(grown.first, grown.second) <= bucketLimit)
+          bucket = grown;
+        else
+          flush();
+      }
+      if (!bucket)
+        bucket = {item.slot, item.slot};
+      trigger = item.writer;
+    }
+    flush();
+    for (Operation *sync : syncs)
+      sync->erase();
+  }
+  int64_t done = events.next();
+  RecordEventOp::create(side, loc, done, ArrayAttr(), ArrayAttr(), label);
+  OpBuilder builder(compute.getContext());
+  if (after)
+    builder.setInsertionPoint(after);
+  else
+    builder.setInsertionPointToEnd(&block);
+  WaitEventOp::create(builder, loc, done, ArrayAttr(), ArrayAttr(), label);
+  return success();
+}
+
+struct WeftOverlapGradSyncPass
+    : mlir::weftx::impl::WeftOverlapGradSyncBase<WeftOverlapGradSyncPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    int64_t limit = kDefaultBucketBytes;
+    if (auto config = module->getAttrOfType<DictionaryAttr>("weftx.config"))
+      if (auto bytes = config.getAs<IntegerAttr>("bucket_bytes"))
+        if (bytes.getInt() > 0)
+          limit = bytes.getInt();
+    for (auto program : module.getOps<ProgramOp>())
+      if (failed(overlapGradSync(program, limit)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace

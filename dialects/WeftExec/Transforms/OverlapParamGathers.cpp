@@ -1,0 +1,152 @@
+//===- OverlapParamGathers.cpp - ZeRO-1/2 gathers under the next forward --===//
+//
+// Moves the all-gathers that rebuild the working copy after the optimizer
+// step to the start of the step on an `allgather` stream, in order of first
+// use, so the forward waits only for what it is about to read.
+//
+//===----------------------------------------------------------------------===//
+#include "WeftExec/Transforms/Passes.h"
+#include "WeftExec/Transforms/ProgramEdits.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+
+namespace mlir::weftx {
+#define GEN_PASS_DEF_WEFTOVERLAPPARAMGATHERS
+#include "WeftExec/Transforms/Passes.h.inc"
+} // namespace mlir::weftx
+
+using namespace mlir;
+using namespace mlir::weftx;
+
+namespace {
+
+void overlapParamGathers(ProgramOp program) {
+  StreamOp compute = findStream(program, "compute");
+  if (!compute || findStream(program, "allgather"))
+    return;
+  Block &block = compute.getBody().front();
+  Operation *optimizer = nullptr;
+  for (Operation &op : block)
+    if (isa<OptimizerStepOp>(op))
+      optimizer = &op;
+  if (!optimizer)
+    return;
+  struct Rebuilt {
+    Operation *gather;
+    RangeAttr slot; // what it writes in `params`
+    Operation *firstRead = nullptr;
+  };
+  SmallVector<Rebuilt> slots;
+  for (Operation *op = optimizer->getNextNode(); op; op = op->getNextNode()) {
+    auto gather = dyn_cast<AllGatherOp>(op);
+    if (!gather || groupKindOf(op) != GroupKind::dp ||
+        gather.getWrites().size() != 1)
+      continue;
+    auto slot = cast<RangeAttr>(gather.getWrites()[0]);
+    if (slot.getBuffer().getValue() == "params")
+      slots.push_back({op, slot});
+  }
+  if (slots.empty())
+    return;
+
+  // The first compute instruction that reads each slot (the gathers come
+  // after all of them, at the end of the step); slots are disjoint, so one
+  // walk with a binary search per `params` range finds them all.
+  SmallVector<Rebuilt *> byOffset;
+  for (Rebuilt &rebuilt : slots)
+    byOffset.push_back(&rebuilt);
+  llvm::sort(byOffset, [](const Rebuilt *a, const Rebuilt *b) {
+    return a->slot.getOffset() < b->slot.getOffset();
+  });
+  FlatSymbolRefAttr params = slots.front().slot.getBuffer();
+  DenseMap<Operation *, size_t> position;
+  size_t unseen = slots.size();
+  for (Operation &op : block) {
+    position[&op] = position.size();
+    if (&op == slots.front().gather)
+      break;
+    auto reads = op.getAttrOfType<ArrayAttr>("reads");
+    if (!reads || !unseen)
+      continue;
+    for (auto range : reads.getAsRange<RangeAttr>()) {
+      if (range.getBuffer() != params)
+        continue;
+      auto it = llvm::partition_point(byOffset, [&](const Rebuilt *r) {
+        return r->slot.getEnd() <= range.getOffset();
+      });
+      for (; it != byOffset.end() && (*it)->slot.getOffset() < range.getEnd();
+           ++it)
+        if (!(*it)->firstRead) {
+          (*it)->firstRead = &op;
+          --unseen;
+        }
+    }
+  }
+  // The first compute instruction that overwrites what a gather reads
+  // (the shard buffer: one range covering every gather's source).
+  auto source =
+      cast<RangeAttr>(cast<AllGatherOp>(slots.front().gather).getReads()[0]);
+  int64_t sourceBegin = source.getOffset(), sourceEnd = source.getEnd();
+  for (const Rebuilt &rebuilt : slots) {
+    auto read =
+        cast<RangeAttr>(cast<AllGatherOp>(rebuilt.gather).getReads()[0]);
+    if (read.getBuffer() != source.getBuffer()) {
+      rebuilt.gather->emitWarning("weft-overlap-param-gathers: gathers read "
+                                  "more than one buffer; left in place");
+      return;
+    }
+    sourceBegin = std::min(sourceBegin, read.getOffset());
+    sourceEnd = std::max(sourceEnd, read.getEnd());
+  }
+  RangeAttr sources = RangeAttr::get(program.getContext(), source.getBuffer(),
+                                     sourceBegin, sourceEnd - sourceBegin);
+  Operation *firstSourceWrite = nullptr;
+  for (Operation &op : block)
+    if (touches(&op, "writes", sources)) {
+      firstSourceWrite = &op;
+      break;
+    }
+
+  // In order of first use (slots no instruction reads last).
+  llvm::stable_sort(slots, [&](const Rebuilt &a, const Rebuilt &b) {
+    size_t pa = a.firstRead ? position[a.firstRead] : position.size();
+    size_t pb = b.firstRead ? position[b.firstRead] : position.size();
+    return pa < pb;
+  });
+  EventCounter events(program);
+  Location loc = program.getLoc();
+  StreamOp stream = getOrCreateStream(program, "allgather");
+  auto side = OpBuilder::atBlockEnd(&stream.getBody().front());
+  StringAttr label = side.getStringAttr("param gather");
+  for (size_t i = 0; i < slots.size();) {
+    Operation *reader = slots[i].firstRead;
+    for (; i < slots.size() && slots[i].firstRead == reader; ++i)
+      slots[i].gather->moveBefore(side.getInsertionBlock(),
+                                  side.getInsertionPoint());
+    if (!reader)
+      continue;
+    int64_t ready = events.next();
+    RecordEventOp::create(side, loc, ready, ArrayAttr(), ArrayAttr(), label);
+    waitBefore(reader, ready, phaseOf(reader));
+  }
+  // The step overwrites the shards the gathers read: not before they are
+  // done.
+  int64_t done = events.next();
+  RecordEventOp::create(side, loc, done, ArrayAttr(), ArrayAttr(), label);
+  if (firstSourceWrite)
+    waitBefore(firstSourceWrite, done, phaseOf(firstSourceWrite));
+}
+
+struct WeftOverlapParamGathersPass
+    : mlir::weftx::impl::WeftOverlapParamGathersBase<
+          WeftOverlapParamGathersPass> {
+  void runOnOperation() override {
+    for (auto program : getOperation().getOps<ProgramOp>())
+      overlapParamGathers(program);
+  }
+};
+
+} // namespace

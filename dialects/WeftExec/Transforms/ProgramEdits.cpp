@@ -1,0 +1,171 @@
+//===- ProgramEdits.cpp - Helpers for passes that edit programs -----------===//
+#include "WeftExec/Transforms/ProgramEdits.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+using namespace mlir;
+using namespace mlir::weftx;
+
+bool weftx::touches(Operation *op, StringRef attr, RangeAttr range) {
+  auto list = op->getAttrOfType<ArrayAttr>(attr);
+  if (!list)
+    return false;
+  for (auto mine : list.getAsRange<RangeAttr>())
+    if (mine.getBuffer() == range.getBuffer() &&
+        mine.getOffset() < range.getEnd() && range.getOffset() < mine.getEnd())
+      return true;
+  return false;
+}
+
+bool weftx::overlaps(Operation *a, StringRef attrA, Operation *b,
+                     StringRef attrB) {
+  auto list = b->getAttrOfType<ArrayAttr>(attrB);
+  if (!list)
+    return false;
+  for (auto range : list.getAsRange<RangeAttr>())
+    if (touches(a, attrA, range))
+      return true;
+  return false;
+}
+
+StreamOp weftx::findStream(ProgramOp program, StringRef name) {
+  for (auto stream : program.getBody().front().getOps<StreamOp>())
+    if (stream.getName() == name)
+      return stream;
+  return nullptr;
+}
+
+StreamOp weftx::getOrCreateStream(ProgramOp program, StringRef name) {
+  if (StreamOp stream = findStream(program, name))
+    return stream;
+  auto builder = OpBuilder::atBlockEnd(&program.getBody().front());
+  auto stream = StreamOp::create(builder, program.getLoc(), name);
+  stream.getBody().emplaceBlock();
+  return stream;
+}
+
+std::optional<GroupKind> weftx::groupKindOf(Operation *collective) {
+  auto symbol = collective->getAttrOfType<FlatSymbolRefAttr>("group");
+  auto module = collective->getParentOfType<ModuleOp>();
+  if (!symbol || !module)
+    return std::nullopt;
+  if (auto group = SymbolTable::lookupNearestSymbolFrom<GroupOp>(
+          module, symbol.getAttr()))
+    return group.getKind();
+  return std::nullopt;
+}
+
+EventCounter::EventCounter(ProgramOp program) {
+  program.walk([&](Operation *op) {
+    if (auto record = dyn_cast<RecordEventOp>(op))
+      nextEvent = std::max<int64_t>(nextEvent, record.getEvent() + 1);
+    else if (auto wait = dyn_cast<WaitEventOp>(op))
+      nextEvent = std::max<int64_t>(nextEvent, wait.getEvent() + 1);
+  });
+}
+
+int64_t weftx::recordAfter(Operation *op, EventCounter &events) {
+  int64_t event = events.next();
+  OpBuilder builder(op->getContext());
+  builder.setInsertionPointAfter(op);
+  RecordEventOp::create(builder, op->getLoc(), event, ArrayAttr(), ArrayAttr(),
+                        phaseOf(op));
+  return event;
+}
+
+void weftx::waitBefore(Operation *op, int64_t event, StringAttr phase) {
+  OpBuilder builder(op);
+  WaitEventOp::create(builder, op->getLoc(), event, ArrayAttr(), ArrayAttr(),
+                      phase);
+}
+
+BufferOp weftx::findBuffer(ProgramOp program, StringRef name) {
+  for (auto buffer : program.getBody().front().getOps<BufferOp>())
+    if (buffer.getSymName() == name)
+      return buffer;
+  return nullptr;
+}
+
+RangeAttr weftx::wholeRange(BufferOp buffer) {
+  return RangeAttr::get(buffer.getContext(),
+                        FlatSymbolRefAttr::get(buffer.getSymNameAttr()), 0,
+                        buffer.getSize());
+}
+
+RangeAttr weftx::elementRange(BufferOp buffer, int64_t start,
+                              int64_t elements) {
+  int64_t bytes = buffer.getDtype().getIntOrFloatBitWidth() / 8;
+  return RangeAttr::get(buffer.getContext(),
+                        FlatSymbolRefAttr::get(buffer.getSymNameAttr()),
+                        start * bytes, elements * bytes);
+}
+
+FlatSymbolRefAttr weftx::getOrCreateFamily(ModuleOp module, Family family) {
+  MeshOp mesh;
+  Operation *lastGroup = nullptr;
+  for (Operation &op : *module.getBody()) {
+    if (auto found = dyn_cast<MeshOp>(op))
+      mesh = found, lastGroup = &op;
+    else if (isa<GroupOp>(op))
+      lastGroup = &op;
+  }
+  assert(mesh && "a family needs the weftx.mesh");
+  int64_t dp = mesh.getDp(), pp = mesh.getPp(), tp = mesh.getTp();
+  auto rankOf = [&](int64_t d, int64_t s, int64_t t) {
+    return (d * pp + s) * tp + t;
+  };
+  SmallVector<int64_t> ranks;
+  int64_t groupSize = 0;
+  StringRef name;
+  GroupKind kind = GroupKind::custom;
+  switch (family) {
+  case Family::TP:
+    name = "tp", kind = GroupKind::tp, groupSize = tp;
+    for (int64_t d = 0; d < dp; ++d)
+      for (int64_t s = 0; s < pp; ++s)
+        for (int64_t t = 0; t < tp; ++t)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::PP:
+    name = "pp", kind = GroupKind::pp, groupSize = pp;
+    for (int64_t d = 0; d < dp; ++d)
+      for (int64_t t = 0; t < tp; ++t)
+        for (int64_t s = 0; s < pp; ++s)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::DP:
+    name = "dp", kind = GroupKind::dp, groupSize = dp;
+    for (int64_t s = 0; s < pp; ++s)
+      for (int64_t t = 0; t < tp; ++t)
+        for (int64_t d = 0; d < dp; ++d)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::ModelParallel:
+    name = "mp", groupSize = pp * tp;
+    for (int64_t d = 0; d < dp; ++d)
+      for (int64_t s = 0; s < pp; ++s)
+        for (int64_t t = 0; t < tp; ++t)
+          ranks.push_back(rankOf(d, s, t));
+    break;
+  case Family::World:
+    name = "world", kind = GroupKind::world, groupSize = dp * pp * tp;
+    for (int64_t r = 0; r < groupSize; ++r)
+      ranks.push_back(r);
+    break;
+  case Family::Tied:
+    name = "tied", groupSize = 2;
+    for (int64_t d = 0; d < dp; ++d)
+      for (int64_t t = 0; t < tp; ++t)
+        ranks.append({rankOf(d, 0, t), rankOf(d, pp - 1, t)});
+    break;
+  }
+  auto symbol = FlatSymbolRefAttr::get(module.getContext(), name);
+  if (SymbolTable::lookupSymbolIn(module, symbol.getAttr()))
+    return symbol;
+  OpBuilder builder(module.getContext());
+  builder.setInsertionPointAfter(lastGroup);
+  GroupOp::create(builder, module.getLoc(), name, kind, ranks, groupSize);
+  return symbol;
+}

@@ -1,0 +1,83 @@
+//===- ProgramEdits.h - Helpers for passes that edit programs ---*- C++ -*-===//
+//
+// What weft-schedule, weft-optimizer and the overlap passes share: byte-range
+// overlap of instructions, fresh event numbers, side streams, buffers by
+// name, and the standard group families of the mesh.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFTEXEC_TRANSFORMS_PROGRAMEDITS_H
+#define WEFTEXEC_TRANSFORMS_PROGRAMEDITS_H
+
+#include "WeftExec/IR/WeftExecOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <optional>
+
+namespace mlir::weftx {
+
+/// Whether one of the `attr` ("reads" or "writes") ranges of `op` overlaps
+/// `range`.
+bool touches(Operation *op, StringRef attr, RangeAttr range);
+
+/// Whether any `attrA` range of `a` overlaps any `attrB` range of `b`.
+bool overlaps(Operation *a, StringRef attrA, Operation *b, StringRef attrB);
+
+/// The stream named `name` of `program`, or null.
+StreamOp findStream(ProgramOp program, StringRef name);
+
+/// The stream named `name`, appended to `program` if it has none.
+StreamOp getOrCreateStream(ProgramOp program, StringRef name);
+
+/// The buffer named `name` of `program`, or null.
+BufferOp findBuffer(ProgramOp program, StringRef name);
+
+/// The whole of `buffer` as a range.
+RangeAttr wholeRange(BufferOp buffer);
+
+/// `elements` elements of `buffer` from element `start`.
+RangeAttr elementRange(BufferOp buffer, int64_t start, int64_t elements);
+
+/// The standard group families over the `weftx.mesh` (rank = (dp * pp +
+/// pp index) * tp + tp index), each listing its groups one after another,
+/// members in group-relative order.
+enum class Family {
+  TP,            // the TP ranks of one (dp, pp) position
+  PP,            // the pipeline of one (dp, tp) position, by stage
+  DP,            // the replicas of one (pp, tp) position
+  ModelParallel, // every rank of one DP replica (`mp`)
+  World,         // every rank
+  Tied,          // the first and last pipeline rank of one (dp, tp) position
+};
+
+/// The family's `weftx.group` (named tp, pp, dp, mp, world or tied),
+/// declared after the mesh and the groups before it if the module has none.
+FlatSymbolRefAttr getOrCreateFamily(ModuleOp module, Family family);
+
+/// The kind of the group family a collective communicates over.
+std::optional<GroupKind> groupKindOf(Operation *collective);
+
+/// Hands out event numbers above every number `program` already uses.
+class EventCounter {
+public:
+  explicit EventCounter(ProgramOp program);
+  int64_t next() { return nextEvent++; }
+
+private:
+  int64_t nextEvent = 0;
+};
+
+/// `record_event` of a fresh event right after `op` (with `op`'s phase),
+/// returning its number.
+int64_t recordAfter(Operation *op, EventCounter &events);
+
+/// `wait_event event` before `op`, labelled with `phase`.
+void waitBefore(Operation *op, int64_t event, StringAttr phase);
+
+/// The phase label of an instruction (null if it has none).
+inline StringAttr phaseOf(Operation *op) {
+  return op->getAttrOfType<StringAttr>("phase");
+}
+
+} // namespace mlir::weftx
+
+#endif // WEFTEXEC_TRANSFORMS_PROGRAMEDITS_H
