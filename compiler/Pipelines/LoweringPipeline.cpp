@@ -31,6 +31,7 @@ void weft::buildLoweringPipeline(mlir::OpPassManager &pm,
 void weft::buildStepPipeline(mlir::OpPassManager &pm) {
   pm.addPass(mlir::weftx::createWeftOptimizer());
   pm.addPass(mlir::weftx::createWeftOverlapGradSync());
+  pm.addPass(mlir::weftx::createWeftOverlapOffload());
   pm.addPass(mlir::weftx::createWeftOverlapParamGathers());
   pm.addPass(mlir::weftx::createWeftOverlapTpCollectives());
 }
@@ -89,7 +90,8 @@ void weft::registerLoweringPipeline() {
   mlir::PassPipelineRegistration<>(
       "weft-step",
       "After weft-schedule: the optimizer step and the overlap of the "
-      "gradient sync, ZeRO-1/2 parameter gathers and TP collectives "
+      "gradient sync, offload copies, ZeRO-1/2 parameter gathers and TP "
+      "collectives "
       "(docs/lowering.md)",
       buildStepPipeline);
   mlir::registerPassPipeline(

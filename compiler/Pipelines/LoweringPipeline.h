@@ -64,8 +64,8 @@ void buildLoweringPipeline(mlir::OpPassManager &pm,
 
 /// Appends what follows weft-schedule in every training step (`weft-step`
 /// in weft-opt): weft-optimizer, then the overlap passes
-/// (weft-overlap-grad-sync, weft-overlap-param-gathers,
-/// weft-overlap-tp-collectives).
+/// (weft-overlap-grad-sync, weft-overlap-offload,
+/// weft-overlap-param-gathers, weft-overlap-tp-collectives).
 void buildStepPipeline(mlir::OpPassManager &pm);
 
 /// The stages of `weftc compile`, in order; `--emit-mlir` names them.

@@ -29,10 +29,12 @@ esac
 mpi() {
   timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$@"
 }
+# Buckets of 100000 bytes: the offloaded AdamW runs in several buckets, each
+# bucket's weights copied back while the next one steps.
 compile() {
   "$weftc" compile --model "$model" --cluster "$clusters/$cluster" \
-    --global-batch 4 --seq-len 32 --warmup-steps 2 $flags "$@" \
-    || fail "weftc compile $*"
+    --global-batch 4 --seq-len 32 --warmup-steps 2 --bucket-bytes 100000 \
+    $flags "$@" || fail "weftc compile $*"
 }
 compile -o plain
 compile --offload optimizer -o offload
@@ -50,6 +52,20 @@ read -r off_persistent off_host <<<"$(sizes offload)" || fail "offload sizes"
 [ "$off_persistent" -lt "$plain_persistent" ] ||
   fail "offload persistent_bytes $off_persistent >= plain $plain_persistent"
 grep -q '"region": *"host"' offload/plan.json || fail "no host buffer"
+# The copies are overlapped (weft-overlap-offload): the gradients go to the
+# host on a `d2h` stream as their slots become final, the weights come back
+# bucket by bucket on `h2d`; AdamW runs in more than one bucket.
+python3 - offload/plan.json <<'PY' || fail "offload plan layout"
+import json, sys
+p = json.load(open(sys.argv[1]))["programs"][0]
+streams = {s["name"]: s["instructions"] for s in p["streams"]}
+assert "d2h" in streams and "h2d" in streams, sorted(streams)
+steps = sum(i.get("op") == "optimizer_step" for i in streams["compute"])
+d2h = sum(i.get("op") == "copy" for i in streams["d2h"])
+h2d = sum(i.get("op") == "copy" for i in streams["h2d"])
+assert steps > 1 and h2d == steps and d2h > steps, (steps, d2h, h2d)
+print(f"offload: {steps} AdamW buckets, {d2h} gradient copies, {h2d} weight copies")
+PY
 
 common="--data tokens.bin --quiet --steps 10"
 mpi "$run" plain $common --metrics plain.jsonl --checkpoint-dir plain-ck \

@@ -187,6 +187,11 @@ cl::opt<int64_t> zero3MaxLiveBytes(
              "(0: the largest gather plus prefetch depth times the second "
              "largest)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<int64_t> bucketBytes(
+    "bucket-bytes",
+    cl::desc("ZeRO 0-2: the bucket size in bytes of the DP gradient "
+             "all-reduce and of offloaded AdamW (0: 25 MiB)"),
+    cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<double> trainLr("lr", cl::desc("Peak learning rate (3e-4)"),
                         cl::init(3e-4), cl::sub(compileCmd),
                         cl::cat(compileCategory));
@@ -511,6 +516,13 @@ int runCompile(mlir::MLIRContext &context) {
                                 "(this plan uses ZeRO-{1})",
                                 knob->ArgStr, plan.config.zero)
                       .str());
+  if (bucketBytes.getNumOccurrences() && plan.config.zero == 3)
+    return fail("compile: --bucket-bytes applies to ZeRO 0-2 plans (ZeRO-3's "
+                "gather buckets are the planner's choice)");
+  if (bucketBytes < 0)
+    return fail(llvm::formatv("compile: --bucket-bytes must be >= 0, got {0}",
+                              bucketBytes.getValue())
+                    .str());
   if (printModel) {
     (*module)->print(llvm::outs());
     llvm::outs() << "\n";
@@ -531,7 +543,8 @@ int runCompile(mlir::MLIRContext &context) {
   lowering.virtualStages = plan.config.virtualStages;
   lowering.sequenceParallel = plan.config.sequenceParallel;
   lowering.prefetchDepth = plan.config.prefetchDepth;
-  lowering.bucketBytes = plan.config.bucketBytes;
+  lowering.bucketBytes =
+      plan.config.zero == 3 ? plan.config.bucketBytes : bucketBytes.getValue();
   mlir::weft::WeftScheduleOptions schedule;
   schedule.seqLen = *options.seqLen;
   schedule.family = spec->family;

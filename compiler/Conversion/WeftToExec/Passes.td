@@ -58,7 +58,8 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     so the summed gradient is the global-batch mean). Activations get one
     arena buffer per value and micro-batch; `weft-plan-memory` overlaps them
     by liveness. The module's `weftx.config` records `bucket_bytes` (the DP
-    gradient buckets) whenever DP > 1.
+    gradient buckets, the offloaded AdamW's buckets) when DP > 1 or the
+    optimizer is offloaded.
 
     With ZeRO 1-3 AdamW updates this rank's pieces (`master`, moments) only.
     ZeRO-2/3 keep the full gradients in the arena (accumulated over the

@@ -279,9 +279,9 @@ LogicalResult BundleScheduler::setBundleAttributes() {
   config.set("recompute", builder.getStringAttr(par.recompute));
   config.set("tp", i64(par.tp));
   config.set("zero", i64(par.zero));
-  // The DP gradient buckets (weft-overlap-grad-sync) and ZeRO-3's gather
-  // buckets and prefetch depth.
-  if (par.dp > 1)
+  // The DP gradient buckets (weft-overlap-grad-sync), the offloaded AdamW's
+  // buckets (weft-optimizer) and ZeRO-3's gather buckets and prefetch depth.
+  if (par.dp > 1 || options.offloadOptimizer)
     config.set("bucket_bytes", i64(par.bucketBytes));
   if (par.zero == 3 && par.dp > 1)
     config.set("prefetch_depth", i64(par.prefetchDepth));

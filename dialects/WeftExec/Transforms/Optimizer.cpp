@@ -77,9 +77,9 @@ ShardsByRole collectShards(ModuleOp module, MeshOp mesh) {
 class OptimizerBuilder {
 public:
   OptimizerBuilder(ModuleOp module, MeshOp mesh, ProgramOp program,
-                   ArrayRef<RoleParameter> shards)
+                   ArrayRef<RoleParameter> shards, int64_t bucketBytes)
       : module(module), mesh(mesh), program(program), shards(shards),
-        builder(program.getContext()) {}
+        bucketBytes(bucketBytes), builder(program.getContext()) {}
 
   LogicalResult run();
 
@@ -114,6 +114,8 @@ private:
   MeshOp mesh;
   ProgramOp program;
   ArrayRef<RoleParameter> shards;
+  /// Offloaded AdamW runs in buckets of at most this many fp32 bytes.
+  int64_t bucketBytes;
   OpBuilder builder;
 };
 
@@ -219,6 +221,43 @@ LogicalResult OptimizerBuilder::run() {
       counted.push_back(part);
     previousCounted = piece.counted;
   }
+  // Each slot's tile of the state buffers (elements [begin, end), its
+  // alignment padding included): together they cover the buffers.
+  int64_t stateElements = expAvg.getSize() / 4;
+  SmallVector<std::pair<int64_t, int64_t>> tiles;
+  for (const Piece &piece : slots) {
+    int64_t begin = zeroShards > 1 ? piece.shardStart : piece.start;
+    if (tiles.empty())
+      begin = 0;
+    else
+      tiles.back().second = begin;
+    tiles.push_back({begin, stateElements});
+  }
+  if (tiles.empty())
+    tiles.push_back({0, stateElements});
+
+  // Optimizer offload (the state in host memory): the gradients go to the
+  // host slot by slot (weft-overlap-offload issues each copy as soon as its
+  // slot is final), the norm is computed on the device and copied over, and
+  // the clip and AdamW run on the host.
+  bool offload = expAvg.getRegion() == weftx::Region::host;
+  BufferOp deviceCopy = zeroShards > 1 ? gatherSource : params;
+  BufferOp stepGrads = gradShards, hostParams, hostSumsq;
+  StringAttr offloadGrads = builder.getStringAttr("offload grads");
+  if (offload) {
+    stepGrads =
+        newBuffer("grads.host", stateElements * elementBytes(gradShards),
+                  weftx::Region::host, gradShards.getDtype());
+    hostParams =
+        newBuffer("params.host", stateElements * elementBytes(deviceCopy),
+                  weftx::Region::host, deviceCopy.getDtype());
+    hostSumsq = newBuffer("grad.sumsq.host", 4, weftx::Region::host, f32);
+    for (auto [begin, end] : tiles)
+      CopyOp::create(
+          builder, loc, list({elementRange(gradShards, begin, end - begin)}),
+          list({elementRange(stepGrads, begin, end - begin)}), offloadGrads);
+  }
+
   RangeAttr norm = wholeRange(sumsq);
   if (counted.empty())
     FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(), list({norm}),
@@ -235,47 +274,51 @@ LogicalResult OptimizerBuilder::run() {
     AllReduceOp::create(builder, loc, ReduceKind::sum, 1, f32,
                         getOrCreateFamily(module, *normFamily).getValue(),
                         list({norm}), list({norm}), clip);
+  if (offload) {
+    CopyOp::create(builder, loc, list({norm}), list({wholeRange(hostSumsq)}),
+                   offloadGrads);
+    norm = wholeRange(hostSumsq);
+  }
   ClipOp::create(builder, loc, gradShards.getDtype(),
-                 list({norm, wholeRange(gradShards)}),
-                 list({wholeRange(gradShards)}), clip);
+                 list({norm, wholeRange(stepGrads)}),
+                 list({wholeRange(stepGrads)}), clip);
 
   // AdamW. With a separate master the step also writes the (rounded)
   // weights the device uses: the working copy without ZeRO, the shard the
-  // parameter all-gathers read with it.
+  // parameter all-gathers read with it (with offload: a host copy of them,
+  // brought back after the step). Offloaded, it runs in buckets of whole
+  // slots of at most `bucketBytes` of fp32 weights, each bucket's weights
+  // copied back right after it, so weft-overlap-offload can overlap the copy
+  // with the next bucket's AdamW.
   StringAttr adamw = builder.getStringAttr("adamw");
-  int64_t stateElements = expAvg.getSize() / 4;
-  BufferOp deviceCopy = zeroShards > 1 ? gatherSource : params;
-  SmallVector<RangeAttr, 4> updated = {wholeRange(master), wholeRange(expAvg),
-                                       wholeRange(expAvgSq)};
-  if (master != deviceCopy)
-    updated.push_back(wholeRange(deviceCopy));
-  RangeAttr stepGrads = wholeRange(gradShards);
-  // Optimizer offload (the state in host memory): the clipped gradients go
-  // to the host, AdamW runs there, the updated weights come back
-  // (ZeRO-Offload's schedule, without its overlap yet).
-  bool offload = expAvg.getRegion() == weftx::Region::host;
-  if (offload) {
-    BufferOp hostGrads = newBuffer(
-        "grads.host",
-        stateElements * (gradShards.getDtype().getIntOrFloatBitWidth() / 8),
-        weftx::Region::host, gradShards.getDtype());
-    BufferOp hostParams = newBuffer(
-        "params.host",
-        stateElements * (deviceCopy.getDtype().getIntOrFloatBitWidth() / 8),
-        weftx::Region::host, deviceCopy.getDtype());
-    stepGrads = wholeRange(hostGrads);
-    updated.back() = wholeRange(hostParams);
-    CopyOp::create(builder, loc, list({wholeRange(gradShards)}),
-                   list({stepGrads}), builder.getStringAttr("offload grads"));
+  SmallVector<std::pair<int64_t, int64_t>> buckets;
+  if (!offload)
+    buckets.push_back({0, stateElements});
+  else
+    for (auto [begin, end] : tiles) {
+      if (!buckets.empty() && (end - buckets.back().first) * 4 <= bucketBytes)
+        buckets.back().second = end;
+      else
+        buckets.push_back({begin, end});
+    }
+  for (auto [begin, end] : buckets) {
+    int64_t count = end - begin;
+    auto part = [&](BufferOp buffer) {
+      return elementRange(buffer, begin, count);
+    };
+    SmallVector<RangeAttr, 4> updated = {part(master), part(expAvg),
+                                         part(expAvgSq)};
+    if (master != deviceCopy)
+      updated.push_back(part(offload ? hostParams : deviceCopy));
+    OptimizerStepOp::create(
+        builder, loc, count, f32,
+        list({part(master), part(stepGrads), part(expAvg), part(expAvgSq)}),
+        list(updated), adamw);
+    if (offload)
+      CopyOp::create(builder, loc, list({part(hostParams)}),
+                     list({part(deviceCopy)}),
+                     builder.getStringAttr("reload params"));
   }
-  OptimizerStepOp::create(builder, loc, stateElements, f32,
-                          list({wholeRange(master), stepGrads,
-                                wholeRange(expAvg), wholeRange(expAvgSq)}),
-                          list(updated), adamw);
-  if (offload)
-    CopyOp::create(builder, loc, list({updated.back()}),
-                   list({wholeRange(deviceCopy)}),
-                   builder.getStringAttr("reload params"));
 
   // ZeRO rebuilds every slot of the working copy it keeps (ZeRO-3: the
   // persistent small parameters) from the updated shards;
@@ -304,12 +347,14 @@ struct WeftOptimizerPass
       return;
     MeshOp mesh = *module.getOps<MeshOp>().begin();
     ShardsByRole shards = collectShards(module, mesh);
+    int64_t bucketBytes = bucketBytesOf(module);
     for (auto program : module.getOps<ProgramOp>()) {
       auto it = shards.find(program.getSymName());
       ArrayRef<RoleParameter> mine;
       if (it != shards.end())
         mine = it->second;
-      if (failed(OptimizerBuilder(module, mesh, program, mine).run()))
+      if (failed(
+              OptimizerBuilder(module, mesh, program, mine, bucketBytes).run()))
         return signalPassFailure();
     }
   }

@@ -23,9 +23,6 @@ using namespace mlir::weftx;
 
 namespace {
 
-/// The default bucket size of the DP gradient all-reduce (as DDP's 25 MiB).
-constexpr int64_t kDefaultBucketBytes = 25 << 20;
-
 /// A DP gradient collective: an in-place all-reduce or a reduce-scatter over
 /// a `dp` family that reads `grads`.
 bool isGradientSync(Operation &op) {
@@ -183,11 +180,7 @@ struct WeftOverlapGradSyncPass
     : mlir::weftx::impl::WeftOverlapGradSyncBase<WeftOverlapGradSyncPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    int64_t limit = kDefaultBucketBytes;
-    if (auto config = module->getAttrOfType<DictionaryAttr>("weftx.config"))
-      if (auto bytes = config.getAs<IntegerAttr>("bucket_bytes"))
-        if (bytes.getInt() > 0)
-          limit = bytes.getInt();
+    int64_t limit = bucketBytesOf(module);
     for (auto program : module.getOps<ProgramOp>())
       if (failed(overlapGradSync(program, limit)))
         return signalPassFailure();

@@ -103,13 +103,6 @@ void overlapParamGathers(ProgramOp program) {
   }
   RangeAttr sources = RangeAttr::get(program.getContext(), source.getBuffer(),
                                      sourceBegin, sourceEnd - sourceBegin);
-  Operation *firstSourceWrite = nullptr;
-  for (Operation &op : block)
-    if (touches(&op, "writes", sources)) {
-      firstSourceWrite = &op;
-      break;
-    }
-
   // In order of first use (slots no instruction reads last).
   llvm::stable_sort(slots, [&](const Rebuilt &a, const Rebuilt &b) {
     size_t pa = a.firstRead ? position[a.firstRead] : position.size();
@@ -132,12 +125,20 @@ void overlapParamGathers(ProgramOp program) {
     RecordEventOp::create(side, loc, ready, ArrayAttr(), ArrayAttr(), label);
     waitBefore(reader, ready, phaseOf(reader));
   }
-  // The step overwrites the shards the gathers read: not before they are
-  // done.
+  // The step overwrites the shards the gathers read (the optimizer step, or
+  // the copies that bring back offloaded weights, on whatever stream they
+  // run): not before they are done.
   int64_t done = events.next();
   RecordEventOp::create(side, loc, done, ArrayAttr(), ArrayAttr(), label);
-  if (firstSourceWrite)
-    waitBefore(firstSourceWrite, done, phaseOf(firstSourceWrite));
+  for (auto other : program.getBody().front().getOps<StreamOp>()) {
+    if (other == stream)
+      continue;
+    for (Operation &op : other.getBody().front())
+      if (touches(&op, "writes", sources)) {
+        waitBefore(&op, done, phaseOf(&op));
+        break;
+      }
+  }
 }
 
 struct WeftOverlapParamGathersPass

@@ -133,6 +133,31 @@ def WeftOverlapGradSync : Pass<"weft-overlap-grad-sync", "::mlir::ModuleOp"> {
   }];
 }
 
+def WeftOverlapOffload : Pass<"weft-overlap-offload", "::mlir::ModuleOp"> {
+  let summary = "Optimizer offload: gradient copies to the host under the "
+                "backward, weight copies back under the host's AdamW";
+  let description = [{
+    Acts on programs whose `compute` runs an `optimizer_step` on host
+    memory only (optimizer offload, as `weft-optimizer` emits it).
+
+    Every `copy` from a device buffer to a host buffer before that step (the
+    gradient slots, the sum of squares) moves to a `d2h` stream, behind an
+    event recorded after the last instruction that writes its source: on a
+    side stream (the DP sync's reduce-scatter of that slot, which runs
+    under the backward) if one does, else on `compute`. `compute` waits for
+    the stream's last copy before its first instruction that reads or
+    writes what they wrote (the host `clip`).
+
+    Every `copy` from a host buffer to a device buffer after the first host
+    step (the updated weights of one AdamW bucket) moves to an `h2d` stream
+    behind an event after the step that wrote its source, so it overlaps
+    the next bucket's AdamW; `compute` waits for the last one before its
+    next instruction that touches what they wrote (ZeRO's parameter
+    all-gathers, which `weft-overlap-param-gathers` then moves to the next
+    step).
+  }];
+}
+
 def WeftOverlapParamGathers
     : Pass<"weft-overlap-param-gathers", "::mlir::ModuleOp"> {
   let summary = "ZeRO-1/2: move the parameter all-gathers after the optimizer "
@@ -144,9 +169,10 @@ def WeftOverlapParamGathers
     updated shards). They move to the start of the step on an `allgather`
     stream, in order of their slot's first reader on `compute` (slots no
     instruction reads last): `compute` waits for each right before that
-    reader, so the gathers overlap the forward, and waits for all of them
-    before the first instruction that writes what they read (the optimizer
-    step, or the copy that brings back offloaded weights). The first step
+    reader, so the gathers overlap the forward. The first instruction of
+    every other stream that writes what they read (the optimizer step; with
+    offload, the first copy of weights back from the host on `h2d`) waits
+    for all of them. The first step
     gathers the initial shards, which equal the initial working copy.
 
     A program that already has an `allgather` stream (ZeRO-3's prefetched

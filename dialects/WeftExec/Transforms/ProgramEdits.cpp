@@ -169,3 +169,11 @@ FlatSymbolRefAttr weftx::getOrCreateFamily(ModuleOp module, Family family) {
   GroupOp::create(builder, module.getLoc(), name, kind, ranks, groupSize);
   return symbol;
 }
+
+int64_t weftx::bucketBytesOf(ModuleOp module) {
+  if (auto config = module->getAttrOfType<DictionaryAttr>("weftx.config"))
+    if (auto bytes = config.getAs<IntegerAttr>("bucket_bytes"))
+      if (bytes.getInt() > 0)
+        return bytes.getInt();
+  return 25 << 20;
+}

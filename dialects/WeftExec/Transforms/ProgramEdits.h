@@ -53,6 +53,10 @@ enum class Family {
 /// declared after the mesh and the groups before it if the module has none.
 FlatSymbolRefAttr getOrCreateFamily(ModuleOp module, Family family);
 
+/// The module's `weftx.config` `bucket_bytes` (DP gradient buckets,
+/// offloaded AdamW buckets), or 25 MiB (as DDP) when absent or 0.
+int64_t bucketBytesOf(ModuleOp module);
+
 /// The kind of the group family a collective communicates over.
 std::optional<GroupKind> groupKindOf(Operation *collective);
 

@@ -8,6 +8,7 @@
 
 #include "AdamWStep.h"
 #include "Describe.h"
+#include "HostMath.h"
 #include "weft/exec/Backend.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/KernelRegistry.h"
@@ -33,24 +34,6 @@ using plan::Instruction;
 using plan::Opcode;
 
 namespace {
-
-float loadFloat(const std::byte *data, DType dtype, int64_t i) {
-  if (dtype == DType::BF16)
-    return kernels::bf16ToFloat(
-        reinterpret_cast<const kernels::BF16 *>(data)[i]);
-  if (dtype == DType::F16)
-    return kernels::f16ToFloat(reinterpret_cast<const kernels::F16 *>(data)[i]);
-  return reinterpret_cast<const float *>(data)[i];
-}
-
-void storeFloat(std::byte *data, DType dtype, int64_t i, float value) {
-  if (dtype == DType::BF16)
-    reinterpret_cast<kernels::BF16 *>(data)[i] = kernels::floatToBf16(value);
-  else if (dtype == DType::F16)
-    reinterpret_cast<kernels::F16 *>(data)[i] = kernels::floatToF16(value);
-  else
-    reinterpret_cast<float *>(data)[i] = value;
-}
 
 /// Widens n bf16 or f16 elements to fp32.
 void widenHalf(DType dtype, int64_t n, const std::byte *in, float *out) {
@@ -436,22 +419,10 @@ void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
     writes[0].as<float>()[0] = float(sum);
     return;
   }
-  case Opcode::Clip: {
+  case Opcode::Clip:
     // The gradients carry the loss scale; the norm compared is the true one.
-    double maxNorm = context.training->gradClip;
-    double norm =
-        std::sqrt(double(reads[0].as<float>()[0])) / context.lossScale;
-    if (context.skipUpdate || maxNorm <= 0 || norm <= maxNorm)
-      return;
-    float scale = float(maxNorm / norm);
-    for (const Operand &grad : writes) {
-      int64_t n = grad.bytes / plan::elementBytes(inst.dtype);
-      for (int64_t i = 0; i < n; ++i)
-        storeFloat(grad.data, inst.dtype, i,
-                   loadFloat(grad.data, inst.dtype, i) * scale);
-    }
+    clipOnHost(context, inst.dtype, reads[0].as<float>(), writes);
     return;
-  }
   default:
     throw Error("the cpu backend does not execute " +
                 std::string(plan::toString(inst.opcode)));

@@ -37,13 +37,14 @@ void checkHostOperands(const plan::Program &program,
         first = &buffer;
     }
   if (!host || inst.opcode == Opcode::Copy || inst.opcode == Opcode::Fill ||
-      (inst.opcode == Opcode::OptimizerStep && host == total))
+      ((inst.opcode == Opcode::OptimizerStep || inst.opcode == Opcode::Clip) &&
+       host == total))
     return;
   throw Error(where + ": " + std::string(plan::toString(inst.opcode)) +
               " reads or writes host buffer " + std::to_string(first->id) +
               " '" + first->name +
-              "' (host memory is for copy, fill and an optimizer_step whose "
-              "operands are all on the host)");
+              "' (host memory is for copy, fill and an optimizer_step or clip "
+              "whose operands are all on the host)");
 }
 
 void checkOperands(const plan::Program &program, const plan::Instruction &inst,

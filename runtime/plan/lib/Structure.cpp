@@ -312,8 +312,9 @@ private:
 
   /// Host-region buffers are touched only by instructions a host can run or
   /// that move bytes between host and device: copy, fill, and an
-  /// optimizer_step whose operands are all in host memory (the CPU AdamW of
-  /// optimizer offload). Collectives, GEMMs and kernels run on the device.
+  /// optimizer_step or clip whose operands are all in host memory (the CPU
+  /// AdamW of optimizer offload and its clipping). Collectives, GEMMs and
+  /// kernels run on the device.
   void checkHostOperands(const Instruction &inst, const Program &program,
                          const std::string &path) {
     size_t host = 0, total = 0;
@@ -337,7 +338,8 @@ private:
     visit(inst.writes, "writes");
     if (!host || inst.opcode == Opcode::Copy || inst.opcode == Opcode::Fill)
       return;
-    if (inst.opcode == Opcode::OptimizerStep && host == total)
+    if ((inst.opcode == Opcode::OptimizerStep || inst.opcode == Opcode::Clip) &&
+        host == total)
       return;
     const Buffer &buffer = program.buffers[first->buffer];
     error(key, std::string(toString(inst.opcode)) +
@@ -345,7 +347,7 @@ private:
                    "buffer " +
                    str(buffer.id) + " '" + buffer.name +
                    "' (host memory is for copy, fill and an optimizer_step "
-                   "whose operands are all on the host)");
+                   "or clip whose operands are all on the host)");
   }
 
   void checkInstruction(const Instruction &inst, const Program &program,

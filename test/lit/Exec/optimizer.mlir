@@ -45,28 +45,36 @@ module {
 
 // -----
 
-// bf16 ZeRO-1 over DP 2 with the optimizer offloaded: the norm covers this
-// rank's gradient shard and sums over `dp`; the clipped shard goes to a new
-// host buffer, AdamW runs on the host state and writes the rounded weights
-// into a new `params.host`, copied back into `params.shard`, from which one
-// all-gather per slot rebuilds the working copy.
+// bf16 ZeRO-1 over DP 2 with the optimizer offloaded: each slot of this
+// rank's gradient shard goes to a new host buffer (weft-overlap-offload
+// issues the copies as the slots become final); the norm covers the device
+// shard, sums over `dp` and goes to the host too; the clip and AdamW run on
+// the host, AdamW in buckets of at most `bucket_bytes` (64: one slot each)
+// of fp32 weights, each writing the rounded weights into `params.host`,
+// copied back into `params.shard` after its bucket; one all-gather per slot
+// then rebuilds the working copy.
 
 // CHECK-LABEL: weftx.program @role0
 // CHECK: weftx.buffer @grad.sumsq persistent size 4 align 64 : f32
 // CHECK-NEXT: weftx.buffer @grads.host host size 64 align 64 : bf16
 // CHECK-NEXT: weftx.buffer @params.host host size 64 align 64 : bf16
+// CHECK-NEXT: weftx.buffer @grad.sumsq.host host size 4 align 64 : f32
 // CHECK-NEXT: weftx.stream "compute" {
 // CHECK-NEXT: weftx.fill
+// CHECK-NEXT: weftx.copy reads(@grads.shard[0 +: 32]) writes(@grads.host[0 +: 32]) phase "offload grads"
+// CHECK-NEXT: weftx.copy reads(@grads.shard[32 +: 32]) writes(@grads.host[32 +: 32]) phase "offload grads"
 // CHECK-NEXT: weftx.grad_norm bf16 reads(@grads.shard[0 +: 64]) writes(@grad.sumsq[0 +: 4]) phase "clip"
 // CHECK-NEXT: weftx.all_reduce sum 1 x f32 on @dp
-// CHECK-NEXT: weftx.clip bf16 reads(@grad.sumsq[0 +: 4], @grads.shard[0 +: 64]) writes(@grads.shard[0 +: 64]) phase "clip"
-// CHECK-NEXT: weftx.copy reads(@grads.shard[0 +: 64]) writes(@grads.host[0 +: 64]) phase "offload grads"
-// CHECK-NEXT: weftx.optimizer_step 32 x f32 reads(@master[0 +: 128], @grads.host[0 +: 64], @exp_avg[0 +: 128], @exp_avg_sq[0 +: 128]) writes(@master[0 +: 128], @exp_avg[0 +: 128], @exp_avg_sq[0 +: 128], @params.host[0 +: 64]) phase "adamw"
-// CHECK-NEXT: weftx.copy reads(@params.host[0 +: 64]) writes(@params.shard[0 +: 64]) phase "reload params"
+// CHECK-NEXT: weftx.copy reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq.host[0 +: 4]) phase "offload grads"
+// CHECK-NEXT: weftx.clip bf16 reads(@grad.sumsq.host[0 +: 4], @grads.host[0 +: 64]) writes(@grads.host[0 +: 64]) phase "clip"
+// CHECK-NEXT: weftx.optimizer_step 16 x f32 reads(@master[0 +: 64], @grads.host[0 +: 32], @exp_avg[0 +: 64], @exp_avg_sq[0 +: 64]) writes(@master[0 +: 64], @exp_avg[0 +: 64], @exp_avg_sq[0 +: 64], @params.host[0 +: 32]) phase "adamw"
+// CHECK-NEXT: weftx.copy reads(@params.host[0 +: 32]) writes(@params.shard[0 +: 32]) phase "reload params"
+// CHECK-NEXT: weftx.optimizer_step 16 x f32 reads(@master[64 +: 64], @grads.host[32 +: 32], @exp_avg[64 +: 64], @exp_avg_sq[64 +: 64]) writes(@master[64 +: 64], @exp_avg[64 +: 64], @exp_avg_sq[64 +: 64], @params.host[32 +: 32]) phase "adamw"
+// CHECK-NEXT: weftx.copy reads(@params.host[32 +: 32]) writes(@params.shard[32 +: 32]) phase "reload params"
 // CHECK-NEXT: weftx.all_gather 16 x bf16 on @dp reads(@params.shard[0 +: 32]) writes(@params[0 +: 64]) phase "param gather"
 // CHECK-NEXT: weftx.all_gather 16 x bf16 on @dp reads(@params.shard[32 +: 32]) writes(@params[64 +: 64]) phase "param gather"
 // CHECK-NEXT: }
-module {
+module attributes {weftx.config = {bucket_bytes = 64 : i64}} {
   weftx.mesh dp 2 pp 1 tp 1
   weftx.group @dp dp [[0, 1]]
   weftx.program @role0 ranks [0, 1] {

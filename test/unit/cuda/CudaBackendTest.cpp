@@ -801,8 +801,8 @@ TEST(CudaHost, HostOperandsOutsideCopyFillAndHostAdamWFailPrepare) {
   } catch (const Error &error) {
     EXPECT_EQ(std::string(error.what()),
               "here: optimizer_step reads or writes host buffer 2 'master' "
-              "(host memory is for copy, fill and an optimizer_step whose "
-              "operands are all on the host)");
+              "(host memory is for copy, fill and an optimizer_step or clip "
+              "whose operands are all on the host)");
   }
 }
 

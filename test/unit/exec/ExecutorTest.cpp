@@ -359,7 +359,7 @@ TEST(Executor, HostOperandsOutsideCopyFillAndHostAdamWAreRejected) {
       prepareError(r),
       "role 0 stream 0 'compute' instruction 0 (p0): gemm reads or writes host "
       "buffer 0 'b0' (host memory is for copy, fill and an "
-      "optimizer_step whose operands are all on the host)");
+      "optimizer_step or clip whose operands are all on the host)");
 
   OneRank mixed; // AdamW with the gradient still on the device
   int64_t p = mixed.add(Region::Host, 3), g = mixed.add(Region::Persistent, 3),
@@ -373,7 +373,7 @@ TEST(Executor, HostOperandsOutsideCopyFillAndHostAdamWAreRejected) {
       prepareError(mixed),
       "role 0 stream 0 'compute' instruction 0 (p0): optimizer_step reads or "
       "writes host buffer 0 'b0' (host memory is for copy, fill and an "
-      "optimizer_step whose operands are all on the host)");
+      "optimizer_step or clip whose operands are all on the host)");
 
   OneRank fine; // the same AdamW with every operand on the host
   int64_t fp = fine.add(Region::Host, 3), fg = fine.add(Region::Host, 3),

@@ -409,12 +409,13 @@ TEST(Verifier, GemmReadingAHostBufferIsRejected) {
   Bundle bundle = hostOffloadBundle();
   instruction(bundle, 0, 0, 2).reads[1] = {6, 0, 256}; // the host master
   VerifyResult result = verify(bundle);
-  EXPECT_EQ(messages(result, CheckKind::Structure),
-            std::vector<std::string>{
-                "programs[0].streams[0].instructions[2].reads[1]: gemm reads "
-                "or writes host buffer 6 'w.master' (host memory is for "
-                "copy, fill and an optimizer_step whose operands are all on "
-                "the host)"})
+  EXPECT_EQ(
+      messages(result, CheckKind::Structure),
+      std::vector<std::string>{
+          "programs[0].streams[0].instructions[2].reads[1]: gemm reads "
+          "or writes host buffer 6 'w.master' (host memory is for "
+          "copy, fill and an optimizer_step or clip whose operands are all on "
+          "the host)"})
       << allMessages(result);
 }
 
@@ -425,11 +426,12 @@ TEST(Verifier, CollectiveOnAHostBufferIsRejected) {
   VerifyResult result = verify(bundle);
   std::vector<std::string> structure = messages(result, CheckKind::Structure);
   ASSERT_FALSE(structure.empty()) << allMessages(result);
-  EXPECT_EQ(structure.front(),
-            "programs[0].streams[0].instructions[3].reads[0]: all_reduce "
-            "reads or writes host buffer 7 'w.grad.host' (host memory is for "
-            "copy, fill and an optimizer_step whose operands are all on the "
-            "host)");
+  EXPECT_EQ(
+      structure.front(),
+      "programs[0].streams[0].instructions[3].reads[0]: all_reduce "
+      "reads or writes host buffer 7 'w.grad.host' (host memory is for "
+      "copy, fill and an optimizer_step or clip whose operands are all on the "
+      "host)");
 }
 
 TEST(Verifier, OptimizerStepMixingHostAndDeviceIsRejected) {
@@ -439,11 +441,37 @@ TEST(Verifier, OptimizerStepMixingHostAndDeviceIsRejected) {
   VerifyResult result = verify(bundle);
   std::vector<std::string> structure = messages(result, CheckKind::Structure);
   ASSERT_FALSE(structure.empty()) << allMessages(result);
+  EXPECT_EQ(
+      structure.front(),
+      "programs[0].streams[0].instructions[5].reads[0]: optimizer_step "
+      "reads or writes host buffer 6 'w.master' (host memory is for "
+      "copy, fill and an optimizer_step or clip whose operands are all on the "
+      "host)");
+}
+
+TEST(Verifier, ClipOnHostMemoryOnlyIsAccepted) {
+  // Offload clips the gradients on the host: a clip whose sum of squares
+  // and gradients are all host buffers runs there; one that reads the sum
+  // from the device does not.
+  Bundle bundle = hostOffloadBundle();
+  std::vector<Instruction> &compute =
+      bundle.programs[0].streams[0].instructions;
+  Instruction clip =
+      op(Opcode::Clip, {{8, 0, 4}, {7, 0, 256}}, {{7, 0, 256}}, "clip");
+  clip.dtype = DType::F32;
+  compute.insert(compute.end() - 2, clip); // after the copy to the host
+  VerifyResult result = verify(bundle);
+  EXPECT_TRUE(result.ok()) << allMessages(result);
+
+  instruction(bundle, 0, 0, int64_t(compute.size()) - 3).reads[0] = {1, 0, 4};
+  result = verify(bundle);
+  std::vector<std::string> structure = messages(result, CheckKind::Structure);
+  ASSERT_FALSE(structure.empty()) << allMessages(result);
   EXPECT_EQ(structure.front(),
-            "programs[0].streams[0].instructions[5].reads[0]: optimizer_step "
-            "reads or writes host buffer 6 'w.master' (host memory is for "
-            "copy, fill and an optimizer_step whose operands are all on the "
-            "host)");
+            "programs[0].streams[0].instructions[5].reads[1]: clip reads or "
+            "writes host buffer 7 'w.grad.host' (host memory is for copy, "
+            "fill and an optimizer_step or clip whose operands are all on "
+            "the host)");
 }
 
 TEST(Verifier, OverlappingHostBuffers) {

@@ -12,6 +12,7 @@
 #include "weft/exec/cuda/CudaBackend.h"
 #include "AdamWStep.h"
 #include "Describe.h"
+#include "HostMath.h"
 #include "Internal.h"
 #include "Nccl.h"
 #include "weft/exec/Error.h"
@@ -163,12 +164,12 @@ struct ResolvedKernel {
 };
 
 /// Host work of one instruction on host-region operands (optimizer offload),
-/// launched in stream order with cudaLaunchHostFunc: a fill, or AdamW with
-/// the CPU kernel. The operands are fixed by the plan, so a captured graph
-/// replays the same task; the step's scalars and the loss scaler's skip are
-/// read from `context` (the backend's copy of the step's StepContext,
-/// refreshed at beginStep() and when the instruction is issued) when the
-/// task runs, not when it is enqueued.
+/// launched in stream order with cudaLaunchHostFunc: a fill, the clip of the
+/// offloaded gradients, or AdamW with the CPU kernel. The operands are fixed by
+/// the plan, so a captured graph replays the same task; the step's scalars and
+/// the loss scaler's skip are read from `context` (the backend's copy of the
+/// step's StepContext, refreshed at beginStep() and when the instruction is
+/// issued) when the task runs, not when it is enqueued.
 struct HostTask {
   const Instruction *inst = nullptr;
   std::vector<Operand> reads, writes;
@@ -189,6 +190,11 @@ void CUDART_CB runHostTask(void *data) {
     return;
   }
   const StepContext &context = *task.context;
+  if (inst.opcode == Opcode::Clip) {
+    clipOnHost(context, inst.dtype, task.reads[0].as<const float>(),
+               task.writes);
+    return;
+  }
   if (context.skipUpdate) // the loss scaler skipped this step
     return;
   kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
@@ -506,7 +512,9 @@ void DeviceBackend::poison(std::byte *data, int64_t bytes) {
 }
 void DeviceBackend::copyToHostAsync(std::byte *host, const std::byte *device,
                                     int64_t bytes, int64_t stream) {
-  check(cudaMemcpyAsync(host, device, size_t(bytes), cudaMemcpyDeviceToHost,
+  // cudaMemcpyDefault: the source may be the pinned host region (the sum of
+  // squares an offloaded clip reads).
+  check(cudaMemcpyAsync(host, device, size_t(bytes), cudaMemcpyDefault,
                         streamOf(stream)),
         "cudaMemcpyAsync", "stream " + std::to_string(stream) + " statistics");
 }
@@ -720,14 +728,16 @@ void DeviceBackend::prepareOther(const plan::Program &program,
     if (std::string why = gemmUnsupported(inst.dtype); !why.empty())
       throw Error(where + ": " + why);
   checkOperands(program, inst, where, "CUDA");
-  // checkOperands admits host operands only in copy, fill and an
-  // optimizer_step on host memory alone: the last two run on the host.
+  // checkOperands admits host operands only in copy, fill, and an
+  // optimizer_step or clip on host memory alone: all but copy run on the
+  // host.
   bool host = false;
   for (const plan::BufferRange &range : inst.writes)
     host = host ||
            program.buffers[size_t(range.buffer)].region == plan::Region::Host;
   if (host &&
-      (inst.opcode == Opcode::Fill || inst.opcode == Opcode::OptimizerStep)) {
+      (inst.opcode == Opcode::Fill || inst.opcode == Opcode::OptimizerStep ||
+       inst.opcode == Opcode::Clip)) {
     if (inst.opcode == Opcode::Fill)
       for (const plan::BufferRange &range : inst.writes)
         if (program.buffers[size_t(range.buffer)].region != plan::Region::Host)
@@ -829,6 +839,10 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     return;
   }
   case Opcode::Clip: {
+    if (onHost(inst)) {
+      runOnHost(inst, stream, reads, writes, context);
+      return;
+    }
     // The gradients carry the loss scale: compare the scaled norm with the
     // scaled limit.
     float maxNorm = float(context.training->gradClip) * lossScale_;

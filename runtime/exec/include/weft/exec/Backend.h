@@ -164,8 +164,9 @@ public:
   /// optimizer_step, grad_norm or clip. `stream` is the program's stream
   /// index. The CPU runs it to completion; a device backend enqueues it.
   /// Operands of host-region buffers are host pointers: copy moves bytes
-  /// between host and device either way; fill and an optimizer_step whose
-  /// operands are all host buffers run on the host in stream order (CUDA:
+  /// between host and device either way; fill, and an optimizer_step or
+  /// clip whose operands are all host buffers, run on the host in stream
+  /// order (CUDA:
   /// cudaLaunchHostFunc, reading the step's values from a copy of `context`
   /// the backend refreshes at beginStep() and at issue, when they run).
   virtual void execute(const plan::Instruction &inst, int64_t stream,

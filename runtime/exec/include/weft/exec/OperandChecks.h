@@ -29,7 +29,8 @@ bool isHalfFloat(plan::DType dtype);
 int64_t matrixSpan(int64_t rows, int64_t cols, int64_t ld);
 
 /// Rejects an instruction that touches a host-region buffer unless it is a
-/// copy, a fill, or an optimizer_step whose operands are all host buffers
+/// copy, a fill, or an optimizer_step or clip whose operands are all host
+/// buffers
 /// (the plan verifier's rule; checkOperands applies it first).
 void checkHostOperands(const plan::Program &program,
                        const plan::Instruction &inst, const std::string &where);
