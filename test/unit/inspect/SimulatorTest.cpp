@@ -47,6 +47,58 @@ TEST(InstructionCosts, FollowThePlannerFormulas) {
                                            {}, span, 100));
 }
 
+TEST(InstructionCosts, HostOperandsRunAtTheHostsSpeeds) {
+  // Optimizer offload: a copy between device and host memory moves at the
+  // pinned bandwidth (2 B/s here), AdamW on host buffers at the planner's
+  // CPU rate (28 B per fp32 parameter over 1 B/s of DRAM), shared by the
+  // node's ranks (one here), and a host clip is DRAM-bound. Without a host
+  // in the cluster, or on device buffers, they cost HBM bytes as before.
+  Bundle bundle = baseBundle({1, 1, 1}, 1);
+  bundle.rankRoles = {0};
+  Program program;
+  program.persistentBytes = 512;
+  program.hostBytes = 2048;
+  program.buffers = {buffer(0, "grads", Region::Persistent, 0, 400),
+                     buffer(1, "grads.host", Region::Host, 0, 400),
+                     buffer(2, "master", Region::Host, 512, 400),
+                     buffer(3, "exp_avg", Region::Host, 1024, 400),
+                     buffer(4, "exp_avg_sq", Region::Host, 1536, 400)};
+  program.streams.push_back({"compute", {}});
+  bundle.programs.push_back(program);
+  Instruction copy = op(Opcode::Copy, {{0, 0, 400}}, {{1, 0, 400}}, "offload");
+  Instruction adamw = op(Opcode::OptimizerStep,
+                         {{2, 0, 400}, {1, 0, 400}, {3, 0, 400}, {4, 0, 400}},
+                         {{2, 0, 400}, {3, 0, 400}, {4, 0, 400}}, "adamw");
+  adamw.count = 100;
+  Instruction clip =
+      op(Opcode::Clip, {{1, 0, 4}, {1, 0, 400}}, {{1, 0, 400}}, "clip");
+  Instruction deviceCopy =
+      op(Opcode::Copy, {{0, 0, 200}}, {{0, 200, 200}}, "copy");
+
+  planner::Cluster cluster = unitCluster();
+  cluster.nodes = 1;
+  cluster.gpusPerNode = 1;
+  cluster.host = planner::HostSpec{1, 1e-9, 1, 2e-9};
+  planner::CostConstants constants = unitConstants();
+  constants.hostMemoryBandwidthFraction = 1;
+  constants.cpuAdamParamsPerCoreS = 1e12; // memory-bound
+  InstructionCosts costs(bundle, cluster, constants);
+  EXPECT_DOUBLE_EQ(costs.seconds(copy, 0), 200);
+  EXPECT_DOUBLE_EQ(costs.seconds(adamw, 0), 100 * 28);
+  EXPECT_DOUBLE_EQ(costs.seconds(clip, 0), 804);
+  EXPECT_DOUBLE_EQ(costs.seconds(deviceCopy, 0), 400); // HBM: 400 B
+  // Two GPUs on the node share its CPU.
+  cluster.gpusPerNode = 2;
+  cluster.nodes = 1;
+  bundle.rankRoles = {0, 0};
+  InstructionCosts shared(bundle, cluster, constants);
+  EXPECT_DOUBLE_EQ(shared.seconds(adamw, 0), 2 * 100 * 28);
+  EXPECT_DOUBLE_EQ(shared.seconds(copy, 0), 200); // per-GPU copy engines
+
+  InstructionCosts noHost(bundle, unitCluster(), unitConstants());
+  EXPECT_DOUBLE_EQ(noHost.seconds(copy, 0), 800);
+}
+
 TEST(Simulator, StreamsOverlapWithoutEvents) {
   Timeline timeline = simulateUnit(twoStreamBundle(false));
   const RoleTimeline &role = timeline.roles[0];

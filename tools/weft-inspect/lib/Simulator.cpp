@@ -96,6 +96,47 @@ static double accessedBytes(const plan::Instruction &inst) {
   return bytes;
 }
 
+std::optional<double>
+InstructionCosts::hostSeconds(const plan::Instruction &inst,
+                              int64_t rank) const {
+  if (!hardware.host || rank < 0 || rank >= int64_t(bundle.rankRoles.size()) ||
+      bundle.rankRoles[rank] >= int64_t(bundle.programs.size()))
+    return std::nullopt;
+  const plan::Program &program = bundle.programs[bundle.rankRoles[rank]];
+  auto onHost = [&](const plan::BufferRange &range) {
+    return range.buffer >= 0 &&
+           range.buffer < int64_t(program.buffers.size()) &&
+           program.buffers[range.buffer].region == plan::Region::Host;
+  };
+  size_t host = 0, total = inst.reads.size() + inst.writes.size();
+  for (const auto *ranges : {&inst.reads, &inst.writes})
+    host += size_t(std::count_if(ranges->begin(), ranges->end(), onHost));
+  if (host == 0)
+    return std::nullopt;
+  const planner::HostSpec &spec = *hardware.host;
+  // The node's CPU and DRAM are shared by its ranks, as in the planner.
+  double ranksOnHost =
+      double(std::min(hardware.gpusPerNode, hardware.worldSize()));
+  double dram =
+      spec.memoryBandwidthGBs * 1e9 * consts.hostMemoryBandwidthFraction;
+  if (inst.opcode == Opcode::Copy && host < total)
+    return double(inst.reads[0].bytes) / (spec.pinnedBandwidthGBs * 1e9);
+  if (inst.opcode == Opcode::OptimizerStep && inst.reads.size() >= 2) {
+    const plan::BufferRange &grad = inst.reads[1];
+    bool half = grad.buffer >= 0 &&
+                grad.buffer < int64_t(program.buffers.size()) &&
+                program.buffers[grad.buffer].dtype != plan::DType::F32;
+    double bytesPerParam = consts.cpuAdamBytesPerParam +
+                           (half ? consts.cpuAdamMixedExtraBytesPerParam : 0);
+    double perParam =
+        std::max(bytesPerParam / dram,
+                 1.0 / (double(spec.cores) * consts.cpuAdamParamsPerCoreS));
+    return double(inst.count) * ranksOnHost * perParam;
+  }
+  // clip, fill or a host-to-host copy: DRAM-bound.
+  return accessedBytes(inst) * ranksOnHost / dram;
+}
+
 double InstructionCosts::seconds(const plan::Instruction &inst,
                                  int64_t rank) const {
   switch (inst.opcode) {
@@ -114,6 +155,8 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
   case Opcode::OptimizerStep:
   case Opcode::GradNorm:
   case Opcode::Clip:
+    if (std::optional<double> host = hostSeconds(inst, rank))
+      return *host;
     // Memory-bound: every byte the instruction touches crosses HBM once.
     return accessedBytes(inst) / (hardware.gpu.memoryBandwidthGBs * 1e9 *
                                   consts.memoryBandwidthFraction);

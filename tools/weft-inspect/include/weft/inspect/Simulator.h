@@ -22,6 +22,7 @@
 #include "weft/planner/Cluster.h"
 #include "weft/planner/CostModel.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,13 @@ private:
   /// Index of the group of `inst`'s family that `rank` uses; throws
   /// plan::Error if there is none.
   int64_t groupOf(const plan::Instruction &inst, int64_t rank) const;
+  /// Optimizer offload: an instruction of `rank` on host memory runs at the
+  /// host's speeds (a host<->device copy at the pinned bandwidth; AdamW,
+  /// clip or fill on the node's CPU and DRAM, shared by its ranks, with the
+  /// planner's CPU AdamW model); nullopt when it touches no host buffer or
+  /// the cluster describes no host.
+  std::optional<double> hostSeconds(const plan::Instruction &inst,
+                                    int64_t rank) const;
 };
 
 /// When one instruction ran: `arrive` is when its stream reached it (earlier
