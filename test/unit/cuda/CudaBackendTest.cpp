@@ -540,6 +540,42 @@ TEST(CudaGpu, CublasLtGemmMatchesCpu) {
   }
 }
 
+TEST(CudaGpu, DecommitReturnsDeviceMemoryAndKeepsTheRest) {
+  // Offload releases the chunks of a state group's range (device regions on
+  // the driver's virtual memory management): the device memory in use drops,
+  // the bytes around the range keep their values, and after recommit the
+  // range is usable again at the same address.
+  SKIP_WITHOUT_DEVICE();
+  std::unique_ptr<CudaBackend> gpu = makeCudaBackend({});
+  plan::Bundle bundle;
+  plan::Program program;
+  gpu->prepare(bundle, program);
+  const int64_t region = 256 << 20, hole = 128 << 20, at = 64 << 20;
+  std::byte *base = gpu->allocateRegion(plan::Region::Persistent, region);
+  std::vector<std::byte> pattern(static_cast<size_t>(region));
+  for (size_t i = 0; i < pattern.size(); ++i)
+    pattern[i] = std::byte(i * 131 % 251);
+  gpu->copyToDevice(base, pattern.data(), region);
+  int64_t before = gpu->deviceBytesInUse();
+  int64_t released = gpu->decommit(base + at, hole);
+  EXPECT_GT(released, hole / 2) << "the region is not VMM-backed";
+  EXPECT_LE(released, hole);
+  EXPECT_EQ(gpu->deviceBytesInUse(), before - released);
+  std::vector<std::byte> head(static_cast<size_t>(at)),
+      tail(static_cast<size_t>(region - at - hole));
+  gpu->copyToHost(head.data(), base, at);
+  gpu->copyToHost(tail.data(), base + at + hole, int64_t(tail.size()));
+  EXPECT_EQ(std::memcmp(head.data(), pattern.data(), head.size()), 0);
+  EXPECT_EQ(std::memcmp(tail.data(), pattern.data() + at + hole, tail.size()),
+            0);
+  gpu->recommit(base + at, hole);
+  EXPECT_EQ(gpu->deviceBytesInUse(), before);
+  gpu->copyToDevice(base + at, pattern.data() + at, hole);
+  std::vector<std::byte> back(static_cast<size_t>(region));
+  gpu->copyToHost(back.data(), base, region);
+  EXPECT_EQ(std::memcmp(back.data(), pattern.data(), back.size()), 0);
+}
+
 TEST(CudaGpu, NcclWorldSizeOne) {
   SKIP_WITHOUT_DEVICE();
   if (!builtWithNccl())

@@ -15,6 +15,7 @@
 #include "HostMath.h"
 #include "Internal.h"
 #include "Nccl.h"
+#include "VmmRegion.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/GemmKey.h"
@@ -29,6 +30,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -235,7 +237,7 @@ public:
   std::string_view name() const override { return "cuda"; }
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override;
   int64_t decommit(std::byte *data, int64_t bytes) override;
-  void recommit(std::byte *, int64_t) override {}
+  void recommit(std::byte *data, int64_t bytes) override;
   bool hostAddressable() const override { return false; }
   void poison(std::byte *data, int64_t bytes) override;
   std::byte *stagingBuffer(int64_t bytes) override {
@@ -363,7 +365,16 @@ private:
   CudaBackendOptions options_;
   int device_ = -1;
   bool prepared_ = false;
-  std::vector<void *> regions_;
+  std::vector<void *> regions_; // cudaMalloc'd device regions
+  /// Device regions on the driver's virtual memory management, whose chunks
+  /// offload can release (VmmRegion.h); preferred where available.
+  std::vector<std::unique_ptr<VmmRegion>> vmmRegions_;
+  VmmRegion *vmmRegionOf(const std::byte *data, int64_t bytes) const {
+    for (const auto &region : vmmRegions_)
+      if (region->contains(data, bytes))
+        return region.get();
+    return nullptr;
+  }
   std::vector<void *> hostRegions_; // the plan's host region (pinned)
   std::vector<void *> staging_;     // pinned host
   // Fills and optimizer steps on host-region operands (prepare()), and
@@ -376,6 +387,7 @@ private:
   /// changed (host tasks of this step may be reading the others).
   void refreshHostContext(const StepContext &context);
   int64_t inUse_ = 0;
+  bool vmmFallbackNoted_ = false;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;     // plan events
   std::vector<cudaEvent_t> joinEvents_; // graph capture: per stream
@@ -438,6 +450,7 @@ DeviceBackend::~DeviceBackend() {
     cudaStreamDestroy(stream);
   for (void *region : regions_)
     cudaFree(region);
+  vmmRegions_.clear();
   for (void *region : hostRegions_)
     cudaFreeHost(region);
   if (workspace_)
@@ -485,9 +498,28 @@ std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
     std::memset(data, 0, size_t(std::max<int64_t>(bytes, 1)));
     return static_cast<std::byte *>(data);
   }
-  check(cudaMalloc(&data, size_t(std::max<int64_t>(bytes, 1))), "cudaMalloc",
-        what);
-  regions_.push_back(data);
+  // Prefer a region whose physical memory offload can return; WEFT_CUDA_VMM=0
+  // forces plain cudaMalloc.
+  const char *vmm = std::getenv("WEFT_CUDA_VMM");
+  std::string why = "disabled by WEFT_CUDA_VMM=0";
+  std::unique_ptr<VmmRegion> mapped;
+  if (!vmm || std::string(vmm) != "0")
+    mapped = VmmRegion::create(device_, bytes, why);
+  if (mapped) {
+    data = mapped->data();
+    vmmRegions_.push_back(std::move(mapped));
+  } else {
+    if (!vmmFallbackNoted_ && (!vmm || std::string(vmm) != "0"))
+      std::fprintf(stderr,
+                   "weft-run: cuda: device regions without virtual "
+                   "memory management (%s): offload cannot return "
+                   "device memory\n",
+                   why.c_str());
+    vmmFallbackNoted_ = true;
+    check(cudaMalloc(&data, size_t(std::max<int64_t>(bytes, 1))), "cudaMalloc",
+          what);
+    regions_.push_back(data);
+  }
   // As on the CPU: the persistent region starts zeroed, the arena NaN-filled
   // (all-ones bytes) so reads of unwritten bytes are visible.
   check(cudaMemset(data, region == plan::Region::Arena ? 0xff : 0,
@@ -498,11 +530,23 @@ std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
 }
 
 int64_t DeviceBackend::decommit(std::byte *data, int64_t bytes) {
-  // A cudaMalloc cannot be partly returned (that needs cuMemMap-based
-  // regions, not implemented): the range is poisoned and stays allocated.
+  // The range is poisoned (stray reads of the bytes that stay backed show
+  // NaN); a VMM region then returns the chunks wholly inside it, while a
+  // cudaMalloc allocation cannot be partly returned and stays allocated.
   synchronize();
   check(cudaMemset(data, 0xff, size_t(bytes)), "cudaMemset", "decommit");
-  return 0;
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "decommit");
+  VmmRegion *region = vmmRegionOf(data, bytes);
+  if (!region)
+    return 0;
+  int64_t released = region->decommit(data, bytes);
+  inUse_ -= released;
+  return released;
+}
+
+void DeviceBackend::recommit(std::byte *data, int64_t bytes) {
+  if (VmmRegion *region = vmmRegionOf(data, bytes))
+    inUse_ += region->recommit(data, bytes);
 }
 
 void DeviceBackend::poison(std::byte *data, int64_t bytes) {
