@@ -177,29 +177,7 @@ void OffloadOverlap::run() {
   for (auto stream : program.getBody().front().getOps<StreamOp>())
     if (stream != compute)
       sideStreams.push_back(stream);
-  auto lastWriters = [&](Operation *copy) {
-    SmallVector<Operation *> writers;
-    RangeAttr range = source(copy);
-    for (StreamOp stream : sideStreams)
-      for (Operation &op : llvm::reverse(stream.getBody().front()))
-        if (touches(&op, "writes", range)) {
-          writers.push_back(&op);
-          break;
-        }
-    if (writers.empty())
-      for (Operation *op = copy->getPrevNode(); op; op = op->getPrevNode())
-        if (touches(op, "writes", range)) {
-          writers.push_back(op);
-          break;
-        }
-    return writers;
-  };
-  Operation *afterToHost = toHost.empty() ? nullptr : toHost.back();
-  move(toHost, "d2h", lastWriters,
-       afterToHost ? afterToHost->getNextNode() : nullptr);
-
-  // A weight copy waits for the AdamW bucket (on compute) that wrote its
-  // source.
+  // The last compute instruction before `copy` that writes its source.
   auto computeWriter = [&](Operation *copy) {
     SmallVector<Operation *> writers;
     for (Operation *op = copy->getPrevNode(); op; op = op->getPrevNode())
@@ -209,9 +187,23 @@ void OffloadOverlap::run() {
       }
     return writers;
   };
-  Operation *afterToDevice = toDevice.empty() ? nullptr : toDevice.back();
-  move(toDevice, "h2d", computeWriter,
-       afterToDevice ? afterToDevice->getNextNode() : nullptr);
+  auto lastWriters = [&](Operation *copy) {
+    SmallVector<Operation *> writers;
+    for (StreamOp stream : sideStreams)
+      for (Operation &op : llvm::reverse(stream.getBody().front()))
+        if (touches(&op, "writes", source(copy))) {
+          writers.push_back(&op);
+          break;
+        }
+    return writers.empty() ? computeWriter(copy) : writers;
+  };
+  auto after = [](ArrayRef<Operation *> copies) {
+    return copies.empty() ? nullptr : copies.back()->getNextNode();
+  };
+  move(toHost, "d2h", lastWriters, after(toHost));
+  // A weight copy waits for the AdamW bucket (on compute) that wrote its
+  // source.
+  move(toDevice, "h2d", computeWriter, after(toDevice));
 }
 
 struct WeftOverlapOffloadPass
