@@ -818,9 +818,9 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   double backwardWindow =
       overlap * layers * (costs.layerBackward + costs.layerRecompute);
   GroupSpan dpSpan = spanOfGroup(hardware, c.dp, c.tp * c.pp);
-  // Parts of the last backward and the next forward that DP collectives
-  // already occupy (optimizer offload copies share what is left).
-  double reduceBusy = 0, gatherBusy = 0;
+  // The part of the last backward that DP collectives already occupy
+  // (optimizer offload's gradient copies share what is left).
+  double reduceBusy = 0;
   if (c.dp > 1 && c.zero < 3) {
     double gradBytes = rankParams * elem;
     double buckets = std::max(1.0, std::ceil(gradBytes / consts.dpBucketBytes));
@@ -839,7 +839,6 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
       double gather = collectiveTime(Collective::AllGather, hardware, consts,
                                      dpSpan, rankParams * elem);
       time.dpComm += std::max(0.0, gather - forwardWindow);
-      gatherBusy = std::min(gather, forwardWindow);
     }
   } else if (c.dp > 1) {
     // ZeRO-3: every layer's parameters are gathered before its forward and
@@ -877,19 +876,18 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
 
   double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;
   if (c.offload == Offload::Optimizer) {
-    // ZeRO-Offload: this rank's gradients (its shard under ZeRO >= 1, in the
-    // compute precision) go to the host during the last backward, the CPU
-    // runs AdamW once every gradient has arrived (clipping needs the global
-    // norm), and the updated half/fp32 parameters come back under the next
-    // forward. Copies run in buckets; the last one never hides.
+    // ZeRO-Offload as Weft lowers it (docs/lowering.md, "Optimizer
+    // offload"): this rank's gradients (its shard under ZeRO >= 1, in the
+    // compute precision) go to the host slot by slot during the last
+    // backward; the CPU clips and runs AdamW once every gradient has arrived
+    // (clipping needs the global norm), in buckets of fp32 weights, and each
+    // bucket's updated half/fp32 parameters go back while the next bucket
+    // steps. The last gradient bucket and the last weight bucket never hide.
     const HostSpec &host = *hardware.host;
     double copyBytes = optimizerParams * elem;
     double copy = copyBytes / (host.pinnedBandwidthGBs * 1e9);
     double buckets = std::max(1.0, std::ceil(copyBytes / consts.dpBucketBytes));
     double backwardLeft = std::max(0.0, backwardWindow - reduceBusy);
-    double forwardLeft = std::max(0.0, forwardWindow - gatherBusy);
-    time.offload = std::max(copy / buckets, copy - backwardLeft) +
-                   std::max(copy / buckets, copy - forwardLeft);
     // All ranks of a node share its CPU: memory-bound or compute-bound.
     int64_t ranksOnHost = std::min(hardware.gpusPerNode, hardware.worldSize());
     double bytesPerParam = consts.cpuAdamBytesPerParam +
@@ -901,6 +899,11 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
                                   consts.hostMemoryBandwidthFraction),
                  1.0 / (double(host.cores) * consts.cpuAdamParamsPerCoreS));
     time.optimizer = optimizerParams * double(ranksOnHost) * perParam;
+    double adamBuckets = std::max(
+        1.0, std::ceil(optimizerParams * 4 / consts.offloadAdamBucketBytes));
+    double adamWindow = time.optimizer * (adamBuckets - 1) / adamBuckets;
+    time.offload = std::max(copy / buckets, copy - backwardLeft) +
+                   std::max(copy / adamBuckets, copy - adamWindow);
   } else {
     time.optimizer = optimizerParams * consts.optimizerBytesPerParam / hbm;
   }

@@ -135,26 +135,36 @@ TEST(Offload, CostTermsScale) {
   EXPECT_NEAR(slow.time.optimizer, 2 * off.time.optimizer,
               1e-9 * off.time.optimizer);
   // Copies: 2 B/param each way at the pinned bandwidth; at least the last
-  // bucket of each direction is exposed, at most all of it.
+  // bucket of each direction is exposed (gradient buckets of dpBucketBytes,
+  // AdamW buckets of offloadAdamBucketBytes fp32 weights), at most all of it.
   double copy = 2.0 * m.totalParams / (host.pinnedBandwidthGBs * 1e9);
   double buckets = std::ceil(2.0 * m.totalParams / k.dpBucketBytes);
-  EXPECT_GE(off.time.offload, 2 * copy / buckets);
+  double adamBuckets =
+      std::ceil(4.0 * m.totalParams / k.offloadAdamBucketBytes);
+  EXPECT_GE(off.time.offload, copy / buckets + copy / adamBuckets);
   EXPECT_LE(off.time.offload, 2 * copy);
-  // A 100x slower link hides almost nothing under one micro-batch's compute
-  // (tens of ms against 5 s per direction).
+  // A 100x slower link hides almost nothing of the gradient copy under one
+  // micro-batch's compute (tens of ms against 5 s), and of the weight copy
+  // only what the CPU AdamW of the buckets after the first covers.
   Cluster slowLink = cluster;
   slowLink.host->pinnedBandwidthGBs /= 100;
   Estimate exposed = CostModel(m, slowLink, {8, 2048, Precision::BF16})
                          .evaluate(single(Offload::Optimizer));
-  EXPECT_GT(exposed.time.offload, 0.98 * 2 * 100 * copy);
+  double adamWindow = off.time.optimizer * (adamBuckets - 1) / adamBuckets;
+  EXPECT_GT(exposed.time.offload, 0.98 * 100 * copy + 100 * copy - adamWindow);
+  EXPECT_NEAR(exposed.time.offload - (100 * copy - adamWindow), 100 * copy,
+              0.02 * 100 * copy);
   EXPECT_LE(exposed.time.offload, 2 * 100 * copy * (1 + 1e-9));
-  // An overlap window that covers the copy hides all but the last bucket.
+  // A backward window that covers the gradient copy hides all but its last
+  // bucket; the weight copy hides under the AdamW of the later buckets.
   CostConstants idealOverlap;
   idealOverlap.commOverlapFraction = 1e6; // unlimited window, for the test
   Estimate hidden =
       CostModel(m, cluster, {8, 2048, Precision::BF16}, idealOverlap)
           .evaluate(single(Offload::Optimizer));
-  EXPECT_NEAR(hidden.time.offload, 2 * copy / buckets, 1e-12);
+  EXPECT_NEAR(hidden.time.offload,
+              copy / buckets + std::max(copy / adamBuckets, copy - adamWindow),
+              1e-12);
   // ZeRO-1 over 8 ranks of one node: each rank copies an eighth, the host
   // holds the same total and the CPU step takes as long (one shared CPU).
   CostModel node(m, clusterPreset("dgx-a100-80g"), {64, 2048, Precision::BF16});

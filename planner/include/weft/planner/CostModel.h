@@ -61,6 +61,10 @@ struct CostConstants {
   double hostMemoryBandwidthFraction = 0.5;
   /// Parameters one core updates per second when compute-bound (AVX2/512).
   double cpuAdamParamsPerCoreS = 1e8;
+  /// fp32 weights per offloaded AdamW bucket (weftc compile's default
+  /// bucket_bytes, 25 MiB): each bucket's weights go back to the device
+  /// while the next bucket steps.
+  double offloadAdamBucketBytes = 25 << 20;
   /// Host bytes per offloaded parameter: fp32 master, m, v and the fp32
   /// gradient staging buffer.
   double hostBytesPerParam = 16;
