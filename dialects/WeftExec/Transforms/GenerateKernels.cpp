@@ -1168,7 +1168,7 @@ LogicalResult GenerateKernelsPass::generate(KernelOp kernel,
 }
 
 void GenerateKernelsPass::runOnOperation() {
-  auto forgetLaunches = llvm::make_scope_exit([&] { launches.reset(); });
+  llvm::scope_exit forgetLaunches([&] { launches.reset(); });
   for (KernelOp kernel : getOperation().getOps<KernelOp>()) {
     // Specializations are named `<registry name>.<suffix>` (docs/runtime.md).
     StringRef registryName = kernel.getSymName().split('.').first;

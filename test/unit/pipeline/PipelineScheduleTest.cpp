@@ -147,8 +147,9 @@ TEST(PipelineSchedule, EveryOrderIsCompleteOrderedAndDeadlockFree) {
               inFlight += task.backward ? -1 : 1;
               maxInFlight = std::max(maxInFlight, inFlight);
             }
-            if (kind == ScheduleKind::OneFOneB)
+            if (kind == ScheduleKind::OneFOneB) {
               EXPECT_LE(maxInFlight, stages - rank);
+            }
           }
           EXPECT_TRUE(runsToCompletion(kind, stages, chunks, microBatches));
         }
