@@ -4,7 +4,9 @@
 #   offload-optimizer.sh WORK_DIR CORPUS WEFT_RUN WEFT_MAKE_TOKENS WEFTC
 #                        CLUSTER_DIR WEFT_EXPORT MODEL CASE
 # CASE: serial (cpu-sim-1-host), zero1 or bf16-zero2 (DP2; under DP the
-# planner offloads only with ZeRO >= 1, each rank stepping its shard). The
+# planner offloads only with ZeRO >= 1, each rank stepping its shard), or
+# tp2-pp2-dp2-bf16-zero1 (8 ranks, cpu-sim-8-host: the TP and pipeline
+# collectives around the offloaded step). The
 # same plan is compiled with and without `--offload optimizer`: the math is
 # the same, only the placement differs, so every step's loss and grad norm
 # must be bit-identical over 10 steps; a checkpoint at step 5 and --resume to
@@ -18,22 +20,25 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
 "$tokenize" "$corpus" tokens.bin >/dev/null || fail "tokenizer"
 
-ranks=2 cluster=cpu-sim-2-host.json
+ranks=2 cluster=cpu-sim-2-host.json bucket=100000
 case $case in
 serial) ranks=1 cluster=cpu-sim-1-host.json
   flags="--dp 1 --micro-batch 2" ;;
 zero1) flags="--dp 2 --zero 1 --micro-batch 2" ;;
 bf16-zero2) flags="--dp 2 --zero 2 --micro-batch 2 --precision bf16" ;;
+tp2-pp2-dp2-bf16-zero1) ranks=8 cluster=cpu-sim-8-host.json bucket=20000
+  flags="--tp 2 --pp 2 --dp 2 --zero 1 --micro-batch 1 --precision bf16" ;;
 *) fail "unknown case $case" ;;
 esac
 mpi() {
   timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$@"
 }
-# Buckets of 100000 bytes: the offloaded AdamW runs in several buckets, each
-# bucket's weights copied back while the next one steps.
+# Buckets of 100000 bytes (20000 for the 8-rank case's smaller shards): the
+# offloaded AdamW runs in several buckets, each bucket's weights copied back
+# while the next one steps.
 compile() {
   "$weftc" compile --model "$model" --cluster "$clusters/$cluster" \
-    --global-batch 4 --seq-len 32 --warmup-steps 2 --bucket-bytes 100000 \
+    --global-batch 4 --seq-len 32 --warmup-steps 2 --bucket-bytes $bucket \
     $flags "$@" || fail "weftc compile $*"
 }
 compile -o plain
@@ -121,7 +126,7 @@ done
   >/dev/null || fail "weft-export of the plain weights-10"
 cmp plain-weights.safetensors weights.safetensors ||
   fail "the weights snapshots export differently"
-if [ "$case" != bf16-zero2 ]; then
+if [[ "$case" != *bf16* ]]; then
   cmp offload.safetensors weights.safetensors ||
     fail "the fp32 weights snapshot exports unlike the full checkpoint"
 fi
