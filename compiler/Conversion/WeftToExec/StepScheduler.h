@@ -109,10 +109,6 @@ struct ParamPiece {
 struct LocalParam {
   ParamOp op; // the first declaration seen in this role
   SmallVector<ParamPiece, 3> pieces;
-  /// Whether this role's copy of the gradient enters the global gradient
-  /// norm: TP-replicated parameters count on TP rank 0 only, the tied copy
-  /// of an embedding on the first pipeline stage only.
-  bool countsInNorm = true;
   /// Used on two pipeline ranks (a tied embedding): the gradients of the
   /// two copies are summed before the optimizer step.
   bool tiedAcrossStages = false;
@@ -400,7 +396,7 @@ private:
   /// Elements of the full flat buffers and of the optimizer's buffers (the
   /// shard buffers with ZeRO-1, the full ones otherwise).
   int64_t flatElements = 0, stateElements = 0;
-  Slice paramsBuf, gradsBuf, expAvg, expAvgSq, loss, sumsq;
+  Slice paramsBuf, gradsBuf, loss;
   /// The optimizer's fp32 weights and its gradients: this rank's shards with
   /// ZeRO 1-3, else the full flat buffers (`paramsBuf` itself for an fp32
   /// plan without ZeRO).

@@ -343,7 +343,7 @@ LogicalResult BundleScheduler::run() {
       program.getBody().emplaceBlock();
       programs.push_back(program);
     }
-  firstProgram = programs.front();
+  firstProgram = programs.empty() ? nullptr : programs.front().getOperation();
   for (int64_t s = 0; s < par.pp; ++s)
     for (int64_t t = 0; t < par.tp; ++t)
       if (failed(RoleScheduler(*this, s, t, programs[s * par.tp + t]).run()))
@@ -512,8 +512,6 @@ LogicalResult RoleScheduler::declareParameters() {
       auto info = op->getAttrOfType<DictionaryAttr>("weft.shard");
       auto tpDim = info ? info.getAs<IntegerAttr>("tp_dim") : IntegerAttr();
       bool split = tpDim && par.tp > 1;
-      param.countsInNorm =
-          (split || tpRank == 0) && !op->hasAttr("weft.tied_to");
       param.tiedAcrossStages = bundle.tiedAcrossStages.contains(op.getName());
       param.sequencePartial =
           info && info.get("sequence_partial") && par.tp > 1;
@@ -636,8 +634,9 @@ LogicalResult RoleScheduler::declareParameters() {
   bool offload = options.offloadOptimizer;
   wx::Region stateRegion = offload ? wx::Region::host : wx::Region::persistent;
   bool separateMaster = mixedPrecision() || offload;
-  expAvg = newBuffer("exp_avg", stateElements, stateRegion, f32);
-  expAvgSq = newBuffer("exp_avg_sq", stateElements, stateRegion, f32);
+  // weft-optimizer finds the state buffers by name.
+  newBuffer("exp_avg", stateElements, stateRegion, f32);
+  newBuffer("exp_avg_sq", stateElements, stateRegion, f32);
   master = paramsBuf;
   gradShards = gradsBuf;
   if (zeroShards > 1) {
@@ -1153,7 +1152,7 @@ LogicalResult RoleScheduler::run() {
   // the `loss` buffers of the ranks that have one (docs/runtime.md).
   if (lastStage)
     loss = newBuffer("loss", 1, wx::Region::persistent, f32);
-  sumsq = newBuffer("grad.sumsq", 1, wx::Region::persistent, f32);
+  newBuffer("grad.sumsq", 1, wx::Region::persistent, f32);
 
   phaseLabel = "zero grads";
   // One fill per dtype: the gradients, and `loss` (f32).

@@ -13,9 +13,11 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 
+#include <map>
+#include <optional>
 #include <tuple>
 
 namespace mlir::weftx {

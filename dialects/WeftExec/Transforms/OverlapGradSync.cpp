@@ -13,6 +13,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <optional>
+
 namespace mlir::weftx {
 #define GEN_PASS_DEF_WEFTOVERLAPGRADSYNC
 #include "WeftExec/Transforms/Passes.h.inc"

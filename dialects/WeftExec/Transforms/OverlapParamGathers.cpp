@@ -85,8 +85,8 @@ void overlapParamGathers(ProgramOp program) {
         }
     }
   }
-  // The first compute instruction that overwrites what a gather reads
-  // (the shard buffer: one range covering every gather's source).
+  // What the gathers read: one range of the shard buffer covering every
+  // gather's source (its writers wait for the gathers, below).
   auto source =
       cast<RangeAttr>(cast<AllGatherOp>(slots.front().gather).getReads()[0]);
   int64_t sourceBegin = source.getOffset(), sourceEnd = source.getEnd();
