@@ -13,6 +13,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <numeric>
 #include <optional>
 
 namespace mlir::weftx {
@@ -71,19 +72,45 @@ LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
     Operation *writer;
     size_t slot; // index in the run
   };
+  // One backward walk from the run; slots are disjoint ranges of `grads`,
+  // so a binary search finds the slots each write touches.
+  auto gradOf = [&](size_t slot) {
+    return cast<RangeAttr>(
+        cast<InstructionOpInterface>(syncs[slot]).getReads()[0]);
+  };
+  SmallVector<size_t> byOffset(syncs.size());
+  std::iota(byOffset.begin(), byOffset.end(), 0);
+  llvm::sort(byOffset, [&](size_t a, size_t b) {
+    return gradOf(a).getOffset() < gradOf(b).getOffset();
+  });
+  FlatSymbolRefAttr grads = gradOf(0).getBuffer();
+  SmallVector<Operation *> writers(syncs.size(), nullptr);
+  size_t unseen = syncs.size();
+  for (Operation *op = syncs.front()->getPrevNode(); op && unseen;
+       op = op->getPrevNode()) {
+    auto writes = op->getAttrOfType<ArrayAttr>("writes");
+    if (!writes)
+      continue;
+    for (auto range : writes.getAsRange<RangeAttr>()) {
+      if (range.getBuffer() != grads)
+        continue;
+      auto it = llvm::partition_point(byOffset, [&](size_t slot) {
+        return gradOf(slot).getEnd() <= range.getOffset();
+      });
+      for (; it != byOffset.end() && gradOf(*it).getOffset() < range.getEnd();
+           ++it)
+        if (!writers[*it]) {
+          writers[*it] = op;
+          --unseen;
+        }
+    }
+  }
   SmallVector<Ready> ready;
   for (auto [slot, sync] : llvm::enumerate(syncs)) {
-    auto grad =
-        cast<RangeAttr>(cast<InstructionOpInterface>(sync).getReads()[0]);
-    Operation *writer = nullptr;
-    for (Operation *op = syncs.front()->getPrevNode(); op && !writer;
-         op = op->getPrevNode())
-      if (touches(op, "writes", grad))
-        writer = op;
-    if (!writer)
+    if (!writers[slot])
       return sync->emitError("weft-overlap-grad-sync: nothing on compute "
                              "writes the gradient slot this collective reads");
-    ready.push_back({writer, slot});
+    ready.push_back({writers[slot], slot});
   }
   llvm::stable_sort(ready, [&](const Ready &a, const Ready &b) {
     return position[a.writer] < position[b.writer];

@@ -18,6 +18,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <numeric>
+#include <optional>
 
 namespace mlir::weftx {
 #define GEN_PASS_DEF_WEFTOVERLAPOFFLOAD
@@ -31,8 +32,7 @@ namespace {
 
 class OffloadOverlap {
 public:
-  explicit OffloadOverlap(ProgramOp program)
-      : program(program), events(program) {
+  explicit OffloadOverlap(ProgramOp program) : program(program) {
     for (auto buffer : program.getBody().front().getOps<BufferOp>())
       hostBuffers[buffer.getSymNameAttr()] =
           buffer.getRegion() == weftx::Region::host;
@@ -61,7 +61,8 @@ private:
             Operation *from);
 
   ProgramOp program;
-  EventCounter events;
+  /// Made once the program turns out to offload (it walks the program).
+  std::optional<EventCounter> events;
   DenseMap<StringAttr, bool> hostBuffers;
   /// The event recorded after each producer, and the (producer, stream)
   /// pairs already waited for.
@@ -76,7 +77,7 @@ void OffloadOverlap::waitFor(Operation *producer, OpBuilder &stream,
     return;
   auto [it, inserted] = recorded.try_emplace(producer, 0);
   if (inserted)
-    it->second = recordAfter(producer, events);
+    it->second = recordAfter(producer, *events);
   WaitEventOp::create(stream, program.getLoc(), it->second, ArrayAttr(),
                       ArrayAttr(), label);
 }
@@ -134,7 +135,7 @@ void OffloadOverlap::move(
       waitFor(producer, side, phaseOf(copy));
     copy->moveBefore(side.getInsertionBlock(), side.getInsertionPoint());
   }
-  int64_t done = events.next();
+  int64_t done = events->next();
   RecordEventOp::create(side, program.getLoc(), done, ArrayAttr(), ArrayAttr(),
                         phaseOf(copies.back()));
   if (firstUser)
@@ -156,6 +157,7 @@ void OffloadOverlap::run() {
       }
   if (!firstHostStep)
     return;
+  events.emplace(program);
   // Device-to-host copies before the host's AdamW, host-to-device copies
   // after its first bucket.
   SmallVector<Operation *> toHost, toDevice;
