@@ -416,9 +416,21 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
     double internals =
         internalLinear + attention + norms +
         tokens * (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t * e / hbm;
-    costs.layerRecompute = internals +
-                           (c.recompute == Recompute::Selective ? norms : 0.0) +
-                           (c.recompute == Recompute::Full ? forward : 0.0);
+    // Full re-runs every op whose result a grad op reads: not the MLP (its
+    // grad op recomputes its internals from the saved input) nor the
+    // residual add after it (docs/autodiff.md, "Recompute modes").
+    double mlpLinear = linear *
+                       (gemmSeconds(tokens, mlpOut, h) +
+                        gemmSeconds(tokens, h, ms.ffnSize / t)) /
+                       shapeSeconds;
+    double mlpForward =
+        mlpLinear +
+        tokens *
+            ((ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t + 3 * h / spShard) * e /
+            hbm;
+    costs.layerRecompute =
+        internals + (c.recompute == Recompute::Selective ? norms : 0.0) +
+        (c.recompute == Recompute::Full ? forward - mlpForward : 0.0);
   } else if (c.recompute == Recompute::Full) {
     costs.layerRecompute = costs.layerForward;
   } else if (c.recompute == Recompute::Selective) {
