@@ -877,8 +877,22 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     double forwardExposed =
         std::max(0.0, gather - coverage * overlap *
                                    (costs.layerForward + costs.layerTpForward));
+    // With full recompute a layer backward's re-run ops gather what they
+    // read again (weft-schedule gathers per phase): every layer parameter
+    // but the MLP's (selective re-runs only the norms, whose small
+    // parameters persist).
+    double rerunGather = 0;
+    if (c.recompute == Recompute::Full) {
+      double attentionParams = double(spec.hiddenSize) * spec.headDim *
+                               (2.0 * spec.numHeads + 2.0 * spec.numKvHeads);
+      double share = std::min(1.0, attentionParams /
+                                       std::max(1.0, double(spec.layerParams)));
+      rerunGather = collectiveTime(Collective::AllGather, hardware, consts,
+                                   dpSpan, share * layerBytes) +
+                    (calls - 1) * share * latency;
+    }
     double backwardExposed =
-        std::max(0.0, gather + scatter -
+        std::max(0.0, gather + rerunGather + scatter -
                           coverage * overlap *
                               (costs.layerBackward + costs.layerRecompute +
                                costs.layerTpBackward + costs.layerTpRecompute));
