@@ -5,6 +5,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include <array>
+
 using namespace mlir;
 using namespace mlir::weftx;
 
@@ -117,42 +119,39 @@ FlatSymbolRefAttr weftx::getOrCreateFamily(ModuleOp module, Family family) {
     return (d * pp + s) * tp + t;
   };
   SmallVector<int64_t> ranks;
+  // Every rank, with the mesh axes (0 dp, 1 pp, 2 tp) nested from `order[0]`
+  // outermost to `order[2]` innermost: groups of the innermost axis follow
+  // one another.
+  auto enumerate = [&](std::array<int, 3> order) {
+    int64_t extent[3] = {dp, pp, tp}, at[3] = {0, 0, 0};
+    for (at[order[0]] = 0; at[order[0]] < extent[order[0]]; ++at[order[0]])
+      for (at[order[1]] = 0; at[order[1]] < extent[order[1]]; ++at[order[1]])
+        for (at[order[2]] = 0; at[order[2]] < extent[order[2]]; ++at[order[2]])
+          ranks.push_back(rankOf(at[0], at[1], at[2]));
+  };
   int64_t groupSize = 0;
   StringRef name;
   GroupKind kind = GroupKind::custom;
   switch (family) {
   case Family::TP:
     name = "tp", kind = GroupKind::tp, groupSize = tp;
-    for (int64_t d = 0; d < dp; ++d)
-      for (int64_t s = 0; s < pp; ++s)
-        for (int64_t t = 0; t < tp; ++t)
-          ranks.push_back(rankOf(d, s, t));
+    enumerate({0, 1, 2});
     break;
   case Family::PP:
     name = "pp", kind = GroupKind::pp, groupSize = pp;
-    for (int64_t d = 0; d < dp; ++d)
-      for (int64_t t = 0; t < tp; ++t)
-        for (int64_t s = 0; s < pp; ++s)
-          ranks.push_back(rankOf(d, s, t));
+    enumerate({0, 2, 1});
     break;
   case Family::DP:
     name = "dp", kind = GroupKind::dp, groupSize = dp;
-    for (int64_t s = 0; s < pp; ++s)
-      for (int64_t t = 0; t < tp; ++t)
-        for (int64_t d = 0; d < dp; ++d)
-          ranks.push_back(rankOf(d, s, t));
+    enumerate({1, 2, 0});
     break;
   case Family::ModelParallel:
     name = "mp", groupSize = pp * tp;
-    for (int64_t d = 0; d < dp; ++d)
-      for (int64_t s = 0; s < pp; ++s)
-        for (int64_t t = 0; t < tp; ++t)
-          ranks.push_back(rankOf(d, s, t));
+    enumerate({0, 1, 2});
     break;
   case Family::World:
     name = "world", kind = GroupKind::world, groupSize = dp * pp * tp;
-    for (int64_t r = 0; r < groupSize; ++r)
-      ranks.push_back(r);
+    enumerate({0, 1, 2});
     break;
   case Family::Tied:
     name = "tied", groupSize = 2;
