@@ -689,23 +689,17 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
     memory.commBuffers = c.zero == 3 ? double(c.prefetchDepth) * c.bucketBytes
                                      : 2 * consts.dpBucketBytes;
   if (layout.pp > 1) {
-    // Stage-boundary buffers of the compiled schedule: each micro-batch's
-    // activation is sent from (and its gradient received into) a buffer of
-    // its own, live from its forward to its backward; the static packing
-    // cannot fold them across the asynchronous p2p streams. Per micro-batch
-    // m, on [b, s, h] (split by TP under SP): the first stage m + 1 (the
-    // sends and the gradient being received; GPipe, whose backwards all
-    // follow the forwards, 2m - 1), the last stage m - 1 (the gradients sent
-    // back), middle stages both sides, 2m. Fitted to the compiled plans
-    // (docs/planner.md, "Memory fidelity"): within one buffer of the
-    // first-fit packing for 1F1B, two for GPipe.
+    // Stage-boundary buffers of the compiled schedule: a receive is posted
+    // once compute has begun the previous task and compute waits for a send
+    // two tasks later (docs/lowering.md, "Pipeline transfers"), so only a
+    // few boundary tensors are live at once, whatever the micro-batch
+    // count: two on each side of a boundary (the one being received or sent
+    // and the next), [b, s, h] each (split by TP under SP). Fitted to the
+    // compiled plans (docs/planner.md, "Memory fidelity").
     double unit = tokens * spec.hiddenSize * elem /
                   (c.sequenceParallel ? double(c.tp) : 1.0);
-    double m = double(c.gradAccum);
-    bool gpipe = c.schedule == Schedule::GPipe;
-    double count = stage == 0               ? (gpipe ? 2 * m - 1 : m + 1)
-                   : stage == layout.pp - 1 ? std::max(0.0, m - 1)
-                                            : 2 * m;
+    bool end = stage == 0 || stage == layout.pp - 1;
+    double count = end ? 2 : 4;
     memory.pipelineBuffers = count * unit;
   }
   memory.workspace = consts.workspaceBytes;

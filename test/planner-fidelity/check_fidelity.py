@@ -20,9 +20,10 @@ is the 16-element slot alignment of the flat buffers -- dp x 16 under ZeRO --
 and two 4-byte scalars: < 0.5% on these models); arena 5% (the closed form
 follows weft-plan-memory's liveness peak and the lowering's ZeRO/SP buffers;
 64-byte alignment and first-fit fragmentation are not seen), 10% for
-pipeline layouts (the stage-boundary buffers are counted per micro-batch,
-fitted; their first-fit packing across the asynchronous p2p streams leaves a
-residual of one or two [b, s, h] buffers).
+pipeline layouts (the stage-boundary buffers are counted as two per side of
+a stage, fitted; their first-fit packing beside activations whose lifetimes
+interleave across the p2p streams leaves a residual of a [b, s, h] buffer
+or two).
 
 Each case is (model, tp, pp, dp, zero, micro_batch, grad_accum, seq_len
 [, schedule [, sequence_parallel [, recompute [, precision]]]]); every
@@ -42,9 +43,9 @@ import sys
 PERSISTENT_TOLERANCE = 0.01
 ARENA_TOLERANCE = 0.05
 # Pipeline layouts: the stage-boundary buffers are packed first-fit beside
-# activations whose lifetimes interleave across the asynchronous p2p streams;
-# the closed form counts them per micro-batch (fitted), the packing's gaps
-# leave a residual of one or two [b, s, h] buffers (docs/planner.md).
+# activations whose lifetimes interleave across the p2p streams; the closed
+# form counts two per side of a stage (fitted), the packing's gaps leave a
+# residual of a [b, s, h] buffer or two (docs/planner.md).
 PIPELINE_ARENA_TOLERANCE = 0.10
 
 # model, tp, pp, dp, zero, micro_batch, grad_accum, seq_len

@@ -43,7 +43,9 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     ops recompute chose, their TP and sequence collectives included;
     parameter gradients accumulate with beta = 1
     GEMMs and the kernels' `+=`); activations and their gradients cross
-    stages by send/recv on one stream per direction and sending rank,
+    stages by send/recv on one stream per direction and sending rank (a
+    recv posted once compute has begun the previous task, compute waiting
+    for a send two tasks later, so boundary buffers are reused),
     ordered against `compute` by events. Then the sequence-parallel and
     tied-embedding gradient sums and the DP gradient sync, one collective
     per slot in slot order on `compute` (ZeRO-0: an in-place `all_reduce`;

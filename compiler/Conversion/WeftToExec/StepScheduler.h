@@ -440,6 +440,15 @@ private:
   llvm::DenseMap<Operation *, int64_t> releaseEvents;
   /// The function being lowered (for weft.save).
   func::FuncOp currentFunction;
+  /// The last compute instruction before the previous pipeline task (its
+  /// receives wait for compute to pass it), and the events recorded after
+  /// such instructions.
+  Operation *previousTaskBegin = nullptr;
+  llvm::DenseMap<Operation *, int64_t> taskBeginEvents;
+  /// The pipeline task being lowered (counting from 1), and the sends not
+  /// yet waited for by compute: (task, event recorded after the send).
+  int64_t taskIndex = 0;
+  SmallVector<std::pair<int64_t, int64_t>> pendingSends;
 };
 
 } // namespace mlir::weft::schedule

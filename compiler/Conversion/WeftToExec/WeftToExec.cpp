@@ -716,17 +716,39 @@ void RoleScheduler::send(Slice slice, int64_t peer, StringRef direction) {
   wx::SendOp::create(p2p, loc, slice.elements(), slice.type,
                      bundle.family(Family::PP).getValue(), peer,
                      ranges({slice}), ArrayAttr(), label);
+  // Compute waits for the send two tasks later (runTask), so the sent
+  // buffer's bytes can be reused after that.
+  int64_t sent = numEvents++;
+  wx::RecordEventOp::create(p2p, loc, sent, ArrayAttr(), ArrayAttr(), label);
+  pendingSends.push_back({taskIndex, sent});
 }
 
 Slice RoleScheduler::receive(StringRef name, int64_t elements, int64_t peer,
                              StringRef direction) {
   Location loc = program.getLoc();
   Slice slice = activation(name, elements);
-  int64_t event = numEvents++;
   auto p2p =
       OpBuilder::atBlockEnd(&p2pStream(direction, peer).getBody().front());
   StringAttr label =
       p2p.getStringAttr(("recv " + llvm::Twine(phaseLabel)).str());
+  // The receive is posted once compute has begun the previous task: one
+  // task of prefetch, and the buffers of the micro-batches compute is done
+  // with are dead by then, so weft-plan-memory can reuse them (unthrottled,
+  // every receive of the step could be in flight at once).
+  if (previousTaskBegin) {
+    auto [it, inserted] = taskBeginEvents.try_emplace(previousTaskBegin, 0);
+    if (inserted) {
+      it->second = numEvents++;
+      OpBuilder record(ctx);
+      record.setInsertionPointAfter(previousTaskBegin);
+      wx::RecordEventOp::create(
+          record, loc, it->second, ArrayAttr(), ArrayAttr(),
+          previousTaskBegin->getAttrOfType<StringAttr>("phase"));
+    }
+    wx::WaitEventOp::create(p2p, loc, it->second, ArrayAttr(), ArrayAttr(),
+                            label);
+  }
+  int64_t event = numEvents++;
   wx::RecvOp::create(p2p, loc, elements, slice.type,
                      bundle.family(Family::PP).getValue(), peer, ArrayAttr(),
                      ranges({slice}), label);
@@ -775,6 +797,16 @@ LogicalResult RoleScheduler::runTask(const pipeline::Task &task) {
   sequenceSharded.clear();
   gathered.clear();
   Block &computeBlock = compute.getBody().front();
+  // The sends of two tasks ago are done before this task begins (their
+  // buffers' bytes become reusable; the partner has long posted its
+  // receive).
+  ++taskIndex;
+  while (!pendingSends.empty() && pendingSends.front().first <= taskIndex - 2) {
+    wx::WaitEventOp::create(builder, program.getLoc(),
+                            pendingSends.front().second, ArrayAttr(),
+                            ArrayAttr(), builder.getStringAttr("p2p done"));
+    pendingSends.erase(pendingSends.begin());
+  }
   Operation *taskBegin = computeBlock.empty() ? nullptr : &computeBlock.back();
 
   // This rank's share of the micro-batch, once, before its first use.
@@ -834,6 +866,7 @@ LogicalResult RoleScheduler::runTask(const pipeline::Task &task) {
     return failure();
   scheduleGathers(taskBegin);
 
+  previousTaskBegin = taskBegin;
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   if (!task.backward && !lastVirtual)
     send(lookup(ret.getOperand(0)), nextRank, "fwd");

@@ -76,8 +76,12 @@
 
 // Pipeline parallelism, 1F1B, 4 micro-batches on 2 stages: stage 0 runs one
 // warm-up forward; activations go out on a stream per direction and sending
-// rank, each transfer ordered against `compute` by an event. The tied
-// embedding's two copies (first and last stage) sum their gradients.
+// rank, each transfer ordered against `compute` by an event. A receive is
+// posted once compute has begun the previous task (an event after the last
+// instruction before it), and compute waits for a send two tasks later
+// ("p2p done"), so the boundary buffers of finished micro-batches can be
+// reused. The tied embedding's two copies (first and last stage) sum their
+// gradients.
 
 // PP: weftx.mesh dp 1 pp 2 tp 1
 // PP-NEXT: weftx.group @pp pp {{\[\[}}0, 1]]
@@ -86,58 +90,70 @@
 // PP-LABEL: weftx.program @role0 ranks [0] {
 // PP-NOT: @loss
 // PP: weftx.stream "compute" {
-// PP: weftx.record_event 0 phase "fwd mb0"
-// PP: weftx.record_event 1 phase "fwd mb1"
-// PP-NEXT: weftx.wait_event 2 phase "bwd mb0"
+// PP: weftx.record_event [[SENT0:[0-9]+]] phase "fwd mb0"
+// PP-NEXT: weftx.record_event [[BEGUN_F1:[0-9]+]] phase "fwd mb0"
+// PP: weftx.record_event [[SENT1:[0-9]+]] phase "fwd mb1"
+// PP-NEXT: weftx.wait_event [[DONE0:[0-9]+]] phase "p2p done"
+// PP-NEXT: weftx.wait_event [[GRAD0:[0-9]+]] phase "bwd mb0"
 // PP: weftx.load_batch 2
-// PP: weftx.record_event 3 phase "fwd mb2"
-// PP-NEXT: weftx.wait_event 4 phase "bwd mb1"
-// PP: weftx.record_event 5 phase "fwd mb3"
-// PP-NEXT: weftx.wait_event 6 phase "bwd mb2"
-// PP: weftx.wait_event 7 phase "bwd mb3"
+// PP: weftx.wait_event {{[0-9]+}} phase "bwd mb3"
 // PP: weftx.all_reduce sum 16384 x f32 on @tied reads(@grads[0 +: 65536]) writes(@grads[0 +: 65536]) phase "tied grads"
 // PP: weftx.all_reduce sum 1 x f32 on @mp
 // PP: weftx.stream "p2p.fwd.s0" {
-// PP-NEXT: weftx.wait_event 0 phase "send fwd mb0"
+// PP-NEXT: weftx.wait_event [[SENT0]] phase "send fwd mb0"
 // PP-NEXT: weftx.send 512 x f32 on @pp to 1 reads(@[[ACT0:.*]][0 +: 2048]) phase "send fwd mb0"
+// PP-NEXT: weftx.record_event [[DONE0]] phase "send fwd mb0"
+// PP-NEXT: weftx.wait_event [[SENT1]] phase "send fwd mb1"
 // PP: weftx.stream "p2p.bwd.s1" {
+// PP-NEXT: weftx.wait_event [[BEGUN_F1]] phase "recv bwd mb0"
 // PP-NEXT: weftx.recv 512 x f32 on @pp from 1 writes(@activation.grad[0 +: 2048]) phase "recv bwd mb0"
-// PP-NEXT: weftx.record_event 2 phase "recv bwd mb0"
+// PP-NEXT: weftx.record_event [[GRAD0]] phase "recv bwd mb0"
 // PP-LABEL: weftx.program @role1 ranks [1] {
 // PP: weftx.buffer @loss persistent size 4
 // PP: weftx.stream "compute" {
 // PP-NEXT: weftx.fill f32 0.0{{.*}} writes(@grads[0 +: {{[0-9]+}}], @loss[0 +: 4]) phase "zero grads"
 // PP-NEXT: weftx.load_batch 0
-// PP-NEXT: weftx.wait_event 0 phase "fwd mb0"
-// PP: weftx.record_event 1 phase "bwd mb0"
+// PP-NEXT: weftx.wait_event [[ACT_MB0:[0-9]+]] phase "fwd mb0"
+// PP: weftx.record_event [[BEGUN_B0:[0-9]+]] phase "fwd mb0"
+// PP: weftx.record_event [[GRAD_OUT0:[0-9]+]] phase "bwd mb0"
 // PP-NEXT: weftx.load_batch 1
-// PP-NEXT: weftx.wait_event 2 phase "fwd mb1"
+// PP-NEXT: weftx.wait_event [[ACT_MB1:[0-9]+]] phase "fwd mb1"
 // The tied copy is not counted twice in the gradient norm.
 // PP: weftx.all_reduce sum 16384 x f32 on @tied reads(@grads[0 +: 65536])
 // PP-NEXT: weftx.grad_norm f32 reads(@grads[65536 +:
 // PP: weftx.stream "p2p.fwd.s0" {
 // PP-NEXT: weftx.recv 512 x f32 on @pp from 0 writes(@activation[0 +: 2048]) phase "recv fwd mb0"
-// PP-NEXT: weftx.record_event 0 phase "recv fwd mb0"
+// PP-NEXT: weftx.record_event [[ACT_MB0]] phase "recv fwd mb0"
+// PP-NEXT: weftx.wait_event [[BEGUN_B0]] phase "recv fwd mb1"
+// PP-NEXT: weftx.recv 512 x f32 on @pp from 0 writes(@activation.1[0 +: 2048]) phase "recv fwd mb1"
+// PP-NEXT: weftx.record_event [[ACT_MB1]] phase "recv fwd mb1"
 // PP: weftx.stream "p2p.bwd.s1" {
-// PP-NEXT: weftx.wait_event 1 phase "send bwd mb0"
+// PP-NEXT: weftx.wait_event [[GRAD_OUT0]] phase "send bwd mb0"
 // PP-NEXT: weftx.send 512 x f32 on @pp to 0 reads(@{{.*}}[0 +: 2048]) phase "send bwd mb0"
 // PP: weftx.parameter "transformer.wte.weight" [256, 64] {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = 0, dim = -1, {{.*}}>, #weftx.shard<role = @role1, buffer = @params, offset = 0, dim = -1,
 
-// GPipe: every forward, then every backward (events are numbered in
-// program order).
+// GPipe: every forward, then every backward; stage 0's sends are waited for
+// two tasks later, stage 1's receives wait for compute to begin the task
+// before theirs.
 // GPIPE-LABEL: weftx.program @role0 ranks [0] {
-// GPIPE: weftx.record_event 0 phase "fwd mb0"
-// GPIPE: weftx.record_event 1 phase "fwd mb1"
-// GPIPE: weftx.record_event 2 phase "fwd mb2"
-// GPIPE-NEXT: weftx.wait_event 3 phase "bwd mb0"
-// GPIPE: weftx.wait_event 4 phase "bwd mb1"
-// GPIPE: weftx.wait_event 5 phase "bwd mb2"
+// GPIPE: weftx.record_event {{[0-9]+}} phase "fwd mb0"
+// GPIPE: weftx.record_event {{[0-9]+}} phase "fwd mb1"
+// GPIPE-NEXT: weftx.wait_event {{[0-9]+}} phase "p2p done"
+// GPIPE: weftx.record_event {{[0-9]+}} phase "fwd mb2"
+// GPIPE: weftx.wait_event {{[0-9]+}} phase "bwd mb0"
+// GPIPE: weftx.wait_event {{[0-9]+}} phase "bwd mb1"
+// GPIPE: weftx.wait_event {{[0-9]+}} phase "bwd mb2"
 // GPIPE-LABEL: weftx.program @role1 ranks [1] {
-// GPIPE: weftx.wait_event 0 phase "fwd mb0"
-// GPIPE: weftx.wait_event 1 phase "fwd mb1"
-// GPIPE: weftx.wait_event 2 phase "fwd mb2"
-// GPIPE: weftx.record_event 3 phase "bwd mb0"
-// GPIPE: weftx.record_event 4 phase "bwd mb1"
+// GPIPE: weftx.record_event [[BEGUN_F0:[0-9]+]] phase "zero grads"
+// GPIPE: weftx.wait_event {{[0-9]+}} phase "fwd mb0"
+// GPIPE: weftx.wait_event {{[0-9]+}} phase "fwd mb1"
+// GPIPE: weftx.wait_event {{[0-9]+}} phase "fwd mb2"
+// GPIPE: weftx.record_event {{[0-9]+}} phase "bwd mb0"
+// GPIPE: weftx.record_event {{[0-9]+}} phase "bwd mb1"
+// GPIPE: weftx.stream "p2p.fwd.s0" {
+// GPIPE-NEXT: weftx.recv {{.*}} phase "recv fwd mb0"
+// GPIPE-NEXT: weftx.record_event
+// GPIPE-NEXT: weftx.wait_event [[BEGUN_F0]] phase "recv fwd mb1"
 
 // Interleaved 1F1B: 4 virtual stages (2 chunks per rank) of a 4-block model
 // and 2 micro-batches: rank 0 runs chunk 0 then chunk 1 of both
@@ -145,18 +161,19 @@
 // receives from rank 1 (chunk 0) on rank 1's stream.
 // INTERLEAVED: weftx.mesh dp 1 pp 2 tp 1
 // INTERLEAVED-LABEL: weftx.program @role0 ranks [0] {
-// INTERLEAVED: weftx.record_event 0 phase "fwd c0 mb0"
-// INTERLEAVED: weftx.record_event 1 phase "fwd c0 mb1"
-// INTERLEAVED-NEXT: weftx.wait_event 2 phase "fwd c1 mb0"
-// INTERLEAVED: weftx.record_event 3 phase "fwd c1 mb0"
-// INTERLEAVED-NEXT: weftx.wait_event 4 phase "fwd c1 mb1"
-// INTERLEAVED: weftx.wait_event 6 phase "bwd c1 mb0"
-// INTERLEAVED: weftx.wait_event 8 phase "bwd c1 mb1"
-// INTERLEAVED: weftx.wait_event 10 phase "bwd c0 mb0"
-// INTERLEAVED: weftx.wait_event 11 phase "bwd c0 mb1"
+// INTERLEAVED: weftx.record_event {{[0-9]+}} phase "fwd c0 mb0"
+// INTERLEAVED: weftx.record_event {{[0-9]+}} phase "fwd c0 mb1"
+// INTERLEAVED: weftx.wait_event {{[0-9]+}} phase "fwd c1 mb0"
+// INTERLEAVED: weftx.record_event {{[0-9]+}} phase "fwd c1 mb0"
+// INTERLEAVED: weftx.wait_event {{[0-9]+}} phase "fwd c1 mb1"
+// INTERLEAVED: weftx.wait_event {{[0-9]+}} phase "bwd c1 mb0"
+// INTERLEAVED: weftx.wait_event {{[0-9]+}} phase "bwd c1 mb1"
+// INTERLEAVED: weftx.wait_event {{[0-9]+}} phase "bwd c0 mb0"
+// INTERLEAVED: weftx.wait_event {{[0-9]+}} phase "bwd c0 mb1"
 // INTERLEAVED: weftx.stream "p2p.fwd.s0" {
 // INTERLEAVED: weftx.send 256 x f32 on @pp to 1 {{.*}} phase "send fwd c1 mb1"
 // INTERLEAVED: weftx.stream "p2p.fwd.s1" {
+// INTERLEAVED-NEXT: weftx.wait_event {{[0-9]+}} phase "recv fwd c1 mb0"
 // INTERLEAVED-NEXT: weftx.recv 256 x f32 on @pp from 1 writes(@activation[0 +: 1024]) phase "recv fwd c1 mb0"
 // INTERLEAVED-LABEL: weftx.program @role1 ranks [1] {
 // INTERLEAVED: weftx.buffer @loss
