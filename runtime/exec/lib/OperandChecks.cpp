@@ -36,15 +36,11 @@ void checkHostOperands(const plan::Program &program,
       if (buffer.region == plan::Region::Host && !host++)
         first = &buffer;
     }
-  if (!host || inst.opcode == Opcode::Copy || inst.opcode == Opcode::Fill ||
-      ((inst.opcode == Opcode::OptimizerStep || inst.opcode == Opcode::Clip) &&
-       host == total))
+  if (!host || plan::hostOperandsAllowed(inst.opcode, host == total))
     return;
   throw Error(where + ": " + std::string(plan::toString(inst.opcode)) +
               " reads or writes host buffer " + std::to_string(first->id) +
-              " '" + first->name +
-              "' (host memory is for copy, fill and an optimizer_step or clip "
-              "whose operands are all on the host)");
+              " '" + first->name + "' (" + plan::kHostOperandRule + ")");
 }
 
 void checkOperands(const plan::Program &program, const plan::Instruction &inst,

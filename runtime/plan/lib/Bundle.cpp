@@ -136,6 +136,13 @@ bool weft::plan::isPointToPoint(Opcode opcode) {
   return opcode == Opcode::Send || opcode == Opcode::Recv;
 }
 
+bool weft::plan::hostOperandsAllowed(Opcode opcode, bool allOperandsOnHost) {
+  if (opcode == Opcode::Copy || opcode == Opcode::Fill)
+    return true;
+  return allOperandsOnHost &&
+         (opcode == Opcode::OptimizerStep || opcode == Opcode::Clip);
+}
+
 int64_t weft::plan::rankToRole(const Bundle &bundle, int64_t rank) {
   if (rank < 0 || rank >= int64_t(bundle.rankRoles.size()))
     throw Error("rank " + std::to_string(rank) + " is outside the world of " +

@@ -311,10 +311,7 @@ private:
   }
 
   /// Host-region buffers are touched only by instructions a host can run or
-  /// that move bytes between host and device: copy, fill, and an
-  /// optimizer_step or clip whose operands are all in host memory (the CPU
-  /// AdamW of optimizer offload and its clipping). Collectives, GEMMs and
-  /// kernels run on the device.
+  /// that move bytes between host and device (hostOperandsAllowed).
   void checkHostOperands(const Instruction &inst, const Program &program,
                          const std::string &path) {
     size_t host = 0, total = 0;
@@ -336,18 +333,12 @@ private:
     };
     visit(inst.reads, "reads");
     visit(inst.writes, "writes");
-    if (!host || inst.opcode == Opcode::Copy || inst.opcode == Opcode::Fill)
-      return;
-    if ((inst.opcode == Opcode::OptimizerStep || inst.opcode == Opcode::Clip) &&
-        host == total)
+    if (!host || hostOperandsAllowed(inst.opcode, host == total))
       return;
     const Buffer &buffer = program.buffers[first->buffer];
     error(key, std::string(toString(inst.opcode)) +
-                   " reads or writes host "
-                   "buffer " +
-                   str(buffer.id) + " '" + buffer.name +
-                   "' (host memory is for copy, fill and an optimizer_step "
-                   "or clip whose operands are all on the host)");
+                   " reads or writes host buffer " + str(buffer.id) + " '" +
+                   buffer.name + "' (" + kHostOperandRule + ")");
   }
 
   void checkInstruction(const Instruction &inst, const Program &program,

@@ -77,6 +77,15 @@ std::optional<Opcode> parseOpcode(std::string_view text);
 int64_t elementBytes(DType dtype);
 bool isCollective(Opcode opcode);   // all_reduce .. broadcast
 bool isPointToPoint(Opcode opcode); // send, recv
+/// The host region's operand rule (plan-format.md, "Regions"): an instruction
+/// that touches host buffers must be a copy or fill, or an optimizer_step or
+/// clip whose operands are all on the host. The plan verifier and the
+/// backends' operand checks both apply it, with kHostOperandRule as the
+/// reason in their messages.
+bool hostOperandsAllowed(Opcode opcode, bool allOperandsOnHost);
+inline constexpr const char *kHostOperandRule =
+    "host memory is for copy, fill and an optimizer_step or clip whose "
+    "operands are all on the host";
 
 //===----------------------------------------------------------------------===//
 // Metadata
