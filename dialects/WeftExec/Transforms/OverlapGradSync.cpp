@@ -13,7 +13,6 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 
-#include <numeric>
 #include <optional>
 
 namespace mlir::weftx {
@@ -72,39 +71,14 @@ LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
     Operation *writer;
     size_t slot; // index in the run
   };
-  // One backward walk from the run; slots are disjoint ranges of `grads`,
-  // so a binary search finds the slots each write touches.
-  auto gradOf = [&](size_t slot) {
-    return cast<RangeAttr>(
-        cast<InstructionOpInterface>(syncs[slot]).getReads()[0]);
-  };
-  SmallVector<size_t> byOffset(syncs.size());
-  std::iota(byOffset.begin(), byOffset.end(), 0);
-  llvm::sort(byOffset, [&](size_t a, size_t b) {
-    return gradOf(a).getOffset() < gradOf(b).getOffset();
-  });
-  FlatSymbolRefAttr grads = gradOf(0).getBuffer();
-  SmallVector<Operation *> writers(syncs.size(), nullptr);
-  size_t unseen = syncs.size();
-  for (Operation *op = syncs.front()->getPrevNode(); op && unseen;
-       op = op->getPrevNode()) {
-    auto writes = op->getAttrOfType<ArrayAttr>("writes");
-    if (!writes)
-      continue;
-    for (auto range : writes.getAsRange<RangeAttr>()) {
-      if (range.getBuffer() != grads)
-        continue;
-      auto it = llvm::partition_point(byOffset, [&](size_t slot) {
-        return gradOf(slot).getEnd() <= range.getOffset();
-      });
-      for (; it != byOffset.end() && gradOf(*it).getOffset() < range.getEnd();
-           ++it)
-        if (!writers[*it]) {
-          writers[*it] = op;
-          --unseen;
-        }
-    }
-  }
+  SmallVector<RangeAttr> grads;
+  for (Operation *sync : syncs)
+    grads.push_back(
+        cast<RangeAttr>(cast<InstructionOpInterface>(sync).getReads()[0]));
+  SmallVector<Operation *> writers = firstTouching(
+      grads, "writes",
+      llvm::make_range(std::next(syncs.front()->getReverseIterator()),
+                       block.rend()));
   SmallVector<Ready> ready;
   for (auto [slot, sync] : llvm::enumerate(syncs)) {
     if (!writers[slot])

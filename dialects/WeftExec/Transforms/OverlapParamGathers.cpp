@@ -53,38 +53,18 @@ void overlapParamGathers(ProgramOp program) {
     return;
 
   // The first compute instruction that reads each slot (the gathers come
-  // after all of them, at the end of the step); slots are disjoint, so one
-  // walk with a binary search per `params` range finds them all.
-  SmallVector<Rebuilt *> byOffset;
-  for (Rebuilt &rebuilt : slots)
-    byOffset.push_back(&rebuilt);
-  llvm::sort(byOffset, [](const Rebuilt *a, const Rebuilt *b) {
-    return a->slot.getOffset() < b->slot.getOffset();
-  });
-  FlatSymbolRefAttr params = slots.front().slot.getBuffer();
+  // after all of them, at the end of the step).
+  SmallVector<RangeAttr> written;
+  for (const Rebuilt &rebuilt : slots)
+    written.push_back(rebuilt.slot);
+  Block::iterator firstGather = slots.front().gather->getIterator();
+  SmallVector<Operation *> readers = firstTouching(
+      written, "reads", llvm::make_range(block.begin(), firstGather));
+  for (auto [rebuilt, reader] : llvm::zip(slots, readers))
+    rebuilt.firstRead = reader;
   DenseMap<Operation *, size_t> position;
-  size_t unseen = slots.size();
-  for (Operation &op : block) {
+  for (Operation &op : llvm::make_range(block.begin(), firstGather))
     position[&op] = position.size();
-    if (&op == slots.front().gather)
-      break;
-    auto reads = op.getAttrOfType<ArrayAttr>("reads");
-    if (!reads || !unseen)
-      continue;
-    for (auto range : reads.getAsRange<RangeAttr>()) {
-      if (range.getBuffer() != params)
-        continue;
-      auto it = llvm::partition_point(byOffset, [&](const Rebuilt *r) {
-        return r->slot.getEnd() <= range.getOffset();
-      });
-      for (; it != byOffset.end() && (*it)->slot.getOffset() < range.getEnd();
-           ++it)
-        if (!(*it)->firstRead) {
-          (*it)->firstRead = &op;
-          --unseen;
-        }
-    }
-  }
   // What the gathers read: one range of the shard buffer covering every
   // gather's source (its writers wait for the gathers, below).
   auto source =

@@ -10,6 +10,7 @@
 
 #include "WeftExec/IR/WeftExecOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/STLExtras.h"
 
 #include <optional>
 
@@ -21,6 +22,46 @@ bool touches(Operation *op, StringRef attr, RangeAttr range);
 
 /// Whether any `attrA` range of `a` overlaps any `attrB` range of `b`.
 bool overlaps(Operation *a, StringRef attrA, Operation *b, StringRef attrB);
+
+/// For disjoint ranges `slots` of one buffer, the first instruction of `ops`
+/// (walked in order) whose `attr` ("reads" or "writes") ranges overlap each
+/// slot, null where none does: one walk, a binary search per range.
+template <typename OpRange>
+SmallVector<Operation *> firstTouching(ArrayRef<RangeAttr> slots,
+                                       StringRef attr, OpRange &&ops) {
+  SmallVector<Operation *> found(slots.size(), nullptr);
+  if (slots.empty())
+    return found;
+  SmallVector<size_t> byOffset(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i)
+    byOffset[i] = i;
+  llvm::sort(byOffset, [&](size_t a, size_t b) {
+    return slots[a].getOffset() < slots[b].getOffset();
+  });
+  FlatSymbolRefAttr buffer = slots.front().getBuffer();
+  size_t unseen = slots.size();
+  for (Operation &op : ops) {
+    if (!unseen)
+      break;
+    auto list = op.getAttrOfType<ArrayAttr>(attr);
+    if (!list)
+      continue;
+    for (auto range : list.getAsRange<RangeAttr>()) {
+      if (range.getBuffer() != buffer)
+        continue;
+      auto it = llvm::partition_point(byOffset, [&](size_t slot) {
+        return slots[slot].getEnd() <= range.getOffset();
+      });
+      for (; it != byOffset.end() && slots[*it].getOffset() < range.getEnd();
+           ++it)
+        if (!found[*it]) {
+          found[*it] = &op;
+          --unseen;
+        }
+    }
+  }
+  return found;
+}
 
 /// The stream named `name` of `program`, or null.
 StreamOp findStream(ProgramOp program, StringRef name);
