@@ -383,7 +383,7 @@ private:
 
   wx::ProgramOp program;
   wx::StreamOp compute;
-  llvm::StringMap<wx::StreamOp> p2pStreams, sideStreams;
+  llvm::StringMap<wx::StreamOp> sideStreams;
   std::string phaseLabel;
   llvm::StringMap<int64_t> bufferNames;
   int64_t numEvents = 0;

@@ -692,15 +692,7 @@ wx::StreamOp RoleScheduler::p2pStream(StringRef direction, int64_t sender) {
   // Transfers are matched per (sender, receiver, stream name) in order: one
   // stream per direction and sending pipeline rank keeps a rank's sends
   // independent of its receives, so neither waits behind the other.
-  std::string name = ("p2p." + direction + ".s" + llvm::Twine(sender)).str();
-  wx::StreamOp &stream = p2pStreams[name];
-  if (!stream) {
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToEnd(&program.getBody().front());
-    stream = wx::StreamOp::create(builder, program.getLoc(), name);
-    stream.getBody().emplaceBlock();
-  }
-  return stream;
+  return sideStream(("p2p." + direction + ".s" + llvm::Twine(sender)).str());
 }
 
 void RoleScheduler::send(Slice slice, int64_t peer, StringRef direction) {
@@ -943,13 +935,11 @@ void RoleScheduler::gatherPiece(OpBuilder &b, const ParamPiece &piece,
 //===----------------------------------------------------------------------===//
 
 wx::StreamOp RoleScheduler::sideStream(StringRef name) {
+  // Cached: the program's body is long (every buffer) and this is asked
+  // for every transfer and gather.
   wx::StreamOp &stream = sideStreams[name];
-  if (!stream) {
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToEnd(&program.getBody().front());
-    stream = wx::StreamOp::create(builder, program.getLoc(), name);
-    stream.getBody().emplaceBlock();
-  }
+  if (!stream)
+    stream = wx::getOrCreateStream(program, name);
   return stream;
 }
 
