@@ -35,6 +35,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 
 namespace weft::exec::cuda {
@@ -501,21 +502,23 @@ std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
   // Prefer a region whose physical memory offload can return; WEFT_CUDA_VMM=0
   // forces plain cudaMalloc.
   const char *vmm = std::getenv("WEFT_CUDA_VMM");
-  std::string why = "disabled by WEFT_CUDA_VMM=0";
+  bool tryVmm = !vmm || std::string_view(vmm) != "0";
+  std::string why;
   std::unique_ptr<VmmRegion> mapped;
-  if (!vmm || std::string(vmm) != "0")
+  if (tryVmm)
     mapped = VmmRegion::create(device_, bytes, why);
   if (mapped) {
     data = mapped->data();
     vmmRegions_.push_back(std::move(mapped));
   } else {
-    if (!vmmFallbackNoted_ && (!vmm || std::string(vmm) != "0"))
+    if (tryVmm && !vmmFallbackNoted_) {
       std::fprintf(stderr,
                    "weft-run: cuda: device regions without virtual "
                    "memory management (%s): offload cannot return "
                    "device memory\n",
                    why.c_str());
-    vmmFallbackNoted_ = true;
+      vmmFallbackNoted_ = true;
+    }
     check(cudaMalloc(&data, size_t(std::max<int64_t>(bytes, 1))), "cudaMalloc",
           what);
     regions_.push_back(data);
