@@ -249,6 +249,23 @@ double pointToPointTime(const Cluster &cluster, const CostConstants &constants,
          cluster.intraNodeLatencyUs * 1e-6;
 }
 
+int64_t ranksSharingHost(const Cluster &cluster) {
+  return std::min(cluster.gpusPerNode, cluster.worldSize());
+}
+
+double cpuAdamSecondsPerParam(const Cluster &cluster,
+                              const CostConstants &constants, bool mixed) {
+  const HostSpec &host = *cluster.host;
+  double bytesPerParam =
+      constants.cpuAdamBytesPerParam +
+      (mixed ? constants.cpuAdamMixedExtraBytesPerParam : 0.0);
+  double perParam =
+      std::max(bytesPerParam / (host.memoryBandwidthGBs * 1e9 *
+                                constants.hostMemoryBandwidthFraction),
+               1.0 / (double(host.cores) * constants.cpuAdamParamsPerCoreS));
+  return double(ranksSharingHost(cluster)) * perParam;
+}
+
 // Seconds of one micro-batch on one rank.
 struct CostModel::PerMicroBatch {
   double layerForward = 0, layerBackward = 0, layerRecompute = 0;
@@ -723,8 +740,8 @@ double CostModel::hostMemoryBytes(const ParallelConfig &c) const {
     if (stage < c.pp)
       rankParams = std::max(rankParams, this->rankParams(stages, stage, c.tp));
   double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;
-  int64_t ranksOnHost = std::min(hardware.gpusPerNode, hardware.worldSize());
-  return optimizerParams * ranksOnHost * consts.hostBytesPerParam;
+  return optimizerParams * double(ranksSharingHost(hardware)) *
+         consts.hostBytesPerParam;
 }
 
 std::vector<MemoryBreakdown>
@@ -909,16 +926,9 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     double buckets = std::max(1.0, std::ceil(copyBytes / consts.dpBucketBytes));
     double backwardLeft = std::max(0.0, backwardWindow - reduceBusy);
     // All ranks of a node share its CPU: memory-bound or compute-bound.
-    int64_t ranksOnHost = std::min(hardware.gpusPerNode, hardware.worldSize());
-    double bytesPerParam = consts.cpuAdamBytesPerParam +
-                           (train.precision == Precision::FP32
-                                ? 0.0
-                                : consts.cpuAdamMixedExtraBytesPerParam);
-    double perParam =
-        std::max(bytesPerParam / (host.memoryBandwidthGBs * 1e9 *
-                                  consts.hostMemoryBandwidthFraction),
-                 1.0 / (double(host.cores) * consts.cpuAdamParamsPerCoreS));
-    time.optimizer = optimizerParams * double(ranksOnHost) * perParam;
+    time.optimizer = optimizerParams *
+                     cpuAdamSecondsPerParam(hardware, consts,
+                                            train.precision != Precision::FP32);
     double adamBuckets = std::max(
         1.0, std::ceil(optimizerParams * 4 / consts.offloadAdamBucketBytes));
     double adamWindow = time.optimizer * (adamBuckets - 1) / adamBuckets;

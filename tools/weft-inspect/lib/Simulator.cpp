@@ -114,11 +114,6 @@ InstructionCosts::hostSeconds(const plan::Instruction &inst,
   if (host == 0)
     return std::nullopt;
   const planner::HostSpec &spec = *hardware.host;
-  // The node's CPU and DRAM are shared by its ranks, as in the planner.
-  double ranksOnHost =
-      double(std::min(hardware.gpusPerNode, hardware.worldSize()));
-  double dram =
-      spec.memoryBandwidthGBs * 1e9 * consts.hostMemoryBandwidthFraction;
   if (inst.opcode == Opcode::Copy && host < total)
     return double(inst.reads[0].bytes) / (spec.pinnedBandwidthGBs * 1e9);
   if (inst.opcode == Opcode::OptimizerStep && inst.reads.size() >= 2) {
@@ -126,15 +121,13 @@ InstructionCosts::hostSeconds(const plan::Instruction &inst,
     bool half = grad.buffer >= 0 &&
                 grad.buffer < int64_t(program.buffers.size()) &&
                 program.buffers[grad.buffer].dtype != plan::DType::F32;
-    double bytesPerParam = consts.cpuAdamBytesPerParam +
-                           (half ? consts.cpuAdamMixedExtraBytesPerParam : 0);
-    double perParam =
-        std::max(bytesPerParam / dram,
-                 1.0 / (double(spec.cores) * consts.cpuAdamParamsPerCoreS));
-    return double(inst.count) * ranksOnHost * perParam;
+    return double(inst.count) *
+           planner::cpuAdamSecondsPerParam(hardware, consts, half);
   }
-  // clip, fill or a host-to-host copy: DRAM-bound.
-  return accessedBytes(inst) * ranksOnHost / dram;
+  // clip, fill or a host-to-host copy: DRAM-bound, the node's DRAM shared
+  // by its ranks as in the planner.
+  return accessedBytes(inst) * double(planner::ranksSharingHost(hardware)) /
+         (spec.memoryBandwidthGBs * 1e9 * consts.hostMemoryBandwidthFraction);
 }
 
 double InstructionCosts::seconds(const plan::Instruction &inst,

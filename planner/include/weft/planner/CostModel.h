@@ -203,6 +203,14 @@ double collectiveTime(Collective kind, const Cluster &cluster,
                       double bytes);
 double pointToPointTime(const Cluster &cluster, const CostConstants &constants,
                         bool crossesNodes, double bytes);
+/// Optimizer offload's host side (docs/planner.md, "Optimizer offload"): the
+/// ranks sharing one node's CPU and DRAM, and the seconds of the CPU AdamW
+/// per parameter of one rank (memory- or compute-bound, the node shared by
+/// those ranks); `mixed`: a half-precision gradient and weight copy.
+/// Requires `cluster.host`.
+int64_t ranksSharingHost(const Cluster &cluster);
+double cpuAdamSecondsPerParam(const Cluster &cluster,
+                              const CostConstants &constants, bool mixed);
 
 /// The cost model of one (model, cluster, training) triple.
 class CostModel {
