@@ -33,12 +33,13 @@ namespace {
 /// One piece of a parameter in a role's flat buffers (ShardAttr of the
 /// working copy and of the optimizer's weights).
 struct Piece {
-  int64_t start = -1;        // first element in `params`/`grads` (ZeRO 0-2)
-  int64_t elements = 0;      // local elements
-  int64_t shardStart = -1;   // first element in the shard buffers (ZeRO 1-3)
-  int64_t padded = 0;        // slot size (ZeRO 1-3)
-  int64_t replicaStart = -1; // first element in `params`, if it has a copy
-  bool counted = true;       // enters the global gradient norm
+  /// First element in `params` (and, without ZeRO, in `grads`); -1 where
+  /// the role keeps no working copy of it (ZeRO-3's gathered parameters).
+  int64_t start = -1;
+  int64_t elements = 0;    // local elements
+  int64_t shardStart = -1; // first element in the shard buffers (ZeRO 1-3)
+  int64_t padded = 0;      // slot size (ZeRO 1-3)
+  bool counted = true;     // enters the global gradient norm
 };
 
 /// One parameter as a role holds it: its shards there, and the lowest
@@ -148,8 +149,7 @@ SmallVector<Piece> OptimizerBuilder::pieces(BufferOp params, BufferOp master,
         piece.padded = shard.getPaddedElements();
       } else if (params && name == params.getSymName() &&
                  shard.getZeroShards() == 1) {
-        piece.replicaStart = piece.start =
-            shard.getOffset() / elementBytes(params);
+        piece.start = shard.getOffset() / elementBytes(params);
         piece.elements = shard.getPaddedElements();
       }
     }
@@ -330,13 +330,13 @@ LogicalResult OptimizerBuilder::run() {
   StringAttr gather = builder.getStringAttr("param gather");
   FlatSymbolRefAttr dp = getOrCreateFamily(module, Family::DP);
   for (const Piece &piece : slots) {
-    if (piece.replicaStart < 0)
+    if (piece.start < 0)
       continue;
     int64_t count = piece.padded / zeroShards;
     AllGatherOp::create(
         builder, loc, count, gatherSource.getDtype(), dp.getValue(),
         list({elementRange(gatherSource, piece.shardStart, count)}),
-        list({elementRange(params, piece.replicaStart, piece.padded)}), gather);
+        list({elementRange(params, piece.start, piece.padded)}), gather);
   }
   return success();
 }
