@@ -676,27 +676,33 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
           std::max(0.0, memory.recomputeWorkspace - memory.logits);
     }
   }
+  // The largest parameters of the rank (elements): a layer matrix (the
+  // fused q|k|v or an MLP matrix), and on the end stages the
+  // vocabulary-parallel embedding or head.
+  double h = double(spec.hiddenSize);
+  double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
+  double layerMatrix = std::max(qkv, double(spec.ffnSize) * h) / c.tp;
+  double largest = layerMatrix;
+  if (stage == 0 || stage == layout.pp - 1)
+    largest = std::max(largest, double(spec.vocabSize) * h / c.tp);
   if (c.dp > 1 && c.zero >= 2) {
-    // ZeRO-2/3 accumulate the full gradient of the rank's parameters over
-    // the step (in the compute precision) and reduce-scatter it into the
-    // persistent shard once it is final (WeftToExec: `grads` in the arena).
-    memory.gradientBuffer = params * elem;
+    // ZeRO-2/3 reduce-scatter each parameter's gradient of every
+    // micro-batch into the persistent shard once the backward has finished
+    // it (an arena buffer per parameter and micro-batch); compute starts a
+    // new one only while the live ones stay within weft-schedule's
+    // `max-live-grad-bytes`: the largest plus twice the second largest,
+    // with accumulation each with its reduce-scatter output (1/DP of it).
+    double parts = c.gradAccum > 1 ? 1.0 + 1.0 / double(c.dp) : 1.0;
+    memory.gradientBuffer =
+        std::min(params, largest + 2 * layerMatrix) * elem * parts;
   }
   if (c.zero == 3 && c.dp > 1) {
     // ZeRO-3 gathers parameter by parameter into the arena, at most
     // `prefetch_depth` gathers ahead of the one in use, each released after
-    // its last use in the phase. The peak: the largest tensor in use (the
-    // vocabulary-parallel embedding or head on the end stages, else a layer
-    // matrix) with `depth` layer matrices gathered ahead.
-    double h = double(spec.hiddenSize);
-    double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
-    double layerMatrix = std::max(qkv, double(spec.ffnSize) * h) / c.tp;
-    double big = 0;
-    if (stage == 0 || stage == layout.pp - 1)
-      big = double(spec.vocabSize) * h / c.tp;
+    // its last use in the phase. The peak: the largest tensor in use with
+    // `depth` layer matrices gathered ahead.
     double depth = double(std::max<int64_t>(1, c.prefetchDepth));
-    memory.zero3Buffers =
-        (std::max(big, layerMatrix) + depth * layerMatrix) * elem;
+    memory.zero3Buffers = (largest + depth * layerMatrix) * elem;
   }
   // The GPU runtime's communication staging, beside the static plan: ZeRO-3
   // prefetches `prefetch_depth` all-gather buckets of `bucket_bytes` (what

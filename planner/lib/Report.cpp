@@ -51,7 +51,7 @@ std::vector<Term> memoryTerms(const MemoryBreakdown &m) {
           {"recompute workspace", m.recomputeWorkspace},
           {"logits", m.logits},
           {"ZeRO-3 buffers", m.zero3Buffers},
-          {"ZeRO-2/3 full grads", m.gradientBuffer},
+          {"ZeRO-2/3 live grads", m.gradientBuffer},
           {"pipeline buffers", m.pipelineBuffers},
           {"comm buckets", m.commBuffers},
           {"workspace", m.workspace}};
@@ -66,6 +66,12 @@ std::string header(const CostModel &model) {
      << "batch " << t.globalBatch << " x " << t.seqLen << " tokens, "
      << toString(t.precision) << "\n";
   return os.str();
+}
+
+/// A term's name in the breakdown's first column.
+std::string padded(std::string name) {
+  name.resize(std::max<size_t>(name.size(), 22), ' ');
+  return name;
 }
 
 std::string percent(double fraction) {
@@ -221,14 +227,11 @@ std::string renderExplain(const SearchResult &result, const CostModel &model) {
        << format("%.1f%%", best.mfu * 100) << " MFU\n";
     os << "time per step:\n";
     for (const Term &term : timeTerms(best.time))
-      os << "  " << term.name
-         << std::string(22 - std::string(term.name).size(), ' ')
-         << format("%10.4f s", term.value)
+      os << "  " << padded(term.name) << format("%10.4f s", term.value)
          << format("  %5.1f%%\n", 100 * term.value / best.stepTimeS);
     os << "memory per GPU (stage " << best.peakStage << ", the most loaded):\n";
     for (const Term &term : memoryTerms(best.memory))
-      os << "  " << term.name
-         << std::string(22 - std::string(term.name).size(), ' ')
+      os << "  " << padded(term.name)
          << format("%8.2f GiB\n", term.value / kGiB);
     os << "  total " << gib(best.peakMemoryBytes) << " of "
        << gib(best.usableMemoryBytes) << " usable ("

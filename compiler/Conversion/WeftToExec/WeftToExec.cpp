@@ -20,6 +20,7 @@
 #include "StepScheduler.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
@@ -156,6 +157,10 @@ LogicalResult BundleScheduler::readParallel() {
     return forward.emitError("weft-schedule: max-live-gathered-bytes must "
                              "not be negative, got ")
            << options.maxLiveGatheredBytes;
+  if (options.maxLiveGradBytes < 0)
+    return forward.emitError("weft-schedule: max-live-grad-bytes must not "
+                             "be negative, got ")
+           << options.maxLiveGradBytes;
   if (par.recompute != "none" && par.recompute != "selective" &&
       par.recompute != "full")
     return forward.emitError("weft-schedule: unknown recompute '")
@@ -386,9 +391,11 @@ Slice RoleScheduler::newBuffer(StringRef name, int64_t elements,
 
 ArrayAttr RoleScheduler::ranges(ArrayRef<Slice> slices) {
   SmallVector<Attribute> attrs;
-  for (const Slice &s : slices)
+  for (const Slice &s : slices) {
+    assert(s && "an operand without a buffer (a forward's gradient?)");
     attrs.push_back(wx::RangeAttr::get(ctx, FlatSymbolRefAttr::get(s.buffer),
                                        s.offset, s.bytes));
+  }
   return builder.getArrayAttr(attrs);
 }
 
@@ -453,7 +460,14 @@ FailureOr<Slice> RoleScheduler::gradOf(Value param) {
   if (!local)
     return failure();
   const ParamPiece &first = local->pieces.front(), &last = local->pieces.back();
-  return gradsBuf.sub(first.start, last.start + last.elements - first.start);
+  int64_t span = last.start + last.elements - first.start;
+  if (!reducesEveryMicroBatch())
+    return gradsBuf.sub(first.start, span);
+  // A forward (the attention's projections are resolved with their
+  // gradients) creates no gradient.
+  if (!inBackward)
+    return Slice();
+  return microBatchGrad(local - params.data()).sub(0, span);
 }
 
 void RoleScheduler::bindParameterGrads(Operation *gradOp) {
@@ -625,9 +639,11 @@ LogicalResult RoleScheduler::declareParameters() {
   if (zero < 3 || replicaElements > 0)
     paramsBuf = newBuffer("params", replicaElements, wx::Region::persistent,
                           computeType);
-  gradsBuf = newBuffer("grads", flatElements,
-                       zero >= 2 ? wx::Region::arena : wx::Region::persistent,
-                       computeType);
+  // ZeRO-2/3 have no full gradient buffer: a buffer per parameter and
+  // micro-batch (microBatchGrad), live until reduce-scattered.
+  if (!reducesEveryMicroBatch())
+    gradsBuf =
+        newBuffer("grads", flatElements, wx::Region::persistent, computeType);
   // Optimizer offload keeps the optimizer's state in host memory; the
   // device then needs a copy of its own even in fp32 (the working copy, or
   // the shard the gathers read).
@@ -639,6 +655,25 @@ LogicalResult RoleScheduler::declareParameters() {
   newBuffer("exp_avg_sq", stateElements, stateRegion, f32);
   master = paramsBuf;
   gradShards = gradsBuf;
+  if (reducesEveryMicroBatch()) {
+    shardReduced.assign(params.size(), false);
+    // The live bound: the largest gradient buffer with room for two more
+    // (the next one written while the previous is reduce-scattered), each
+    // with its reduce-scatter output after the first micro-batch.
+    int64_t first = 0, second = 0;
+    for (const LocalParam &param : params) {
+      int64_t bytes =
+          param.spanElements() * computeType.getIntOrFloatBitWidth() / 8;
+      if (bytes > first)
+        second = std::exchange(first, bytes);
+      else
+        second = std::max(second, bytes);
+    }
+    int64_t withParts = par.gradAccum > 1 ? zeroShards + 1 : zeroShards;
+    liveGradBound = options.maxLiveGradBytes > 0
+                        ? options.maxLiveGradBytes
+                        : (first + 2 * second) * withParts / zeroShards;
+  }
   if (zeroShards > 1) {
     master = newBuffer("master", stateElements, stateRegion, f32);
     gradShards = newBuffer("grads.shard", stateElements, wx::Region::persistent,
@@ -820,6 +855,7 @@ LogicalResult RoleScheduler::runTask(const pipeline::Task &task) {
 
   std::pair<int64_t, int64_t> key = {virtualStage, microBatch};
   func::FuncOp func = task.backward ? functions.backward : functions.forward;
+  inBackward = task.backward;
   // Under sequence parallelism the residual stream between blocks, and so
   // every stage boundary, holds this rank's part of the sequence.
   if (par.sequenceParallel && par.tp > 1)
@@ -867,11 +903,205 @@ LogicalResult RoleScheduler::runTask(const pipeline::Task &task) {
       if (func.getResultAttr(i, "weft.input_grad"))
         send(lookup(value), previousRank, "bwd");
   }
+  if (task.backward && reducesEveryMicroBatch())
+    reduceFinishedGrads(task);
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RoleScheduler: ZeRO-2/3 gradients, reduce-scattered every micro-batch
+//===----------------------------------------------------------------------===//
+
+Slice RoleScheduler::microBatchGrad(size_t param) {
+  auto [it, inserted] = microBatchGradIndex.try_emplace({param, microBatch}, 0);
+  if (!inserted)
+    return microBatchGrads[it->second].slice;
+  it->second = microBatchGrads.size();
+  LocalParam &local = params[param];
+  Slice slice = newBuffer(("grad." + local.op.getName()).str(),
+                          local.spanElements(), wx::Region::arena, computeType);
+  // Zeroed right before its first writer (the padding too: the
+  // reduce-scatter reads whole slots).
+  auto fill =
+      wx::FillOp::create(builder, program.getLoc(), computeType, APFloat(0.0),
+                         ArrayAttr(), ranges({slice}), phase());
+  microBatchGrads.push_back({param, slice, Slice(), fill});
+  microBatchGradBuffers.insert(slice.buffer);
+  return slice;
+}
+
+void RoleScheduler::reduceFinishedGrads(const pipeline::Task &task) {
+  // The gradients of this micro-batch that no later task writes.
+  llvm::DenseMap<StringAttr, size_t> finished;
+  for (size_t param : chunkParams[task.chunk]) {
+    std::pair<size_t, int64_t> key = {param, task.microBatch};
+    auto it = microBatchGradIndex.find(key);
+    if (it != microBatchGradIndex.end() &&
+        lastBackwardTask.at(key) == taskIndex)
+      finished[microBatchGrads[it->second].slice.buffer] = it->second;
+  }
+  if (finished.empty())
+    return;
+  // Their last writers (at worst the fill), walking back from the end.
+  Block &block = compute.getBody().front();
+  SmallVector<size_t> order;
+  for (Operation &op : llvm::reverse(block)) {
+    auto instruction = dyn_cast<wx::InstructionOpInterface>(op);
+    if (!instruction)
+      continue;
+    for (auto range : instruction.getWrites().getAsRange<wx::RangeAttr>()) {
+      auto it = finished.find(range.getBuffer().getAttr());
+      if (it == finished.end() || microBatchGrads[it->second].lastWriter)
+        continue;
+      microBatchGrads[it->second].lastWriter = &op;
+      order.push_back(it->second);
+    }
+    if (order.size() == finished.size())
+      break;
+  }
+  // Reduce-scattered in the order they become final (one writer's in the
+  // order it writes them); compute waits for them only where
+  // boundLiveGrads needs their bytes, and before the step.
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    Operation *first = microBatchGrads[a].lastWriter,
+              *second = microBatchGrads[b].lastWriter;
+    return first != second && first->isBeforeInBlock(second);
+  });
+  Location loc = program.getLoc();
+  OpBuilder::InsertionGuard guard(builder);
+  std::string label = std::exchange(phaseLabel, "grad sync");
+  Block &stream = sideStream("reducescatter").getBody().front();
+  StringRef dp = bundle.family(Family::DP).getValue();
+  for (size_t index : order) {
+    MicroBatchGrad &grad = microBatchGrads[index];
+    auto [event, inserted] = lastWriterEvents.try_emplace(grad.lastWriter, 0);
+    if (inserted) {
+      event->second = numEvents++;
+      builder.setInsertionPointAfter(grad.lastWriter);
+      wx::RecordEventOp::create(
+          builder, loc, event->second, ArrayAttr(), ArrayAttr(),
+          grad.lastWriter->getAttrOfType<StringAttr>("phase"));
+    }
+    builder.setInsertionPointToEnd(&stream);
+    if (event->second != lastGradSyncWait)
+      wx::WaitEventOp::create(builder, loc, event->second, ArrayAttr(),
+                              ArrayAttr(), phase());
+    lastGradSyncWait = event->second;
+    LocalParam &param = params[grad.param];
+    // After the first, a micro-batch's pieces are reduce-scattered into a
+    // buffer of their own and added to the shard: it lives as long as the
+    // gradient (compute reuses both once it waits for the reduction).
+    bool accumulate = shardReduced[grad.param];
+    if (accumulate) {
+      int64_t elements = 0;
+      for (const ParamPiece &piece : param.pieces)
+        elements += piece.padded / zeroShards;
+      grad.part = newBuffer(("grad.part." + param.op.getName()).str(), elements,
+                            wx::Region::arena, computeType);
+    }
+    int64_t partStart = 0;
+    for (const ParamPiece &piece : param.pieces) {
+      int64_t count = piece.padded / zeroShards;
+      Slice slot = grad.slice.sub(piece.start - param.pieces.front().start,
+                                  piece.padded);
+      Slice shard = gradShards.sub(piece.shardStart, count);
+      if (!accumulate) {
+        wx::ReduceScatterOp::create(builder, loc, wx::ReduceKind::sum, count,
+                                    computeType, dp, ranges({slot}),
+                                    ranges({shard}), phase());
+        continue;
+      }
+      Slice part = grad.part.sub(partStart, count);
+      partStart += count;
+      wx::ReduceScatterOp::create(builder, loc, wx::ReduceKind::sum, count,
+                                  computeType, dp, ranges({slot}),
+                                  ranges({part}), phase());
+      launch("residual_add", {{"n", count}}, {shard, part}, {shard});
+    }
+    shardReduced[grad.param] = true;
+    grad.reduction = &stream.back();
+  }
+  phaseLabel = label;
+}
+
+void RoleScheduler::boundLiveGrads() {
+  Block &block = compute.getBody().front();
+  llvm::DenseMap<Operation *, size_t> position;
+  for (Operation &op : block)
+    position[&op] = position.size();
+  SmallVector<size_t> live;
+  int64_t liveBytes = 0;
+  // A gradient's bytes: its buffer and the reduce-scatter's.
+  auto bytesOf = [](const MicroBatchGrad &grad) {
+    return grad.slice.bytes + grad.part.bytes;
+  };
+  for (auto [index, grad] : llvm::enumerate(microBatchGrads)) {
+    size_t start = position.at(grad.fill);
+    for (auto it = live.begin();
+         it != live.end() && liveBytes + bytesOf(grad) > liveGradBound;) {
+      const MicroBatchGrad &old = microBatchGrads[*it];
+      assert(old.reduction && "every gradient is reduced after its last task");
+      if (position.at(old.lastWriter) > start) {
+        ++it;
+        continue;
+      }
+      // The event after its reduction, recorded only for such a wait.
+      auto [event, inserted] = reductionEvents.try_emplace(old.reduction, 0);
+      if (inserted) {
+        event->second = numEvents++;
+        OpBuilder after(ctx);
+        after.setInsertionPointAfter(old.reduction);
+        wx::RecordEventOp::create(after, program.getLoc(), event->second,
+                                  ArrayAttr(), ArrayAttr(),
+                                  after.getStringAttr("grad sync"));
+      }
+      OpBuilder before(grad.fill);
+      wx::WaitEventOp::create(before, program.getLoc(), event->second,
+                              ArrayAttr(), ArrayAttr(),
+                              before.getStringAttr("grad sync done"));
+      liveBytes -= bytesOf(old);
+      it = live.erase(it);
+    }
+    live.push_back(index);
+    liveBytes += bytesOf(grad);
+  }
 }
 
 void RoleScheduler::reduceGradients() {
   Location loc = program.getLoc();
+  if (reducesEveryMicroBatch()) {
+    // Every micro-batch's gradient is in `grads.shard` already. The
+    // sequence-parallel and tied sums are linear, so they apply to the
+    // shard once (TP ranks, and the two copies of a tied embedding, hold
+    // the same pieces), after the reduce-scatters on their stream.
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToEnd(
+        &sideStream("reducescatter").getBody().front());
+    for (auto [family, label] :
+         {std::pair(Family::TP, "sequence-parallel grads"),
+          std::pair(Family::Tied, "tied grads")})
+      for (const LocalParam &param : params) {
+        if (!(family == Family::TP ? param.sequencePartial
+                                   : param.tiedAcrossStages))
+          continue;
+        for (const ParamPiece &piece : param.pieces) {
+          int64_t count = piece.padded / zeroShards;
+          Slice shard = gradShards.sub(piece.shardStart, count);
+          wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, count,
+                                  computeType, bundle.family(family).getValue(),
+                                  ranges({shard}), ranges({shard}),
+                                  builder.getStringAttr(label));
+        }
+      }
+    int64_t done = numEvents++;
+    StringAttr label = builder.getStringAttr("grad sync");
+    wx::RecordEventOp::create(builder, loc, done, ArrayAttr(), ArrayAttr(),
+                              label);
+    builder.setInsertionPointToEnd(&compute.getBody().front());
+    wx::WaitEventOp::create(builder, loc, done, ArrayAttr(), ArrayAttr(),
+                            label);
+    return;
+  }
   // Sequence parallelism: replicated parameters used on sequence shards
   // have one partial gradient per TP rank.
   phaseLabel = "sequence-parallel grads";
@@ -1178,22 +1408,43 @@ LogicalResult RoleScheduler::run() {
   newBuffer("grad.sumsq", 1, wx::Region::persistent, f32);
 
   phaseLabel = "zero grads";
-  // One fill per dtype: the gradients, and `loss` (f32).
-  SmallVector<Slice, 2> zeroed = {gradsBuf};
-  if (loss && loss.type == gradsBuf.type)
+  // One fill per dtype: the gradients (ZeRO-2/3: the shard, for parameters
+  // no micro-batch gives a gradient), and `loss` (f32).
+  Slice grads = reducesEveryMicroBatch() ? gradShards : gradsBuf;
+  SmallVector<Slice, 2> zeroed = {grads};
+  if (loss && loss.type == grads.type)
     zeroed.push_back(loss);
-  wx::FillOp::create(builder, loc, gradsBuf.type, APFloat(0.0), ArrayAttr(),
+  wx::FillOp::create(builder, loc, grads.type, APFloat(0.0), ArrayAttr(),
                      ranges(zeroed), phase());
-  if (loss && loss.type != gradsBuf.type)
+  if (loss && loss.type != grads.type)
     wx::FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(),
                        ranges({loss}), phase());
 
   auto kind = *pipeline::parseScheduleKind(par.schedule);
-  for (const pipeline::Task &task : pipeline::pipelineOrder(
-           kind, par.pp, par.virtualStages, par.gradAccum, stage))
+  std::vector<pipeline::Task> tasks = pipeline::pipelineOrder(
+      kind, par.pp, par.virtualStages, par.gradAccum, stage);
+  if (reducesEveryMicroBatch()) {
+    for (const StageFunctions &functions : bundle.stages[stage]) {
+      llvm::SetVector<size_t> used;
+      for (func::FuncOp func : {functions.forward, functions.backward})
+        func.walk([&](ParamOp op) {
+          auto it = paramIndex.find(op.getName());
+          if (it != paramIndex.end())
+            used.insert(it->second);
+        });
+      chunkParams.push_back(used.takeVector());
+    }
+    for (auto [index, task] : llvm::enumerate(tasks))
+      if (task.backward)
+        for (size_t param : chunkParams[task.chunk])
+          lastBackwardTask[{param, task.microBatch}] = int64_t(index) + 1;
+  }
+  for (const pipeline::Task &task : tasks)
     if (failed(runTask(task)))
       return failure();
   reduceGradients();
+  if (reducesEveryMicroBatch())
+    boundLiveGrads();
   return success();
 }
 
@@ -1226,6 +1477,7 @@ struct WeftSchedulePass : mlir::weft::impl::WeftScheduleBase<WeftSchedulePass> {
     opts.clusterJson = clusterJson;
     opts.persistThreshold = persistThreshold;
     opts.maxLiveGatheredBytes = maxLiveGatheredBytes;
+    opts.maxLiveGradBytes = maxLiveGradBytes;
     if (failed(BundleScheduler(getOperation(), opts).run()))
       signalPassFailure();
   }

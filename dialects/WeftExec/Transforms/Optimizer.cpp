@@ -168,12 +168,16 @@ LogicalResult OptimizerBuilder::run() {
     return program.emitError("weft-optimizer: program @")
            << program.getSymName() << " has no compute stream";
   BufferOp params = findBuffer(program, "params");
-  BufferOp grads = require("grads"), expAvg = require("exp_avg"),
-           expAvgSq = require("exp_avg_sq"), sumsq = require("grad.sumsq");
-  if (!grads || !expAvg || !expAvgSq || !sumsq)
+  BufferOp expAvg = require("exp_avg"), expAvgSq = require("exp_avg_sq"),
+           sumsq = require("grad.sumsq");
+  if (!expAvg || !expAvgSq || !sumsq)
     return failure();
-  // ZeRO 1-3 step this rank's shard: `master` and `grads.shard`.
+  // ZeRO 1-3 step this rank's shard: `master` and `grads.shard` (ZeRO-2/3
+  // have no full `grads`: every micro-batch is reduce-scattered).
   BufferOp gradShards = findBuffer(program, "grads.shard");
+  BufferOp grads = gradShards ? findBuffer(program, "grads") : require("grads");
+  if (!grads && !gradShards)
+    return failure();
   BufferOp master = findBuffer(program, "master");
   int64_t zeroShards = 1;
   if (gradShards) {

@@ -136,8 +136,9 @@ std::vector<BufferFacts> analyzeBuffers(const plan::Bundle &bundle,
         facts[size_t(shard.buffer)].params = true;
 
   // Gathered copies of parameters, and the sources of gradients (what a
-  // reduction or a copy turns into one), to a fixed point (chains are short:
-  // shard -> gathered; gradient -> bucket -> shard).
+  // reduction or a copy turns into one, and what a gradient is
+  // reduce-scattered into), to a fixed point (chains are short: shard ->
+  // gathered; gradient -> bucket -> shard).
   auto holdsParams = [&](size_t b) {
     return (facts[b].params || facts[b].masterParams) &&
            !facts[b].optimizerState;
@@ -160,6 +161,13 @@ std::vector<BufferFacts> analyzeBuffers(const plan::Bundle &bundle,
                      inst.opcode == Opcode::Copy;
         if (feeds && facts[out].gradients && !facts[in].gradients) {
           facts[in].gradients = true;
+          changed = true;
+        }
+        // A reduce-scatter of gradients into a staging buffer (ZeRO-2/3's
+        // later micro-batches, added to the shard).
+        if (inst.opcode == Opcode::ReduceScatter && facts[in].gradients &&
+            !facts[out].gradients) {
+          facts[out].gradients = true;
           changed = true;
         }
       }

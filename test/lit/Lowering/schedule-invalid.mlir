@@ -7,6 +7,7 @@
 // RUN: weftc import gpt2-tiny | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=NO-STAGE
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3' --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 persist-threshold=-2' 2>&1 | FileCheck %s --check-prefix=PERSIST
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3' --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 max-live-gathered-bytes=-1' 2>&1 | FileCheck %s --check-prefix=LIVE
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=2' --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 max-live-grad-bytes=-1' 2>&1 | FileCheck %s --check-prefix=LIVE-GRAD
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 precision=fp8' 2>&1 | FileCheck %s --check-prefix=PRECISION
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 loss-scale=-1' 2>&1 | FileCheck %s --check-prefix=LOSS-SCALE
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 initial-loss-scale=0' 2>&1 | FileCheck %s --check-prefix=INITIAL-SCALE
@@ -21,6 +22,7 @@
 // NO-STAGE: error: weft-schedule: no stage function; run weft-lower and weft-autodiff first
 // PERSIST: error: weft-schedule: persist-threshold must be -1 (derived) or at least 0, got -2
 // LIVE: error: weft-schedule: max-live-gathered-bytes must not be negative, got -1
+// LIVE-GRAD: error: weft-schedule: max-live-grad-bytes must not be negative, got -1
 // PRECISION: error: weft-schedule: precision must be fp32, bf16 or fp16, got 'fp8'
 // LOSS-SCALE: error: weft-schedule: loss-scale must be >= 0, got -1
 // INITIAL-SCALE: error: weft-schedule: initial-loss-scale must be > 0, got 0

@@ -34,13 +34,13 @@
 // ZeRO-3 in fp16: the fp32 master and its f16 copy `params.shard` are this
 // rank's halves; gathers (before use, and of the persistent small
 // parameters after the step) read the f16 copy, so they move half the
-// bytes; gradients are reduce-scattered in f16. fp16 scales the loss
+// bytes; gradients are reduce-scattered in f16 from a buffer per parameter
+// and micro-batch (no full gradient buffer). fp16 scales the loss
 // dynamically from 2^16.
 
 // FP16: loss_scale = <dynamic = true, initial = 6.553600e+04, growth_interval = 1000, backoff = 5.000000e-01>
 // FP16-LABEL: weftx.program @role0 ranks [0, 1] {
 // FP16-NEXT: weftx.buffer @params persistent size 1792 align 64 : f16
-// FP16-NEXT: weftx.buffer @grads arena size 249344 align 64 : f16
 // FP16-NEXT: weftx.buffer @exp_avg persistent size 249344 align 64 : f32
 // FP16-NEXT: weftx.buffer @exp_avg_sq persistent size 249344 align 64 : f32
 // FP16-NEXT: weftx.buffer @master persistent size 249344 align 64 : f32
@@ -53,7 +53,7 @@
 // FP16-LABEL: weftx.stream "allgather" {
 // FP16: weftx.all_gather 8192 x f16 on @dp reads(@params.shard[0 +: 16384]) writes(@transformer.wte.weight.gathered[0 +: 32768])
 // FP16-LABEL: weftx.stream "reducescatter" {
-// FP16: weftx.reduce_scatter sum 32 x f16 on @dp reads(@grads[249088 +: 128]) writes(@grads.shard[124544 +: 64])
+// FP16: weftx.reduce_scatter sum 32 x f16 on @dp reads(@grad.transformer.ln_f.weight[0 +: 128]) writes(@grads.shard[124544 +: 64])
 // FP16: weftx.parameter "transformer.wte.weight" {{.*}} shards [#weftx.shard<role = @role0, buffer = @master, offset = 0, {{.*}} zero_shards = 2, padded_elements = 16384>, #weftx.shard<role = @role0, buffer = @params.shard, offset = 0, {{.*}} zero_shards = 2, padded_elements = 16384>]
 
 // A positive loss-scale is static.

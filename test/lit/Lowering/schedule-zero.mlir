@@ -1,4 +1,4 @@
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2 grad-accum=2 bucket-bytes=1' --weft-autodiff --weft-schedule='seq-len=8 persist-threshold=0 max-live-gathered-bytes=1000000000' --weft-step | FileCheck %s --check-prefix=ZERO3
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=3 prefetch-depth=2 grad-accum=2 bucket-bytes=1' --weft-autodiff --weft-schedule='seq-len=8 persist-threshold=0 max-live-gathered-bytes=1000000000 max-live-grad-bytes=196608' --weft-step | FileCheck %s --check-prefix=ZERO3
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=ZERO2
 
 // ZeRO-3 over 2 DP ranks with 2 micro-batches: the persistent region holds
@@ -7,21 +7,27 @@
 // waited for by `compute` right before its first use and released after its
 // last, once per forward and again per backward. Gather k waits for the
 // event compute records when it begins using gather k - 2 (prefetch depth
-// 2). Full gradients live in the arena and are reduce-scattered slot by slot
-// on the `reducescatter` stream as the last micro-batch's backward finishes
-// each; there is no all-gather after the optimizer step.
+// 2). Each micro-batch's gradient of a parameter is an arena buffer of its
+// own, reduce-scattered into the shard on the `reducescatter` stream as soon
+// as the backward has finished it (the second micro-batch's through a
+// buffer of its own, then added); compute waits for those reduce-scatters
+// only to keep the live gradient bytes within `max-live-grad-bytes`, and
+// before the step. There is no all-gather after the optimizer step.
 
 // ZERO3-LABEL: weftx.program @role0 ranks [0, 1] {
 // ZERO3-NOT: weftx.buffer @params
-// ZERO3: weftx.buffer @grads arena size 498688
-// ZERO3-NEXT: weftx.buffer @exp_avg persistent size 249344
+// ZERO3-NOT: weftx.buffer @grads arena
+// ZERO3: weftx.buffer @exp_avg persistent size 249344
 // ZERO3-NEXT: weftx.buffer @exp_avg_sq persistent size 249344
 // ZERO3-NEXT: weftx.buffer @master persistent size 249344
 // ZERO3-NEXT: weftx.buffer @grads.shard persistent size 249344
 // ZERO3: weftx.buffer @transformer.wte.weight.gathered arena size 65536
+// ZERO3: weftx.buffer @grad.transformer.wte.weight arena size 65536
+// ZERO3: weftx.buffer @grad.transformer.wte.weight.1 arena size 65536
+// ZERO3: weftx.buffer @grad.part.transformer.wte.weight arena size 32768
 
 // ZERO3-LABEL: weftx.stream "compute" {
-// ZERO3-NEXT: weftx.fill f32 0.000000e+00 writes(@grads[0 +: 498688], @loss[0 +: 4]) phase "zero grads"
+// ZERO3-NEXT: weftx.fill f32 0.000000e+00 writes(@grads.shard[0 +: 249344], @loss[0 +: 4]) phase "zero grads"
 // ZERO3-NEXT: weftx.load_batch 0
 // ZERO3-NEXT: weftx.wait_event [[WTE_READY:[0-9]+]] phase "fwd mb0"
 // ZERO3-NEXT: weftx.record_event [[WTE_USED:[0-9]+]] phase "fwd mb0"
@@ -36,11 +42,23 @@
 // The backward gathers again into fresh buffers.
 // ZERO3: weftx.gemm {{.*}} reads(@transformer.wte.weight.gathered.1[0 +: 65536], @logits.grad[0 +: 8192]) writes(@lm_head.grad[0 +: 2048]) phase "bwd mb0"
 // ZERO3-NEXT: weftx.release writes(@transformer.wte.weight.gathered.1[0 +: 65536]) phase "bwd mb0"
-// Gradients accumulate over both micro-batches in the arena; the last
-// micro-batch's final write of a slot signals the reduce-scatter stream.
-// ZERO3: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad.5[0 +: 2048], @grads[498176 +: 256], @grads[498432 +: 256]) phase "bwd mb1"
-// ZERO3-NEXT: weftx.record_event [[LNF_GRADS:[0-9]+]] phase "bwd mb1"
-// ZERO3: weftx.wait_event [[GRADS_DONE:[0-9]+]] phase "grad sync"
+// A gradient buffer is zeroed right before its first writer; its last
+// writer signals the reduce-scatter stream.
+// ZERO3: weftx.fill f32 0.000000e+00 writes(@grad.transformer.ln_f.weight[0 +: 256]) phase "bwd mb0"
+// ZERO3-NEXT: weftx.fill f32 0.000000e+00 writes(@grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
+// ZERO3-NEXT: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048], @grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
+// ZERO3-NEXT: weftx.record_event [[LNF_GRADS:[0-9]+]] phase "bwd mb0"
+// The third layer matrix would exceed the live bound of 196608 bytes (the
+// largest gradient plus twice the second largest; the default also counts
+// the reduce-scatter outputs of later micro-batches): compute first waits
+// for the reduce-scatters of the oldest gradients already final.
+// ZERO3: weftx.wait_event [[LNF_W_DONE:[0-9]+]] phase "grad sync done"
+// ZERO3-NEXT: weftx.wait_event [[LNF_B_DONE:[0-9]+]] phase "grad sync done"
+// ZERO3-NEXT: weftx.wait_event {{[0-9]+}} phase "grad sync done"
+// ZERO3-NEXT: weftx.fill f32 0.000000e+00 writes(@grad.transformer.h.1.mlp.c_fc.weight[0 +: 65536]) phase "bwd mb0"
+// ZERO3: weftx.launch @embedding_backward {{.*}} writes(@grad.transformer.wte.weight.1[0 +: 65536], @grad.transformer.wpe.weight.1[0 +: 32768]) phase "bwd mb1"
+// ZERO3-NEXT: weftx.record_event [[EMB_GRADS:[0-9]+]] phase "bwd mb1"
+// ZERO3-NEXT: weftx.wait_event [[GRADS_DONE:[0-9]+]] phase "grad sync"
 // ZERO3-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: 249344]) writes(@grad.sumsq[0 +: 4])
 // ZERO3-NEXT: weftx.all_reduce sum 1 x f32 on @dp
 // ZERO3-NEXT: weftx.clip
@@ -59,28 +77,36 @@
 
 // ZERO3-LABEL: weftx.stream "reducescatter" {
 // ZERO3-NEXT: weftx.wait_event [[LNF_GRADS]] phase "grad sync"
-// ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498176 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
-// ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498432 +: 256]) writes(@grads.shard[249216 +: 128]) phase "grad sync"
-// ZERO3: weftx.reduce_scatter sum 8192 x f32 on @dp reads(@grads[0 +: 65536]) writes(@grads.shard[0 +: 32768]) phase "grad sync"
-// ZERO3-NEXT: weftx.reduce_scatter sum 4096 x f32 on @dp reads(@grads[65536 +: 32768]) writes(@grads.shard[32768 +: 16384]) phase "grad sync"
+// ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grad.transformer.ln_f.weight[0 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
+// ZERO3-NEXT: weftx.record_event [[LNF_W_DONE]] phase "grad sync"
+// ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grad.transformer.ln_f.bias[0 +: 256]) writes(@grads.shard[249216 +: 128]) phase "grad sync"
+// ZERO3-NEXT: weftx.record_event [[LNF_B_DONE]] phase "grad sync"
+// The second micro-batch's gradients are reduce-scattered into buffers of
+// their own and added to the shard.
+// ZERO3: weftx.wait_event [[EMB_GRADS]] phase "grad sync"
+// ZERO3-NEXT: weftx.reduce_scatter sum 8192 x f32 on @dp reads(@grad.transformer.wte.weight.1[0 +: 65536]) writes(@grad.part.transformer.wte.weight[0 +: 32768]) phase "grad sync"
+// ZERO3-NEXT: weftx.launch @residual_add{{.*}} reads(@grads.shard[0 +: 32768], @grad.part.transformer.wte.weight[0 +: 32768]) writes(@grads.shard[0 +: 32768]) phase "grad sync"
+// ZERO3-NEXT: weftx.reduce_scatter sum 4096 x f32 on @dp reads(@grad.transformer.wpe.weight.1[0 +: 32768]) writes(@grad.part.transformer.wpe.weight[0 +: 16384]) phase "grad sync"
+// ZERO3-NEXT: weftx.launch @residual_add{{.*}} reads(@grads.shard[32768 +: 16384], @grad.part.transformer.wpe.weight[0 +: 16384]) writes(@grads.shard[32768 +: 16384]) phase "grad sync"
 // ZERO3-NEXT: weftx.record_event [[GRADS_DONE]] phase "grad sync"
 // ZERO3-NEXT: }
 
 // Every parameter's only shard is its master half.
 // ZERO3: weftx.parameter "transformer.wte.weight" [256, 64] f32 {{.*}} shards [#weftx.shard<role = @role0, buffer = @master, offset = 0, dim = -1, start = 0, length = 0, zero_shards = 2, padded_elements = 16384>]
 
-// ZeRO-2: full parameters stay (persistent); gradients live in the arena and
-// are reduce-scattered on their own stream as soon as the backward has
-// written each slot; the parameter all-gathers from the shards AdamW
+// ZeRO-2: full parameters stay (persistent); gradients are arena buffers per
+// parameter, reduce-scattered on their own stream as soon as the backward
+// has written each; the parameter all-gathers from the shards AdamW
 // updates run at the start of the next step, overlapping its forward.
 
 // ZERO2-LABEL: weftx.program @role0 ranks [0, 1] {
 // ZERO2: weftx.buffer @params persistent size 498688
-// ZERO2-NEXT: weftx.buffer @grads arena size 498688
+// ZERO2-NOT: weftx.buffer @grads arena
 // ZERO2: weftx.buffer @master persistent size 249344
 // ZERO2-NEXT: weftx.buffer @grads.shard persistent size 249344
+// ZERO2: weftx.buffer @grad.transformer.ln_f.weight arena size 256
 // ZERO2-LABEL: weftx.stream "compute" {
-// ZERO2: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048], @grads[498176 +: 256], @grads[498432 +: 256]) phase "bwd mb0"
+// ZERO2: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048], @grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
 // ZERO2-NEXT: weftx.record_event [[LNF:[0-9]+]] phase "bwd mb0"
 // ZERO2: weftx.wait_event [[DONE:[0-9]+]] phase "grad sync"
 // ZERO2-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: 249344])
@@ -89,7 +115,7 @@
 // ZERO2-NEXT: }
 // ZERO2-LABEL: weftx.stream "reducescatter" {
 // ZERO2-NEXT: weftx.wait_event [[LNF]] phase "grad sync"
-// ZERO2-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498176 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
+// ZERO2-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grad.transformer.ln_f.weight[0 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
 // ZERO2: weftx.record_event [[DONE]] phase "grad sync"
 // ZERO2-NEXT: }
 // ZERO2-LABEL: weftx.stream "allgather" {

@@ -90,8 +90,8 @@ struct MemoryBreakdown {
   double recomputeWorkspace = 0; // one layer's backward transients
   double logits = 0;             // fp32 logits/softmax and their gradients
   double zero3Buffers = 0;       // ZeRO-3 gathered parameters (in use + ahead)
-  /// ZeRO-2/3: the full (unsharded) gradient accumulated over the step before
-  /// its reduce-scatter into the persistent shard.
+  /// ZeRO-2/3: the micro-batch gradients of parameters not yet
+  /// reduce-scattered into the persistent shard (a bounded few at a time).
   double gradientBuffer = 0;
   /// Pipeline stage-boundary send/receive buffers (activations out, their
   /// gradients in) of the micro-batches in flight.
