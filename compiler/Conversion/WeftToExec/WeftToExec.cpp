@@ -21,8 +21,10 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/SetVector.h"
+
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include <set>
 
 namespace mlir::weft {
 #define GEN_PASS_DEF_WEFTSCHEDULE
@@ -921,10 +923,22 @@ Slice RoleScheduler::microBatchGrad(size_t param) {
   Slice slice = newBuffer(("grad." + local.op.getName()).str(),
                           local.spanElements(), wx::Region::arena, computeType);
   // Zeroed right before its first writer (the padding too: the
-  // reduce-scatter reads whole slots).
-  auto fill =
-      wx::FillOp::create(builder, program.getLoc(), computeType, APFloat(0.0),
-                         ArrayAttr(), ranges({slice}), phase());
+  // reduce-scatter reads whole slots); gradients a grad op starts together
+  // (a norm's weight and bias) share one fill.
+  Block *block = builder.getInsertionBlock();
+  auto fill = block->empty() || builder.getInsertionPoint() != block->end()
+                  ? wx::FillOp()
+                  : dyn_cast<wx::FillOp>(block->back());
+  if (fill && !microBatchGrads.empty() &&
+      microBatchGrads.back().fill == fill.getOperation()) {
+    SmallVector<Attribute> writes(fill.getWrites().getValue());
+    writes.push_back(ranges({slice})[0]);
+    fill.setWritesAttr(builder.getArrayAttr(writes));
+  } else {
+    fill =
+        wx::FillOp::create(builder, program.getLoc(), computeType, APFloat(0.0),
+                           ArrayAttr(), ranges({slice}), phase());
+  }
   microBatchGrads.push_back({param, slice, Slice(), fill});
   microBatchGradBuffers.insert(slice.buffer);
   return slice;
@@ -1029,28 +1043,41 @@ void RoleScheduler::boundLiveGrads() {
   llvm::DenseMap<Operation *, size_t> position;
   for (Operation &op : block)
     position[&op] = position.size();
-  SmallVector<size_t> live;
-  int64_t liveBytes = 0;
+  // One stream runs the reductions: once compute has waited for one, every
+  // earlier one is done too.
+  llvm::DenseMap<Operation *, size_t> reducedAt;
+  for (Operation &op : sideStream("reducescatter").getBody().front())
+    reducedAt[&op] = reducedAt.size();
   // A gradient's bytes: its buffer and the reduce-scatter's.
   auto bytesOf = [](const MicroBatchGrad &grad) {
     return grad.slice.bytes + grad.part.bytes;
   };
+  // Live gradients in reduction order: (position of the reduction, index).
+  std::set<std::pair<size_t, size_t>> live;
+  int64_t liveBytes = 0;
   for (auto [index, grad] : llvm::enumerate(microBatchGrads)) {
+    assert(grad.reduction && "every gradient is reduced after its last task");
+    // Free the first gradients in reduction order, as many as needed, of
+    // those whose last writer precedes this one's fill (the reductions
+    // before them are done or wait only for compute before the fill: the
+    // wait cannot deadlock); one wait, for the last of them.
+    Operation *last = nullptr;
     size_t start = position.at(grad.fill);
-    for (auto it = live.begin();
-         it != live.end() && liveBytes + bytesOf(grad) > liveGradBound;) {
-      const MicroBatchGrad &old = microBatchGrads[*it];
-      assert(old.reduction && "every gradient is reduced after its last task");
-      if (position.at(old.lastWriter) > start) {
-        ++it;
-        continue;
-      }
-      // The event after its reduction, recorded only for such a wait.
-      auto [event, inserted] = reductionEvents.try_emplace(old.reduction, 0);
+    while (!live.empty() && liveBytes + bytesOf(grad) > liveGradBound) {
+      const MicroBatchGrad &old = microBatchGrads[live.begin()->second];
+      if (position.at(old.lastWriter) > start)
+        break;
+      last = old.reduction;
+      liveBytes -= bytesOf(old);
+      live.erase(live.begin());
+    }
+    if (last) {
+      // The event after the reduction, recorded only for such a wait.
+      auto [event, inserted] = reductionEvents.try_emplace(last, 0);
       if (inserted) {
         event->second = numEvents++;
         OpBuilder after(ctx);
-        after.setInsertionPointAfter(old.reduction);
+        after.setInsertionPointAfter(last);
         wx::RecordEventOp::create(after, program.getLoc(), event->second,
                                   ArrayAttr(), ArrayAttr(),
                                   after.getStringAttr("grad sync"));
@@ -1059,10 +1086,8 @@ void RoleScheduler::boundLiveGrads() {
       wx::WaitEventOp::create(before, program.getLoc(), event->second,
                               ArrayAttr(), ArrayAttr(),
                               before.getStringAttr("grad sync done"));
-      liveBytes -= bytesOf(old);
-      it = live.erase(it);
     }
-    live.push_back(index);
+    live.insert({reducedAt.at(grad.reduction), index});
     liveBytes += bytesOf(grad);
   }
 }

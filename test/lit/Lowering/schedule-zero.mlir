@@ -42,19 +42,19 @@
 // The backward gathers again into fresh buffers.
 // ZERO3: weftx.gemm {{.*}} reads(@transformer.wte.weight.gathered.1[0 +: 65536], @logits.grad[0 +: 8192]) writes(@lm_head.grad[0 +: 2048]) phase "bwd mb0"
 // ZERO3-NEXT: weftx.release writes(@transformer.wte.weight.gathered.1[0 +: 65536]) phase "bwd mb0"
-// A gradient buffer is zeroed right before its first writer; its last
-// writer signals the reduce-scatter stream.
-// ZERO3: weftx.fill f32 0.000000e+00 writes(@grad.transformer.ln_f.weight[0 +: 256]) phase "bwd mb0"
-// ZERO3-NEXT: weftx.fill f32 0.000000e+00 writes(@grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
+// A gradient buffer is zeroed right before its first writer (one fill for
+// the gradients one grad op starts); its last writer signals the
+// reduce-scatter stream.
+// ZERO3: weftx.fill f32 0.000000e+00 writes(@grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
 // ZERO3-NEXT: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048], @grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
 // ZERO3-NEXT: weftx.record_event [[LNF_GRADS:[0-9]+]] phase "bwd mb0"
 // The third layer matrix would exceed the live bound of 196608 bytes (the
 // largest gradient plus twice the second largest; the default also counts
 // the reduce-scatter outputs of later micro-batches): compute first waits
-// for the reduce-scatters of the oldest gradients already final.
-// ZERO3: weftx.wait_event [[LNF_W_DONE:[0-9]+]] phase "grad sync done"
-// ZERO3-NEXT: weftx.wait_event [[LNF_B_DONE:[0-9]+]] phase "grad sync done"
-// ZERO3-NEXT: weftx.wait_event {{[0-9]+}} phase "grad sync done"
+// for the reduce-scatters of the first gradients in reduction order, as
+// many as needed: one wait, for the last of them (the stream runs them in
+// order).
+// ZERO3: weftx.wait_event [[PROJ_DONE:[0-9]+]] phase "grad sync done"
 // ZERO3-NEXT: weftx.fill f32 0.000000e+00 writes(@grad.transformer.h.1.mlp.c_fc.weight[0 +: 65536]) phase "bwd mb0"
 // ZERO3: weftx.launch @embedding_backward {{.*}} writes(@grad.transformer.wte.weight.1[0 +: 65536], @grad.transformer.wpe.weight.1[0 +: 32768]) phase "bwd mb1"
 // ZERO3-NEXT: weftx.record_event [[EMB_GRADS:[0-9]+]] phase "bwd mb1"
@@ -78,9 +78,10 @@
 // ZERO3-LABEL: weftx.stream "reducescatter" {
 // ZERO3-NEXT: weftx.wait_event [[LNF_GRADS]] phase "grad sync"
 // ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grad.transformer.ln_f.weight[0 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
-// ZERO3-NEXT: weftx.record_event [[LNF_W_DONE]] phase "grad sync"
 // ZERO3-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grad.transformer.ln_f.bias[0 +: 256]) writes(@grads.shard[249216 +: 128]) phase "grad sync"
-// ZERO3-NEXT: weftx.record_event [[LNF_B_DONE]] phase "grad sync"
+// ZERO3-NEXT: weftx.wait_event
+// ZERO3-NEXT: weftx.reduce_scatter sum 8192 x f32 on @dp reads(@grad.transformer.h.1.mlp.c_proj.weight[0 +: 65536]) writes(@grads.shard[216192 +: 32768]) phase "grad sync"
+// ZERO3-NEXT: weftx.record_event [[PROJ_DONE]] phase "grad sync"
 // The second micro-batch's gradients are reduce-scattered into buffers of
 // their own and added to the shard.
 // ZERO3: weftx.wait_event [[EMB_GRADS]] phase "grad sync"
