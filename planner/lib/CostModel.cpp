@@ -584,6 +584,17 @@ std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
   return vectors;
 }
 
+/// Parameter pieces of one layer on a TP rank: weft-schedule issues a ZeRO
+/// reduce-scatter and all-gather per piece (the fused q|k|v weight, and its
+/// bias, split over TP are three pieces each).
+double layerPieces(const ModelSpec &spec, int64_t tp) {
+  double pieces =
+      (spec.gatedMlp ? 5.0 : 4.0) + double(layerVectors(spec, tp).size());
+  if (tp > 1)
+    pieces += spec.linearBias ? 4 : 2;
+  return pieces;
+}
+
 /// weft-schedule's default persist-threshold for a rank of `stage`.
 double persistThreshold(const ModelSpec &spec, bool endStage, int64_t tp) {
   double h = double(spec.hiddenSize);
@@ -855,8 +866,16 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     double buckets = std::max(1.0, std::ceil(gradBytes / consts.dpBucketBytes));
     Collective reduce =
         c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
+    // The compiled plan's calls: ZeRO-0 all-reduces buckets, ZeRO-1/2
+    // reduce-scatter and all-gather every parameter piece; each call pays
+    // the collective's latency (a one-byte collective's time).
+    double pieces = layers * layerPieces(spec, c.tp) +
+                    (slowest == 0 ? (spec.rotary ? 1.0 : 2.0) : 0.0) +
+                    (slowest == c.pp - 1 ? (spec.rmsNorm ? 2.0 : 3.0) : 0.0);
+    double calls = c.zero == 0 ? buckets : pieces;
     double reduceTime =
-        collectiveTime(reduce, hardware, consts, dpSpan, gradBytes);
+        collectiveTime(reduce, hardware, consts, dpSpan, gradBytes) +
+        (calls - 1) * collectiveTime(reduce, hardware, consts, dpSpan, 1.0);
     reduceBusy = std::min(reduceTime, backwardWindow);
     // Buckets reduce while backward continues; the last one cannot hide.
     double exposed =
@@ -865,8 +884,11 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     time.dpComm = (c.zero == 2 ? m : 1.0) * exposed;
     if (c.zero >= 1) {
       // Updated parameter shards are all-gathered under the next forward.
-      double gather = collectiveTime(Collective::AllGather, hardware, consts,
-                                     dpSpan, rankParams * elem);
+      double gather =
+          collectiveTime(Collective::AllGather, hardware, consts, dpSpan,
+                         rankParams * elem) +
+          (pieces - 1) * collectiveTime(Collective::AllGather, hardware, consts,
+                                        dpSpan, 1.0);
       time.dpComm += std::max(0.0, gather - forwardWindow);
     }
   } else if (c.dp > 1) {
