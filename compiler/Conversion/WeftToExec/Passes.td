@@ -24,8 +24,8 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     fp16 (`precision`), and the GPT-2 and LLaMA families' ops. Anything else is rejected with an error
     naming the op or setting.
 
-    Persistent state lives in flat buffers per role (`params`, `grads`,
-    `exp_avg`, `exp_avg_sq`), one 64-byte aligned slot per parameter (three
+    Persistent state lives in flat buffers per role (`params`, `grads`
+    (ZeRO 0-1), `exp_avg`, `exp_avg_sq`), one 64-byte aligned slot per parameter (three
     for a fused QKV weight or bias split over TP: one per q, k, v slice),
     each with a `ShardSpec` naming its slice of the global tensor.
     Activations, `params` (the working copy) and the gradients are in the
@@ -49,7 +49,7 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     ordered against `compute` by events. Then the sequence-parallel and
     tied-embedding gradient sums and the DP gradient sync, one collective
     per slot in slot order on `compute` (ZeRO-0: an in-place `all_reduce`;
-    ZeRO 1-3: a `reduce_scatter` into this rank's piece of `grads.shard`).
+    ZeRO-1: a `reduce_scatter` into this rank's piece of `grads.shard`).
     The rest of the step comes from the passes that follow
     (`--weft-step`): `weft-optimizer` (norm, clip, AdamW, ZeRO
     all-gathers) and the overlap passes (`weft-overlap-grad-sync`,
@@ -64,8 +64,14 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     optimizer is offloaded.
 
     With ZeRO 1-3 AdamW updates this rank's pieces (`master`, moments) only.
-    ZeRO-2/3 keep the full gradients in the arena (accumulated over the
-    micro-batches, reduce-scattered after the last). ZeRO-3 keeps no full
+    ZeRO-2/3 keep no full gradients: each parameter's gradient of each
+    micro-batch is an arena buffer, zeroed before its first writer and
+    reduce-scattered into `grads.shard` (later micro-batches through a
+    buffer of their own and a `residual_add`) on the `reducescatter` stream
+    as soon as the backward has finished it; compute waits for those
+    reductions only to keep the live gradient bytes within
+    `max-live-grad-bytes`, and for all of them (and the SP and tied sums,
+    then on the shard) before the step. ZeRO-3 keeps no full
     parameters: each task (forward or backward of one micro-batch) gathers
     every parameter it reads into a fresh arena buffer on an `allgather`
     stream, `compute` waits for it right before its first use and releases

@@ -116,7 +116,8 @@ def WeftOverlapGradSync : Pass<"weft-overlap-grad-sync", "::mlir::ModuleOp"> {
     contiguous run on each program's `compute` stream of collectives over a
     `dp` group family that read the `grads` buffer: in-place `all_reduce`s
     of one slot each (ZeRO-0) or `reduce_scatter`s of one slot into the
-    gradient shard (ZeRO 1-3), in slot order.
+    gradient shard (ZeRO-1), in slot order. ZeRO-2/3 plans have no such run
+    (`weft-schedule` reduce-scatters every micro-batch's gradients itself).
 
     Each collective moves to a side stream (`allreduce` for all-reduces,
     `reducescatter` for reduce-scatters) behind an event that `compute`
