@@ -291,6 +291,9 @@ private:
   void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, Slice a,
             int64_t lda, Slice b, int64_t ldb, Slice c, int64_t ldc,
             bool accumulate);
+  /// The event recorded right after `op` (on its stream, labelled `phase`),
+  /// recorded on first request.
+  int64_t eventAfter(Operation *op, StringAttr phase);
   /// Sums `in` over the TP group into a fresh buffer, or into `in` itself.
   Slice tpAllReduce(Slice in, StringRef name, bool inPlace = false);
 
@@ -467,10 +470,10 @@ private:
   /// The function being lowered (for weft.save).
   func::FuncOp currentFunction;
   /// The last compute instruction before the previous pipeline task (its
-  /// receives wait for compute to pass it), and the events recorded after
-  /// such instructions.
+  /// receives wait for compute to pass it).
   Operation *previousTaskBegin = nullptr;
-  llvm::DenseMap<Operation *, int64_t> taskBeginEvents;
+  /// The events eventAfter recorded.
+  llvm::DenseMap<Operation *, int64_t> recordedAfter;
   /// The pipeline task being lowered (counting from 1), and the sends not
   /// yet waited for by compute: (task, event recorded after the send).
   int64_t taskIndex = 0;
@@ -498,11 +501,6 @@ private:
   /// Per parameter: whether a reduce-scatter already wrote its shard (later
   /// ones go to a buffer of their own and are added).
   SmallVector<bool> shardReduced;
-  /// The events recorded on compute after a gradient's last writer.
-  llvm::DenseMap<Operation *, int64_t> lastWriterEvents;
-  /// The events recorded on `reducescatter` after a reduction that compute
-  /// waits for (boundLiveGrads).
-  llvm::DenseMap<Operation *, int64_t> reductionEvents;
   /// The last of the last-writer events `reducescatter` waits for.
   int64_t lastGradSyncWait = -1;
   bool inBackward = false;

@@ -436,6 +436,18 @@ Slice RoleScheduler::tpAllReduce(Slice in, StringRef name, bool inPlace) {
   return out;
 }
 
+int64_t RoleScheduler::eventAfter(Operation *op, StringAttr phase) {
+  auto [it, inserted] = recordedAfter.try_emplace(op, 0);
+  if (inserted) {
+    it->second = numEvents++;
+    OpBuilder after(ctx);
+    after.setInsertionPointAfter(op);
+    wx::RecordEventOp::create(after, program.getLoc(), it->second, ArrayAttr(),
+                              ArrayAttr(), phase);
+  }
+  return it->second;
+}
+
 int64_t RoleScheduler::elementsOf(Value value) {
   auto type = cast<RankedTensorType>(value.getType());
   // Activations are [batch, seq, ...] with both dynamic.
@@ -765,17 +777,10 @@ Slice RoleScheduler::receive(StringRef name, int64_t elements, int64_t peer,
   // with are dead by then, so weft-plan-memory can reuse them (unthrottled,
   // every receive of the step could be in flight at once).
   if (previousTaskBegin) {
-    auto [it, inserted] = taskBeginEvents.try_emplace(previousTaskBegin, 0);
-    if (inserted) {
-      it->second = numEvents++;
-      OpBuilder record(ctx);
-      record.setInsertionPointAfter(previousTaskBegin);
-      wx::RecordEventOp::create(
-          record, loc, it->second, ArrayAttr(), ArrayAttr(),
-          previousTaskBegin->getAttrOfType<StringAttr>("phase"));
-    }
-    wx::WaitEventOp::create(p2p, loc, it->second, ArrayAttr(), ArrayAttr(),
-                            label);
+    int64_t begun =
+        eventAfter(previousTaskBegin,
+                   previousTaskBegin->getAttrOfType<StringAttr>("phase"));
+    wx::WaitEventOp::create(p2p, loc, begun, ArrayAttr(), ArrayAttr(), label);
   }
   int64_t event = numEvents++;
   wx::RecvOp::create(p2p, loc, elements, slice.type,
@@ -988,19 +993,13 @@ void RoleScheduler::reduceFinishedGrads(const pipeline::Task &task) {
   StringRef dp = bundle.family(Family::DP).getValue();
   for (size_t index : order) {
     MicroBatchGrad &grad = microBatchGrads[index];
-    auto [event, inserted] = lastWriterEvents.try_emplace(grad.lastWriter, 0);
-    if (inserted) {
-      event->second = numEvents++;
-      builder.setInsertionPointAfter(grad.lastWriter);
-      wx::RecordEventOp::create(
-          builder, loc, event->second, ArrayAttr(), ArrayAttr(),
-          grad.lastWriter->getAttrOfType<StringAttr>("phase"));
-    }
+    int64_t written = eventAfter(
+        grad.lastWriter, grad.lastWriter->getAttrOfType<StringAttr>("phase"));
     builder.setInsertionPointToEnd(&stream);
-    if (event->second != lastGradSyncWait)
-      wx::WaitEventOp::create(builder, loc, event->second, ArrayAttr(),
-                              ArrayAttr(), phase());
-    lastGradSyncWait = event->second;
+    if (written != lastGradSyncWait)
+      wx::WaitEventOp::create(builder, loc, written, ArrayAttr(), ArrayAttr(),
+                              phase());
+    lastGradSyncWait = written;
     LocalParam &param = params[grad.param];
     // After the first, a micro-batch's pieces are reduce-scattered into a
     // buffer of their own and added to the shard: it lives as long as the
@@ -1073,18 +1072,10 @@ void RoleScheduler::boundLiveGrads() {
     }
     if (last) {
       // The event after the reduction, recorded only for such a wait.
-      auto [event, inserted] = reductionEvents.try_emplace(last, 0);
-      if (inserted) {
-        event->second = numEvents++;
-        OpBuilder after(ctx);
-        after.setInsertionPointAfter(last);
-        wx::RecordEventOp::create(after, program.getLoc(), event->second,
-                                  ArrayAttr(), ArrayAttr(),
-                                  after.getStringAttr("grad sync"));
-      }
+      int64_t reduced = eventAfter(last, StringAttr::get(ctx, "grad sync"));
       OpBuilder before(grad.fill);
-      wx::WaitEventOp::create(before, program.getLoc(), event->second,
-                              ArrayAttr(), ArrayAttr(),
+      wx::WaitEventOp::create(before, program.getLoc(), reduced, ArrayAttr(),
+                              ArrayAttr(),
                               before.getStringAttr("grad sync done"));
     }
     live.insert({reducedAt.at(grad.reduction), index});
