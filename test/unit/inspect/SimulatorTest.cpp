@@ -47,6 +47,38 @@ TEST(InstructionCosts, FollowThePlannerFormulas) {
                                            {}, span, 100));
 }
 
+TEST(InstructionCosts, AttentionKernelsAreBoundByTheirGemms) {
+  // As the planner's core attention: per (sequence, head) an s x s x d and
+  // an s x d x s GEMM, 2 * 2 s^2 d FLOPs at 1 FLOP/s on the unit cluster;
+  // the backward 2.5 times that. Other kernels stay memory-bound.
+  Bundle bundle = baseBundle({1, 1, 1}, 1);
+  bundle.rankRoles = {0};
+  Program program;
+  program.buffers = {buffer(0, "q", Region::Arena, 0, 400),
+                     buffer(1, "ctx", Region::Arena, 512, 400)};
+  program.streams.push_back({"compute", {}});
+  bundle.programs.push_back(program);
+  bundle.kernels = {{0,
+                     "attention_forward",
+                     "",
+                     {{"batch", 2}, {"heads", 3}, {"seq", 4}, {"head_dim", 5}}},
+                    {1,
+                     "attention_backward",
+                     "",
+                     {{"batch", 2}, {"heads", 3}, {"seq", 4}, {"head_dim", 5}}},
+                    {2, "residual_add", "", {{"n", 100}}}};
+  auto launch = [&](int64_t kernel) {
+    Instruction inst = op(Opcode::Kernel, {{0, 0, 400}}, {{1, 0, 400}}, "k");
+    inst.kernel = kernel;
+    return inst;
+  };
+  InstructionCosts costs(bundle, unitCluster(), unitConstants());
+  double forward = 2 * 3 * (2.0 * 4 * 4 * 5 + 2.0 * 4 * 5 * 4);
+  EXPECT_DOUBLE_EQ(costs.seconds(launch(0), 0), forward);
+  EXPECT_DOUBLE_EQ(costs.seconds(launch(1), 0), 2.5 * forward);
+  EXPECT_DOUBLE_EQ(costs.seconds(launch(2), 0), 800); // bytes touched
+}
+
 TEST(InstructionCosts, HostOperandsRunAtTheHostsSpeeds) {
   // Optimizer offload: a copy between device and host memory moves at the
   // pinned bandwidth (2 B/s here), AdamW on host buffers at the planner's

@@ -130,16 +130,53 @@ InstructionCosts::hostSeconds(const plan::Instruction &inst,
          (spec.memoryBandwidthGBs * 1e9 * consts.hostMemoryBandwidthFraction);
 }
 
+double InstructionCosts::gemmSeconds(double m, double n, double k,
+                                     plan::DType dtype) const {
+  auto sat = [&](double dim) { return dim / (dim + consts.matmulHalfDim); };
+  double rate = hardware.peakFlops(precisionOf(dtype)) *
+                consts.matmulPeakFraction * sat(m) * sat(n) * sat(k);
+  return 2.0 * m * n * k / rate;
+}
+
+std::optional<double>
+InstructionCosts::attentionSeconds(const plan::Instruction &inst,
+                                   int64_t rank) const {
+  if (inst.kernel < 0 || inst.kernel >= int64_t(bundle.kernels.size()) ||
+      inst.writes.empty())
+    return std::nullopt;
+  const plan::Kernel &kernel = bundle.kernels[size_t(inst.kernel)];
+  bool forward = kernel.name == "attention_forward";
+  if (!forward && kernel.name != "attention_backward")
+    return std::nullopt;
+  auto constant = [&](const char *name) {
+    auto it = kernel.constants.find(name);
+    return it == kernel.constants.end() ? 0.0 : double(it->second);
+  };
+  double s = constant("seq"), d = constant("head_dim");
+  double heads = constant("batch") * constant("heads");
+  // The GEMMs' precision: the dtype of what the kernel writes.
+  plan::DType dtype = plan::DType::F32;
+  const plan::BufferRange &out = inst.writes[0];
+  if (rank >= 0 && rank < int64_t(bundle.rankRoles.size()) &&
+      bundle.rankRoles[rank] < int64_t(bundle.programs.size())) {
+    const plan::Program &program = bundle.programs[bundle.rankRoles[rank]];
+    if (out.buffer >= 0 && out.buffer < int64_t(program.buffers.size()))
+      dtype = program.buffers[size_t(out.buffer)].dtype;
+  }
+  // As the planner's core attention: per (sequence, head) an s x s x d score
+  // GEMM and an s x d x s context GEMM; the (flash) backward 2.5 times that
+  // (five GEMMs against two, the scores recomputed).
+  double seconds =
+      heads * (gemmSeconds(s, s, d, dtype) + gemmSeconds(s, d, s, dtype));
+  return forward ? seconds : 2.5 * seconds;
+}
+
 double InstructionCosts::seconds(const plan::Instruction &inst,
                                  int64_t rank) const {
   switch (inst.opcode) {
   case Opcode::Gemm: {
     const plan::GemmParams &g = inst.gemm;
-    auto sat = [&](double dim) { return dim / (dim + consts.matmulHalfDim); };
-    double rate = hardware.peakFlops(precisionOf(inst.dtype)) *
-                  consts.matmulPeakFraction * sat(double(g.m)) *
-                  sat(double(g.n)) * sat(double(g.k));
-    return 2.0 * double(g.m) * double(g.n) * double(g.k) / rate;
+    return gemmSeconds(double(g.m), double(g.n), double(g.k), inst.dtype);
   }
   case Opcode::Kernel:
   case Opcode::LoadBatch:
@@ -150,9 +187,12 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
   case Opcode::Clip:
     if (std::optional<double> host = hostSeconds(inst, rank))
       return *host;
-    // Memory-bound: every byte the instruction touches crosses HBM once.
-    return accessedBytes(inst) / (hardware.gpu.memoryBandwidthGBs * 1e9 *
-                                  consts.memoryBandwidthFraction);
+    // Memory-bound: every byte the instruction touches crosses HBM once;
+    // attention is bound by its GEMMs' FLOPs too.
+    return std::max(accessedBytes(inst) /
+                        (hardware.gpu.memoryBandwidthGBs * 1e9 *
+                         consts.memoryBandwidthFraction),
+                    attentionSeconds(inst, rank).value_or(0.0));
   case Opcode::AllReduce:
     return planner::collectiveTime(
         planner::Collective::AllReduce, hardware, consts,

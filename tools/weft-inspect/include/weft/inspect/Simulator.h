@@ -55,6 +55,12 @@ private:
   /// [family id][rank]: the index of the group the rank uses, -1 if none.
   std::vector<std::vector<int64_t>> groupOfRank;
 
+  /// A GEMM's time, as the planner's cost model.
+  double gemmSeconds(double m, double n, double k, plan::DType dtype) const;
+  /// An attention kernel's FLOP-bound time (its GEMMs), nullopt for other
+  /// kernels.
+  std::optional<double> attentionSeconds(const plan::Instruction &inst,
+                                         int64_t rank) const;
   /// Index of the group of `inst`'s family that `rank` uses; throws
   /// plan::Error if there is none.
   int64_t groupOf(const plan::Instruction &inst, int64_t rank) const;
