@@ -216,23 +216,31 @@ double collectiveTime(Collective kind, const Cluster &cluster,
   double intraBw =
       cluster.intraNodeBandwidthGBs * 1e9 * constants.intraNodeBusEfficiency;
   double bandwidth = intraBw;
-  double latency = cluster.intraNodeLatencyUs * 1e-6;
+  double intra = cluster.intraNodeLatencyUs * 1e-6;
+  double inter = cluster.interNodeLatencyUs * 1e-6;
+  double nodes = double(std::max<int64_t>(1, span.nodes));
   if (span.nodes > 1) {
     // Rings cross nodes through the NICs of the group's ranks on each node.
     double nicBw = span.ranksPerNode * cluster.interNodeBandwidthGBs * 1e9 *
                    constants.interNodeBusEfficiency;
     bandwidth = std::min(intraBw, nicBw);
-    latency = cluster.interNodeLatencyUs * 1e-6;
   }
+  // Latency as NCCL's tuning model counts it: a ring step costs the latency
+  // of the hop it takes, and only the hops between nodes are slow (a
+  // reduce-scatter or all-gather takes n-1 steps, nodes-1 of them between
+  // nodes; an all-reduce 2(n-1), 2*nodes); a tree climbs n/nodes-1 steps in
+  // a node and log2(nodes) between nodes, up and down.
   double steps = double(n - 1);
   double perRankShare = steps / n * bytes / bandwidth;
   if (kind != Collective::AllReduce)
-    return perRankShare + steps * latency;
-  double ring = 2 * perRankShare + 2 * steps * latency;
+    return perRankShare + (steps - (nodes - 1)) * intra + (nodes - 1) * inter;
+  double interSteps = span.nodes > 1 ? 2 * nodes : 0;
+  double ring =
+      2 * perRankShare + (2 * steps - interSteps) * intra + interSteps * inter;
   if (n < constants.treeMinRanks)
     return ring;
-  double tree =
-      2 * perRankShare + 2 * std::ceil(std::log2(double(n))) * latency;
+  double tree = 2 * perRankShare + 2 * ((double(n) / nodes - 1) * intra +
+                                        std::ceil(std::log2(nodes)) * inter);
   return std::min(ring, tree);
 }
 
@@ -901,10 +909,9 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     double layerBytes = double(spec.layerParams) / c.tp * elem;
     double calls = std::max(std::ceil(layerBytes / c.bucketBytes),
                             double(zero3GatheredTensorsPerLayer(c.tp)));
-    double latency = (c.dp - 1) *
-                     (dpSpan.nodes > 1 ? hardware.interNodeLatencyUs
-                                       : hardware.intraNodeLatencyUs) *
-                     1e-6;
+    // Each further call pays the collective's latency (a one-byte one's).
+    double latency =
+        collectiveTime(Collective::AllGather, hardware, consts, dpSpan, 1.0);
     double gather = collectiveTime(Collective::AllGather, hardware, consts,
                                    dpSpan, layerBytes) +
                     (calls - 1) * latency;
