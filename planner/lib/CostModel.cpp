@@ -234,7 +234,7 @@ double collectiveTime(Collective kind, const Cluster &cluster,
   double perRankShare = steps / n * bytes / bandwidth;
   if (kind != Collective::AllReduce)
     return perRankShare + (steps - (nodes - 1)) * intra + (nodes - 1) * inter;
-  double interSteps = span.nodes > 1 ? 2 * nodes : 0;
+  double interSteps = span.nodes > 1 ? std::min(2 * steps, 2 * nodes) : 0;
   double ring =
       2 * perRankShare + (2 * steps - interSteps) * intra + interSteps * inter;
   if (n < constants.treeMinRanks)

@@ -321,6 +321,24 @@ TEST(Time, CollectivesFollowTheTopology) {
   EXPECT_EQ(
       collectiveTime(Collective::AllReduce, c, k, spanOfGroup(c, 1, 1), bytes),
       0);
+  // Latency per hop, as NCCL's tuning model: 32 ranks over 4 nodes (8 per
+  // node) reduce-scatter in 31 steps, 3 of them between nodes; a ring
+  // all-reduce one rank per node crosses nodes on every one of its 6 steps.
+  double tiny = 1e-6;
+  auto latencyOf = [&](Collective kind, const GroupSpan &span,
+                       double bandwidth) {
+    double share = double(span.size - 1) / double(span.size) * tiny / bandwidth;
+    return collectiveTime(kind, c, k, span, tiny) -
+           (kind == Collective::AllReduce ? 2 : 1) * share;
+  };
+  double nicBw = 8 * 25e9 * k.interNodeBusEfficiency;
+  double nvlinkBw = 300e9 * k.intraNodeBusEfficiency;
+  EXPECT_NEAR(
+      latencyOf(Collective::ReduceScatter, packed, std::min(nicBw, nvlinkBw)),
+      28 * 2e-6 + 3 * 5e-6, 1e-12);
+  EXPECT_NEAR(
+      latencyOf(Collective::AllReduce, dp, 25e9 * k.interNodeBusEfficiency),
+      6 * 5e-6, 1e-12);
 }
 
 TEST(Time, ModelFlopsAndThroughputIdentities) {
