@@ -1085,68 +1085,53 @@ void RoleScheduler::boundLiveGrads() {
 
 void RoleScheduler::reduceGradients() {
   Location loc = program.getLoc();
-  if (reducesEveryMicroBatch()) {
-    // Every micro-batch's gradient is in `grads.shard` already. The
-    // sequence-parallel and tied sums are linear, so they apply to the
-    // shard once (TP ranks, and the two copies of a tied embedding, hold
-    // the same pieces), after the reduce-scatters on their stream.
-    OpBuilder::InsertionGuard guard(builder);
+  // ZeRO-2/3: every micro-batch's gradient is in `grads.shard` already. The
+  // sums below are linear, so they apply to the shard once (TP ranks, and
+  // the two copies of a tied embedding, hold the same pieces), after the
+  // reduce-scatters on their stream; otherwise to the full gradients on
+  // `compute`.
+  bool onShards = reducesEveryMicroBatch();
+  OpBuilder::InsertionGuard guard(builder);
+  if (onShards)
     builder.setInsertionPointToEnd(
         &sideStream("reducescatter").getBody().front());
-    for (auto [family, label] :
-         {std::pair(Family::TP, "sequence-parallel grads"),
-          std::pair(Family::Tied, "tied grads")})
-      for (const LocalParam &param : params) {
-        if (!(family == Family::TP ? param.sequencePartial
-                                   : param.tiedAcrossStages))
-          continue;
-        for (const ParamPiece &piece : param.pieces) {
-          int64_t count = piece.padded / zeroShards;
-          Slice shard = gradShards.sub(piece.shardStart, count);
-          wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum, count,
-                                  computeType, bundle.family(family).getValue(),
-                                  ranges({shard}), ranges({shard}),
-                                  builder.getStringAttr(label));
-        }
+  // Sequence parallelism: replicated parameters used on sequence shards
+  // have one partial gradient per TP rank. The copies of a tied embedding
+  // on the first and last pipeline rank each hold part of its gradient: sum
+  // them, so both take the same step.
+  for (auto [family, label] : {std::pair(Family::TP, "sequence-parallel grads"),
+                               std::pair(Family::Tied, "tied grads")}) {
+    phaseLabel = label;
+    for (const LocalParam &param : params) {
+      if (!(family == Family::TP ? param.sequencePartial
+                                 : param.tiedAcrossStages))
+        continue;
+      for (const ParamPiece &piece : param.pieces) {
+        Slice part = onShards ? gradShards.sub(piece.shardStart,
+                                               piece.padded / zeroShards)
+                              : gradsBuf.sub(piece.start, piece.elements);
+        wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum,
+                                part.elements(), part.type,
+                                bundle.family(family).getValue(),
+                                ranges({part}), ranges({part}), phase());
       }
+    }
+  }
+
+  phaseLabel = "grad sync";
+  if (onShards) {
     int64_t done = numEvents++;
-    StringAttr label = builder.getStringAttr("grad sync");
     wx::RecordEventOp::create(builder, loc, done, ArrayAttr(), ArrayAttr(),
-                              label);
+                              phase());
     builder.setInsertionPointToEnd(&compute.getBody().front());
     wx::WaitEventOp::create(builder, loc, done, ArrayAttr(), ArrayAttr(),
-                            label);
+                            phase());
     return;
   }
-  // Sequence parallelism: replicated parameters used on sequence shards
-  // have one partial gradient per TP rank.
-  phaseLabel = "sequence-parallel grads";
-  for (const LocalParam &param : params)
-    if (param.sequencePartial)
-      for (const ParamPiece &piece : param.pieces)
-        wx::AllReduceOp::create(
-            builder, loc, wx::ReduceKind::sum, piece.elements, gradsBuf.type,
-            bundle.family(Family::TP).getValue(),
-            ranges({gradsBuf.sub(piece.start, piece.elements)}),
-            ranges({gradsBuf.sub(piece.start, piece.elements)}), phase());
-
-  // The copies of a tied embedding on the first and last pipeline rank each
-  // hold part of its gradient: sum them, so both take the same step.
-  phaseLabel = "tied grads";
-  for (const LocalParam &param : params)
-    if (param.tiedAcrossStages)
-      for (const ParamPiece &piece : param.pieces)
-        wx::AllReduceOp::create(
-            builder, loc, wx::ReduceKind::sum, piece.elements, gradsBuf.type,
-            bundle.family(Family::Tied).getValue(),
-            ranges({gradsBuf.sub(piece.start, piece.elements)}),
-            ranges({gradsBuf.sub(piece.start, piece.elements)}), phase());
-
-  // The DP sync, one collective per slot in slot order (ZeRO 1-3: a
+  // The DP sync, one collective per slot in slot order (ZeRO-1: a
   // reduce-scatter into this rank's piece of the gradient shard; ZeRO-0: an
   // in-place all-reduce); weft-overlap-grad-sync moves them under the
   // backward and buckets the all-reduces.
-  phaseLabel = "grad sync";
   if (par.dp > 1) {
     StringRef dp = bundle.family(Family::DP).getValue();
     for (const LocalParam &param : params)
