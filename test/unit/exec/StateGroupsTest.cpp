@@ -158,6 +158,47 @@ TEST(StateGroups, FactsFollowCopiesAndReductionsToTheGradientSources) {
                 StateGroup::Activations, StateGroup::Activations}));
 }
 
+TEST(StateGroups, AReduceScatterOfGradientsWritesGradients) {
+  // ZeRO-2/3's later micro-batches: a gradient is reduce-scattered into a
+  // staging buffer that an add folds into the shard. The staging buffer
+  // holds gradients (weft-inspect: comm_buckets, not activations), though
+  // nothing after it is a reduction or copy into a known gradient.
+  using namespace weft::plan;
+  Bundle bundle;
+  Program program;
+  auto add = [&](int64_t offset, int64_t size) {
+    Buffer b;
+    b.id = int64_t(program.buffers.size());
+    b.name = "x" + std::to_string(b.id);
+    b.region = Region::Arena;
+    b.offset = offset;
+    b.size = size;
+    program.buffers.push_back(b);
+    return BufferRange{b.id, 0, size};
+  };
+  BufferRange grad = add(0, 128);  // the backward writes it
+  BufferRange part = add(128, 64); // the reduce-scatter's output
+  BufferRange other = add(192, 64);
+  Instruction backward;
+  backward.opcode = Opcode::Kernel;
+  backward.writes = {grad};
+  Instruction gradNorm;
+  gradNorm.opcode = Opcode::GradNorm;
+  gradNorm.reads = {grad};
+  gradNorm.writes = {other};
+  Instruction scatter;
+  scatter.opcode = Opcode::ReduceScatter;
+  scatter.reads = {grad};
+  scatter.writes = {part};
+  program.streams.push_back({"compute", {backward, gradNorm, scatter}});
+  std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
+  ASSERT_EQ(facts.size(), 3u);
+  EXPECT_TRUE(facts[0].gradients);
+  EXPECT_TRUE(facts[1].gradients);
+  EXPECT_FALSE(facts[1].computed); // only a reduction writes it
+  EXPECT_FALSE(facts[2].gradients);
+}
+
 TEST(StateGroups, LayoutCoalescesRangesAndTheArenaIsOneRange) {
   weft::test::MlpConfig config;
   config.variant = "zero1";
