@@ -254,11 +254,14 @@ public:
                    const std::vector<Operand> &writes,
                    const std::string &where) override;
   bool communicationDone(int64_t stream) override {
-    MPI_Request &request = requests_[size_t(stream)];
-    if (request == MPI_REQUEST_NULL)
+    std::vector<MPI_Request> &requests = requests_[size_t(stream)];
+    if (requests.empty())
       return true;
     int complete = 0;
-    MPI_Test(&request, &complete, MPI_STATUS_IGNORE);
+    MPI_Testall(int(requests.size()), requests.data(), &complete,
+                MPI_STATUSES_IGNORE);
+    if (complete)
+      requests.clear(); // keeps the capacity reserved at connect
     return complete != 0;
   }
 
@@ -292,7 +295,9 @@ private:
   int rank_ = 0;
   std::unique_ptr<MpiChannels> channels_;
   std::vector<std::vector<MpiCall>> calls_; // [stream][instruction]
-  std::vector<MPI_Request> requests_;       // per stream: pending operation
+  /// Per stream: the requests of the pending operation, one per member
+  /// (capacity reserved at connect, so communicate() never allocates).
+  std::vector<std::vector<MPI_Request>> requests_;
   std::vector<std::vector<std::byte>> staging_;
   std::vector<Mapping> regions_;
   int64_t inUse_ = 0;                   // mapped and not decommitted
@@ -304,7 +309,7 @@ private:
 void CpuBackend::prepare(const plan::Bundle &bundle,
                          const plan::Program &program) {
   program_ = &program;
-  requests_.assign(program.streams.size(), MPI_REQUEST_NULL);
+  requests_.assign(program.streams.size(), {});
   kernels_.assign(bundle.kernels.size(), {});
   for (const plan::Kernel &kernel : bundle.kernels) {
     const KernelSpec *spec = findKernel(kernel.name);
@@ -633,9 +638,12 @@ void CpuBackend::connect(const plan::Bundle &bundle, int rank, int,
   for (size_t s = 0; s < program.streams.size(); ++s) {
     const plan::Stream &stream = program.streams[s];
     calls_[s].resize(stream.instructions.size());
+    size_t members = 0;
     for (size_t i = 0; i < stream.instructions.size(); ++i) {
       const Instruction &inst = stream.instructions[i];
       MpiCall &call = calls_[s][i];
+      if (plan::isCollective(inst.opcode) || plan::isPointToPoint(inst.opcode))
+        members = std::max(members, plan::memberCount(inst));
       if (plan::isCollective(inst.opcode)) {
         call.comm = channels_->collective.at({inst.group, stream.name});
         call.peer = int(inst.peer);
@@ -663,6 +671,8 @@ void CpuBackend::connect(const plan::Bundle &bundle, int rank, int,
         break;
       }
     }
+    // One request per member of the stream's largest collective.
+    requests_[s].reserve(members);
   }
 }
 
@@ -677,47 +687,62 @@ void CpuBackend::communicate(const Instruction &inst, int64_t stream,
     throw Error("rank " + std::to_string(rank_) + " " + where +
                 ": not an instruction of the connected program");
   const MpiCall &p = calls_[size_t(stream)][index];
-  MPI_Request &request = requests_[size_t(stream)];
-  int count = int(inst.count);
-  int rc = MPI_SUCCESS;
-  switch (inst.opcode) {
-  case Opcode::AllReduce: {
-    const void *in =
-        reads[0].data == writes[0].data ? MPI_IN_PLACE : reads[0].data;
-    rc = MPI_Iallreduce(in, writes[0].data, count, p.type, p.op, p.comm,
-                        &request);
-    break;
+  // One non-blocking call per member (all_reduce, reduce_scatter and
+  // all_gather may have several; every other opcode has one), issued in
+  // member order on every rank of the group; communicationDone() tests them
+  // all.
+  std::vector<MPI_Request> &requests = requests_[size_t(stream)];
+  size_t members = operandMembers(inst, reads);
+  requests.assign(members, MPI_REQUEST_NULL); // within the reserved capacity
+  int64_t elementSize = plan::elementBytes(inst.dtype);
+  for (size_t m = 0; m < members; ++m) {
+    int count = int(operandMemberElements(inst, reads, writes, m));
+    MPI_Request *request = &requests[m];
+    int rc = MPI_SUCCESS;
+    switch (inst.opcode) {
+    case Opcode::AllReduce: {
+      const void *in =
+          reads[m].data == writes[m].data ? MPI_IN_PLACE : reads[m].data;
+      rc = MPI_Iallreduce(in, writes[m].data, count, p.type, p.op, p.comm,
+                          request);
+      break;
+    }
+    case Opcode::ReduceScatter:
+      rc = MPI_Ireduce_scatter_block(reads[m].data, writes[m].data, count,
+                                     p.type, p.op, p.comm, request);
+      break;
+    case Opcode::AllGather: {
+      // In place when the input is this rank's block of the output.
+      int64_t block = int64_t(count) * elementSize;
+      const void *in = reads[m].data == writes[m].data + p.index * block
+                           ? MPI_IN_PLACE
+                           : reads[m].data;
+      rc = MPI_Iallgather(in, count, p.type, writes[m].data, count, p.type,
+                          p.comm, request);
+      break;
+    }
+    case Opcode::Broadcast:
+      rc = MPI_Ibcast(writes[0].data, count, p.type, p.peer, p.comm, request);
+      break;
+    case Opcode::Send:
+      rc = MPI_Isend(reads[0].data, count, p.type, p.peer, 0, p.comm, request);
+      break;
+    case Opcode::Recv:
+      rc = MPI_Irecv(writes[0].data, count, p.type, p.peer, 0, p.comm, request);
+      break;
+    default:
+      throw Error("rank " + std::to_string(rank_) + " " + where + ": " +
+                  std::string(plan::toString(inst.opcode)) +
+                  " is not a communication instruction");
+    }
+    if (rc != MPI_SUCCESS)
+      throw Error("rank " + std::to_string(rank_) + " " + where + ": " +
+                  std::string(plan::toString(inst.opcode)) +
+                  (members > 1 ? " (member " + std::to_string(m) + " of " +
+                                     std::to_string(members) + ")"
+                               : std::string()) +
+                  " failed in MPI");
   }
-  case Opcode::ReduceScatter:
-    rc = MPI_Ireduce_scatter_block(reads[0].data, writes[0].data, count, p.type,
-                                   p.op, p.comm, &request);
-    break;
-  case Opcode::AllGather: {
-    int64_t block = inst.count * plan::elementBytes(inst.dtype);
-    const void *in = reads[0].data == writes[0].data + p.index * block
-                         ? MPI_IN_PLACE
-                         : reads[0].data;
-    rc = MPI_Iallgather(in, count, p.type, writes[0].data, count, p.type,
-                        p.comm, &request);
-    break;
-  }
-  case Opcode::Broadcast:
-    rc = MPI_Ibcast(writes[0].data, count, p.type, p.peer, p.comm, &request);
-    break;
-  case Opcode::Send:
-    rc = MPI_Isend(reads[0].data, count, p.type, p.peer, 0, p.comm, &request);
-    break;
-  case Opcode::Recv:
-    rc = MPI_Irecv(writes[0].data, count, p.type, p.peer, 0, p.comm, &request);
-    break;
-  default:
-    throw Error("rank " + std::to_string(rank_) + " " + where + ": " +
-                std::string(plan::toString(inst.opcode)) +
-                " is not a communication instruction");
-  }
-  if (rc != MPI_SUCCESS)
-    throw Error("rank " + std::to_string(rank_) + " " + where + ": " +
-                std::string(plan::toString(inst.opcode)) + " failed in MPI");
 }
 
 std::unique_ptr<Backend> makeCpuBackend() {

@@ -117,6 +117,28 @@ namespace {
 
 double now() { return MPI_Wtime(); }
 
+/// Whether `later` may be issued in one NCCL group with `earlier`: neither
+/// writes bytes the other reads or writes. NCCL does not order the
+/// operations of a group, so a reduce-scatter followed by an all-reduce of
+/// its output must not share one. Broadcast reads its own range on the root,
+/// which its write covers.
+bool independent(const Instruction &earlier, const Instruction &later) {
+  auto touches = [](const std::vector<plan::BufferRange> &ranges,
+                    const plan::BufferRange &range) {
+    for (const plan::BufferRange &other : ranges)
+      if (other.overlaps(range))
+        return true;
+    return false;
+  };
+  for (const plan::BufferRange &write : later.writes)
+    if (touches(earlier.reads, write) || touches(earlier.writes, write))
+      return false;
+  for (const plan::BufferRange &read : later.reads)
+    if (touches(earlier.writes, read))
+      return false;
+  return true;
+}
+
 } // namespace
 
 std::vector<std::pair<size_t, size_t>>
@@ -132,9 +154,18 @@ communicationBuckets(const plan::Stream &stream) {
       ++i;
       continue;
     }
+    // Extend the run while the next instruction communicates and is
+    // independent of every instruction already in it; one that is not
+    // starts the next run.
     size_t j = i + 1;
-    while (j < insts.size() && communicates(j))
+    while (j < insts.size() && communicates(j)) {
+      bool fits = true;
+      for (size_t k = i; k < j && fits; ++k)
+        fits = independent(insts[k], insts[j]);
+      if (!fits)
+        break;
       ++j;
+    }
     if (j - i >= 2)
       buckets.emplace_back(i, j);
     i = j;
@@ -301,8 +332,12 @@ void Session::validateLocally() {
             throw Error(at + ": group family " + std::to_string(inst.group) +
                         " has no group containing rank " +
                         std::to_string(rank_));
-          if (inst.count > INT_MAX / std::max<int64_t>(1, group->size()))
-            throw Error(at + ": count " + std::to_string(inst.count) +
+          // One MPI call per member: the largest member must fit an int.
+          int64_t largest = 0;
+          for (size_t m = 0; m < plan::memberCount(inst); ++m)
+            largest = std::max(largest, plan::memberElements(inst, m));
+          if (largest > INT_MAX / std::max<int64_t>(1, group->size()))
+            throw Error(at + ": count " + std::to_string(largest) +
                         " exceeds what one MPI call moves");
           bool reduces = inst.opcode == Opcode::AllReduce ||
                          inst.opcode == Opcode::ReduceScatter;

@@ -76,8 +76,9 @@ std::vector<BufferFacts> analyzeBuffers(const plan::Bundle &bundle,
   std::vector<bool> allGathered(n, false);
   for (const plan::Stream &stream : program.streams)
     for (const plan::Instruction &inst : stream.instructions)
-      if (inst.opcode == Opcode::AllGather && !inst.reads.empty())
-        allGathered[size_t(inst.reads[0].buffer)] = true;
+      if (inst.opcode == Opcode::AllGather)
+        for (const plan::BufferRange &range : inst.reads) // every member
+          allGathered[size_t(range.buffer)] = true;
 
   // Direct facts, one instruction at a time. Per buffer also: the one
   // instruction touching it (release aside), if only one does, and whether
@@ -147,28 +148,33 @@ std::vector<BufferFacts> analyzeBuffers(const plan::Bundle &bundle,
     changed = false;
     for (const plan::Stream &stream : program.streams)
       for (const plan::Instruction &inst : stream.instructions) {
-        if (inst.reads.empty() || inst.writes.empty())
-          continue;
-        size_t in = size_t(inst.reads[0].buffer),
-               out = size_t(inst.writes[0].buffer);
-        if (inst.opcode == Opcode::AllGather && holdsParams(in) &&
-            !facts[out].gathered) {
-          facts[out].gathered = facts[out].params = true;
-          changed = true;
-        }
         bool feeds = inst.opcode == Opcode::AllReduce ||
                      inst.opcode == Opcode::ReduceScatter ||
                      inst.opcode == Opcode::Copy;
-        if (feeds && facts[out].gradients && !facts[in].gradients) {
-          facts[in].gradients = true;
-          changed = true;
-        }
-        // A reduce-scatter of gradients into a staging buffer (ZeRO-2/3's
-        // later micro-batches, added to the shard).
-        if (inst.opcode == Opcode::ReduceScatter && facts[in].gradients &&
-            !facts[out].gradients) {
-          facts[out].gradients = true;
-          changed = true;
+        if (!feeds && inst.opcode != Opcode::AllGather)
+          continue;
+        // Input i to output i: a copy's one pair, or each member of a
+        // collective.
+        size_t pairs = std::min(inst.reads.size(), inst.writes.size());
+        for (size_t m = 0; m < pairs; ++m) {
+          size_t in = size_t(inst.reads[m].buffer),
+                 out = size_t(inst.writes[m].buffer);
+          if (inst.opcode == Opcode::AllGather && holdsParams(in) &&
+              !facts[out].gathered) {
+            facts[out].gathered = facts[out].params = true;
+            changed = true;
+          }
+          if (feeds && facts[out].gradients && !facts[in].gradients) {
+            facts[in].gradients = true;
+            changed = true;
+          }
+          // A reduce-scatter of gradients into a staging buffer (ZeRO-2/3's
+          // later micro-batches, added to the shard).
+          if (inst.opcode == Opcode::ReduceScatter && facts[in].gradients &&
+              !facts[out].gradients) {
+            facts[out].gradients = true;
+            changed = true;
+          }
         }
       }
   }
@@ -245,9 +251,11 @@ StateGroupLayout weightsSnapshotLayout(const plan::Bundle &bundle,
                !facts[b].masterParams && !facts[b].optimizerState;
   for (const plan::Stream &stream : program.streams)
     for (const plan::Instruction &inst : stream.instructions)
-      if (inst.opcode == plan::Opcode::AllGather && !inst.writes.empty() &&
-          facts[size_t(inst.writes[0].buffer)].gathered)
-        saved[size_t(inst.reads[0].buffer)] = true;
+      if (inst.opcode == plan::Opcode::AllGather)
+        for (size_t m = 0; m < std::min(inst.reads.size(), inst.writes.size());
+             ++m) // every member
+          if (facts[size_t(inst.writes[m].buffer)].gathered)
+            saved[size_t(inst.reads[m].buffer)] = true;
   // A host staging copy of saved device weights (optimizer offload writes
   // the updated weights to host memory and copies them to the device).
   for (const plan::Stream &stream : program.streams)

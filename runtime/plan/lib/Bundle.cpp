@@ -136,6 +136,23 @@ bool weft::plan::isPointToPoint(Opcode opcode) {
   return opcode == Opcode::Send || opcode == Opcode::Recv;
 }
 
+bool weft::plan::hasMembers(Opcode opcode) {
+  return opcode == Opcode::AllReduce || opcode == Opcode::ReduceScatter ||
+         opcode == Opcode::AllGather;
+}
+
+size_t weft::plan::memberCount(const Instruction &inst) {
+  return hasMembers(inst.opcode) ? inst.reads.size() : 1;
+}
+
+int64_t weft::plan::memberElements(const Instruction &inst, size_t member) {
+  if (!hasMembers(inst.opcode))
+    return inst.count;
+  const std::vector<BufferRange> &side =
+      inst.opcode == Opcode::ReduceScatter ? inst.writes : inst.reads;
+  return side[member].bytes / elementBytes(inst.dtype);
+}
+
 bool weft::plan::hostOperandsAllowed(Opcode opcode, bool allOperandsOnHost) {
   if (opcode == Opcode::Copy || opcode == Opcode::Fill)
     return true;

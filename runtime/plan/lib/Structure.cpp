@@ -284,6 +284,12 @@ private:
       error(path + (inst.opcode == Opcode::Broadcast ? ".root" : ".peer"),
             "peer " + str(inst.peer) + " is outside the " + str(size) +
                 "-rank groups of family " + str(inst.group));
+    if (hasMembers(inst.opcode) && inst.reads.size() != inst.writes.size())
+      return; // reported with the operand counts
+    if (hasMembers(inst.opcode) && inst.reads.size() > 1) {
+      checkMembers(inst, size, path);
+      return;
+    }
     int64_t bytes = inst.count * elementBytes(inst.dtype);
     switch (inst.opcode) {
     case Opcode::AllReduce:
@@ -308,6 +314,74 @@ private:
     default:
       break;
     }
+  }
+
+  /// A collective of k > 1 members (reads[i] / writes[i]): each member holds
+  /// whole elements on the side that has its per-rank count (reduce_scatter:
+  /// writes, otherwise reads), the other side holds what the opcode needs
+  /// for that count, the members' counts sum to `count`, and the members are
+  /// independent: no member writes bytes another member reads or writes.
+  void checkMembers(const Instruction &inst, int64_t size,
+                    const std::string &path) {
+    std::string op(toString(inst.opcode)), dtype(toString(inst.dtype));
+    int64_t elementSize = elementBytes(inst.dtype);
+    bool scatter = inst.opcode == Opcode::ReduceScatter;
+    const std::vector<BufferRange> &base = scatter ? inst.writes : inst.reads;
+    const std::vector<BufferRange> &other = scatter ? inst.reads : inst.writes;
+    const char *baseKey = scatter ? ".writes" : ".reads";
+    const char *otherKey = scatter ? ".reads" : ".writes";
+    int64_t factor = inst.opcode == Opcode::AllReduce ? 1 : size;
+    int64_t total = 0;
+    bool whole = true;
+    std::string terms;
+    for (size_t i = 0; i < base.size(); ++i) {
+      if (base[i].bytes <= 0) { // reported by checkRange
+        whole = false;
+        continue;
+      }
+      if (base[i].bytes % elementSize != 0) {
+        error(at(path + baseKey, i) + ".bytes",
+              "member " + str(i) + " of " + op + " holds " +
+                  str(base[i].bytes) + " bytes, not a whole number of " +
+                  dtype + " elements");
+        whole = false;
+        continue;
+      }
+      int64_t elements = base[i].bytes / elementSize;
+      total += elements;
+      if (i < 8)
+        terms += (i ? " + " : "") + str(elements);
+      else if (i == 8)
+        terms += " + ...";
+      if (other[i].bytes != base[i].bytes * factor)
+        error(at(path + otherKey, i) + ".bytes",
+              "member " + str(i) + " of " + op + " (" + str(elements) + " " +
+                  dtype + (factor > 1 ? " over " + str(size) + " ranks" : "") +
+                  ") needs " + str(base[i].bytes * factor) + " bytes, got " +
+                  str(other[i].bytes));
+    }
+    if (whole && total != inst.count)
+      error(path + ".count", op + " of " + str(inst.count) + " " + dtype +
+                                 ": its " + str(base.size()) +
+                                 " members hold " + str(total) + " elements (" +
+                                 terms + ")");
+    // Independence; a member's own read and write may alias (in place).
+    for (size_t j = 1; j < inst.reads.size(); ++j)
+      for (size_t i = 0; i < j; ++i) {
+        const char *key = nullptr, *theirs = nullptr;
+        if (inst.writes[j].overlaps(inst.writes[i]))
+          key = ".writes", theirs = "writes";
+        else if (inst.writes[j].overlaps(inst.reads[i]))
+          key = ".writes", theirs = "reads";
+        else if (inst.reads[j].overlaps(inst.writes[i]))
+          key = ".reads", theirs = "writes";
+        if (!key)
+          continue;
+        error(at(path + key, j), "member " + str(j) + " of " + op +
+                                     " overlaps member " + str(i) + "'s " +
+                                     theirs);
+        return;
+      }
   }
 
   /// Host-region buffers are touched only by instructions a host can run or
@@ -396,7 +470,15 @@ private:
     case Opcode::AllReduce:
     case Opcode::ReduceScatter:
     case Opcode::AllGather:
-      checkOperandCount(inst, path, 1, 1, 1, 1);
+      // k >= 1 members: reads[i] and writes[i] are member i.
+      checkOperandCount(inst, path, 1, -1, 1, -1);
+      if (!inst.reads.empty() && !inst.writes.empty() &&
+          inst.reads.size() != inst.writes.size())
+        error(path + ".writes", std::string(toString(inst.opcode)) + " has " +
+                                    str(inst.reads.size()) +
+                                    " reads ranges but " +
+                                    str(inst.writes.size()) +
+                                    " writes ranges (one of each per member)");
       checkCommunication(inst, program, path);
       break;
     case Opcode::Broadcast:

@@ -50,13 +50,37 @@ std::string bufferText(const Program &program, int64_t buffer) {
   return "buffer " + str(buffer) + " '" + program.buffers[buffer].name + "'";
 }
 
-std::string operationText(const Instruction &inst) {
+/// Whether two collectives split their count into the same members (both
+/// of an opcode with members; otherwise there is nothing to compare).
+bool sameMembers(const Instruction &a, const Instruction &b) {
+  if (!hasMembers(a.opcode) || !hasMembers(b.opcode))
+    return true;
+  size_t members = memberCount(a);
+  if (memberCount(b) != members)
+    return false;
+  for (size_t i = 0; i < members; ++i)
+    if (memberElements(a, i) != memberElements(b, i))
+      return false;
+  return true;
+}
+
+/// "all_reduce of 64 f32 (sum)"; with `members`, followed by the member
+/// split: " in 2 members (32, 32)".
+std::string operationText(const Instruction &inst, bool members = false) {
   std::string text = std::string(toString(inst.opcode)) + " of " +
                      str(inst.count) + " " + std::string(toString(inst.dtype));
   if (inst.opcode == Opcode::AllReduce || inst.opcode == Opcode::ReduceScatter)
     text += " (" + std::string(toString(inst.reduce)) + ")";
   if (inst.opcode == Opcode::Broadcast)
     text += " (root " + str(inst.peer) + ")";
+  if (members && hasMembers(inst.opcode)) {
+    size_t count = memberCount(inst);
+    text += " in " + str(int64_t(count)) +
+            (count == 1 ? " member (" : " members (");
+    for (size_t i = 0; i < count; ++i)
+      text += (i ? ", " : "") + str(memberElements(inst, i));
+    text += ")";
+  }
   return text;
 }
 
@@ -219,19 +243,25 @@ private:
     const Instruction &a = current(first.rank, first.stream);
     const Instruction &b = current(next.rank, next.stream);
     bool p2p = isPointToPoint(a.opcode);
+    // Collectives with members must also split `count` alike: member i of
+    // one rank meets member i of every other. The message lists the members
+    // when the splits differ and one of them has several.
+    bool split = !p2p && !sameMembers(a, b);
+    bool members = split && (memberCount(a) > 1 || memberCount(b) > 1);
     bool agree =
         p2p ? a.opcode != b.opcode && a.count == b.count && a.dtype == b.dtype
             : a.opcode == b.opcode && a.count == b.count &&
                   a.dtype == b.dtype && a.reduce == b.reduce &&
-                  a.peer == b.peer;
+                  a.peer == b.peer && !split;
     if (agree)
       return;
     std::string what = p2p ? "send/recv pair"
                            : "collective on " + groupText(a.group, first.rank);
-    report(CheckKind::Matching,
-           "mismatched " + what + ": " + where(first.rank, first.stream) +
-               " is " + operationText(a) + " but " +
-               where(next.rank, next.stream) + " is " + operationText(b));
+    report(CheckKind::Matching, "mismatched " + what + ": " +
+                                    where(first.rank, first.stream) + " is " +
+                                    operationText(a, members) + " but " +
+                                    where(next.rank, next.stream) + " is " +
+                                    operationText(b, members));
   }
 
   /// "group 1 of family 0": the group of family `familyId` that `rank` uses.

@@ -387,9 +387,11 @@ private:
                            "stream " + std::to_string(s) + " " +
                                std::string(plan::toString(inst.opcode)));
       } else if (plan::isCollective(inst.opcode)) {
-        // World size 1: every collective is the identity.
-        if (reads[0].data != writes[0].data)
-          std::memmove(writes[0].data, reads[0].data, size_t(reads[0].bytes));
+        // World size 1: every collective is the identity, member by member
+        // (a broadcast reads nothing).
+        for (size_t m = 0; m < std::min(reads.size(), writes.size()); ++m)
+          if (reads[m].data != writes[m].data)
+            std::memmove(writes[m].data, reads[m].data, size_t(reads[m].bytes));
       } else {
         FAIL() << "send/recv at world size 1";
       }
@@ -621,6 +623,27 @@ TEST(CudaGpu, NcclWorldSizeOne) {
         ASSERT_EQ(out[256 + i], in[i]) << plan::toString(op);
         ASSERT_EQ(out[512 + i], in[i]) << plan::toString(op);
       }
+    }
+  }
+  // One instruction of three members (three NCCL calls in one group, here
+  // nested in a bucket), member 2 in place: each member moves its slice.
+  const Operand a0{arena, 512, DType::F32}, a1{arena + 512, 256, DType::F32},
+      a2{arena + 768, 256, DType::F32}, b0{arena + 1024, 512, DType::F32},
+      b1{arena + 1536, 256, DType::F32};
+  std::vector<float> zeros(512, 0.0f);
+  for (Opcode op :
+       {Opcode::AllReduce, Opcode::AllGather, Opcode::ReduceScatter}) {
+    gpu->copyToDevice(arena + 1024, reinterpret_cast<std::byte *>(zeros.data()),
+                      2048);
+    inst.opcode = op;
+    gpu->beginBucket();
+    gpu->communicate(inst, 0, {a0, a1, a2}, {b0, b1, a2}, "test");
+    gpu->endBucket();
+    std::vector<float> out(768);
+    gpu->copyToHost(reinterpret_cast<std::byte *>(out.data()), arena, 3072);
+    for (size_t i = 0; i < 256; ++i) {
+      ASSERT_EQ(out[i], in[i]) << plan::toString(op);
+      ASSERT_EQ(out[256 + i], i < 192 ? in[i] : 0.0f) << plan::toString(op);
     }
   }
   // Errors name the rank and the instruction.

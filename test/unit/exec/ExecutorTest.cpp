@@ -4,7 +4,10 @@
 // memory after one step: every opcode, event ordering between streams, the
 // kernel ABI checks, parameter initialization and the LR schedule; f16
 // storage wherever an opcode takes it (HalfTwoRanks: f16 collectives, run
-// under mpirun -np 2 by its own ctest entry; it skips itself elsewhere).
+// under mpirun -np 2 by its own ctest entry; it skips itself elsewhere);
+// collectives with several members against single-member ones, on one rank
+// and on two (CoalescedTwoRanks, its own ctest entry as well), and the
+// communication buckets a coalescing backend issues.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,7 +24,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <unistd.h>
 
 using namespace weft;
@@ -44,6 +49,9 @@ struct OneRank {
   Bundle bundle;
   Program program;
   int64_t persistentEnd = 0, arenaEnd = 0, hostEnd = 0;
+  /// The programs of roles 1, 2, ...: each a copy of `program` (role 0's)
+  /// that its function edits at open().
+  std::vector<std::function<void(Program &)>> otherRoles;
 
   OneRank() {
     bundle.model = {"unit", "test"};
@@ -92,6 +100,12 @@ struct OneRank {
     program.arenaBytes = std::max<int64_t>(arenaEnd, 64);
     program.hostBytes = hostEnd;
     bundle.programs = {program};
+    for (const auto &edit : otherRoles) {
+      Program other = program;
+      other.role = int64_t(bundle.programs.size());
+      edit(other);
+      bundle.programs.push_back(std::move(other));
+    }
     std::string dir = tempPath("bundle");
     writeBundle(bundle, dir);
     exec::Options options;
@@ -786,4 +800,225 @@ TEST(HalfTwoRanks, F16CollectivesReduceInFp32AndMoveBits) {
   for (uint16_t bits : bitsOf(toF16(mine[1])))
     both.push_back(bits);
   EXPECT_EQ(bitsOf(read<kernels::F16>(*session, gathered)), both);
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives with several members (format version 5)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Every collective of a 3-member set run twice on one stream: once as one
+/// instruction of three members, once as three single-member instructions,
+/// on their own output buffers and the same inputs. Member m moves c[m]
+/// elements per rank; the all_gather's member 0 and the all_reduce are in
+/// place (the all_reduce's members are three slices of one buffer).
+struct CoalescedPlan {
+  static constexpr int64_t c[3] = {8, 4, 2};
+  static constexpr int64_t total = 14;
+  OneRank r;
+  int64_t ranks = 1;
+  int64_t scatterIn[3], gatherIn[3];
+  // [0]: the members, [1]: the single-member instructions.
+  int64_t scatterOut[2][3], gatherOut[2][3], sum[2];
+  size_t gathers[2] = {0, 0}; // the instructions with the in-place member
+
+  explicit CoalescedPlan(int64_t ranks) : ranks(ranks) {
+    if (ranks == 2) {
+      r.bundle.mesh = {2, 1, 1};
+      r.bundle.rankRoles = {0, 1};
+      r.bundle.groups[0].groups = {{0, 1}};
+      r.bundle.training.globalBatch *= 2;
+      r.bundle.prediction.peakMemoryBytes = {0, 0};
+    }
+    for (int64_t m = 0; m < 3; ++m) {
+      scatterIn[m] = r.add(Region::Persistent, ranks * c[m]);
+      gatherIn[m] = r.add(Region::Persistent, c[m]); // member 0: unused
+    }
+    for (int v = 0; v < 2; ++v) {
+      for (int64_t m = 0; m < 3; ++m) {
+        scatterOut[v][m] = r.add(Region::Persistent, c[m]);
+        gatherOut[v][m] = r.add(Region::Persistent, ranks * c[m]);
+      }
+      sum[v] = r.add(Region::Persistent, total);
+    }
+    for (int v = 0; v < 2; ++v) {
+      // Member m's ranges of each collective, and the all_reduce slice.
+      auto scatter = [&](int64_t m) {
+        return std::pair{r.all(scatterIn[m]), r.all(scatterOut[v][m])};
+      };
+      auto gather = [&](int64_t m) {
+        BufferRange in = m == 0 ? BufferRange{gatherOut[v][0], 0, c[0] * 4}
+                                : r.all(gatherIn[m]);
+        return std::pair{in, r.all(gatherOut[v][m])};
+      };
+      auto slice = [&](int64_t m) {
+        int64_t offset = m == 0 ? 0 : m == 1 ? c[0] : c[0] + c[1];
+        BufferRange range{sum[v], offset * 4, c[m] * 4};
+        return std::pair{range, range};
+      };
+      for (Opcode opcode :
+           {Opcode::ReduceScatter, Opcode::AllGather, Opcode::AllReduce}) {
+        auto member = [&](int64_t m) {
+          return opcode == Opcode::ReduceScatter ? scatter(m)
+                 : opcode == Opcode::AllGather   ? gather(m)
+                                                 : slice(m);
+        };
+        for (int64_t first = 0; first < 3; first += v == 0 ? 3 : 1) {
+          int64_t last = v == 0 ? 3 : first + 1;
+          if (opcode == Opcode::AllGather && first == 0)
+            gathers[v] = r.program.streams[0].instructions.size();
+          std::vector<BufferRange> reads, writes;
+          int64_t count = 0;
+          for (int64_t m = first; m < last; ++m) {
+            reads.push_back(member(m).first);
+            writes.push_back(member(m).second);
+            count += c[m];
+          }
+          Instruction &inst = r.emit(opcode, reads, writes);
+          inst.group = 0;
+          inst.count = count;
+        }
+      }
+    }
+    // The in-place member reads the rank's own block: role 1's differs.
+    if (ranks == 2)
+      r.otherRoles.push_back([this](Program &program) {
+        for (size_t index : gathers)
+          program.streams[0].instructions[index].reads[0].offset = c[0] * 4;
+      });
+  }
+
+  /// A distinct float per (rank, tensor, element), exact in sums of two.
+  static float value(int64_t rank, int64_t tensor, int64_t i) {
+    return float(rank * 1000 + tensor * 100 + i) + 0.25f * float(rank + 1);
+  }
+  static std::vector<float> values(int64_t rank, int64_t tensor, int64_t n,
+                                   int64_t from = 0) {
+    std::vector<float> out;
+    for (int64_t i = from; i < from + n; ++i)
+      out.push_back(value(rank, tensor, i));
+    return out;
+  }
+
+  /// This rank's inputs; the rest of the outputs is poisoned.
+  void fill(const Session &session, int64_t rank) const {
+    for (int64_t m = 0; m < 3; ++m) {
+      write(session, scatterIn[m], values(rank, m, ranks * c[m]));
+      write(session, gatherIn[m], values(rank, 10 + m, c[m]));
+    }
+    for (int v = 0; v < 2; ++v) {
+      for (int64_t m = 0; m < 3; ++m) {
+        write(session, scatterOut[v][m], std::vector<float>(c[m], -1.0f));
+        write(session, gatherOut[v][m],
+              std::vector<float>(ranks * c[m], -1.0f));
+      }
+      // The in-place member's input: this rank's block of the output.
+      std::vector<float> block = values(rank, 10, c[0]);
+      std::copy(block.begin(), block.end(),
+                session.buffer(gatherOut[v][0]).as<float>() + rank * c[0]);
+      write(session, sum[v], values(rank, 20, total));
+    }
+  }
+
+  /// Checks both variants against the sums and concatenations of every
+  /// rank's inputs, and against each other byte for byte.
+  void check(const Session &session, int64_t rank) const {
+    auto sumOver = [&](int64_t tensor, int64_t n, int64_t from) {
+      std::vector<float> out(size_t(n), 0.0f);
+      for (int64_t q = 0; q < ranks; ++q)
+        for (int64_t i = 0; i < n; ++i)
+          out[size_t(i)] += value(q, tensor, from + i);
+      return out;
+    };
+    for (int v = 0; v < 2; ++v) {
+      SCOPED_TRACE(v == 0 ? "members" : "single-member instructions");
+      for (int64_t m = 0; m < 3; ++m) {
+        EXPECT_EQ(read<float>(session, scatterOut[v][m]),
+                  sumOver(m, c[m], rank * c[m]))
+            << "reduce_scatter member " << m;
+        std::vector<float> gathered;
+        for (int64_t q = 0; q < ranks; ++q)
+          for (float x : values(q, 10 + m, c[m]))
+            gathered.push_back(x);
+        EXPECT_EQ(read<float>(session, gatherOut[v][m]), gathered)
+            << "all_gather member " << m;
+      }
+      EXPECT_EQ(read<float>(session, sum[v]), sumOver(20, total, 0));
+    }
+    auto same = [&](int64_t a, int64_t b) {
+      exec::Operand x = session.buffer(a), y = session.buffer(b);
+      return x.bytes == y.bytes &&
+             std::memcmp(x.data, y.data, size_t(x.bytes)) == 0;
+    };
+    for (int64_t m = 0; m < 3; ++m) {
+      EXPECT_TRUE(same(scatterOut[0][m], scatterOut[1][m])) << m;
+      EXPECT_TRUE(same(gatherOut[0][m], gatherOut[1][m])) << m;
+    }
+    EXPECT_TRUE(same(sum[0], sum[1]));
+  }
+};
+
+} // namespace
+
+TEST(Executor, CollectiveMembersOnOneRank) {
+  CoalescedPlan plan(1);
+  auto session = plan.r.open();
+  for (int step = 0; step < 2; ++step) {
+    plan.fill(*session, 0);
+    session->runStep();
+    plan.check(*session, 0);
+  }
+}
+
+TEST(CoalescedTwoRanks, MembersGiveTheBytesOfSingleCollectives) {
+  int world = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world != 2)
+    GTEST_SKIP() << "needs mpirun -np 2 (ctest "
+                    "WeftRuntimeTests.two-ranks-coalesced)";
+  CoalescedPlan plan(2);
+  auto session = plan.r.open();
+  // Two steps: the requests of a stream are reused.
+  for (int step = 0; step < 2; ++step) {
+    plan.fill(*session, rank);
+    session->runStep();
+    plan.check(*session, rank);
+  }
+}
+
+TEST(Communication, BucketsSplitBeforeADependentInstruction) {
+  // NCCL does not order the operations of one group: a run of communication
+  // is split before an instruction that reads or writes what an earlier one
+  // of the run writes, or writes what it reads.
+  plan::Stream stream;
+  auto add = [&](Opcode opcode, std::vector<BufferRange> reads,
+                 std::vector<BufferRange> writes) {
+    Instruction inst;
+    inst.opcode = opcode;
+    inst.reads = std::move(reads);
+    inst.writes = std::move(writes);
+    stream.instructions.push_back(inst);
+  };
+  const BufferRange grad{0, 0, 128}, shard{1, 0, 64}, other{2, 0, 64},
+      gathered{3, 0, 128}, gathered2{4, 0, 128};
+  add(Opcode::ReduceScatter, {grad}, {shard});  // 0
+  add(Opcode::AllReduce, {shard}, {shard});     // 1: reduces 0's output
+  add(Opcode::AllGather, {other}, {gathered});  // 2: independent of 1
+  add(Opcode::AllGather, {other}, {gathered2}); // 3: reads what 2 reads
+  // 4: writes what 0 reads, but 0 is not in this run.
+  add(Opcode::AllReduce, {{0, 0, 128}}, {{0, 0, 128}});
+  add(Opcode::Send, {{3, 64, 64}}, {});     // 5: reads what 2 wrote
+  add(Opcode::Recv, {}, {{5, 0, 32}});      // 6
+  add(Opcode::Recv, {}, {{5, 28, 8}});      // 7: overlaps 6's write by 4 bytes
+  add(Opcode::Kernel, {}, {});              // 8
+  add(Opcode::Broadcast, {}, {{6, 0, 16}}); // 9
+  add(Opcode::AllGather, {{6, 0, 8}}, {{7, 0, 16}}); // 10: reads 9's
+  add(Opcode::AllGather, {{8, 0, 8}}, {{9, 0, 16}}); // 11
+  // A member of a multi-member instruction counts as well.
+  add(Opcode::AllReduce, {{10, 0, 8}, {9, 8, 8}}, {{10, 0, 8}, {9, 8, 8}});
+  using Runs = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(exec::communicationBuckets(stream),
+            (Runs{{1, 5}, {5, 7}, {10, 12}}));
 }

@@ -31,6 +31,19 @@ std::map<std::string, std::string> groupsByName(const plan::Bundle &bundle) {
   return out;
 }
 
+/// Appends a buffer named x<id> to `program`; its whole range.
+plan::BufferRange addBuffer(plan::Program &program, plan::Region region,
+                            int64_t offset, int64_t size) {
+  plan::Buffer b;
+  b.id = int64_t(program.buffers.size());
+  b.name = "x" + std::to_string(b.id);
+  b.region = region;
+  b.offset = offset;
+  b.size = size;
+  program.buffers.push_back(b);
+  return plan::BufferRange{b.id, 0, size};
+}
+
 } // namespace
 
 TEST(StateGroups, DataParallelPlan) {
@@ -111,14 +124,7 @@ TEST(StateGroups, FactsFollowCopiesAndReductionsToTheGradientSources) {
   Bundle bundle;
   Program program;
   auto add = [&](Region region, int64_t offset, int64_t size) {
-    Buffer b;
-    b.id = int64_t(program.buffers.size());
-    b.name = "x" + std::to_string(b.id);
-    b.region = region;
-    b.offset = offset;
-    b.size = size;
-    program.buffers.push_back(b);
-    return BufferRange{b.id, 0, size};
+    return addBuffer(program, region, offset, size);
   };
   BufferRange param = add(Region::Persistent, 0, 64);
   BufferRange grad = add(Region::Persistent, 64, 64);
@@ -197,6 +203,60 @@ TEST(StateGroups, AReduceScatterOfGradientsWritesGradients) {
   EXPECT_TRUE(facts[1].gradients);
   EXPECT_FALSE(facts[1].computed); // only a reduction writes it
   EXPECT_FALSE(facts[2].gradients);
+}
+
+TEST(StateGroups, EveryMemberOfACollectiveCounts) {
+  // A gradient bucket reduce-scattered as members: member 1's input is a
+  // gradient (grad_norm reads it), so its staging output holds gradients
+  // too; a 2-member all_gather whose member 1 gathers a parameter shard
+  // writes a gathered parameter, and the shard is what a weights snapshot
+  // saves.
+  using namespace weft::plan;
+  Bundle bundle;
+  Program program;
+  auto add = [&](Region region, int64_t offset, int64_t size) {
+    return addBuffer(program, region, offset, size);
+  };
+  BufferRange act = add(Region::Arena, 0, 128);        // 0
+  BufferRange grad = add(Region::Arena, 128, 128);     // 1
+  BufferRange part0 = add(Region::Arena, 256, 64);     // 2
+  BufferRange part1 = add(Region::Arena, 320, 64);     // 3
+  BufferRange norm = add(Region::Arena, 384, 4);       // 4
+  BufferRange other = add(Region::Persistent, 0, 64);  // 5
+  BufferRange shard = add(Region::Persistent, 64, 64); // 6
+  BufferRange full0 = add(Region::Arena, 512, 128);    // 7
+  BufferRange full1 = add(Region::Arena, 640, 128);    // 8
+  Instruction backward;
+  backward.opcode = Opcode::Kernel;
+  backward.writes = {act, grad};
+  Instruction gradNorm;
+  gradNorm.opcode = Opcode::GradNorm;
+  gradNorm.reads = {grad};
+  gradNorm.writes = {norm};
+  Instruction scatter;
+  scatter.opcode = Opcode::ReduceScatter;
+  scatter.reads = {act, grad};
+  scatter.writes = {part0, part1};
+  Instruction gather;
+  gather.opcode = Opcode::AllGather;
+  gather.reads = {other, shard};
+  gather.writes = {full0, full1};
+  program.streams.push_back({"compute", {backward, gradNorm, scatter, gather}});
+  Parameter w;
+  w.name = "w";
+  w.shape = {32};
+  w.shards.push_back({0, 6, 0, -1, 0, 0, 2, 32});
+  bundle.parameters.push_back(w);
+  std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
+  ASSERT_EQ(facts.size(), 9u);
+  EXPECT_TRUE(facts[1].gradients);
+  EXPECT_TRUE(facts[3].gradients); // member 1's output
+  EXPECT_FALSE(facts[2].gradients);
+  EXPECT_TRUE(facts[8].gathered); // member 1 gathers the shard
+  EXPECT_TRUE(facts[8].params);
+  EXPECT_FALSE(facts[7].gathered);
+  exec::StateGroupLayout layout = exec::weightsSnapshotLayout(bundle, program);
+  EXPECT_EQ(layout.buffers, std::vector<int64_t>{6});
 }
 
 TEST(StateGroups, LayoutCoalescesRangesAndTheArenaIsOneRange) {

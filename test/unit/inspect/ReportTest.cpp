@@ -95,6 +95,24 @@ TEST(Report, ProgramListsOneLinePerInstruction) {
   EXPECT_THROW(programJson(bundle, 2, std::nullopt), plan::Error);
 }
 
+TEST(Report, ProgramShowsTheMembersOfACollective) {
+  plan::Bundle bundle = coalescedBundle();
+  std::string text = programText(programJson(bundle, 1, std::nullopt));
+  EXPECT_NE(text.find("reduce_scatter 16 x f32 sum (3 members) on group 0 "
+                      "of family 0 (dp: 0-1)  reads g0[0:64] g1[0:32] "
+                      "g2[0:32]  writes s0[0:32] s1[0:16] s2[0:16]"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("all_gather     12 x f32 (2 members) on group 0 of "
+                      "family 0 (dp: 0-1)  reads s0[0:32] full1[16:32]  "
+                      "writes full0[0:64] full1[0:32]"),
+            std::string::npos)
+      << text;
+  // One member: as before.
+  std::string single = programText(programJson(zero3Bundle(), 0, "allgather"));
+  EXPECT_EQ(single.find("member"), std::string::npos) << single;
+}
+
 TEST(Report, TimelineComparesWithThePrediction) {
   plan::Bundle bundle = pipelineBundle();
   bundle.prediction.stepTimeS = 1280;

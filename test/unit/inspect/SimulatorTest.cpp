@@ -244,6 +244,48 @@ TEST(Simulator, ReplicasSharingProgramsTimeLikeOneProgramPerRank) {
                      perRankTimeline.roles[role].end);
 }
 
+TEST(Simulator, CollectiveMembersPayTheLatencyOnce) {
+  // 25 f32 (100 B) all-reduced over two ranks as one instruction of four
+  // members or as four instructions: the same bytes (100 s at 1 B/s), but
+  // the ring's two 1 s hops are paid once instead of four times.
+  const int64_t members[4] = {6, 6, 6, 7};
+  auto bundleOf = [&](bool coalesced) {
+    Bundle bundle = baseBundle({2, 1, 1}, 1);
+    bundle.groups.push_back({0, GroupKind::DP, {{0, 1}}});
+    bundle.rankRoles = {0, 0};
+    Program program;
+    program.persistentBytes = 128;
+    program.buffers = {buffer(0, "grads", Region::Persistent, 0, 100)};
+    std::vector<BufferRange> ranges;
+    for (int64_t m = 0, offset = 0; m < 4; offset += members[m++] * 4)
+      ranges.push_back({0, offset, members[m] * 4});
+    std::vector<Instruction> insts;
+    if (coalesced)
+      insts.push_back(comm(Opcode::AllReduce, 0, 25, ranges, ranges, "bwd"));
+    else
+      for (int64_t m = 0; m < 4; ++m)
+        insts.push_back(comm(Opcode::AllReduce, 0, members[m],
+                             {ranges[size_t(m)]}, {ranges[size_t(m)]}, "bwd"));
+    program.streams.push_back({"compute", insts});
+    bundle.programs.push_back(program);
+    return bundle;
+  };
+  planner::Cluster cluster = unitCluster();
+  cluster.intraNodeLatencyUs = 1e6; // 1 s per ring hop
+  auto stepTime = [&](const Bundle &bundle) {
+    EXPECT_TRUE(plan::verify(bundle).ok());
+    InstructionCosts costs(bundle, cluster, unitConstants());
+    return simulate(bundle, costs).stepTimeS;
+  };
+  Bundle coalesced = bundleOf(true);
+  InstructionCosts costs(coalesced, cluster, unitConstants());
+  const Instruction &all = coalesced.programs[0].streams[0].instructions[0];
+  EXPECT_DOUBLE_EQ(costs.commBytes(all), 100);
+  EXPECT_DOUBLE_EQ(costs.seconds(all, 0), 100 + 2);
+  EXPECT_DOUBLE_EQ(stepTime(coalesced), 100 + 2);
+  EXPECT_DOUBLE_EQ(stepTime(bundleOf(false)), 100 + 4 * 2);
+}
+
 TEST(Simulator, DeadlockIsOneLineError) {
   plan::Bundle bundle = pipelineBundle();
   // Stage 0 now waits for the gradient before sending the activation: both

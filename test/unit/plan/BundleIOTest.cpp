@@ -77,7 +77,8 @@ protected:
 TEST_F(BundleIOTest, RoundTripIsByteIdentical) {
   for (const Bundle &bundle :
        {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
-        zero3Bundle(), tensorParallelBundle(), hostOffloadBundle()}) {
+        zero3Bundle(), tensorParallelBundle(), hostOffloadBundle(),
+        coalescedBundle()}) {
     writeBundle(bundle, dir("a"));
     std::string hash;
     Bundle loaded = loadBundle(dir("a"), &hash);
@@ -264,13 +265,17 @@ TEST_F(BundleIOTest, RejectsMissingManifest) {
 }
 
 TEST_F(BundleIOTest, RejectsWrongVersion) {
-  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 5; }),
-            dir("edited") + "/plan.json: format_version: version 5 is not "
-                            "supported (this build reads version 4)");
-  // Version 3 (no host region) is not read either.
+  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 6; }),
+            dir("edited") + "/plan.json: format_version: version 6 is not "
+                            "supported (this build reads version 5)");
+  // Version 4 (one range per collective) and version 3 (no host region)
+  // are not read either.
+  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 4; }),
+            dir("edited") + "/plan.json: format_version: version 4 is not "
+                            "supported (this build reads version 5)");
   EXPECT_EQ(loadError([](json &m) { m["format_version"] = 3; }),
             dir("edited") + "/plan.json: format_version: version 3 is not "
-                            "supported (this build reads version 4)");
+                            "supported (this build reads version 5)");
 }
 
 TEST_F(BundleIOTest, RejectsVersion2Bundle) {
@@ -283,7 +288,7 @@ TEST_F(BundleIOTest, RejectsVersion2Bundle) {
               }
             }),
             dir("edited") + "/plan.json: format_version: version 2 is not "
-                            "supported (this build reads version 4)");
+                            "supported (this build reads version 5)");
   // The version 2 spelling under version 3 names the field.
   EXPECT_EQ(loadError([](json &m) {
               for (json &program : m["programs"]) {
@@ -302,7 +307,7 @@ TEST_F(BundleIOTest, RejectsVersion1Bundle) {
                   json::array({{{"id", 0}, {"kind", "dp"}, {"ranks", {0, 1}}}});
             }),
             dir("edited") + "/plan.json: format_version: version 1 is not "
-                            "supported (this build reads version 4)");
+                            "supported (this build reads version 5)");
   // The version 1 group spelling under version 3 names the missing field.
   EXPECT_EQ(loadError([](json &m) {
               m["groups"] =
@@ -429,6 +434,60 @@ TEST_F(BundleIOTest, RejectsCollectiveSizeNotMatchingRange) {
             dir("edited") + "/plan.json: programs[0].streams[0]."
                             "instructions[3].reads[0].bytes: all_reduce of 32 "
                             "f32 needs 128 bytes, got 256");
+}
+
+TEST_F(BundleIOTest, CollectiveMembersRoundTrip) {
+  // Members are the reads/writes arrays: one line per instruction, shared
+  // by the roles but for the in-place all_gather member, stored per role.
+  Bundle bundle = coalescedBundle();
+  writeBundle(bundle, dir("a"));
+  std::string text = read(dir("a") + "/plan.json");
+  EXPECT_NE(
+      text.find("{\"count\": 16, \"dtype\": \"f32\", \"group\": 0, "
+                "\"op\": \"reduce_scatter\", \"phase\": \"grad sync\", "
+                "\"reads\": [{\"buffer\": 0, \"bytes\": 64, \"offset\": "
+                "0}, {\"buffer\": 1, \"bytes\": 32, \"offset\": 0}, "
+                "{\"buffer\": 2, \"bytes\": 32, \"offset\": 0}], "
+                "\"reduce\": \"sum\", \"writes\": [{\"buffer\": 3, "
+                "\"bytes\": 32, \"offset\": 0}, {\"buffer\": 4, \"bytes\": "
+                "16, \"offset\": 0}, {\"buffer\": 5, \"bytes\": 16, "
+                "\"offset\": 0}]}"),
+      std::string::npos)
+      << text;
+  json manifest = json::parse(text);
+  ASSERT_EQ(manifest["programs"].size(), 1u);
+  const json &insts = manifest["programs"][0]["streams"][0]["instructions"];
+  EXPECT_FALSE(insts[0].contains("per_role"));
+  EXPECT_EQ(insts[1]["per_role"][1]["reads"][1]["offset"], 16);
+  EXPECT_FALSE(insts[2].contains("per_role"));
+  Bundle loaded = loadBundle(dir("a"));
+  const Instruction &gather = loaded.programs[1].streams[0].instructions[1];
+  EXPECT_EQ(gather.reads.size(), 2u);
+  EXPECT_EQ(gather.reads[1], (BufferRange{7, 16, 16}));
+}
+
+TEST_F(BundleIOTest, RejectsOverlappingMembers) {
+  // The path names the range in the file, as every structural error.
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  json &scatter =
+                      m["programs"][0]["streams"][0]["instructions"][0];
+                  scatter["writes"][2] = scatter["writes"][0];
+                  scatter["writes"][2]["bytes"] = 16;
+                },
+                coalescedBundle()),
+            dir("edited") + "/plan.json: programs[0].streams[0]."
+                            "instructions[0].writes[2]: member 2 of "
+                            "reduce_scatter overlaps member 0's writes");
+  EXPECT_EQ(loadError(
+                [](json &m) {
+                  m["programs"][0]["streams"][0]["instructions"][1]["per_role"]
+                   [1]["reads"][0]["buffer"] = 7;
+                },
+                coalescedBundle()),
+            dir("edited") + "/plan.json: programs[0].streams[0]."
+                            "instructions[1].per_role[1].writes[1]: member 1 "
+                            "of all_gather overlaps member 0's reads");
 }
 
 TEST_F(BundleIOTest, RejectsSideFileEscapingBundle) {
@@ -691,7 +750,8 @@ Bundle oddBundle() {
 TEST_F(BundleIOTest, DirectWriterMatchesNlohmannCompactDump) {
   for (const Bundle &bundle :
        {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
-        zero3Bundle(), tensorParallelBundle(), oddBundle()}) {
+        zero3Bundle(), tensorParallelBundle(), oddBundle(),
+        coalescedBundle()}) {
     json manifest = toJson(bundle);
     // The compact (hashed) form is exactly nlohmann's; the indented forms
     // hold the same JSON with one-line records.

@@ -320,6 +320,44 @@ inline Bundle tensorParallelBundle() {
   return bundle;
 }
 
+/// Coalesced (multi-member) collectives over DP 2, one role per rank (the
+/// in-place all_gather member reads the rank's own block, so the two
+/// programs differ there and are stored as one with that instruction per
+/// role): a 3-member reduce_scatter of three gradients (8 + 4 + 4 f32 per
+/// rank), a 2-member all_gather whose member 1 is in place (8 + 4), and a
+/// 2-member in-place all_reduce of two slices of one buffer (4 + 8).
+inline Bundle coalescedBundle() {
+  Bundle bundle = baseBundle({2, 1, 1}, 2);
+  bundle.groups.push_back({0, GroupKind::DP, {{0, 1}}});
+  bundle.rankRoles = {0, 1};
+  for (int64_t role = 0; role < 2; ++role) {
+    Program program;
+    program.role = role;
+    program.persistentBytes = 576;
+    program.buffers = {buffer(0, "g0", Region::Persistent, 0, 64),
+                       buffer(1, "g1", Region::Persistent, 64, 32),
+                       buffer(2, "g2", Region::Persistent, 128, 32),
+                       buffer(3, "s0", Region::Persistent, 192, 32),
+                       buffer(4, "s1", Region::Persistent, 256, 16),
+                       buffer(5, "s2", Region::Persistent, 320, 16),
+                       buffer(6, "full0", Region::Persistent, 384, 64),
+                       buffer(7, "full1", Region::Persistent, 448, 32),
+                       buffer(8, "sum", Region::Persistent, 512, 48)};
+    const Program &p = program;
+    program.streams.push_back(
+        {"compute",
+         {comm(Opcode::ReduceScatter, 0, 16,
+               {whole(p, 0), whole(p, 1), whole(p, 2)},
+               {whole(p, 3), whole(p, 4), whole(p, 5)}, "grad sync"),
+          comm(Opcode::AllGather, 0, 12, {whole(p, 3), {7, role * 16, 16}},
+               {whole(p, 6), whole(p, 7)}, "gather"),
+          comm(Opcode::AllReduce, 0, 12, {{8, 0, 16}, {8, 16, 32}},
+               {{8, 0, 16}, {8, 16, 32}}, "sum")}});
+    bundle.programs.push_back(program);
+  }
+  return bundle;
+}
+
 } // namespace weft::plan::test
 
 #endif // WEFT_TEST_UNIT_PLAN_TESTBUNDLES_H

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 using namespace weft::plan;
 using namespace weft::plan::test;
 
@@ -44,8 +46,9 @@ Instruction &instruction(Bundle &bundle, int64_t role, int64_t stream,
 }
 
 TEST(Verifier, ValidBundlesVerifyCleanly) {
-  for (const Bundle &bundle : {dataParallelBundle(), pipelineBundle(),
-                               pipelineDataParallelBundle(), zero3Bundle()}) {
+  for (const Bundle &bundle :
+       {dataParallelBundle(), pipelineBundle(), pipelineDataParallelBundle(),
+        zero3Bundle(), coalescedBundle()}) {
     VerifyResult result = verify(bundle);
     EXPECT_TRUE(result.ok()) << allMessages(result);
   }
@@ -494,6 +497,174 @@ TEST(Verifier, HostBufferOutsideHostBytes) {
                 "role 0 (ranks 0, 1): buffer 8 'w.host' bytes [1024, 1280) "
                 "lies outside the host region of 1200 bytes"})
       << allMessages(result);
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives with several members (format version 5)
+//===----------------------------------------------------------------------===//
+
+/// The structural diagnostics of coalescedBundle() after `edit` on role 0's
+/// instruction `index`.
+std::vector<std::string>
+memberErrors(int64_t index, const std::function<void(Instruction &)> &edit) {
+  Bundle bundle = coalescedBundle();
+  edit(instruction(bundle, 0, 0, index));
+  return messages(verify(bundle), CheckKind::Structure);
+}
+
+TEST(Verifier, MembersNeedOneReadAndOneWriteEach) {
+  EXPECT_EQ(
+      memberErrors(0, [](Instruction &scatter) { scatter.writes.pop_back(); }),
+      std::vector<std::string>{
+          "programs[0].streams[0].instructions[0].writes: "
+          "reduce_scatter has 3 reads ranges but 2 writes ranges (one "
+          "of each per member)"});
+  EXPECT_EQ(
+      memberErrors(2,
+                   [](Instruction &sum) {
+                     sum.reads.clear();
+                     sum.writes.clear();
+                   }),
+      (std::vector<std::string>{
+          "programs[0].streams[0].instructions[2].reads: all_reduce needs at "
+          "least 1 reads ranges, got 0",
+          "programs[0].streams[0].instructions[2].writes: all_reduce needs at "
+          "least 1 writes ranges, got 0"}));
+  // Broadcast, send and recv keep exactly one range.
+  Bundle bundle = pipelineBundle();
+  Instruction &send = instruction(bundle, 0, 0, 2);
+  send.reads.push_back(send.reads[0]);
+  EXPECT_EQ(messages(verify(bundle), CheckKind::Structure),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[2].reads: send needs "
+                "exactly 1 reads ranges, got 2"});
+}
+
+TEST(Verifier, MemberBytesFollowTheOpcode) {
+  // all_gather member 0: 8 f32 in, 8 x 2 ranks out.
+  EXPECT_EQ(
+      memberErrors(1, [](Instruction &gather) { gather.writes[0].bytes = 32; }),
+      std::vector<std::string>{
+          "programs[0].streams[0].instructions[1].writes[0].bytes: "
+          "member 0 of all_gather (8 f32 over 2 ranks) needs 64 bytes, "
+          "got 32"});
+  // reduce_scatter member 1: its count is its output's (4 f32), its input
+  // 4 x 2 ranks.
+  EXPECT_EQ(memberErrors(
+                0, [](Instruction &scatter) { scatter.reads[1].bytes = 16; }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[0].reads[1].bytes: "
+                "member 1 of reduce_scatter (4 f32 over 2 ranks) needs 32 "
+                "bytes, got 16"});
+  // all_reduce: the same bytes in and out, whole elements.
+  EXPECT_EQ(memberErrors(2, [](Instruction &sum) { sum.writes[1].bytes = 28; }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[2].writes[1].bytes: "
+                "member 1 of all_reduce (8 f32) needs 32 bytes, got 28"});
+  EXPECT_EQ(
+      memberErrors(2,
+                   [](Instruction &sum) {
+                     sum.reads[1].bytes = sum.writes[1].bytes = 30;
+                   }),
+      std::vector<std::string>{
+          "programs[0].streams[0].instructions[2].reads[1].bytes: member 1 "
+          "of all_reduce holds 30 bytes, not a whole number of f32 elements"});
+}
+
+TEST(Verifier, MemberCountsSumToCount) {
+  EXPECT_EQ(memberErrors(2, [](Instruction &sum) { sum.count = 13; }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[2].count: all_reduce of "
+                "13 f32: its 2 members hold 12 elements (4 + 8)"});
+  EXPECT_EQ(memberErrors(0, [](Instruction &scatter) { scatter.count = 48; }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[0].count: reduce_scatter "
+                "of 48 f32: its 3 members hold 16 elements (8 + 4 + 4)"});
+}
+
+TEST(Verifier, MembersMustBeIndependent) {
+  // Two members writing the same bytes.
+  EXPECT_EQ(memberErrors(0,
+                         [](Instruction &scatter) {
+                           scatter.writes[2] = scatter.writes[1];
+                         }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[0].writes[2]: member 2 "
+                "of reduce_scatter overlaps member 1's writes"});
+  // A member writing what an earlier member reads.
+  EXPECT_EQ(memberErrors(0,
+                         [](Instruction &scatter) {
+                           scatter.writes[1] = {0, 48, 16}; // in g0
+                         }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[0].writes[1]: member 1 "
+                "of reduce_scatter overlaps member 0's reads"});
+  // A member reading what an earlier member writes.
+  EXPECT_EQ(memberErrors(1,
+                         [](Instruction &gather) {
+                           gather.reads[1] = {6, 0, 16}; // in full0
+                         }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[1].reads[1]: member 1 "
+                "of all_gather overlaps member 0's writes"});
+  // Overlapping in-place all_reduce members (one byte in common).
+  EXPECT_EQ(memberErrors(2,
+                         [](Instruction &sum) {
+                           sum.reads[0] = sum.writes[0] = {8, 4, 16};
+                         }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[2].writes[1]: member 1 "
+                "of all_reduce overlaps member 0's writes"});
+  // A member's own in-place ranges and two members reading the same bytes
+  // are fine.
+  EXPECT_EQ(
+      memberErrors(
+          0, [](Instruction &scatter) { scatter.reads[2] = scatter.reads[1]; }),
+      std::vector<std::string>{});
+}
+
+TEST(Verifier, MismatchedMemberSplit) {
+  // Role 1 splits the all_reduce's 12 elements 8 + 4 where role 0 has 4 + 8:
+  // same count, different members.
+  Bundle bundle = coalescedBundle();
+  Instruction &sum = instruction(bundle, 1, 0, 2);
+  sum.reads = sum.writes = {{8, 0, 32}, {8, 32, 16}};
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Matching),
+            std::vector<std::string>{
+                "mismatched collective on group 0 of family 0: rank 0 stream "
+                "0 'compute' instruction 2 (sum) is all_reduce of 12 f32 (sum) "
+                "in 2 members (4, 8) but rank 1 stream 0 'compute' instruction "
+                "2 (sum) is all_reduce of 12 f32 (sum) in 2 members (8, 4)"})
+      << allMessages(result);
+  // As many elements in fewer members.
+  sum.reads = sum.writes = {{8, 0, 48}};
+  result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Matching),
+            std::vector<std::string>{
+                "mismatched collective on group 0 of family 0: rank 0 stream "
+                "0 'compute' instruction 2 (sum) is all_reduce of 12 f32 (sum) "
+                "in 2 members (4, 8) but rank 1 stream 0 'compute' instruction "
+                "2 (sum) is all_reduce of 12 f32 (sum) in 1 member (12)"})
+      << allMessages(result);
+  // A count mismatch alone does not list the members.
+  bundle = coalescedBundle();
+  Instruction &scatter = instruction(bundle, 1, 0, 0);
+  scatter.count = 12;
+  scatter.reads = {scatter.reads[0], scatter.reads[1]};
+  scatter.writes = {scatter.writes[0], scatter.writes[1]};
+  Instruction &scatter0 = instruction(bundle, 0, 0, 0);
+  scatter0.count = 12;
+  scatter0.reads = {scatter0.reads[0], scatter0.reads[2]};
+  scatter0.writes = {scatter0.writes[0], scatter0.writes[2]};
+  EXPECT_TRUE(verify(bundle).ok()) << allMessages(verify(bundle));
+  instruction(bundle, 1, 0, 2).reduce = ReduceOp::Max;
+  EXPECT_EQ(messages(verify(bundle), CheckKind::Matching),
+            std::vector<std::string>{
+                "mismatched collective on group 0 of family 0: rank 0 stream "
+                "0 'compute' instruction 2 (sum) is all_reduce of 12 f32 (sum) "
+                "but rank 1 stream 0 'compute' instruction 2 (sum) is "
+                "all_reduce of 12 f32 (max)"});
 }
 
 } // namespace

@@ -348,6 +348,9 @@ static std::string operandText(const plan::Bundle &bundle,
       out << " " << plan::toString(inst.reduce);
     if (inst.opcode == plan::Opcode::Broadcast)
       out << " root " << group[inst.peer];
+    // A coalesced collective: one launch of several independent members.
+    if (plan::memberCount(inst) > 1)
+      out << " (" << plan::memberCount(inst) << " members)";
     out << " on " << groupText(bundle, inst, rank) << " ("
         << plan::toString(bundle.groups[inst.group].kind) << ": "
         << formatRanks(group) << ")";

@@ -87,45 +87,63 @@ public:
     ncclRedOp_t op = inst.reduce == plan::ReduceOp::Max   ? ncclMax
                      : inst.reduce == plan::ReduceOp::Min ? ncclMin
                                                           : ncclSum;
-    size_t count = size_t(inst.count);
-    const char *call = "";
-    ncclResult_t rc = ncclSuccess;
-    switch (inst.opcode) {
-    case Opcode::AllReduce:
-      call = "ncclAllReduce";
-      rc = ncclAllReduce(reads[0].data, writes[0].data, count, type, op, comm,
-                         stream);
-      break;
-    case Opcode::ReduceScatter:
-      call = "ncclReduceScatter";
-      rc = ncclReduceScatter(reads[0].data, writes[0].data, count, type, op,
-                             comm, stream);
-      break;
-    case Opcode::AllGather:
-      // Straight into the flat output buffer (in place when the input is
-      // this rank's block of it).
-      call = "ncclAllGather";
-      rc = ncclAllGather(reads[0].data, writes[0].data, count, type, comm,
-                         stream);
-      break;
-    case Opcode::Broadcast:
-      call = "ncclBroadcast";
-      rc = ncclBroadcast(writes[0].data, writes[0].data, count, type,
-                         int(inst.peer), comm, stream);
-      break;
-    case Opcode::Send:
-      call = "ncclSend";
-      rc = ncclSend(reads[0].data, count, type, int(inst.peer), comm, stream);
-      break;
-    case Opcode::Recv:
-      call = "ncclRecv";
-      rc = ncclRecv(writes[0].data, count, type, int(inst.peer), comm, stream);
-      break;
-    default:
-      fail(where, std::string(plan::toString(inst.opcode)) +
-                      " is not a communication instruction");
+    // all_reduce, reduce_scatter and all_gather may have several members:
+    // one NCCL call each, inside one ncclGroupStart/End so that they launch
+    // together (nested inside the session's bucket group, if any, which NCCL
+    // merges into the outer group). The members are independent (a
+    // structural check), so their order inside the group does not matter.
+    size_t members = operandMembers(inst, reads);
+    if (members > 1)
+      check(ncclGroupStart(), "ncclGroupStart", where);
+    for (size_t m = 0; m < members; ++m) {
+      size_t count = size_t(operandMemberElements(inst, reads, writes, m));
+      const char *call = "";
+      ncclResult_t rc = ncclSuccess;
+      switch (inst.opcode) {
+      case Opcode::AllReduce:
+        call = "ncclAllReduce";
+        rc = ncclAllReduce(reads[m].data, writes[m].data, count, type, op, comm,
+                           stream);
+        break;
+      case Opcode::ReduceScatter:
+        call = "ncclReduceScatter";
+        rc = ncclReduceScatter(reads[m].data, writes[m].data, count, type, op,
+                               comm, stream);
+        break;
+      case Opcode::AllGather:
+        // Straight into the flat output buffer (in place when the input is
+        // this rank's block of it).
+        call = "ncclAllGather";
+        rc = ncclAllGather(reads[m].data, writes[m].data, count, type, comm,
+                           stream);
+        break;
+      case Opcode::Broadcast:
+        call = "ncclBroadcast";
+        rc = ncclBroadcast(writes[0].data, writes[0].data, count, type,
+                           int(inst.peer), comm, stream);
+        break;
+      case Opcode::Send:
+        call = "ncclSend";
+        rc = ncclSend(reads[0].data, count, type, int(inst.peer), comm, stream);
+        break;
+      case Opcode::Recv:
+        call = "ncclRecv";
+        rc =
+            ncclRecv(writes[0].data, count, type, int(inst.peer), comm, stream);
+        break;
+      default:
+        fail(where, std::string(plan::toString(inst.opcode)) +
+                        " is not a communication instruction");
+      }
+      bool failed = rc != ncclSuccess && rc != ncclInProgress;
+      if (failed && members > 1) // the member in the message, built only then
+        check(rc, call,
+              where + " (member " + std::to_string(m) + " of " +
+                  std::to_string(members) + ")");
+      check(rc, call, where);
     }
-    check(rc, call, where);
+    if (members > 1)
+      check(ncclGroupEnd(), "ncclGroupEnd", where);
   }
 
   void groupStart() override { check(ncclGroupStart(), "ncclGroupStart", ""); }

@@ -22,7 +22,8 @@ public:
   create(const plan::Bundle &bundle, int rank, int worldSize,
          const std::function<void(void *, size_t)> &broadcastId);
 
-  /// all_reduce, reduce_scatter, all_gather, broadcast, send or recv.
+  /// all_reduce, reduce_scatter, all_gather, broadcast, send or recv; the
+  /// members of a multi-member collective inside one ncclGroupStart/End.
   virtual void issue(const plan::Instruction &inst,
                      const std::vector<Operand> &reads,
                      const std::vector<Operand> &writes, cudaStream_t stream,

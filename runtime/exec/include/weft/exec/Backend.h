@@ -44,6 +44,28 @@ struct Operand {
   int64_t elements() const { return bytes / plan::elementBytes(dtype); }
 };
 
+/// The members of communication instruction `inst` issued with operands
+/// `reads` (docs/plan-format.md, "Collective members"): one per read for
+/// all_reduce, reduce_scatter and all_gather, one for broadcast, send and recv.
+inline size_t operandMembers(const plan::Instruction &inst,
+                             const std::vector<Operand> &reads) {
+  return plan::hasMembers(inst.opcode) ? reads.size() : 1;
+}
+/// Member `member`'s per-rank element count: `count` when the instruction
+/// has one member, otherwise from the member's operand (reduce_scatter: its
+/// write, otherwise its read) in `inst.dtype` elements.
+inline int64_t operandMemberElements(const plan::Instruction &inst,
+                                     const std::vector<Operand> &reads,
+                                     const std::vector<Operand> &writes,
+                                     size_t member) {
+  if (operandMembers(inst, reads) == 1)
+    return inst.count;
+  const Operand &side = inst.opcode == plan::Opcode::ReduceScatter
+                            ? writes[member]
+                            : reads[member];
+  return side.bytes / plan::elementBytes(inst.dtype);
+}
+
 /// Host memory that offloaded state is copied to.
 enum class HostMemoryKind {
   Pageable, // ordinary heap memory (malloc)
@@ -194,15 +216,18 @@ public:
   virtual void connect(const plan::Bundle &bundle, int rank, int worldSize,
                        MPI_Comm world) = 0;
   /// Starts a collective or send/recv instruction of the prepared program
-  /// on `stream`; at most one per stream is outstanding (see
-  /// communicationDone). `where` names the instruction in errors.
+  /// on `stream`, every member of a multi-member all_reduce, reduce_scatter
+  /// or all_gather (CPU: one MPI call each; CUDA: one NCCL call each in one
+  /// ncclGroupStart/End); at most one instruction per stream is outstanding
+  /// (see communicationDone). `where` names the instruction in errors.
   virtual void communicate(const plan::Instruction &inst, int64_t stream,
                            const std::vector<Operand> &reads,
                            const std::vector<Operand> &writes,
                            const std::string &where) = 0;
   /// Whether the operation communicate() started on `stream` is complete as
-  /// far as the stream's next instruction is concerned (CPU: MPI_Test; CUDA:
-  /// at once, since the device stream orders it). Never blocks.
+  /// far as the stream's next instruction is concerned (CPU: MPI_Testall over
+  /// its members' requests; CUDA: at once, since the device stream orders
+  /// it). Never blocks.
   virtual bool communicationDone(int64_t stream) = 0;
   /// Whether runs of consecutive communication instructions of a stream
   /// (communicationBuckets) must be issued together between beginBucket()
@@ -238,8 +263,12 @@ public:
 
 /// The buckets of `stream`: maximal runs of two or more consecutive
 /// communication instructions (collectives, send, recv), as [first, last)
-/// instruction indices. A backend that coalescesCommunication() receives
-/// each run between beginBucket() and endBucket().
+/// instruction indices, split before an instruction that is not independent
+/// of an earlier one of the run (its writes overlap the other's reads or
+/// writes, or its reads the other's writes; buffer id and byte range, every
+/// member), since a group does not order its operations. A backend that
+/// coalescesCommunication() receives each run between beginBucket() and
+/// endBucket().
 std::vector<std::pair<size_t, size_t>>
 communicationBuckets(const plan::Stream &stream);
 

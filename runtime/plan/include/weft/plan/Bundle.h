@@ -23,10 +23,10 @@
 namespace weft::plan {
 
 /// The manifest version this library reads and writes.
-inline constexpr int64_t kFormatVersion = 4;
+inline constexpr int64_t kFormatVersion = 5;
 
 /// Why a manifest of `version` cannot be read, e.g. "version 2 is not
-/// supported (this build reads version 4)".
+/// supported (this build reads version 5)".
 std::string unsupportedVersionReason(int64_t version);
 
 enum class DType { F32, F16, BF16, F64, I32, I64, U16, U8 };
@@ -77,6 +77,10 @@ std::optional<Opcode> parseOpcode(std::string_view text);
 int64_t elementBytes(DType dtype);
 bool isCollective(Opcode opcode);   // all_reduce .. broadcast
 bool isPointToPoint(Opcode opcode); // send, recv
+/// all_reduce, reduce_scatter, all_gather: the collectives that take k >= 1
+/// members (reads[i] and writes[i] are member i; plan-format.md, "Collective
+/// members").
+bool hasMembers(Opcode opcode);
 /// The host region's operand rule (plan-format.md, "Regions"): an instruction
 /// that touches host buffers must be a copy or fill, or an optimizer_step or
 /// clip whose operands are all on the host. The plan verifier and the
@@ -195,6 +199,11 @@ struct BufferRange {
     return buffer == other.buffer && offset == other.offset &&
            bytes == other.bytes;
   }
+  /// Whether the two ranges share at least one byte of one buffer.
+  bool overlaps(const BufferRange &other) const {
+    return buffer == other.buffer && offset < other.offset + other.bytes &&
+           other.offset < offset + bytes;
+  }
 };
 
 struct GemmParams {
@@ -224,7 +233,8 @@ struct Instruction {
   int64_t peer = -1;         // send/recv: group-relative peer; broadcast: root
   ReduceOp reduce = ReduceOp::Sum; // all_reduce, reduce_scatter
   int64_t count = 0;        // elements (per rank for reduce_scatter output and
-                            // all_gather input)
+                            // all_gather input; the sum over the members of
+                            // a multi-member collective, see memberCount)
   DType dtype = DType::F32; // element type of count, fill, gemm, optimizer
   int64_t event = -1;       // record_event, wait_event
 };
@@ -306,6 +316,15 @@ struct Bundle {
   /// Side files by bundle-relative path (kernel sources), with their bytes.
   std::map<std::string, std::string> files;
 };
+
+/// Members of a collective: how many (reads.size() for the opcodes that
+/// hasMembers(), 1 for every other communication instruction), and the
+/// per-rank element count of member `member` (its share of `count`, in
+/// inst.dtype elements): all_reduce and all_gather reads[member],
+/// reduce_scatter writes[member]; `count` for an opcode without members.
+/// Meaningful on a structurally valid instruction.
+size_t memberCount(const Instruction &inst);
+int64_t memberElements(const Instruction &inst, size_t member);
 
 /// The role id of `rank`; throws Error if the rank is out of range.
 int64_t rankToRole(const Bundle &bundle, int64_t rank);
