@@ -196,7 +196,8 @@ cl::opt<int64_t> maxLiveGradBytes(
 cl::opt<int64_t> bucketBytes(
     "bucket-bytes",
     cl::desc("ZeRO 0-2: the bucket size in bytes of the DP gradient "
-             "all-reduce and of offloaded AdamW (0: 25 MiB)"),
+             "all-reduces and reduce-scatters, the parameter all-gathers and "
+             "offloaded AdamW (0: 25 MiB)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<double> trainLr("lr", cl::desc("Peak learning rate (3e-4)"),
                         cl::init(3e-4), cl::sub(compileCmd),

@@ -234,16 +234,18 @@ private:
   /// created (and zeroed on compute) on first use.
   Slice microBatchGrad(size_t param);
   /// After backward task `task`: reduce-scatters the micro-batch gradients
-  /// no later task of the micro-batch writes, each behind its last writer.
+  /// no later task of the micro-batch writes, each behind its last writer
+  /// (one reduce-scatter per gradient, its pieces the members).
   void reduceFinishedGrads(const pipeline::Task &task);
   /// Bounds the gradient bytes live on compute (`max-live-grad-bytes`):
   /// before a gradient buffer is zeroed, compute waits for the reduce-scatter
   /// of the oldest ones whose last writer came earlier.
   void boundLiveGrads();
-  /// ZeRO: all-gathers `piece` over DP from this rank's part in
-  /// `gatherSource` into `slot` (its padded slot), with `b`.
-  void gatherPiece(OpBuilder &b, const ParamPiece &piece, Slice slot,
-                   StringAttr label);
+  /// Merges the reduce-scatters of one backward task's gradients that follow
+  /// each other on `reducescatter` into buckets (one coalesced
+  /// reduce-scatter of at most `gradBucketBytes` behind the latest writer),
+  /// never past a reduction compute waits for.
+  void coalesceGradReductions();
   /// ZeRO-3: the all-gathers of the parameters the task just lowered reads
   /// (`pendingGathers`), on the `allgather` stream in first-use order, each
   /// waited for before its first use and released after its last; gather k
@@ -281,6 +283,7 @@ private:
   Slice statistic(StringRef name, int64_t elements) {
     return newBuffer(name, elements, wx::Region::arena, f32);
   }
+  wx::RangeAttr range(const Slice &slice);
   ArrayAttr ranges(ArrayRef<Slice> slices);
   StringAttr phase() { return builder.getStringAttr(phaseLabel); }
   void launch(StringRef kernel,
@@ -488,6 +491,11 @@ private:
     size_t param;
     Slice slice, part;
     Operation *fill = nullptr, *lastWriter = nullptr, *reduction = nullptr;
+    /// Its reduce-scatter and its first instruction on `reducescatter` (the
+    /// wait for its last writer, or the reduce-scatter), and the backward
+    /// task (counting from 1) after which it is reduced.
+    Operation *scatter = nullptr, *firstOnStream = nullptr;
+    int64_t task = 0;
   };
   /// In creation order (the order of their fills on compute).
   SmallVector<MicroBatchGrad> microBatchGrads;
@@ -505,6 +513,10 @@ private:
   int64_t lastGradSyncWait = -1;
   bool inBackward = false;
   int64_t liveGradBound = 0;
+  /// The reductions boundLiveGrads makes compute wait for.
+  llvm::DenseSet<Operation *> waitedReductions;
+  /// Per-micro-batch reduce-scatter buckets: at most this many gradient bytes.
+  int64_t gradBucketBytes = 0;
 };
 
 } // namespace mlir::weft::schedule

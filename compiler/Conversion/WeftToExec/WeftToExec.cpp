@@ -391,13 +391,16 @@ Slice RoleScheduler::newBuffer(StringRef name, int64_t elements,
   return {buffer.getSymNameAttr(), 0, bytes, type};
 }
 
+wx::RangeAttr RoleScheduler::range(const Slice &slice) {
+  assert(slice && "an operand without a buffer (a forward's gradient?)");
+  return wx::RangeAttr::get(ctx, FlatSymbolRefAttr::get(slice.buffer),
+                            slice.offset, slice.bytes);
+}
+
 ArrayAttr RoleScheduler::ranges(ArrayRef<Slice> slices) {
   SmallVector<Attribute> attrs;
-  for (const Slice &s : slices) {
-    assert(s && "an operand without a buffer (a forward's gradient?)");
-    attrs.push_back(wx::RangeAttr::get(ctx, FlatSymbolRefAttr::get(s.buffer),
-                                       s.offset, s.bytes));
-  }
+  for (const Slice &s : slices)
+    attrs.push_back(range(s));
   return builder.getArrayAttr(attrs);
 }
 
@@ -687,6 +690,9 @@ LogicalResult RoleScheduler::declareParameters() {
     liveGradBound = options.maxLiveGradBytes > 0
                         ? options.maxLiveGradBytes
                         : (first + 2 * second) * withParts / zeroShards;
+    // coalesceGradReductions' buckets: cut where compute waits, so the
+    // bound holds whatever their size.
+    gradBucketBytes = par.bucketBytes > 0 ? par.bucketBytes : 25 << 20;
   }
   if (zeroShards > 1) {
     master = newBuffer("master", stateElements, stateRegion, f32);
@@ -996,9 +1002,10 @@ void RoleScheduler::reduceFinishedGrads(const pipeline::Task &task) {
     int64_t written = eventAfter(
         grad.lastWriter, grad.lastWriter->getAttrOfType<StringAttr>("phase"));
     builder.setInsertionPointToEnd(&stream);
+    Operation *wait = nullptr;
     if (written != lastGradSyncWait)
-      wx::WaitEventOp::create(builder, loc, written, ArrayAttr(), ArrayAttr(),
-                              phase());
+      wait = wx::WaitEventOp::create(builder, loc, written, ArrayAttr(),
+                                     ArrayAttr(), phase());
     lastGradSyncWait = written;
     LocalParam &param = params[grad.param];
     // After the first, a micro-batch's pieces are reduce-scattered into a
@@ -1012,27 +1019,32 @@ void RoleScheduler::reduceFinishedGrads(const pipeline::Task &task) {
       grad.part = newBuffer(("grad.part." + param.op.getName()).str(), elements,
                             wx::Region::arena, computeType);
     }
+    // One reduce-scatter whose members are the pieces.
+    SmallVector<wx::RangeAttr> reads, writes;
+    SmallVector<std::pair<Slice, Slice>> additions; // shard += part
     int64_t partStart = 0;
     for (const ParamPiece &piece : param.pieces) {
       int64_t count = piece.padded / zeroShards;
-      Slice slot = grad.slice.sub(piece.start - param.pieces.front().start,
-                                  piece.padded);
+      reads.push_back(range(grad.slice.sub(
+          piece.start - param.pieces.front().start, piece.padded)));
       Slice shard = gradShards.sub(piece.shardStart, count);
       if (!accumulate) {
-        wx::ReduceScatterOp::create(builder, loc, wx::ReduceKind::sum, count,
-                                    computeType, dp, ranges({slot}),
-                                    ranges({shard}), phase());
+        writes.push_back(range(shard));
         continue;
       }
       Slice part = grad.part.sub(partStart, count);
       partStart += count;
-      wx::ReduceScatterOp::create(builder, loc, wx::ReduceKind::sum, count,
-                                  computeType, dp, ranges({slot}),
-                                  ranges({part}), phase());
-      launch("residual_add", {{"n", count}}, {shard, part}, {shard});
+      writes.push_back(range(part));
+      additions.push_back({shard, part});
     }
+    grad.scatter = wx::createCoalesced<wx::ReduceScatterOp>(
+        builder, loc, computeType, dp, reads, writes, phase());
+    grad.firstOnStream = wait ? wait : grad.scatter;
+    for (auto [shard, part] : additions)
+      launch("residual_add", {{"n", part.elements()}}, {shard, part}, {shard});
     shardReduced[grad.param] = true;
     grad.reduction = &stream.back();
+    grad.task = taskIndex;
   }
   phaseLabel = label;
 }
@@ -1071,6 +1083,7 @@ void RoleScheduler::boundLiveGrads() {
       live.erase(live.begin());
     }
     if (last) {
+      waitedReductions.insert(last);
       // The event after the reduction, recorded only for such a wait.
       int64_t reduced = eventAfter(last, StringAttr::get(ctx, "grad sync"));
       OpBuilder before(grad.fill);
@@ -1081,6 +1094,104 @@ void RoleScheduler::boundLiveGrads() {
     live.insert({reducedAt.at(grad.reduction), index});
     liveBytes += bytesOf(grad);
   }
+}
+
+void RoleScheduler::coalesceGradReductions() {
+  Block &stream = sideStream("reducescatter").getBody().front();
+  llvm::DenseMap<Operation *, size_t> position;
+  for (Operation &op : stream)
+    position[&op] = position.size();
+  SmallVector<size_t> order(microBatchGrads.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  llvm::sort(order, [&](size_t a, size_t b) {
+    return position.at(microBatchGrads[a].scatter) <
+           position.at(microBatchGrads[b].scatter);
+  });
+  // Runs of one backward task's gradients in reduction order, of at most
+  // `gradBucketBytes`, ending at every reduction compute waits for (so
+  // those waits, and the live bound, stay exactly as boundLiveGrads placed
+  // them).
+  llvm::DenseSet<int64_t> dropped; // events of the waits merged away
+  for (size_t begin = 0, end; begin < order.size(); begin = end) {
+    const MicroBatchGrad &lead = microBatchGrads[order[begin]];
+    int64_t bytes = lead.slice.bytes;
+    for (end = begin + 1; end < order.size(); ++end) {
+      const MicroBatchGrad &previous = microBatchGrads[order[end - 1]];
+      const MicroBatchGrad &next = microBatchGrads[order[end]];
+      if (waitedReductions.contains(previous.reduction) ||
+          next.task != lead.task || bytes + next.slice.bytes > gradBucketBytes)
+        break;
+      bytes += next.slice.bytes;
+    }
+    if (end - begin < 2)
+      continue;
+    // The span on the stream: each member's optional wait for its writer,
+    // its reduce-scatter and its additions. It becomes the last wait (the
+    // latest writer: they come in writer order), one reduce-scatter of
+    // every member's pieces, then the additions.
+    Operation *spanEnd = microBatchGrads[order[end - 1]].reduction;
+    Operation *anchor = spanEnd->getNextNode();
+    SmallVector<Operation *> span;
+    for (Operation *op = lead.firstOnStream;; op = op->getNextNode()) {
+      span.push_back(op);
+      if (op == spanEnd)
+        break;
+    }
+    auto moveToAnchor = [&](Operation *op) {
+      if (anchor)
+        op->moveBefore(anchor);
+      else
+        op->moveBefore(&stream, stream.end());
+    };
+    SmallVector<wx::RangeAttr> reads, writes;
+    Operation *lastWait = nullptr;
+    for (Operation *op : span)
+      if (isa<wx::WaitEventOp>(op)) {
+        lastWait = op;
+      } else if (auto scatter = dyn_cast<wx::ReduceScatterOp>(op)) {
+        for (auto [read, write] :
+             llvm::zip(scatter.getReads(), scatter.getWrites())) {
+          reads.push_back(cast<wx::RangeAttr>(read));
+          writes.push_back(cast<wx::RangeAttr>(write));
+        }
+      }
+    if (lastWait)
+      moveToAnchor(lastWait);
+    OpBuilder at(ctx);
+    if (anchor)
+      at.setInsertionPoint(anchor);
+    else
+      at.setInsertionPointToEnd(&stream);
+    auto merged = wx::createCoalesced<wx::ReduceScatterOp>(
+        at, program.getLoc(), computeType, bundle.family(Family::DP).getValue(),
+        reads, writes, wx::phaseOf(lead.scatter));
+    Operation *last = merged;
+    for (Operation *op : span)
+      if (!isa<wx::WaitEventOp, wx::ReduceScatterOp>(op)) {
+        moveToAnchor(op);
+        last = op;
+      }
+    for (Operation *op : span)
+      if (op != lastWait && isa<wx::WaitEventOp, wx::ReduceScatterOp>(op)) {
+        if (auto wait = dyn_cast<wx::WaitEventOp>(op))
+          dropped.insert(wait.getEvent());
+        op->erase();
+      }
+    for (size_t i = begin; i < end; ++i) {
+      microBatchGrads[order[i]].scatter = merged;
+      microBatchGrads[order[i]].reduction = last;
+    }
+  }
+  // The events compute recorded after the merged members' writers, where
+  // nothing waits for them any more.
+  llvm::DenseSet<int64_t> waited;
+  program.walk([&](wx::WaitEventOp wait) { waited.insert(wait.getEvent()); });
+  for (Operation &op : llvm::make_early_inc_range(compute.getBody().front()))
+    if (auto record = dyn_cast<wx::RecordEventOp>(op))
+      if (dropped.contains(record.getEvent()) &&
+          !waited.contains(record.getEvent()))
+        record.erase();
 }
 
 void RoleScheduler::reduceGradients() {
@@ -1099,23 +1210,25 @@ void RoleScheduler::reduceGradients() {
   // have one partial gradient per TP rank. The copies of a tied embedding
   // on the first and last pipeline rank each hold part of its gradient: sum
   // them, so both take the same step.
+  // One in-place all-reduce per family, every piece a member.
   for (auto [family, label] : {std::pair(Family::TP, "sequence-parallel grads"),
                                std::pair(Family::Tied, "tied grads")}) {
     phaseLabel = label;
+    SmallVector<wx::RangeAttr> parts;
     for (const LocalParam &param : params) {
       if (!(family == Family::TP ? param.sequencePartial
                                  : param.tiedAcrossStages))
         continue;
-      for (const ParamPiece &piece : param.pieces) {
-        Slice part = onShards ? gradShards.sub(piece.shardStart,
-                                               piece.padded / zeroShards)
-                              : gradsBuf.sub(piece.start, piece.elements);
-        wx::AllReduceOp::create(builder, loc, wx::ReduceKind::sum,
-                                part.elements(), part.type,
-                                bundle.family(family).getValue(),
-                                ranges({part}), ranges({part}), phase());
-      }
+      for (const ParamPiece &piece : param.pieces)
+        parts.push_back(range(
+            onShards
+                ? gradShards.sub(piece.shardStart, piece.padded / zeroShards)
+                : gradsBuf.sub(piece.start, piece.elements)));
     }
+    if (!parts.empty())
+      wx::createCoalesced<wx::AllReduceOp>(builder, loc, computeType,
+                                           bundle.family(family).getValue(),
+                                           parts, parts, phase());
   }
 
   phaseLabel = "grad sync";
@@ -1150,15 +1263,6 @@ void RoleScheduler::reduceGradients() {
         }
       }
   }
-}
-
-void RoleScheduler::gatherPiece(OpBuilder &b, const ParamPiece &piece,
-                                Slice slot, StringAttr label) {
-  int64_t count = piece.padded / zeroShards;
-  wx::AllGatherOp::create(b, program.getLoc(), count, gatherSource.type,
-                          bundle.family(Family::DP).getValue(),
-                          ranges({gatherSource.sub(piece.shardStart, count)}),
-                          ranges({slot}), label);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1243,10 +1347,8 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
   llvm::stable_sort(
       uses, [](const Use &a, const Use &b) { return a.first < b.first; });
   // Gather units: a parameter, or a bucket of small parameters (each at
-  // most a quarter of `gatherBucketBytes`, so that the copies out of the
-  // bucket stay cheap) used one after the other that are neighbours in slot
-  // order (so this rank's shards of them are one contiguous range of
-  // `master`), of at most `gatherBucketBytes` together.
+  // most a quarter of `gatherBucketBytes`) used one after the other that
+  // are neighbours in slot order, of at most `gatherBucketBytes` together.
   struct Unit {
     SmallVector<const Use *, 4> members;
     int64_t bytes = 0;
@@ -1333,42 +1435,21 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
         });
       }
     }
-    if (unit.members.size() == 1) {
-      const ParamPiece &first = lead.param->pieces.front();
-      for (const ParamPiece &piece : lead.param->pieces)
-        gatherPiece(gather, piece,
-                    lead.full.sub(piece.start - first.start, piece.padded),
-                    label);
-    } else {
-      // One all_gather of the bucket: block r of the staging buffer holds
-      // rank r's shards of the members in slot order; copies (on this
-      // stream, before the event) lay each member out whole in its own
-      // gathered buffer, as compute reads it.
-      int64_t count = 0;
-      for (const Use *member : unit.members)
-        for (const ParamPiece &piece : member->param->pieces)
-          count += piece.padded / zeroShards;
-      Slice staging = activation("bucket.gathered", count * zeroShards);
-      wx::AllGatherOp::create(
-          gather, loc, count, gatherSource.type, dp,
-          ranges(
-              {gatherSource.sub(lead.param->pieces.front().shardStart, count)}),
-          ranges({staging}), label);
-      int64_t offset = 0;
-      for (const Use *member : unit.members) {
-        const ParamPiece &first = member->param->pieces.front();
-        for (const ParamPiece &piece : member->param->pieces) {
-          int64_t part = piece.padded / zeroShards;
-          for (int64_t rank = 0; rank < zeroShards; ++rank)
-            wx::CopyOp::create(
-                gather, loc, ranges({staging.sub(rank * count + offset, part)}),
-                ranges({member->full.sub(
-                    piece.start - first.start + rank * part, part)}),
-                label);
-          offset += part;
-        }
+    // One all_gather of the unit whose members are its parameters' pieces,
+    // each gathered straight into its place in the parameter's gathered
+    // buffer (one launch per unit; no staging buffer, no copies).
+    SmallVector<wx::RangeAttr> reads, writes;
+    for (const Use *member : unit.members) {
+      const ParamPiece &first = member->param->pieces.front();
+      for (const ParamPiece &piece : member->param->pieces) {
+        reads.push_back(range(
+            gatherSource.sub(piece.shardStart, piece.padded / zeroShards)));
+        writes.push_back(
+            range(member->full.sub(piece.start - first.start, piece.padded)));
       }
     }
+    wx::createCoalesced<wx::AllGatherOp>(gather, loc, gatherSource.type, dp,
+                                         reads, writes, label);
     int64_t ready = numEvents++, used = numEvents++;
     wx::RecordEventOp::create(gather, loc, ready, ArrayAttr(), ArrayAttr(),
                               label);
@@ -1444,8 +1525,10 @@ LogicalResult RoleScheduler::run() {
     if (failed(runTask(task)))
       return failure();
   reduceGradients();
-  if (reducesEveryMicroBatch())
+  if (reducesEveryMicroBatch()) {
     boundLiveGrads();
+    coalesceGradReductions();
+  }
   return success();
 }
 

@@ -51,7 +51,8 @@ def WeftAttachMesh : Pass<"weft-attach-mesh", "::mlir::ModuleOp"> {
     Option<"prefetchDepth", "prefetch-depth", "int64_t", "0",
            "ZeRO-3: all-gather buckets issued ahead">,
     Option<"bucketBytes", "bucket-bytes", "int64_t", "0",
-           "ZeRO-3: all-gather bucket size in bytes">,
+           "DP collective buckets (gradient all-reduces and reduce-scatters, "
+           "parameter all-gathers) in bytes; 0: 25 MiB">,
     ListOption<"layersPerStage", "layers-per-stage", "int64_t",
                "Blocks per pipeline stage (default: as even as possible)">,
   ];

@@ -595,6 +595,17 @@ LogicalResult FillOp::verify() {
   return success();
 }
 
+/// A collective's name in messages about member `index` of `members`, e.g.
+/// "reduce_scatter of 64 x f32" or "member 2 of reduce_scatter of 64 x f32".
+template <typename OpTy>
+static std::string describeMember(OpTy op, size_t index, size_t members) {
+  std::string what = (op->getName().stripDialect() + " of " +
+                      describePayload(op.getCount(), op.getDtype()))
+                         .str();
+  return members == 1 ? what
+                      : "member " + std::to_string(index) + " of " + what;
+}
+
 /// The byte checks of communication ops that need the group's size.
 template <typename OpTy>
 static LogicalResult verifyCommunication(OpTy op,
@@ -605,19 +616,19 @@ static LogicalResult verifyCommunication(OpTy op,
            << op.getGroupAttr() << " does not name a weftx.group";
   // Membership of the program's ranks: ProgramOp::verifyRegions.
   int64_t size = group.getGroupSize();
-  int64_t bytes = op.getCount() * getElementBytes(op.getDtype());
-  std::string over = (op->getName().stripDialect() + " of " +
-                      describePayload(op.getCount(), op.getDtype()) + " over " +
-                      Twine(size) + " ranks")
-                         .str();
-  if constexpr (std::is_same_v<OpTy, ReduceScatterOp>) {
-    if (failed(
-            verifyRangeBytes(op, "read", op.getReads(), 0, bytes * size, over)))
-      return failure();
-  } else if constexpr (std::is_same_v<OpTy, AllGatherOp>) {
-    if (failed(verifyRangeBytes(op, "write", op.getWrites(), 0, bytes * size,
-                                over)))
-      return failure();
+  if constexpr (llvm::is_one_of<OpTy, ReduceScatterOp, AllGatherOp>::value) {
+    // Member i: the per-rank side times the group size on the other.
+    constexpr bool scatter = std::is_same_v<OpTy, ReduceScatterOp>;
+    ArrayAttr perRank = scatter ? op.getWrites() : op.getReads();
+    ArrayAttr whole = scatter ? op.getReads() : op.getWrites();
+    for (size_t i = 0; i < whole.size(); ++i) {
+      int64_t bytes = cast<RangeAttr>(perRank[i]).getBytes() * size;
+      std::string over = describeMember(op, i, whole.size()) + " over " +
+                         std::to_string(size) + " ranks";
+      if (failed(verifyRangeBytes(op, scatter ? "read" : "write", whole, i,
+                                  bytes, over)))
+        return failure();
+    }
   } else if constexpr (llvm::is_one_of<OpTy, BroadcastOp, SendOp,
                                        RecvOp>::value) {
     StringRef field = std::is_same_v<OpTy, BroadcastOp> ? "root" : "peer";
@@ -631,6 +642,71 @@ static LogicalResult verifyCommunication(OpTy op,
              << field << " " << peer << " is outside the " << size
              << "-rank groups of family " << op.getGroupAttr();
   }
+  return success();
+}
+
+/// Whether two ranges share a byte.
+static bool rangesOverlap(RangeAttr a, RangeAttr b) {
+  return a.getBuffer() == b.getBuffer() && a.getOffset() < b.getEnd() &&
+         b.getOffset() < a.getEnd();
+}
+
+/// The member checks of all_reduce, reduce_scatter and all_gather: member i
+/// reads `reads[i]` and writes `writes[i]`; the per-rank sides (both for
+/// all_reduce, the output of reduce_scatter, the input of all_gather) hold
+/// whole elements adding up to `count`; and no member writes bytes another
+/// member reads or writes, so issuing them together (one NCCL group) cannot
+/// race.
+template <typename OpTy> static LogicalResult verifyMembers(OpTy op) {
+  ArrayAttr reads = op.getReads(), writes = op.getWrites();
+  if (reads.empty() || reads.size() != writes.size())
+    return op.emitOpError()
+           << "expects one read and one write range per member, got "
+           << reads.size() << " read and " << writes.size() << " write ranges";
+  constexpr bool scatter = std::is_same_v<OpTy, ReduceScatterOp>;
+  ArrayAttr perRank = scatter ? writes : reads;
+  StringRef kind = scatter ? "write" : "read";
+  int64_t elementBytes = getElementBytes(op.getDtype());
+  size_t members = reads.size();
+  if (members == 1) {
+    if (failed(verifyRangeBytes(op, kind, perRank, 0,
+                                op.getCount() * elementBytes,
+                                describeMember(op, 0, 1))))
+      return failure();
+  } else {
+    int64_t total = 0;
+    for (auto [index, attr] : llvm::enumerate(perRank)) {
+      int64_t bytes = cast<RangeAttr>(attr).getBytes();
+      if (bytes % elementBytes != 0)
+        return op.emitOpError() << kind << " range " << index << " has "
+                                << bytes << " bytes, not a whole number of "
+                                << getDTypeName(op.getDtype()) << " elements";
+      total += bytes / elementBytes;
+    }
+    if (total != op.getCount())
+      return op.emitOpError()
+             << "members hold " << total << " elements per rank but count is "
+             << op.getCount();
+  }
+  if constexpr (std::is_same_v<OpTy, AllReduceOp>)
+    for (size_t i = 0; i < members; ++i)
+      if (failed(verifyRangeBytes(op, "write", writes, i,
+                                  cast<RangeAttr>(reads[i]).getBytes(),
+                                  describeMember(op, i, members))))
+        return failure();
+  for (size_t i = 0; i < members; ++i)
+    for (size_t j = 0; j < members; ++j) {
+      if (i == j)
+        continue;
+      auto written = cast<RangeAttr>(writes[i]);
+      for (auto [other, attr] :
+           {std::pair{"reads", reads[j]}, std::pair{"writes", writes[j]}})
+        if (rangesOverlap(written, cast<RangeAttr>(attr)))
+          return op.emitOpError()
+                 << "member " << i << " writes " << describeRange(written)
+                 << ", which member " << j << " " << other
+                 << " (members must be independent)";
+    }
   return success();
 }
 
@@ -651,31 +727,19 @@ static LogicalResult verifyPayload(OpTy op, bool checkReads, bool checkWrites) {
   return success();
 }
 
-LogicalResult AllReduceOp::verify() {
-  if (failed(verifyRangeCounts(*this, 1, 1, 1, 1)))
-    return failure();
-  return verifyPayload(*this, /*checkReads=*/true, /*checkWrites=*/true);
-}
+LogicalResult AllReduceOp::verify() { return verifyMembers(*this); }
 LogicalResult
 AllReduceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyCommunication(*this, symbolTable);
 }
 
-LogicalResult ReduceScatterOp::verify() {
-  if (failed(verifyRangeCounts(*this, 1, 1, 1, 1)))
-    return failure();
-  return verifyPayload(*this, /*checkReads=*/false, /*checkWrites=*/true);
-}
+LogicalResult ReduceScatterOp::verify() { return verifyMembers(*this); }
 LogicalResult
 ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyCommunication(*this, symbolTable);
 }
 
-LogicalResult AllGatherOp::verify() {
-  if (failed(verifyRangeCounts(*this, 1, 1, 1, 1)))
-    return failure();
-  return verifyPayload(*this, /*checkReads=*/true, /*checkWrites=*/false);
-}
+LogicalResult AllGatherOp::verify() { return verifyMembers(*this); }
 LogicalResult
 AllGatherOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyCommunication(*this, symbolTable);

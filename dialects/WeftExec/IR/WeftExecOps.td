@@ -319,10 +319,15 @@ def Weftx_AllReduceOp : Weftx_CollectiveOp<"all_reduce",
     "$reduce $count `x` $dtype `on` $group"> {
   let summary = "Element-wise reduction over a group";
   let description = [{
-    Reads and writes `count` elements (the ranges may coincide).
+    Member i reduces read range i into write range i (the two may
+    coincide); `count` is the members' elements in all. One member per
+    collective call, issued together as one coalesced launch (one NCCL
+    group); members may not write bytes another member reads or writes.
 
     ```mlir
     weftx.all_reduce sum 64 x f32 on @dp0 reads(@g[0 +: 256]) writes(@g[0 +: 256])
+    weftx.all_reduce sum 96 x f32 on @tp reads(@g[0 +: 256], @g[512 +: 128])
+        writes(@g[0 +: 256], @g[512 +: 128])
     ```
   }];
 }
@@ -331,9 +336,16 @@ def Weftx_ReduceScatterOp : Weftx_CollectiveOp<"reduce_scatter",
     (ins Weftx_ReduceKind:$reduce, Weftx_Count:$count,
          Weftx_ElementTypeAttr:$dtype, FlatSymbolRefAttr:$group),
     "$reduce $count `x` $dtype `on` $group"> {
-  let summary = "Reduce, then member i keeps block i";
+  let summary = "Reduce, then rank i of the group keeps block i";
   let description = [{
-    Reads `count x group size` elements and writes `count`.
+    Member j reads `c_j x group size` elements (read range j) and writes
+    its `c_j` (write range j); `count` is the sum of the `c_j`. Members are
+    issued together (as `all_reduce`) and must be independent.
+
+    ```mlir
+    weftx.reduce_scatter sum 48 x f32 on @dp reads(@grads[0 +: 256], @grads[256 +: 128])
+        writes(@grads.shard[0 +: 128], @grads.shard[128 +: 64])
+    ```
   }];
 }
 
@@ -341,9 +353,12 @@ def Weftx_AllGatherOp : Weftx_CollectiveOp<"all_gather",
     (ins Weftx_Count:$count, Weftx_ElementTypeAttr:$dtype,
          FlatSymbolRefAttr:$group),
     "$count `x` $dtype `on` $group"> {
-  let summary = "Block i of the output is member i's input";
+  let summary = "Block i of the output is rank i's input";
   let description = [{
-    Reads `count` elements and writes `count x group size`.
+    Member j reads `c_j` elements (read range j, which may be this rank's
+    block of its output) and writes `c_j x group size` (write range j);
+    `count` is the sum of the `c_j`. Members are issued together (as
+    `all_reduce`) and must be independent.
   }];
 }
 

@@ -1,8 +1,9 @@
 //===- OverlapGradSync.cpp - DP gradient sync overlapped with backward ----===//
 //
 // Moves the data-parallel gradient collectives that weft-schedule emits as
-// one run on `compute` to a side stream, each behind the last write of its
-// slot, merging ZeRO-0's all-reduces into buckets.
+// one run on `compute` to a side stream in buckets, each behind the last
+// write of its slots: ZeRO-0's all-reduces merged over contiguous slots,
+// ZeRO-1's reduce-scatters as the members of one coalesced reduce-scatter.
 //
 //===----------------------------------------------------------------------===//
 #include "WeftExec/Transforms/Passes.h"
@@ -110,11 +111,34 @@ LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
   Operation *after = syncs.back()->getNextNode();
 
   if (scatter) {
+    // Buckets of at most `bucketLimit` gradient bytes in the order their
+    // slots become final, each one reduce-scatter of its slots (members)
+    // issued once the last is final: one collective launch per bucket.
+    SmallVector<RangeAttr> reads, writes;
+    int64_t bucketBytes = 0;
+    Operation *trigger = nullptr;
+    auto first = cast<ReduceScatterOp>(syncs.front());
+    auto flush = [&] {
+      if (reads.empty())
+        return;
+      waitFor(trigger);
+      createCoalesced<ReduceScatterOp>(side, loc, first.getDtype(),
+                                       first.getGroup(), reads, writes, label);
+      reads.clear();
+      writes.clear();
+      bucketBytes = 0;
+    };
     for (const Ready &item : ready) {
-      waitFor(item.writer);
-      syncs[item.slot]->moveBefore(side.getInsertionBlock(),
-                                   side.getInsertionPoint());
+      auto sync = cast<ReduceScatterOp>(syncs[item.slot]);
+      auto read = cast<RangeAttr>(sync.getReads()[0]);
+      if (!reads.empty() && bucketBytes + read.getBytes() > bucketLimit)
+        flush();
+      reads.push_back(read);
+      writes.push_back(cast<RangeAttr>(sync.getWrites()[0]));
+      bucketBytes += read.getBytes();
+      trigger = item.writer;
     }
+    flush();
   } else {
     // In-place all-reduces of buckets of neighbouring, contiguous slots of at
     // most `bucketLimit` bytes, each issued once its latest slot is final.
@@ -165,9 +189,9 @@ LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
       trigger = item.writer;
     }
     flush();
-    for (Operation *sync : syncs)
-      sync->erase();
   }
+  for (Operation *sync : syncs)
+    sync->erase();
   int64_t done = events.next();
   RecordEventOp::create(side, loc, done, ArrayAttr(), ArrayAttr(), label);
   OpBuilder builder(compute.getContext());

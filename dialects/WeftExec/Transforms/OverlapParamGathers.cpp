@@ -2,7 +2,8 @@
 //
 // Moves the all-gathers that rebuild the working copy after the optimizer
 // step to the start of the step on an `allgather` stream, in order of first
-// use, so the forward waits only for what it is about to read.
+// use and coalesced into buckets, so the forward waits only for the bucket
+// it is about to read.
 //
 //===----------------------------------------------------------------------===//
 #include "WeftExec/Transforms/Passes.h"
@@ -23,9 +24,46 @@ using namespace mlir::weftx;
 
 namespace {
 
-void overlapParamGathers(ProgramOp program) {
+struct Rebuilt {
+  Operation *gather;
+  RangeAttr slot; // what it writes in `params`
+  Operation *firstRead = nullptr;
+};
+
+/// Replaces `slots`' gathers, in order, by coalesced all-gathers of at most
+/// `bucketLimit` gathered bytes each (at least one member) at `builder`'s
+/// point; `afterBucket(first)` runs after each, with the index of its first
+/// member.
+template <typename AfterBucket>
+void coalesceGathers(OpBuilder &builder, ArrayRef<Rebuilt> slots,
+                     int64_t bucketLimit, AfterBucket &&afterBucket) {
+  auto gather = cast<AllGatherOp>(slots.front().gather);
+  Location loc = gather.getLoc();
+  StringAttr label = builder.getStringAttr("param gather");
+  for (size_t i = 0; i < slots.size();) {
+    SmallVector<RangeAttr> reads, writes;
+    int64_t bytes = 0;
+    size_t end = i;
+    for (; end < slots.size() &&
+           (end == i || bytes + slots[end].slot.getBytes() <= bucketLimit);
+         ++end) {
+      reads.push_back(
+          cast<RangeAttr>(cast<AllGatherOp>(slots[end].gather).getReads()[0]));
+      writes.push_back(slots[end].slot);
+      bytes += slots[end].slot.getBytes();
+    }
+    createCoalesced<AllGatherOp>(builder, loc, gather.getDtype(),
+                                 gather.getGroup(), reads, writes, label);
+    afterBucket(i);
+    i = end;
+  }
+  for (const Rebuilt &rebuilt : slots)
+    rebuilt.gather->erase();
+}
+
+void overlapParamGathers(ProgramOp program, int64_t bucketLimit) {
   StreamOp compute = findStream(program, "compute");
-  if (!compute || findStream(program, "allgather"))
+  if (!compute)
     return;
   Block &block = compute.getBody().front();
   Operation *optimizer = nullptr;
@@ -34,11 +72,6 @@ void overlapParamGathers(ProgramOp program) {
       optimizer = &op;
   if (!optimizer)
     return;
-  struct Rebuilt {
-    Operation *gather;
-    RangeAttr slot; // what it writes in `params`
-    Operation *firstRead = nullptr;
-  };
   SmallVector<Rebuilt> slots;
   for (Operation *op = optimizer->getNextNode(); op; op = op->getNextNode()) {
     auto gather = dyn_cast<AllGatherOp>(op);
@@ -51,6 +84,15 @@ void overlapParamGathers(ProgramOp program) {
   }
   if (slots.empty())
     return;
+  // ZeRO-3 (gathers of its own on `allgather`) keeps its few post-step
+  // gathers on `compute`, coalesced right before the last of them (after
+  // every write of what they read): at the start of the step they would
+  // queue ahead of the first layer's prefetch.
+  if (findStream(program, "allgather")) {
+    OpBuilder builder(slots.back().gather);
+    coalesceGathers(builder, slots, bucketLimit, [](size_t) {});
+    return;
+  }
 
   // The first compute instruction that reads each slot (the gathers come
   // after all of them, at the end of the step).
@@ -94,17 +136,16 @@ void overlapParamGathers(ProgramOp program) {
   StreamOp stream = getOrCreateStream(program, "allgather");
   auto side = OpBuilder::atBlockEnd(&stream.getBody().front());
   StringAttr label = side.getStringAttr("param gather");
-  for (size_t i = 0; i < slots.size();) {
-    Operation *reader = slots[i].firstRead;
-    for (; i < slots.size() && slots[i].firstRead == reader; ++i)
-      slots[i].gather->moveBefore(side.getInsertionBlock(),
-                                  side.getInsertionPoint());
-    if (!reader)
-      continue;
-    int64_t ready = events.next();
-    RecordEventOp::create(side, loc, ready, ArrayAttr(), ArrayAttr(), label);
-    waitBefore(reader, ready, phaseOf(reader));
-  }
+  // Buckets of at most `bucketLimit` gathered bytes in order of first use,
+  // each one coalesced all_gather (a launch per bucket, not per slot) that
+  // `compute` waits for before its first member's first reader.
+  coalesceGathers(side, slots, bucketLimit, [&](size_t first) {
+    if (Operation *reader = slots[first].firstRead) {
+      int64_t ready = events.next();
+      RecordEventOp::create(side, loc, ready, ArrayAttr(), ArrayAttr(), label);
+      waitBefore(reader, ready, phaseOf(reader));
+    }
+  });
   // The step overwrites the shards the gathers read (the optimizer step, or
   // the copies that bring back offloaded weights, on whatever stream they
   // run): not before they are done.
@@ -125,8 +166,9 @@ struct WeftOverlapParamGathersPass
     : mlir::weftx::impl::WeftOverlapParamGathersBase<
           WeftOverlapParamGathersPass> {
   void runOnOperation() override {
+    int64_t limit = bucketBytesOf(getOperation());
     for (auto program : getOperation().getOps<ProgramOp>())
-      overlapParamGathers(program);
+      overlapParamGathers(program, limit);
   }
 };
 

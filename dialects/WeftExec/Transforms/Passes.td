@@ -110,7 +110,7 @@ def WeftOptimizer : Pass<"weft-optimizer", "::mlir::ModuleOp"> {
 
 def WeftOverlapGradSync : Pass<"weft-overlap-grad-sync", "::mlir::ModuleOp"> {
   let summary = "Move the DP gradient sync off `compute` so it overlaps the "
-                "backward (buckets for all-reduce)";
+                "backward, in buckets";
   let description = [{
     Input: the data-parallel gradient sync as `weft-schedule` emits it, one
     contiguous run on each program's `compute` stream of collectives over a
@@ -125,10 +125,13 @@ def WeftOverlapGradSync : Pass<"weft-overlap-grad-sync", "::mlir::ModuleOp"> {
     slot, so the sync of a slot starts as soon as the backward is done with
     it (the last micro-batch's gradient kernel, or the zeroing fill for a
     slot nothing writes). Collectives issue in the order their slots become
-    final (slot order among ties). Neighbouring in-place all-reduces of
-    contiguous slots merge into buckets of at most `bucket_bytes` of the
-    module's `weftx.config` (25 MiB when absent or 0); a bucket is issued
-    when its latest slot is final. `compute` waits for the whole sync where
+    final (slot order among ties), in buckets of at most `bucket_bytes`
+    gradient bytes (the module's `weftx.config`; 25 MiB when absent or 0),
+    each issued when its latest slot is final: neighbouring in-place
+    all-reduces of contiguous slots merge into one all-reduce of the
+    bucket's range; reduce-scatters of slots that become final one after the
+    other become the members of one coalesced reduce-scatter (one collective
+    launch per bucket instead of per slot). `compute` waits for the whole sync where
     the run was. Programs without such collectives are left alone; a run
     that is not contiguous is an error.
   }];
@@ -169,8 +172,11 @@ def WeftOverlapParamGathers
     `params` (how `weft-schedule` rebuilds the ZeRO-1/2 parameters from the
     updated shards). They move to the start of the step on an `allgather`
     stream, in order of their slot's first reader on `compute` (slots no
-    instruction reads last): `compute` waits for each right before that
-    reader, so the gathers overlap the forward. The first instruction of
+    instruction reads last), as the members of coalesced all-gathers of at
+    most `bucket_bytes` gathered bytes each (the module's `weftx.config`;
+    25 MiB when absent or 0; one collective launch per bucket): `compute`
+    waits for each bucket right before the first reader of its first member,
+    so the gathers overlap the forward. The first instruction of
     every other stream that writes what they read (the optimizer step; with
     offload, the first copy of weights back from the host on `h2d`) waits
     for all of them. The first step
@@ -178,8 +184,9 @@ def WeftOverlapParamGathers
 
     A program that already has an `allgather` stream (ZeRO-3's prefetched
     gathers) keeps its post-step gathers (its few persistent small
-    parameters) where they are: at the start of the step they would queue
-    ahead of the first layer's prefetch.
+    parameters) on `compute` at the end of the step, coalesced the same way
+    right before the last of them: at the start of the step they would
+    queue ahead of the first layer's prefetch.
   }];
 }
 

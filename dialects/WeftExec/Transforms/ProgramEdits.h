@@ -9,6 +9,7 @@
 #define WEFTEXEC_TRANSFORMS_PROGRAMEDITS_H
 
 #include "WeftExec/IR/WeftExecOps.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/STLExtras.h"
 
@@ -121,6 +122,33 @@ void waitBefore(Operation *op, int64_t event, StringAttr phase);
 /// The phase label of an instruction (null if it has none).
 inline StringAttr phaseOf(Operation *op) {
   return op->getAttrOfType<StringAttr>("phase");
+}
+
+/// One all_reduce, reduce_scatter or all_gather (OpTy) of the members
+/// `reads[i]` -> `writes[i]`, issued together (one NCCL group); `count` is
+/// the members' per-rank elements (the outputs of a reduce_scatter, the
+/// inputs otherwise). The members must be independent (the op verifier).
+template <typename OpTy>
+OpTy createCoalesced(OpBuilder &builder, Location loc, Type dtype,
+                     StringRef group, ArrayRef<RangeAttr> reads,
+                     ArrayRef<RangeAttr> writes, StringAttr phase) {
+  static_assert(
+      llvm::is_one_of<OpTy, AllReduceOp, ReduceScatterOp, AllGatherOp>::value,
+      "a collective with members");
+  int64_t bytes = 0;
+  for (RangeAttr range : std::is_same_v<OpTy, ReduceScatterOp> ? writes : reads)
+    bytes += range.getBytes();
+  int64_t count = bytes / getElementBytes(dtype);
+  auto list = [&](ArrayRef<RangeAttr> ranges) {
+    return builder.getArrayAttr(
+        SmallVector<Attribute>(ranges.begin(), ranges.end()));
+  };
+  if constexpr (std::is_same_v<OpTy, AllGatherOp>)
+    return OpTy::create(builder, loc, count, dtype, group, list(reads),
+                        list(writes), phase);
+  else
+    return OpTy::create(builder, loc, ReduceKind::sum, count, dtype, group,
+                        list(reads), list(writes), phase);
 }
 
 } // namespace mlir::weftx

@@ -804,6 +804,118 @@ module {
   weftx.program @r0 ranks [0, 1] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
+      // expected-error @+1 {{expects one read and one write range per member, got 2 read and 1 write ranges}}
+      weftx.all_reduce sum 8 x f32 on @g reads(@a[0 +: 16], @a[16 +: 16]) writes(@a[0 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{members hold 8 elements per rank but count is 6}}
+      weftx.all_reduce sum 6 x f32 on @g reads(@a[0 +: 16], @a[16 +: 16]) writes(@a[0 +: 16], @a[16 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{write range 1 has 6 bytes, not a whole number of f32 elements}}
+      weftx.reduce_scatter sum 5 x f32 on @g reads(@a[0 +: 32], @a[32 +: 12]) writes(@a[128 +: 16], @a[144 +: 6])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{write range 1 has 8 bytes but member 1 of all_reduce of 8 x f32 needs 16}}
+      weftx.all_reduce sum 8 x f32 on @g reads(@a[0 +: 16], @a[16 +: 16]) writes(@a[0 +: 16], @a[16 +: 8])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{read range 1 has 16 bytes but member 1 of reduce_scatter of 8 x f32 over 2 ranks needs 32}}
+      weftx.reduce_scatter sum 8 x f32 on @g reads(@a[0 +: 32], @a[32 +: 16]) writes(@a[128 +: 16], @a[144 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{write range 1 has 16 bytes but member 1 of all_gather of 8 x f32 over 2 ranks needs 32}}
+      weftx.all_gather 8 x f32 on @g reads(@a[0 +: 16], @a[16 +: 16]) writes(@a[128 +: 32], @a[160 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{member 1 writes @a[16 +: 16], which member 0 reads (members must be independent)}}
+      weftx.all_reduce sum 12 x f32 on @g reads(@a[0 +: 32], @a[16 +: 16]) writes(@a[64 +: 32], @a[16 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{member 0 writes @a[0 +: 32], which member 1 writes (members must be independent)}}
+      weftx.all_gather 8 x f32 on @g reads(@a[64 +: 16], @a[80 +: 16]) writes(@a[0 +: 32], @a[16 +: 32])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 2 pp 1 tp 1
+  weftx.group @g world [[0, 1]]
+  weftx.program @r0 ranks [0, 1] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
       // expected-error @+1 {{root 2 is outside the 2-rank groups of family @g}}
       weftx.broadcast 4 x f32 on @g root 2 writes(@a[0 +: 16])
     }

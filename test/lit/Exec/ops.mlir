@@ -92,6 +92,8 @@ module attributes {
       weftx.all_reduce sum 256 x f32 on @dp0 reads(@act[0 +: 1024]) writes(@act[0 +: 1024]) phase "dp"
       // CHECK: weftx.reduce_scatter max 128 x f32 on @dp0 reads(@act[0 +: 1024]) writes(@act[0 +: 512])
       weftx.reduce_scatter max 128 x f32 on @dp0 reads(@act[0 +: 1024]) writes(@act[0 +: 512])
+      // CHECK: weftx.all_gather 48 x f32 on @dp0 reads(@act[0 +: 128], @act[128 +: 64]) writes(@act[256 +: 256], @act[512 +: 128])
+      weftx.all_gather 48 x f32 on @dp0 reads(@act[0 +: 128], @act[128 +: 64]) writes(@act[256 +: 256], @act[512 +: 128])
       // CHECK: weftx.all_gather 128 x bf16 on @dp0 reads(@half[0 +: 256]) writes(@half[0 +: 512])
       weftx.all_gather 128 x bf16 on @dp0 reads(@half[0 +: 256]) writes(@half[0 +: 512])
       // CHECK: weftx.broadcast 4 x ui8 on @dp0 root 1 writes(@bytes[0 +: 4])

@@ -54,39 +54,45 @@ module attributes {weftx.config = {bucket_bytes = 128 : i64, dp = 2 : i64}} {
 
 // -----
 
-// ZeRO 1-3: each reduce-scatter moves to `reducescatter` as it is; events
-// already in the program keep their numbers (new ones start above 7). An
-// all-reduce over another family (the norm's) is not a gradient sync.
+// ZeRO-1: the reduce-scatters move to `reducescatter` in the order their
+// slots become final (1, 0, 2), as the members of coalesced reduce-scatters
+// of at most 128 gradient bytes (`bucket_bytes`), each behind an event after
+// its last member's writer; events already in the program keep their
+// numbers (new ones start above 7). An all-reduce over another family (the
+// norm's) is not a gradient sync.
 
 // CHECK-LABEL: weftx.program @role0
 // CHECK: weftx.launch @k reads(@x[0 +: 64]) writes(@grads[64 +: 64]) phase "bwd"
-// CHECK-NEXT: weftx.record_event 8 phase "bwd"
 // CHECK-NEXT: weftx.launch @k reads(@x[0 +: 64]) writes(@grads[0 +: 64]) phase "bwd"
+// CHECK-NEXT: weftx.record_event 8 phase "bwd"
+// CHECK-NEXT: weftx.launch @k reads(@x[0 +: 64]) writes(@grads[128 +: 64]) phase "bwd"
 // CHECK-NEXT: weftx.record_event 9 phase "bwd"
 // CHECK-NEXT: weftx.wait_event 10 phase "grad sync"
 // CHECK-NEXT: weftx.all_reduce sum 1 x f32 on @world
 // CHECK: weftx.stream "reducescatter" {
 // CHECK-NEXT: weftx.wait_event 8 phase "grad sync"
-// CHECK-NEXT: weftx.reduce_scatter sum 8 x f32 on @dp reads(@grads[64 +: 64]) writes(@grads.shard[32 +: 32]) phase "grad sync"
+// CHECK-NEXT: weftx.reduce_scatter sum 16 x f32 on @dp reads(@grads[64 +: 64], @grads[0 +: 64]) writes(@grads.shard[32 +: 32], @grads.shard[0 +: 32]) phase "grad sync"
 // CHECK-NEXT: weftx.wait_event 9 phase "grad sync"
-// CHECK-NEXT: weftx.reduce_scatter sum 8 x f32 on @dp reads(@grads[0 +: 64]) writes(@grads.shard[0 +: 32]) phase "grad sync"
+// CHECK-NEXT: weftx.reduce_scatter sum 8 x f32 on @dp reads(@grads[128 +: 64]) writes(@grads.shard[64 +: 32]) phase "grad sync"
 // CHECK-NEXT: weftx.record_event 10 phase "grad sync"
-module {
+module attributes {weftx.config = {bucket_bytes = 128 : i64}} {
   weftx.mesh dp 2 pp 1 tp 1
   weftx.group @dp dp [[0, 1]]
   weftx.group @world world [[0, 1]]
   weftx.kernel @k file "kernels/k.cu" constants {} source ""
   weftx.program @role0 ranks [0, 1] {
     weftx.buffer @x arena size 64 align 64 : f32
-    weftx.buffer @grads arena size 128 align 64 : f32
-    weftx.buffer @grads.shard persistent size 64 align 64 : f32
+    weftx.buffer @grads arena size 192 align 64 : f32
+    weftx.buffer @grads.shard persistent size 96 align 64 : f32
     weftx.buffer @grad.sumsq persistent size 4 align 64 : f32
     weftx.stream "compute" {
       weftx.wait_event 7
       weftx.launch @k reads(@x[0 +: 64]) writes(@grads[64 +: 64]) phase "bwd"
       weftx.launch @k reads(@x[0 +: 64]) writes(@grads[0 +: 64]) phase "bwd"
+      weftx.launch @k reads(@x[0 +: 64]) writes(@grads[128 +: 64]) phase "bwd"
       weftx.reduce_scatter sum 8 x f32 on @dp reads(@grads[0 +: 64]) writes(@grads.shard[0 +: 32]) phase "grad sync"
       weftx.reduce_scatter sum 8 x f32 on @dp reads(@grads[64 +: 64]) writes(@grads.shard[32 +: 32]) phase "grad sync"
+      weftx.reduce_scatter sum 8 x f32 on @dp reads(@grads[128 +: 64]) writes(@grads.shard[64 +: 32]) phase "grad sync"
       weftx.all_reduce sum 1 x f32 on @world reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "clip"
     }
     weftx.stream "other" {

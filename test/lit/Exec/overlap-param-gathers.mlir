@@ -2,27 +2,26 @@
 
 // ZeRO-1/2: the gathers after the optimizer step move to the start of the
 // step on `allgather`, in order of first use (slot 1 is read first, slot 0
-// later, slot 2 never); compute waits for each right before its first
-// reader, and for all before the step overwrites the shards they read.
+// later, slot 2 never), as the members of coalesced all-gathers of at most
+// 128 gathered bytes (`bucket_bytes`); compute waits for a bucket right
+// before its first member's first reader, and for all before the step
+// overwrites the shards they read.
 
 // CHECK-LABEL: weftx.program @role0
 // CHECK: weftx.stream "compute" {
-// CHECK-NEXT: weftx.wait_event [[SLOT1:[0-9]+]] phase "fwd"
+// CHECK-NEXT: weftx.wait_event [[FIRST:[0-9]+]] phase "fwd"
 // CHECK-NEXT: weftx.launch @k reads(@params[64 +: 64]) writes(@x[0 +: 64]) phase "fwd"
-// CHECK-NEXT: weftx.wait_event [[SLOT0:[0-9]+]] phase "fwd"
 // CHECK-NEXT: weftx.launch @k reads(@params[0 +: 64], @x[0 +: 64]) writes(@x[0 +: 64]) phase "fwd"
 // CHECK-NEXT: weftx.wait_event [[ALL:[0-9]+]] phase "adamw"
 // CHECK-NEXT: weftx.optimizer_step
 // CHECK-NEXT: }
 // CHECK-NEXT: weftx.stream "allgather" {
-// CHECK-NEXT: weftx.all_gather 8 x f32 on @dp reads(@master[32 +: 32]) writes(@params[64 +: 64]) phase "param gather"
-// CHECK-NEXT: weftx.record_event [[SLOT1]] phase "param gather"
-// CHECK-NEXT: weftx.all_gather 8 x f32 on @dp reads(@master[0 +: 32]) writes(@params[0 +: 64]) phase "param gather"
-// CHECK-NEXT: weftx.record_event [[SLOT0]] phase "param gather"
+// CHECK-NEXT: weftx.all_gather 16 x f32 on @dp reads(@master[32 +: 32], @master[0 +: 32]) writes(@params[64 +: 64], @params[0 +: 64]) phase "param gather"
+// CHECK-NEXT: weftx.record_event [[FIRST]] phase "param gather"
 // CHECK-NEXT: weftx.all_gather 8 x f32 on @dp reads(@master[64 +: 32]) writes(@params[128 +: 64]) phase "param gather"
 // CHECK-NEXT: weftx.record_event [[ALL]] phase "param gather"
 // CHECK-NEXT: }
-module {
+module attributes {weftx.config = {bucket_bytes = 128 : i64}} {
   weftx.mesh dp 2 pp 1 tp 1
   weftx.group @dp dp [[0, 1]]
   weftx.kernel @k file "kernels/k.cu" constants {} source ""

@@ -201,7 +201,8 @@
 // Sequence parallelism (TP 2, 8 tokens): after the embedding each rank keeps
 // its 4 rows of the sequence; norms and residuals run on them, all_gather
 // feeds the TP regions and reduce_scatter leaves them; the norms' and
-// row-parallel biases' gradients are partial per rank and summed over TP.
+// row-parallel biases' gradients are partial per rank and summed over TP
+// (one all-reduce, each gradient a member).
 // SP-LABEL: weftx.program @role0 ranks [0] {
 // SP: weftx.copy reads(@embedding[0 +: 1024]) writes(@sp.slice[0 +: 1024]) phase "fwd mb0"
 // SP-NEXT: weftx.launch @layer_norm_forward{{(.[0-9])?}} reads(@sp.slice[0 +: 1024], {{.*}}) writes(@layer_norm[0 +: 1024], @layer_norm.mean[0 +: 16], @layer_norm.rstd[0 +: 16])
@@ -210,7 +211,9 @@
 // SP-LABEL: weftx.stream "tp" {
 // SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm[0 +: 1024]) writes(@sp.gather[0 +: 2048])
 // SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out[0 +: 2048]) writes(@sp.scatter[0 +: 1024])
-// SP: weftx.all_reduce sum 64 x f32 on @tp reads(@grads[[[LN1:[0-9]+]] +: 256]) writes(@grads[[[LN1]] +: 256]) phase "sequence-parallel grads"
+// One all-reduce sums all 14 of them (its members).
+// SP: weftx.all_reduce sum 896 x f32 on @tp reads(@grads[[[LN1:[0-9]+]] +: 256], {{.*}}) writes(@grads[[[LN1]] +: 256], {{.*}}) phase "sequence-parallel grads"
+// SP-NOT: weftx.all_reduce {{.*}} phase "sequence-parallel grads"
 // SP-LABEL: weftx.program @role1 ranks [1] {
 // SP: weftx.copy reads(@embedding[1024 +: 1024]) writes(@sp.slice[0 +: 1024]) phase "fwd mb0"
 

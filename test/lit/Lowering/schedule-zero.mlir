@@ -97,8 +97,14 @@
 
 // ZeRO-2: full parameters stay (persistent); gradients are arena buffers per
 // parameter, reduce-scattered on their own stream as soon as the backward
-// has written each; the parameter all-gathers from the shards AdamW
-// updates run at the start of the next step, overlapping its forward.
+// has written them; the reduce-scatters of gradients that become final one
+// after the other are merged into one (each piece a member) behind the
+// latest writer, up to a reduction compute waits for to bound the live
+// gradients (here the first bucket, the final norm's and the last MLP's
+// output projection, ends where compute must free it before zeroing the
+// next gradient); the parameter all-gathers from the shards AdamW updates
+// run at the start of the next step, overlapping its forward, in buckets of
+// `bucket_bytes` (all 28 parameters of gpt2-tiny in one).
 
 // ZERO2-LABEL: weftx.program @role0 ranks [0, 1] {
 // ZERO2: weftx.buffer @params persistent size 498688
@@ -107,19 +113,25 @@
 // ZERO2-NEXT: weftx.buffer @grads.shard persistent size 249344
 // ZERO2: weftx.buffer @grad.transformer.ln_f.weight arena size 256
 // ZERO2-LABEL: weftx.stream "compute" {
+// The final norm's gradients no longer get an event of their own.
 // ZERO2: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048], @grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
-// ZERO2-NEXT: weftx.record_event [[LNF:[0-9]+]] phase "bwd mb0"
+// ZERO2-NEXT: weftx.gemm
+// ZERO2: weftx.gemm f32 trans_b {{.*}} writes(@grad.transformer.h.1.mlp.c_proj.weight[0 +: 65536]) phase "bwd mb0"
+// ZERO2-NEXT: weftx.record_event [[BUCKET:[0-9]+]] phase "bwd mb0"
+// ZERO2: weftx.wait_event [[FREED:[0-9]+]] phase "grad sync done"
+// ZERO2-NEXT: weftx.fill f32 0.000000e+00 writes(@grad.transformer.h.1.mlp.c_fc.weight[0 +: 65536])
 // ZERO2: weftx.wait_event [[DONE:[0-9]+]] phase "grad sync"
 // ZERO2-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: 249344])
 // ZERO2: weftx.wait_event [[GATHERED:[0-9]+]] phase "adamw"
 // ZERO2-NEXT: weftx.optimizer_step 62336 x f32
 // ZERO2-NEXT: }
 // ZERO2-LABEL: weftx.stream "reducescatter" {
-// ZERO2-NEXT: weftx.wait_event [[LNF]] phase "grad sync"
-// ZERO2-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grad.transformer.ln_f.weight[0 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
+// ZERO2-NEXT: weftx.wait_event [[BUCKET]] phase "grad sync"
+// ZERO2-NEXT: weftx.reduce_scatter sum 8256 x f32 on @dp reads(@grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256], @grad.transformer.h.1.mlp.c_proj.weight[0 +: 65536]) writes(@grads.shard[249088 +: 128], @grads.shard[249216 +: 128], @grads.shard[216192 +: 32768]) phase "grad sync"
+// ZERO2-NEXT: weftx.record_event [[FREED]] phase "grad sync"
 // ZERO2: weftx.record_event [[DONE]] phase "grad sync"
 // ZERO2-NEXT: }
 // ZERO2-LABEL: weftx.stream "allgather" {
-// ZERO2-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
+// ZERO2-NEXT: weftx.all_gather 62336 x f32 on @dp reads(@master[0 +: 32768], {{.*}}, @master[249216 +: 128]) writes(@params[0 +: 65536], {{.*}}, @params[498432 +: 256]) phase "param gather"
 // ZERO2: weftx.record_event [[GATHERED]] phase "param gather"
 // ZERO2-NEXT: }

@@ -1,6 +1,6 @@
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 grad-accum=2' --weft-autodiff --weft-schedule='seq-len=8 lr=0.01' --weft-step | FileCheck %s
 // RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=LLAMA
-// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=ZERO1
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1 bucket-bytes=131072' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=ZERO1
 
 // GPT-2 tiny at DP 2 with two accumulated micro-batches of one sequence of 8
 // tokens: one program shared by both DP ranks; flat persistent parameter,
@@ -100,12 +100,13 @@
 // LLAMA: weftx.parameter "lm_head.weight" [256, 64]
 
 // ZeRO-1 at DP 2: slots padded to multiples of 2 x 16 elements, the rank's
-// pieces contiguous in @master, @grads.shard and the moments; one
-// reduce-scatter and one all-gather per slot, the partial gradient norm
-// all-reduced, one AdamW step over the shard. The all-gathers that rebuild
-// @params run at the start of the next step on the `allgather` stream, in
-// order of first use, overlapping the forward: compute waits for each group
-// right before the instruction that first reads it.
+// pieces contiguous in @master, @grads.shard and the moments; the slots
+// reduce-scattered and all-gathered in buckets of at most `bucket-bytes`
+// (128 KiB here; one coalesced collective per bucket), the partial gradient
+// norm all-reduced, one AdamW step over the shard. The all-gathers that
+// rebuild @params run at the start of the next step on the `allgather`
+// stream, in order of first use, overlapping the forward: compute waits for
+// each bucket right before the instruction that first reads it.
 // ZERO1: weftx.buffer @params persistent size [[FLAT:[0-9]+]] align 64 : f32
 // ZERO1-NEXT: weftx.buffer @grads persistent size [[FLAT]] align 64 : f32
 // ZERO1-NEXT: weftx.buffer @exp_avg persistent size [[SHARD:[0-9]+]] align 64 : f32
@@ -118,8 +119,9 @@
 // ZERO1-NEXT: weftx.load_batch
 // ZERO1-NEXT: weftx.wait_event [[EMBEDDINGS:[0-9]+]] phase "fwd mb0"
 // ZERO1-NEXT: weftx.launch @embedding_forward reads(@tokens[0 +: 32], @params[0 +: 65536], @params[65536 +: 32768])
-// ZERO1-NEXT: weftx.wait_event [[LN:[0-9]+]] phase "fwd mb0"
 // ZERO1-NEXT: weftx.launch @layer_norm_forward reads(@embedding[0 +: 2048], @params[98304 +: 256], @params[98560 +: 256])
+// ZERO1-NEXT: weftx.wait_event [[QKV:[0-9]+]] phase "fwd mb0"
+// ZERO1-NEXT: weftx.gemm f32 m 64 n 8 k 64 lda 192 ldb 64 ldc 64 alpha 1.000000e+00 beta 0.000000e+00 reads(@params[98816 +: 48640], @layer_norm[0 +: 2048])
 // ZERO1: weftx.wait_event [[SYNCED:[0-9]+]] phase "grad sync"
 // ZERO1-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: [[SHARD]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
 // ZERO1-NEXT: weftx.all_reduce sum 1 x f32 on @dp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "clip"
@@ -128,23 +130,22 @@
 // ZERO1-NEXT: weftx.wait_event [[GATHERED:[0-9]+]] phase "adamw"
 // ZERO1-NEXT: weftx.optimizer_step {{[0-9]+}} x f32 reads(@master[0 +: [[SHARD]]], @grads.shard[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) writes(@master[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) phase "adamw"
 // ZERO1-NEXT: }
-// The reduce-scatters overlap the backward on their own stream, each slot's
-// as soon as compute has written it for the last time (the final norm's
-// first, the token table's, written last by the embedding, last).
+// The reduce-scatters overlap the backward on their own stream, each bucket
+// as soon as compute has written its slots for the last time (the final
+// norm's and the last MLP's first; the token table's, written last by the
+// embedding, last).
 // ZERO1-LABEL: weftx.stream "reducescatter" {
 // ZERO1-NEXT: weftx.wait_event {{[0-9]+}} phase "grad sync"
-// ZERO1-NEXT: weftx.reduce_scatter sum 32 x f32 on @dp reads(@grads[498176 +: 256]) writes(@grads.shard[249088 +: 128]) phase "grad sync"
-// ZERO1: weftx.reduce_scatter sum 8192 x f32 on @dp reads(@grads[0 +: 65536]) writes(@grads.shard[0 +: 32768]) phase "grad sync"
+// ZERO1-NEXT: weftx.reduce_scatter sum 8288 x f32 on @dp reads(@grads[498176 +: 256], @grads[498432 +: 256], @grads[432384 +: 65536], @grads[497920 +: 256]) writes(@grads.shard[249088 +: 128], @grads.shard[249216 +: 128], @grads.shard[216192 +: 32768], @grads.shard[248960 +: 128]) phase "grad sync"
+// ZERO1: weftx.reduce_scatter sum 14496 x f32 on @dp reads({{.*}}, @grads[0 +: 65536]) writes({{.*}}, @grads.shard[0 +: 32768]) phase "grad sync"
 // ZERO1-NEXT: weftx.reduce_scatter sum 4096 x f32 on @dp reads(@grads[65536 +: 32768]) writes(@grads.shard[32768 +: 16384]) phase "grad sync"
 // ZERO1-NEXT: weftx.record_event [[SYNCED]] phase "grad sync"
 // ZERO1-NEXT: }
 // ZERO1-LABEL: weftx.stream "allgather" {
-// ZERO1-NEXT: weftx.all_gather 8192 x f32 on @dp reads(@master[0 +: 32768]) writes(@params[0 +: 65536]) phase "param gather"
-// ZERO1-NEXT: weftx.all_gather 4096 x f32 on @dp reads(@master[32768 +: 16384]) writes(@params[65536 +: 32768]) phase "param gather"
+// ZERO1-NEXT: weftx.all_gather 12352 x f32 on @dp reads(@master[0 +: 32768], @master[32768 +: 16384], @master[49152 +: 128], @master[49280 +: 128]) writes(@params[0 +: 65536], @params[65536 +: 32768], @params[98304 +: 256], @params[98560 +: 256]) phase "param gather"
 // ZERO1-NEXT: weftx.record_event [[EMBEDDINGS]] phase "param gather"
-// ZERO1-NEXT: weftx.all_gather 32 x f32 on @dp reads(@master[49152 +: 128]) writes(@params[98304 +: 256]) phase "param gather"
-// ZERO1-NEXT: weftx.all_gather 32 x f32 on @dp reads(@master[49280 +: 128]) writes(@params[98560 +: 256]) phase "param gather"
-// ZERO1-NEXT: weftx.record_event [[LN]] phase "param gather"
+// ZERO1-NEXT: weftx.all_gather 8384 x f32 on @dp reads(@master[49408 +: 24576], {{.*}}) writes(@params[98816 +: 49152], {{.*}}) phase "param gather"
+// ZERO1-NEXT: weftx.record_event [[QKV]] phase "param gather"
 // ZERO1: weftx.record_event [[GATHERED]] phase "param gather"
 // ZERO1-NEXT: }
 // Each parameter initializes its replicated copy and its master piece.
