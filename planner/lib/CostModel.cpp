@@ -592,17 +592,6 @@ std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
   return vectors;
 }
 
-/// Parameter pieces of one layer on a TP rank: weft-schedule issues a ZeRO
-/// reduce-scatter and all-gather per piece (the fused q|k|v weight, and its
-/// bias, split over TP are three pieces each).
-double layerPieces(const ModelSpec &spec, int64_t tp) {
-  double pieces =
-      (spec.gatedMlp ? 5.0 : 4.0) + double(layerVectors(spec, tp).size());
-  if (tp > 1)
-    pieces += spec.linearBias ? 4 : 2;
-  return pieces;
-}
-
 /// weft-schedule's default persist-threshold for a rank of `stage`.
 double persistThreshold(const ModelSpec &spec, bool endStage, int64_t tp) {
   double h = double(spec.hiddenSize);
@@ -614,6 +603,26 @@ double persistThreshold(const ModelSpec &spec, bool endStage, int64_t tp) {
   return std::min(100000.0, std::floor(largest / 64));
 }
 } // namespace
+
+std::pair<double, double> CostModel::largestGradients(const ParallelConfig &c,
+                                                      bool endStage) const {
+  // A layer matrix (the fused q|k|v or an MLP matrix), and on the end
+  // stages the vocabulary-parallel embedding or head.
+  double h = double(spec.hiddenSize);
+  double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
+  double layerMatrix = std::max(qkv, double(spec.ffnSize) * h) / c.tp;
+  double largest = layerMatrix;
+  if (endStage)
+    largest = std::max(largest, double(spec.vocabSize) * h / c.tp);
+  return {largest, layerMatrix};
+}
+
+double CostModel::liveGradientBytes(const ParallelConfig &c, bool endStage,
+                                    double params, double elem) const {
+  auto [largest, second] = largestGradients(c, endStage);
+  double parts = c.gradAccum > 1 ? 1.0 + 1.0 / double(c.dp) : 1.0;
+  return std::min(params, largest + 2 * second) * elem * parts;
+}
 
 double CostModel::zero3PersistentParams(const Layout &layout, int64_t stage,
                                         int64_t tp) const {
@@ -695,25 +704,16 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
           std::max(0.0, memory.recomputeWorkspace - memory.logits);
     }
   }
-  // The largest parameters of the rank (elements): a layer matrix (the
-  // fused q|k|v or an MLP matrix), and on the end stages the
-  // vocabulary-parallel embedding or head.
-  double h = double(spec.hiddenSize);
-  double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
-  double layerMatrix = std::max(qkv, double(spec.ffnSize) * h) / c.tp;
-  double largest = layerMatrix;
-  if (stage == 0 || stage == layout.pp - 1)
-    largest = std::max(largest, double(spec.vocabSize) * h / c.tp);
+  auto [largest, layerMatrix] =
+      largestGradients(c, stage == 0 || stage == layout.pp - 1);
   if (c.dp > 1 && c.zero >= 2) {
     // ZeRO-2/3 reduce-scatter each parameter's gradient of every
     // micro-batch into the persistent shard once the backward has finished
     // it (an arena buffer per parameter and micro-batch); compute starts a
     // new one only while the live ones stay within weft-schedule's
-    // `max-live-grad-bytes`: the largest plus twice the second largest,
-    // with accumulation each with its reduce-scatter output (1/DP of it).
-    double parts = c.gradAccum > 1 ? 1.0 + 1.0 / double(c.dp) : 1.0;
-    memory.gradientBuffer =
-        std::min(params, largest + 2 * layerMatrix) * elem * parts;
+    // `max-live-grad-bytes`.
+    memory.gradientBuffer = liveGradientBytes(
+        c, stage == 0 || stage == layout.pp - 1, params, elem);
   }
   if (c.zero == 3 && c.dp > 1) {
     // ZeRO-3 gathers parameter by parameter into the arena, at most
@@ -871,23 +871,34 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   double reduceBusy = 0;
   if (c.dp > 1 && c.zero < 3) {
     double gradBytes = rankParams * elem;
-    double buckets = std::max(1.0, std::ceil(gradBytes / consts.dpBucketBytes));
+    // The compiled plan's calls, each paying the collective's latency (a
+    // one-byte collective's time): buckets of `bucket_bytes` (ZeRO-0
+    // all-reduces, ZeRO-1 coalesced reduce-scatters and all-gathers);
+    // ZeRO-2 reduce-scatters every micro-batch in buckets of about 1.25 x
+    // the second-largest gradient, at least one per backward task.
+    double buckets =
+        std::max(1.0, std::ceil(gradBytes / consts.planBucketBytes));
+    double calls = buckets;
+    if (c.zero == 2) {
+      // weft-schedule cuts the buckets where compute waits to bound the
+      // live gradients (the largest plus twice the second largest): about
+      // every 1.25 x the second largest.
+      bool endStage = slowest == 0 || slowest == c.pp - 1;
+      double gradBucket =
+          std::min(consts.planBucketBytes,
+                   1.25 * largestGradients(c, endStage).second * elem);
+      double chunks =
+          c.schedule == Schedule::Interleaved ? double(c.virtualStages) : 1.0;
+      calls = std::max(chunks, std::ceil(gradBytes / gradBucket));
+    }
     Collective reduce =
         c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
-    // The compiled plan's calls: ZeRO-0 all-reduces buckets, ZeRO-1/2
-    // reduce-scatter and all-gather every parameter piece; each call pays
-    // the collective's latency (a one-byte collective's time).
-    double pieces = layers * layerPieces(spec, c.tp) +
-                    (slowest == 0 ? (spec.rotary ? 1.0 : 2.0) : 0.0) +
-                    (slowest == c.pp - 1 ? (spec.rmsNorm ? 2.0 : 3.0) : 0.0);
-    double calls = c.zero == 0 ? buckets : pieces;
     double reduceTime =
         collectiveTime(reduce, hardware, consts, dpSpan, gradBytes) +
         (calls - 1) * collectiveTime(reduce, hardware, consts, dpSpan, 1.0);
     reduceBusy = std::min(reduceTime, backwardWindow);
     // Buckets reduce while backward continues; the last one cannot hide.
-    double exposed =
-        std::max(reduceTime / buckets, reduceTime - backwardWindow);
+    double exposed = std::max(reduceTime / calls, reduceTime - backwardWindow);
     // ZeRO-2 keeps only its gradient shard, so every micro-batch reduces.
     time.dpComm = (c.zero == 2 ? m : 1.0) * exposed;
     if (c.zero >= 1) {
@@ -895,8 +906,8 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
       double gather =
           collectiveTime(Collective::AllGather, hardware, consts, dpSpan,
                          rankParams * elem) +
-          (pieces - 1) * collectiveTime(Collective::AllGather, hardware, consts,
-                                        dpSpan, 1.0);
+          (buckets - 1) * collectiveTime(Collective::AllGather, hardware,
+                                         consts, dpSpan, 1.0);
       time.dpComm += std::max(0.0, gather - forwardWindow);
     }
   } else if (c.dp > 1) {

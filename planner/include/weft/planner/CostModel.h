@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace weft::planner {
@@ -43,8 +44,12 @@ struct CostConstants {
   /// Share of backward compute that can hide data-parallel reductions and
   /// ZeRO-3 gathers (the rest of the GPU is busy with compute kernels).
   double commOverlapFraction = 0.90;
-  /// Gradient reduction bucket (PyTorch DDP / Megatron use 25-40 M elems).
+  /// Gradient reduction bucket (PyTorch DDP / Megatron use 25-40 M elems):
+  /// the runtime's communication staging in the memory estimate.
   double dpBucketBytes = 100e6;
+  /// The compiled plan's DP buckets (weft-schedule's `bucket_bytes`
+  /// default, 25 MiB): how many collectives ZeRO 0-2 issue.
+  double planBucketBytes = 25 << 20;
 
   // Optimizer: fused AdamW traffic per parameter (see docs).
   double optimizerBytesPerParam = 32;
@@ -258,6 +263,16 @@ private:
                                int64_t tp) const;
   /// ZeRO-3: the parameter tensors of one layer that are gathered.
   int64_t zero3GatheredTensorsPerLayer(int64_t tp) const;
+  /// weft-schedule's default `max-live-grad-bytes` for a ZeRO-2/3 rank
+  /// holding `params` parameters (of an end stage or not): the largest
+  /// gradient plus twice the second largest, with accumulation each with
+  /// its reduce-scatter output (1/DP of it); `elem` bytes per element.
+  double liveGradientBytes(const ParallelConfig &c, bool endStage,
+                           double params, double elem) const;
+  /// The largest and second-largest parameter (elements) of a rank: the
+  /// vocabulary-parallel embedding or head on an end stage, a layer matrix.
+  std::pair<double, double> largestGradients(const ParallelConfig &c,
+                                             bool endStage) const;
   double gemmSeconds(double m, double n, double k) const;
 
   ModelSpec spec;
