@@ -48,7 +48,30 @@ TEST(Diff, ReportsConfigurationMemoryTimeAndCounts) {
                 "instructions: all_reduce 2 -> 4",
                 "collectives: all_reduce/dp bytes 512 -> 1024",
                 "collectives: all_reduce/dp count 2 -> 4",
+                "collectives: all_reduce/dp members 2 -> 4",
             }));
+}
+
+TEST(Diff, CoalescingChangesLaunchesNotMembers) {
+  // The gradient all-reduced in two halves, against one all-reduce whose
+  // members are the two halves: one launch fewer per rank, the same
+  // members and bytes.
+  plan::Bundle before = dataParallelBundle();
+  auto &insts = before.programs[0].streams[0].instructions;
+  plan::Instruction first = insts[3], second = insts[3];
+  first.count = second.count = 32;
+  first.reads[0].bytes = first.writes[0].bytes = 128;
+  second.reads[0] = second.writes[0] = {first.reads[0].buffer, 128, 128};
+  insts[3] = first;
+  insts.insert(insts.begin() + 4, second);
+  plan::Bundle after = dataParallelBundle();
+  plan::Instruction &sum = after.programs[0].streams[0].instructions[3];
+  sum.reads = {first.reads[0], second.reads[0]};
+  sum.writes = sum.reads;
+  EXPECT_EQ(lines(before, after), (std::vector<std::string>{
+                                      "instructions: all_reduce 4 -> 2",
+                                      "collectives: all_reduce/dp count 4 -> 2",
+                                  }));
 }
 
 TEST(Diff, DifferentMeshesAndMissingItems) {

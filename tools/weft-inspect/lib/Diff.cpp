@@ -47,8 +47,8 @@ static Flat predictionOf(const plan::Bundle &bundle) {
           {"mfu", number(bundle.prediction.mfu)}};
 }
 
-/// Instruction counts by opcode and collective counts/bytes by kind, summed
-/// over all ranks.
+/// Instruction counts by opcode and collective counts, members and bytes by
+/// kind, summed over all ranks.
 static std::pair<Flat, Flat> countsOf(const plan::Bundle &bundle) {
   std::map<std::string, double> opcodes, collectives;
   std::vector<int64_t> ranksOfRole(bundle.programs.size(), 0);
@@ -65,6 +65,10 @@ static std::pair<Flat, Flat> countsOf(const plan::Bundle &bundle) {
         double bytes = double(inst.count) * plan::elementBytes(inst.dtype);
         collectives[kind + " count"] += ranks;
         collectives[kind + " bytes"] += ranks * bytes;
+        // Launches (count) against the collectives they carry (members):
+        // coalescing changes the first only.
+        collectives[kind + " members"] +=
+            ranks * double(plan::memberCount(inst));
       }
     }
   }
