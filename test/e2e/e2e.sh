@@ -196,9 +196,17 @@ checkpoint-write-error)
     --steps 2 --checkpoint-dir in-the-way
   expect_error "resume need --checkpoint-dir" 2 bundle --data tokens.bin \
     --resume ;;
-offload-ddp2) offload 2 ddp 2 2 1 pinned ;;
+offload-ddp2)
+  offload 2 ddp 2 2 1 pinned
+  # ZeRO-0: both DP replicas hold the same weights; rank 0 writes the
+  # snapshot once and rank 1's entry names its file (exported above).
+  [ -e moved/weights-6/rank-0.bin ] && [ ! -e moved/weights-6/rank-1.bin ] \
+    && grep -q '"written_by": 0' moved/weights-6/manifest.json \
+    || fail "the ZeRO-0 weights snapshot is not written once" ;;
 offload-zero1)
   offload 2 zero1 2 1 2 pageable
+  # ZeRO-1: each rank's snapshot is its own shard.
+  [ -e moved/weights-6/rank-1.bin ] || fail "ZeRO-1 snapshot lacks rank 1"
   expect_error "unknown state group 'weights'" 2 bundle --data tokens.bin \
     --offload-between-steps weights ;;
 *) fail "unknown case $case_name" ;;

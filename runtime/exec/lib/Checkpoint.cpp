@@ -309,11 +309,15 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
 
 std::string manifestJson(const Manifest &m) {
   nlohmann::json files = nlohmann::json::array();
-  for (size_t r = 0; r < m.files.size(); ++r)
+  for (size_t r = 0; r < m.files.size(); ++r) {
     files.push_back({{"rank", r},
                      {"file", m.files[r]},
                      {"bytes", m.results[r].fileBytes},
                      {"crc32c", hex32(m.results[r].payloadCrc)}});
+    // A file another rank wrote (a weights snapshot's DP replica).
+    if (r < m.writers.size() && size_t(m.writers[r]) != r)
+      files.back()["written_by"] = m.writers[r];
+  }
   nlohmann::json json = {{"format", "weft-checkpoint"},
                          {"version", kCheckpointVersion},
                          {"step", m.step},
@@ -386,6 +390,28 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
                     "].crc32c must be 8 hex digits");
       m.files.push_back(name);
       m.results.push_back({f.at("bytes").get<int64_t>(), uint32_t(value)});
+      m.writers.push_back(f.contains("written_by")
+                              ? f.at("written_by").get<int32_t>()
+                              : int32_t(r));
+    }
+    // A shared file is one its writer lists as its own, with the same
+    // size and checksum.
+    for (size_t r = 0; r < m.files.size(); ++r) {
+      int32_t w = m.writers[r];
+      if (size_t(w) == r)
+        continue;
+      std::string at = path + ": files[" + std::to_string(r) + "].written_by";
+      if (w < 0 || w >= m.worldSize ||
+          size_t(m.writers[size_t(w)]) != size_t(w))
+        throw Error(at + ": " + std::to_string(w) +
+                    " is not a rank that wrote its own file");
+      if (m.contents != CheckpointContents::Weights)
+        throw Error(at + ": only a weights snapshot shares rank files");
+      if (m.files[r] != m.files[size_t(w)] ||
+          m.results[r].fileBytes != m.results[size_t(w)].fileBytes ||
+          m.results[r].payloadCrc != m.results[size_t(w)].payloadCrc)
+        throw Error(at + ": file, bytes or crc32c differ from rank " +
+                    std::to_string(w) + "'s");
     }
   } catch (const nlohmann::json::exception &error) {
     throw Error(path + ": invalid manifest: " + error.what());

@@ -360,7 +360,8 @@ GlobalState readGlobalState(const Bundle &bundle, const std::string &bundleDir,
     const plan::Program &program = bundle.programs[size_t(role)];
     RankFileInfo expected;
     expected.bundleHash = hash;
-    expected.rank = int32_t(rank);
+    // A weights snapshot's DP replicas may share their writer's file.
+    expected.rank = manifest.writers[size_t(rank)];
     expected.worldSize = int32_t(world);
     expected.step = manifest.step;
     expected.dataSamples = state.dataSamples;

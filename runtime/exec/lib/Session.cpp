@@ -599,12 +599,18 @@ CheckpointStats Session::commitCheckpoint(const std::string &dir,
   for (const auto &piece : payload)
     info.payloadBytes += piece.second;
   const std::string file = "rank-" + std::to_string(rank_) + ".bin";
+  // A weights snapshot that every DP replica holds alike is written once,
+  // by the replica at DP index 0 (weightsSnapshotWriter).
+  auto writerOf = [&](int64_t rank) {
+    return weightsOnly ? weightsSnapshotWriter(bundle_, rank) : rank;
+  };
   RankFileResult result;
   attempt([&] {
     if (!stateLost_.empty())
       throw Error("rank " + std::to_string(rank_) +
                   ": refusing to save: " + stateLost_);
-    result = writeRankFile(tmp + "/" + file, info, payload);
+    if (writerOf(rank_) == rank_)
+      result = writeRankFile(tmp + "/" + file, info, payload);
   });
 
   int64_t mine[2] = {result.fileBytes, int64_t(result.payloadCrc)};
@@ -623,9 +629,11 @@ CheckpointStats Session::commitCheckpoint(const std::string &dir,
     if (bundle_.training.lossScale.dynamic)
       manifest.lossScale = scaler_;
     for (int r = 0; r < worldSize_; ++r) {
-      manifest.files.push_back("rank-" + std::to_string(r) + ".bin");
+      int64_t w = writerOf(r);
+      manifest.files.push_back("rank-" + std::to_string(w) + ".bin");
       manifest.results.push_back(
-          {all[size_t(2 * r)], uint32_t(all[size_t(2 * r + 1)])});
+          {all[size_t(2 * w)], uint32_t(all[size_t(2 * w + 1)])});
+      manifest.writers.push_back(int32_t(w));
     }
     writeSmallFile(tmp + "/manifest.json", manifestJson(manifest));
     syncPath(tmp);

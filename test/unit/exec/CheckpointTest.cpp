@@ -83,6 +83,11 @@ void writeText(const std::string &path, const std::string &text) {
   std::ofstream(path) << text;
 }
 
+std::string readText(const std::string &path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
 } // namespace
 
 TEST(Checkpoint, Crc32cMatchesTheStandardCheckValue) {
@@ -186,6 +191,46 @@ TEST(Checkpoint, ManifestRoundTripsAndChecksBundleAndWorldSize) {
               loadManifest(dir, m.bundleHash, 2);
             }).rfind(path + ": invalid manifest: ", 0),
             0u);
+}
+
+TEST(Checkpoint, WeightsSnapshotReplicasShareTheirWritersFile) {
+  // DP replicas of a ZeRO-0 snapshot list the DP-0 rank's file
+  // (`written_by`); nothing else may share files.
+  std::string dir = freshDir("shared-files");
+  std::string path = dir + "/manifest.json";
+  Manifest m;
+  m.step = 4;
+  m.contents = CheckpointContents::Weights;
+  m.worldSize = 2;
+  m.bundleHash = std::string(64, 'c');
+  m.files = {"rank-0.bin", "rank-0.bin"};
+  m.results = {{1000, 7}, {1000, 7}};
+  m.writers = {0, 0};
+  writeText(path, manifestJson(m));
+  EXPECT_NE(readText(path).find("\"written_by\": 0"), std::string::npos);
+  Manifest back = loadManifest(dir, m.bundleHash, 2);
+  EXPECT_EQ(back.writers, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(back.files, m.files);
+  auto errorWith = [&](Manifest changed) {
+    writeText(path, manifestJson(changed));
+    return errorOf([&] { loadManifest(dir, m.bundleHash, 2); });
+  };
+  Manifest full = m;
+  full.contents = CheckpointContents::Full;
+  EXPECT_EQ(errorWith(full), path + ": files[1].written_by: only a weights "
+                                    "snapshot shares rank files");
+  Manifest crc = m;
+  crc.results[1].payloadCrc = 8;
+  EXPECT_EQ(errorWith(crc), path + ": files[1].written_by: file, bytes or "
+                                   "crc32c differ from rank 0's");
+  Manifest chain = m;
+  chain.writers = {1, 0};
+  EXPECT_EQ(errorWith(chain), path + ": files[0].written_by: 1 is not a rank "
+                                     "that wrote its own file");
+  Manifest outside = m;
+  outside.writers = {0, 5};
+  EXPECT_EQ(errorWith(outside), path + ": files[1].written_by: 5 is not a "
+                                       "rank that wrote its own file");
 }
 
 TEST(Checkpoint, OnlyMarkedStepDirectoriesCount) {

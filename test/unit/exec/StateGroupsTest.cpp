@@ -385,3 +385,14 @@ TEST(StateGroups, HostRegionRangesAreKeptApart) {
             std::string::npos)
       << text;
 }
+
+TEST(StateGroups, DpReplicasShareAWeightsSnapshotUnlessItIsSharded) {
+  // ZeRO-0 over 2 DP ranks: both hold the same weights, so rank 1's
+  // snapshot is rank 0's file; with the parameter split over DP each rank
+  // writes its own.
+  plan::Bundle bundle = weft::plan::test::dataParallelBundle();
+  EXPECT_EQ(exec::weightsSnapshotWriter(bundle, 0), 0);
+  EXPECT_EQ(exec::weightsSnapshotWriter(bundle, 1), 0);
+  bundle.parameters[0].shards[0].zeroShards = 2;
+  EXPECT_EQ(exec::weightsSnapshotWriter(bundle, 1), 1);
+}

@@ -101,6 +101,9 @@ struct Manifest {
   std::string bundleHash;
   std::vector<std::string> files;      // by rank
   std::vector<RankFileResult> results; // by rank
+  /// By rank: the rank that wrote files[r] (r itself, or in a weights
+  /// snapshot the DP replica whose file r shares: weightsSnapshotWriter).
+  std::vector<int32_t> writers;
 };
 
 std::string manifestJson(const Manifest &manifest);
