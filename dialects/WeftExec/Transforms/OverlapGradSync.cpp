@@ -2,8 +2,9 @@
 //
 // Moves the data-parallel gradient collectives that weft-schedule emits as
 // one run on `compute` to a side stream in buckets, each behind the last
-// write of its slots: ZeRO-0's all-reduces merged over contiguous slots,
-// ZeRO-1's reduce-scatters as the members of one coalesced reduce-scatter.
+// write of its slots: ZeRO-0's all-reduces as one all-reduce whose members
+// are the bucket's runs of contiguous slots, ZeRO-1's reduce-scatters as
+// the members of one coalesced reduce-scatter.
 //
 //===----------------------------------------------------------------------===//
 #include "WeftExec/Transforms/Passes.h"
@@ -13,8 +14,6 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
-
-#include <optional>
 
 namespace mlir::weftx {
 #define GEN_PASS_DEF_WEFTOVERLAPGRADSYNC
@@ -110,86 +109,72 @@ LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
   // Compute waits for the whole sync where the run was.
   Operation *after = syncs.back()->getNextNode();
 
-  if (scatter) {
-    // Buckets of at most `bucketLimit` gradient bytes in the order their
-    // slots become final, each one reduce-scatter of its slots (members)
-    // issued once the last is final: one collective launch per bucket.
+  // Buckets of at most `bucketLimit` gradient bytes in the order the slots
+  // become final, each one collective issued once its latest slot is final
+  // (one launch per bucket): ZeRO-1 reduce-scatters every slot as a member;
+  // ZeRO-0 all-reduces in place, a slot that extends a run of contiguous
+  // slots of the bucket joining that member.
+  auto range = [&](size_t slot, StringRef attr = "reads") {
+    return cast<RangeAttr>(syncs[slot]->getAttrOfType<ArrayAttr>(attr)[0]);
+  };
+  auto contiguous = [&](size_t first, size_t second) {
+    return range(first).getEnd() == range(second).getOffset();
+  };
+  SmallVector<std::pair<size_t, size_t>> runs; // [first, last] slot
+  int64_t bucketBytes = 0;
+  Operation *trigger = nullptr;
+  auto flush = [&] {
+    if (runs.empty())
+      return;
+    waitFor(trigger);
     SmallVector<RangeAttr> reads, writes;
-    int64_t bucketBytes = 0;
-    Operation *trigger = nullptr;
-    auto first = cast<ReduceScatterOp>(syncs.front());
-    auto flush = [&] {
-      if (reads.empty())
-        return;
-      waitFor(trigger);
+    for (auto [begin, end] : runs) {
+      reads.push_back(RangeAttr::get(
+          side.getContext(), range(begin).getBuffer(), range(begin).getOffset(),
+          range(end).getEnd() - range(begin).getOffset()));
+      writes.push_back(scatter ? range(begin, "writes") : reads.back());
+    }
+    if (auto first = dyn_cast<ReduceScatterOp>(syncs.front()))
       createCoalesced<ReduceScatterOp>(side, loc, first.getDtype(),
                                        first.getGroup(), reads, writes, label);
-      reads.clear();
-      writes.clear();
-      bucketBytes = 0;
-    };
-    for (const Ready &item : ready) {
-      auto sync = cast<ReduceScatterOp>(syncs[item.slot]);
-      auto read = cast<RangeAttr>(sync.getReads()[0]);
-      if (!reads.empty() && bucketBytes + read.getBytes() > bucketLimit)
-        flush();
-      reads.push_back(read);
-      writes.push_back(cast<RangeAttr>(sync.getWrites()[0]));
-      bucketBytes += read.getBytes();
-      trigger = item.writer;
-    }
-    flush();
-  } else {
-    // In-place all-reduces of buckets of neighbouring, contiguous slots of at
-    // most `bucketLimit` bytes, each issued once its latest slot is final.
-    auto range = [&](size_t slot) {
-      return cast<RangeAttr>(
-          cast<InstructionOpInterface>(syncs[slot]).getReads()[0]);
-    };
-    auto contiguous = [&](size_t first, size_t second) {
-      return range(first).getEnd() == range(second).getOffset();
-    };
-    auto bytes = [&](size_t first, size_t last) {
-      return range(last).getEnd() - range(first).getOffset();
-    };
-    std::optional<std::pair<size_t, size_t>> bucket; // [first, last] slot
-    Operation *trigger = nullptr;
-    auto flush = [&] {
-      if (!bucket)
-        return;
-      waitFor(trigger);
-      auto first = cast<AllReduceOp>(syncs[bucket->first]);
-      RangeAttr whole =
-          RangeAttr::get(side.getContext(), range(bucket->first).getBuffer(),
-                         range(bucket->first).getOffset(),
-                         bytes(bucket->first, bucket->second));
-      int64_t elementBytes = range(bucket->first).getBytes() / first.getCount();
-      ArrayAttr list = side.getArrayAttr({whole});
-      AllReduceOp::create(side, loc, first.getReduce(),
-                          whole.getBytes() / elementBytes, first.getDtype(),
-                          first.getGroup(), list, list, label);
-      bucket.reset();
-    };
-    for (const Ready &item : ready) {
-      if (bucket) {
-        std::pair<size_t, size_t> grown = *bucket;
-        if (item.slot + 1 == bucket->first &&
-            contiguous(item.slot, grown.first))
-          grown.first = item.slot;
-        else if (item.slot == bucket->second + 1 &&
-                 contiguous(grown.second, item.slot))
-          grown.second = item.slot;
-        if (grown != *bucket && bytes(grown.first, grown.second) <= bucketLimit)
-          bucket = grown;
-        else
-          flush();
+    else if (auto first = dyn_cast<AllReduceOp>(syncs.front()))
+      createCoalesced<AllReduceOp>(side, loc, first.getDtype(),
+                                   first.getGroup(), reads, writes, label);
+    runs.clear();
+    bucketBytes = 0;
+  };
+  for (const Ready &item : ready) {
+    int64_t bytes = range(item.slot).getBytes();
+    if (!runs.empty() && bucketBytes + bytes > bucketLimit)
+      flush();
+    auto run = llvm::find_if(runs, [&](const std::pair<size_t, size_t> &r) {
+      return !scatter &&
+             ((item.slot + 1 == r.first && contiguous(item.slot, r.first)) ||
+              (item.slot == r.second + 1 && contiguous(r.second, item.slot)));
+    });
+    if (run == runs.end()) {
+      runs.push_back({item.slot, item.slot});
+    } else {
+      if (item.slot < run->first)
+        run->first = item.slot;
+      else
+        run->second = item.slot;
+      // The grown run may now touch another: one member.
+      auto touching = llvm::find_if(runs, [&](const auto &r) {
+        return (run->second + 1 == r.first &&
+                contiguous(run->second, r.first)) ||
+               (r.second + 1 == run->first && contiguous(r.second, run->first));
+      });
+      if (touching != runs.end()) {
+        run->first = std::min(run->first, touching->first);
+        run->second = std::max(run->second, touching->second);
+        runs.erase(touching);
       }
-      if (!bucket)
-        bucket = {item.slot, item.slot};
-      trigger = item.writer;
     }
-    flush();
+    bucketBytes += bytes;
+    trigger = item.writer;
   }
+  flush();
   for (Operation *sync : syncs)
     sync->erase();
   int64_t done = events.next();

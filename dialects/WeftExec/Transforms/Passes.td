@@ -127,11 +127,10 @@ def WeftOverlapGradSync : Pass<"weft-overlap-grad-sync", "::mlir::ModuleOp"> {
     slot nothing writes). Collectives issue in the order their slots become
     final (slot order among ties), in buckets of at most `bucket_bytes`
     gradient bytes (the module's `weftx.config`; 25 MiB when absent or 0),
-    each issued when its latest slot is final: neighbouring in-place
-    all-reduces of contiguous slots merge into one all-reduce of the
-    bucket's range; reduce-scatters of slots that become final one after the
-    other become the members of one coalesced reduce-scatter (one collective
-    launch per bucket instead of per slot). `compute` waits for the whole sync where
+    each issued when its latest slot is final, as one collective (one launch
+    per bucket instead of per slot): ZeRO-0's in-place all-reduce has a
+    member per run of contiguous slots of the bucket, ZeRO-1's
+    reduce-scatter a member per slot. `compute` waits for the whole sync where
     the run was. Programs without such collectives are left alone; a run
     that is not contiguous is an error.
   }];

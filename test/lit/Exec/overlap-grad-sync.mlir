@@ -1,33 +1,29 @@
 // RUN: weft-opt %s -split-input-file -weft-overlap-grad-sync | FileCheck %s
 
 // ZeRO-0: four slots of 64 bytes; the backward writes slot 3, then 2, then
-// 0 (slot 1 only the zeroing fill). Each all-reduce moves to `allreduce`
-// behind an event recorded after its slot's last writer, in the order the
-// slots become final; neighbours merge into buckets of at most 128 bytes
-// (`bucket_bytes`), issued when their latest slot is final. Compute waits for the whole sync where the run was.
+// 0 (slot 1 only the zeroing fill). The all-reduces move to `allreduce` in
+// the order the slots become final (1, 3, 2, 0), in buckets of at most 128
+// bytes (`bucket_bytes`), each one all-reduce whose members are its runs of
+// contiguous slots, issued behind an event recorded after its latest slot's
+// writer. Compute waits for the whole sync where the run was.
 
 // CHECK-LABEL: weftx.program @role0
 // CHECK: weftx.stream "compute" {
 // CHECK-NEXT: weftx.fill f32 0.000000e+00 writes(@grads[0 +: 256]) phase "zero grads"
-// CHECK-NEXT: weftx.record_event [[FILL:[0-9]+]] phase "zero grads"
 // CHECK-NEXT: weftx.launch @k reads(@x[0 +: 64]) writes(@grads[192 +: 64]) phase "bwd"
+// CHECK-NEXT: weftx.record_event [[SLOT3:[0-9]+]] phase "bwd"
 // CHECK-NEXT: weftx.launch @k reads(@x[0 +: 64]) writes(@grads[128 +: 64]) phase "bwd"
-// CHECK-NEXT: weftx.record_event [[SLOT2:[0-9]+]] phase "bwd"
 // CHECK-NEXT: weftx.launch @k reads(@x[0 +: 64]) writes(@grads[0 +: 64]) phase "bwd"
 // CHECK-NEXT: weftx.record_event [[SLOT0:[0-9]+]] phase "bwd"
 // CHECK-NEXT: weftx.wait_event [[DONE:[0-9]+]] phase "grad sync"
 // CHECK-NEXT: weftx.grad_norm
 // CHECK-NEXT: }
 // CHECK-NEXT: weftx.stream "allreduce" {
-// Slot 1 is final first (after the fill) and goes alone: slot 3, final
-// next, is not its neighbour. Slot 2 joins slot 3's bucket (128 bytes) when
-// it is final; slot 0 is not their neighbour.
-// CHECK-NEXT: weftx.wait_event [[FILL]] phase "grad sync"
-// CHECK-NEXT: weftx.all_reduce sum 16 x f32 on @dp reads(@grads[64 +: 64]) writes(@grads[64 +: 64]) phase "grad sync"
-// CHECK-NEXT: weftx.wait_event [[SLOT2]] phase "grad sync"
-// CHECK-NEXT: weftx.all_reduce sum 32 x f32 on @dp reads(@grads[128 +: 128]) writes(@grads[128 +: 128]) phase "grad sync"
+// Slots 1 and 3 (not neighbours: two members), then 2 and 0.
+// CHECK-NEXT: weftx.wait_event [[SLOT3]] phase "grad sync"
+// CHECK-NEXT: weftx.all_reduce sum 32 x f32 on @dp reads(@grads[64 +: 64], @grads[192 +: 64]) writes(@grads[64 +: 64], @grads[192 +: 64]) phase "grad sync"
 // CHECK-NEXT: weftx.wait_event [[SLOT0]] phase "grad sync"
-// CHECK-NEXT: weftx.all_reduce sum 16 x f32 on @dp reads(@grads[0 +: 64]) writes(@grads[0 +: 64]) phase "grad sync"
+// CHECK-NEXT: weftx.all_reduce sum 32 x f32 on @dp reads(@grads[128 +: 64], @grads[0 +: 64]) writes(@grads[128 +: 64], @grads[0 +: 64]) phase "grad sync"
 // CHECK-NEXT: weftx.record_event [[DONE]] phase "grad sync"
 // CHECK-NEXT: }
 module attributes {weftx.config = {bucket_bytes = 128 : i64, dp = 2 : i64}} {

@@ -41,21 +41,22 @@
 // CHECK-NEXT: weftx.gemm f32 trans_b m 64 n 256 k 8 lda 64 ldb 256 ldc 64 alpha 1.0{{.*}} beta 1.0{{.*}} reads(@layer_norm.4[0 +: 2048], @logits.grad[0 +: 8192], @grads[0 +: 65536]) writes(@grads[0 +: 65536])
 // CHECK: weftx.launch @embedding_backward reads(@tokens[0 +: 32], {{.*}}) writes(@grads[0 +: 65536], @grads[65536 +: 32768]) phase "bwd mb0"
 // CHECK-NEXT: weftx.load_batch 1 writes(@tokens.1[0 +: 32], @targets.1[0 +: 32]) phase "data mb1"
-// The last micro-batch's final writes of the final norm's gradient slots
-// signal the DP gradient sync, which overlaps the rest of the backward on
-// the `allreduce` stream; compute waits for all of it before the norm.
-// CHECK: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad.5[0 +: 2048], @grads[498176 +: 256], @grads[498432 +: 256]) phase "bwd mb1"
-// CHECK-NEXT: weftx.record_event [[LNF:[0-9]+]] phase "bwd mb1"
+// The DP gradient sync runs on the `allreduce` stream in buckets of
+// `bucket_bytes` (25 MiB) in the order the slots become final: gpt2-tiny's
+// 0.5 MB are one bucket, issued after the last micro-batch's last gradient
+// write (the embedding's); compute waits for all of it before the norm.
+// CHECK: weftx.launch @embedding_backward reads(@tokens.1[0 +: 32], {{.*}}) writes(@grads[0 +: 65536], @grads[65536 +: 32768]) phase "bwd mb1"
+// CHECK-NEXT: weftx.record_event [[LAST:[0-9]+]] phase "bwd mb1"
 // CHECK: weftx.wait_event [[SYNCED:[0-9]+]] phase "grad sync"
 // CHECK-NEXT: weftx.grad_norm f32 reads(@grads[0 +: [[FLAT]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
 // CHECK-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads[0 +: [[FLAT]]]) writes(@grads[0 +: [[FLAT]]]) phase "clip"
 // CHECK-NEXT: weftx.optimizer_step [[N:[0-9]+]] x f32 reads(@params[0 +: [[FLAT]]], @grads[0 +: [[FLAT]]], @exp_avg[0 +: [[FLAT]]], @exp_avg_sq[0 +: [[FLAT]]]) writes(@params[0 +: [[FLAT]]], @exp_avg[0 +: [[FLAT]]], @exp_avg_sq[0 +: [[FLAT]]]) phase "adamw"
-// Buckets of neighbouring slots (the norm's weight and bias first), each
-// all-reduced in place once its slots are final.
+// The bucket's slots, merged into runs of contiguous slots as they become
+// final, are one run here: one in-place all-reduce of the whole buffer.
 // CHECK-LABEL: weftx.stream "allreduce" {
-// CHECK-NEXT: weftx.wait_event [[LNF]] phase "grad sync"
-// CHECK-NEXT: weftx.all_reduce sum 128 x f32 on @dp reads(@grads[498176 +: 512]) writes(@grads[498176 +: 512]) phase "grad sync"
-// CHECK: weftx.record_event [[SYNCED]] phase "grad sync"
+// CHECK-NEXT: weftx.wait_event [[LAST]] phase "grad sync"
+// CHECK-NEXT: weftx.all_reduce sum [[N]] x f32 on @dp reads(@grads[0 +: [[FLAT]]]) writes(@grads[0 +: [[FLAT]]]) phase "grad sync"
+// CHECK-NEXT: weftx.record_event [[SYNCED]] phase "grad sync"
 // CHECK-NEXT: }
 
 // Parameters: Hugging Face names, init, one replicated shard each.
