@@ -468,8 +468,6 @@ private:
   /// Gathered buffers issued on `allgather` and not yet known released
   /// there: bytes and the compute `release` that frees them.
   SmallVector<std::pair<int64_t, Operation *>> liveGathers;
-  /// Events recorded on `compute` right after a `release`.
-  llvm::DenseMap<Operation *, int64_t> releaseEvents;
   /// The function being lowered (for weft.save).
   func::FuncOp currentFunction;
   /// The last compute instruction before the previous pipeline task (its

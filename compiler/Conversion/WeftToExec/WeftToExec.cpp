@@ -1418,17 +1418,10 @@ void RoleScheduler::scheduleGathers(Operation *taskBegin) {
           break;
       }
       if (waitFor) {
-        auto [it, inserted] = releaseEvents.try_emplace(waitFor, numEvents);
-        if (inserted) {
-          ++numEvents;
-          OpBuilder after(ctx);
-          after.setInsertionPointAfter(waitFor);
-          wx::RecordEventOp::create(
-              after, loc, it->second, ArrayAttr(), ArrayAttr(),
-              waitFor->getAttrOfType<StringAttr>("phase"));
-        }
-        wx::WaitEventOp::create(gather, loc, it->second, ArrayAttr(),
-                                ArrayAttr(), label);
+        int64_t released =
+            eventAfter(waitFor, waitFor->getAttrOfType<StringAttr>("phase"));
+        wx::WaitEventOp::create(gather, loc, released, ArrayAttr(), ArrayAttr(),
+                                label);
         llvm::erase_if(liveGathers, [&](const auto &entry) {
           return entry.second == waitFor ||
                  entry.second->isBeforeInBlock(waitFor);
