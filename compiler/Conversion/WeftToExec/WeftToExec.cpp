@@ -1111,26 +1111,27 @@ void RoleScheduler::coalesceGradReductions() {
   // Runs of one backward task's gradients in reduction order, of at most
   // `gradBucketBytes`, ending at every reduction compute waits for (so
   // those waits, and the live bound, stay exactly as boundLiveGrads placed
-  // them).
+  // them; a task's gradients follow the previous task's on the stream).
   llvm::DenseSet<int64_t> dropped; // events of the waits merged away
-  for (size_t begin = 0, end; begin < order.size(); begin = end) {
-    const MicroBatchGrad &lead = microBatchGrads[order[begin]];
-    int64_t bytes = lead.slice.bytes;
-    for (end = begin + 1; end < order.size(); ++end) {
-      const MicroBatchGrad &previous = microBatchGrads[order[end - 1]];
-      const MicroBatchGrad &next = microBatchGrads[order[end]];
-      if (waitedReductions.contains(previous.reduction) ||
-          next.task != lead.task || bytes + next.slice.bytes > gradBucketBytes)
-        break;
-      bytes += next.slice.bytes;
-    }
+  auto gradAt = [&](size_t i) -> MicroBatchGrad & {
+    return microBatchGrads[order[i]];
+  };
+  for (auto [begin, end] : wx::bucketsInOrder(
+           order.size(), [&](size_t i) { return gradAt(i).slice.bytes; },
+           gradBucketBytes,
+           [&](size_t i) {
+             return i > 0 &&
+                    (waitedReductions.contains(gradAt(i - 1).reduction) ||
+                     gradAt(i).task != gradAt(i - 1).task);
+           })) {
     if (end - begin < 2)
       continue;
+    const MicroBatchGrad &lead = gradAt(begin);
     // The span on the stream: each member's optional wait for its writer,
     // its reduce-scatter and its additions. It becomes the last wait (the
     // latest writer: they come in writer order), one reduce-scatter of
     // every member's pieces, then the additions.
-    Operation *spanEnd = microBatchGrads[order[end - 1]].reduction;
+    Operation *spanEnd = gradAt(end - 1).reduction;
     Operation *anchor = spanEnd->getNextNode();
     SmallVector<Operation *> span;
     for (Operation *op = lead.firstOnStream;; op = op->getNextNode()) {
@@ -1179,8 +1180,8 @@ void RoleScheduler::coalesceGradReductions() {
         op->erase();
       }
     for (size_t i = begin; i < end; ++i) {
-      microBatchGrads[order[i]].scatter = merged;
-      microBatchGrads[order[i]].reduction = last;
+      gradAt(i).scatter = merged;
+      gradAt(i).reduction = last;
     }
   }
   // The events compute recorded after the merged members' writers, where

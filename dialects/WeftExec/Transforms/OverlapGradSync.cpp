@@ -120,41 +120,21 @@ LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
   auto contiguous = [&](size_t first, size_t second) {
     return range(first).getEnd() == range(second).getOffset();
   };
-  SmallVector<std::pair<size_t, size_t>> runs; // [first, last] slot
-  int64_t bucketBytes = 0;
-  Operation *trigger = nullptr;
-  auto flush = [&] {
-    if (runs.empty())
-      return;
-    waitFor(trigger);
-    SmallVector<RangeAttr> reads, writes;
-    for (auto [begin, end] : runs) {
-      reads.push_back(RangeAttr::get(
-          side.getContext(), range(begin).getBuffer(), range(begin).getOffset(),
-          range(end).getEnd() - range(begin).getOffset()));
-      writes.push_back(scatter ? range(begin, "writes") : reads.back());
-    }
-    if (auto first = dyn_cast<ReduceScatterOp>(syncs.front()))
-      createCoalesced<ReduceScatterOp>(side, loc, first.getDtype(),
-                                       first.getGroup(), reads, writes, label);
-    else if (auto first = dyn_cast<AllReduceOp>(syncs.front()))
-      createCoalesced<AllReduceOp>(side, loc, first.getDtype(),
-                                   first.getGroup(), reads, writes, label);
-    runs.clear();
-    bucketBytes = 0;
-  };
-  for (const Ready &item : ready) {
-    int64_t bytes = range(item.slot).getBytes();
-    if (!runs.empty() && bucketBytes + bytes > bucketLimit)
-      flush();
-    auto run = llvm::find_if(runs, [&](const std::pair<size_t, size_t> &r) {
-      return !scatter &&
-             ((item.slot + 1 == r.first && contiguous(item.slot, r.first)) ||
-              (item.slot == r.second + 1 && contiguous(r.second, item.slot)));
-    });
-    if (run == runs.end()) {
-      runs.push_back({item.slot, item.slot});
-    } else {
+  for (auto [begin, end] : bucketsInOrder(
+           ready.size(),
+           [&](size_t i) { return range(ready[i].slot).getBytes(); },
+           bucketLimit)) {
+    SmallVector<std::pair<size_t, size_t>> runs; // [first, last] slot
+    for (const Ready &item : ArrayRef(ready).slice(begin, end - begin)) {
+      auto run = llvm::find_if(runs, [&](const std::pair<size_t, size_t> &r) {
+        return !scatter &&
+               ((item.slot + 1 == r.first && contiguous(item.slot, r.first)) ||
+                (item.slot == r.second + 1 && contiguous(r.second, item.slot)));
+      });
+      if (run == runs.end()) {
+        runs.push_back({item.slot, item.slot});
+        continue;
+      }
       if (item.slot < run->first)
         run->first = item.slot;
       else
@@ -171,10 +151,22 @@ LogicalResult overlapGradSync(ProgramOp program, int64_t bucketLimit) {
         runs.erase(touching);
       }
     }
-    bucketBytes += bytes;
-    trigger = item.writer;
+    // The latest slot's writer (ready is in writer order).
+    waitFor(ready[end - 1].writer);
+    SmallVector<RangeAttr> reads, writes;
+    for (auto [first, last] : runs) {
+      reads.push_back(RangeAttr::get(
+          side.getContext(), range(first).getBuffer(), range(first).getOffset(),
+          range(last).getEnd() - range(first).getOffset()));
+      writes.push_back(scatter ? range(first, "writes") : reads.back());
+    }
+    if (auto first = dyn_cast<ReduceScatterOp>(syncs.front()))
+      createCoalesced<ReduceScatterOp>(side, loc, first.getDtype(),
+                                       first.getGroup(), reads, writes, label);
+    else if (auto first = dyn_cast<AllReduceOp>(syncs.front()))
+      createCoalesced<AllReduceOp>(side, loc, first.getDtype(),
+                                   first.getGroup(), reads, writes, label);
   }
-  flush();
   for (Operation *sync : syncs)
     sync->erase();
   int64_t done = events.next();

@@ -40,22 +40,18 @@ void coalesceGathers(OpBuilder &builder, ArrayRef<Rebuilt> slots,
   auto gather = cast<AllGatherOp>(slots.front().gather);
   Location loc = gather.getLoc();
   StringAttr label = builder.getStringAttr("param gather");
-  for (size_t i = 0; i < slots.size();) {
+  for (auto [begin, end] : bucketsInOrder(
+           slots.size(), [&](size_t i) { return slots[i].slot.getBytes(); },
+           bucketLimit)) {
     SmallVector<RangeAttr> reads, writes;
-    int64_t bytes = 0;
-    size_t end = i;
-    for (; end < slots.size() &&
-           (end == i || bytes + slots[end].slot.getBytes() <= bucketLimit);
-         ++end) {
+    for (const Rebuilt &rebuilt : slots.slice(begin, end - begin)) {
       reads.push_back(
-          cast<RangeAttr>(cast<AllGatherOp>(slots[end].gather).getReads()[0]));
-      writes.push_back(slots[end].slot);
-      bytes += slots[end].slot.getBytes();
+          cast<RangeAttr>(cast<AllGatherOp>(rebuilt.gather).getReads()[0]));
+      writes.push_back(rebuilt.slot);
     }
     createCoalesced<AllGatherOp>(builder, loc, gather.getDtype(),
                                  gather.getGroup(), reads, writes, label);
-    afterBucket(i);
-    i = end;
+    afterBucket(begin);
   }
   for (const Rebuilt &rebuilt : slots)
     rebuilt.gather->erase();

@@ -169,6 +169,24 @@ FlatSymbolRefAttr weftx::getOrCreateFamily(ModuleOp module, Family family) {
   return symbol;
 }
 
+SmallVector<std::pair<size_t, size_t>>
+weftx::bucketsInOrder(size_t n, function_ref<int64_t(size_t)> bytesOf,
+                      int64_t limit, function_ref<bool(size_t)> startsBucket) {
+  SmallVector<std::pair<size_t, size_t>> buckets;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t item = bytesOf(i);
+    if (buckets.empty() || bytes + item > limit ||
+        (startsBucket && startsBucket(i))) {
+      buckets.push_back({i, i});
+      bytes = 0;
+    }
+    buckets.back().second = i + 1;
+    bytes += item;
+  }
+  return buckets;
+}
+
 int64_t weftx::bucketBytesOf(ModuleOp module) {
   if (auto config = module->getAttrOfType<DictionaryAttr>("weftx.config"))
     if (auto bytes = config.getAs<IntegerAttr>("bucket_bytes"))

@@ -124,6 +124,14 @@ inline StringAttr phaseOf(Operation *op) {
   return op->getAttrOfType<StringAttr>("phase");
 }
 
+/// Splits items 0..n-1, in order, into consecutive buckets of at most
+/// `limit` bytes (`bytesOf(i)` each; a bucket holds at least one item), a
+/// new one also starting at every item `startsBucket(i)` says must begin
+/// one. Returns the buckets as [begin, end) index pairs.
+SmallVector<std::pair<size_t, size_t>>
+bucketsInOrder(size_t n, function_ref<int64_t(size_t)> bytesOf, int64_t limit,
+               function_ref<bool(size_t)> startsBucket = nullptr);
+
 /// One all_reduce, reduce_scatter or all_gather (OpTy) of the members
 /// `reads[i]` -> `writes[i]`, issued together (one NCCL group); `count` is
 /// the members' per-rank elements (the outputs of a reduce_scatter, the
