@@ -600,9 +600,12 @@ CheckpointStats Session::commitCheckpoint(const std::string &dir,
     info.payloadBytes += piece.second;
   const std::string file = "rank-" + std::to_string(rank_) + ".bin";
   // A weights snapshot that every DP replica holds alike is written once,
-  // by the replica at DP index 0 (weightsSnapshotWriter).
+  // by the replica at DP index 0 (weightsSnapshotWriters, worked out on the
+  // first snapshot).
+  if (weightsOnly && weightsWriters_.empty())
+    weightsWriters_ = weightsSnapshotWriters(bundle_);
   auto writerOf = [&](int64_t rank) {
-    return weightsOnly ? weightsSnapshotWriter(bundle_, rank) : rank;
+    return weightsOnly ? weightsWriters_[size_t(rank)] : rank;
   };
   RankFileResult result;
   attempt([&] {

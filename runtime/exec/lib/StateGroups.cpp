@@ -304,21 +304,28 @@ stateGroupLayout(const plan::Bundle &bundle, const plan::Program &program) {
   return layout;
 }
 
-int64_t weightsSnapshotWriter(const plan::Bundle &bundle, int64_t rank) {
-  plan::MeshCoord coord = bundle.mesh.coordOf(rank);
-  int64_t replica = bundle.mesh.rankOf({0, coord.pp, coord.tp});
-  int64_t role = bundle.rankRoles.at(size_t(rank));
-  if (replica == rank || bundle.rankRoles.at(size_t(replica)) != role)
-    return rank;
-  const plan::Program &program = bundle.programs.at(size_t(role));
-  StateGroupLayout layout = weightsSnapshotLayout(bundle, program);
-  for (const plan::Parameter &param : bundle.parameters)
-    for (const plan::ShardSpec &shard : param.shards)
-      if (shard.role == role && shard.zeroShards > 1 &&
-          std::binary_search(layout.buffers.begin(), layout.buffers.end(),
-                             shard.buffer))
-        return rank;
-  return replica;
+std::vector<int64_t> weightsSnapshotWriters(const plan::Bundle &bundle) {
+  // Whether each role's snapshot is the same on every DP replica.
+  std::vector<bool> replicated(bundle.programs.size(), true);
+  for (const plan::Program &program : bundle.programs) {
+    StateGroupLayout layout = weightsSnapshotLayout(bundle, program);
+    for (const plan::Parameter &param : bundle.parameters)
+      for (const plan::ShardSpec &shard : param.shards)
+        if (shard.role == program.role && shard.zeroShards > 1 &&
+            std::binary_search(layout.buffers.begin(), layout.buffers.end(),
+                               shard.buffer))
+          replicated[size_t(program.role)] = false;
+  }
+  std::vector<int64_t> writers(size_t(bundle.mesh.worldSize()));
+  for (int64_t rank = 0; rank < int64_t(writers.size()); ++rank) {
+    plan::MeshCoord coord = bundle.mesh.coordOf(rank);
+    int64_t replica = bundle.mesh.rankOf({0, coord.pp, coord.tp});
+    int64_t role = bundle.rankRoles.at(size_t(rank));
+    bool shared = replicated[size_t(role)] &&
+                  bundle.rankRoles.at(size_t(replica)) == role;
+    writers[size_t(rank)] = shared ? replica : rank;
+  }
+  return writers;
 }
 
 } // namespace weft::exec

@@ -391,8 +391,7 @@ TEST(StateGroups, DpReplicasShareAWeightsSnapshotUnlessItIsSharded) {
   // snapshot is rank 0's file; with the parameter split over DP each rank
   // writes its own.
   plan::Bundle bundle = weft::plan::test::dataParallelBundle();
-  EXPECT_EQ(exec::weightsSnapshotWriter(bundle, 0), 0);
-  EXPECT_EQ(exec::weightsSnapshotWriter(bundle, 1), 0);
+  EXPECT_EQ(exec::weightsSnapshotWriters(bundle), (std::vector<int64_t>{0, 0}));
   bundle.parameters[0].shards[0].zeroShards = 2;
-  EXPECT_EQ(exec::weightsSnapshotWriter(bundle, 1), 1);
+  EXPECT_EQ(exec::weightsSnapshotWriters(bundle), (std::vector<int64_t>{0, 1}));
 }

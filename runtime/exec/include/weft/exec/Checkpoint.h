@@ -102,7 +102,7 @@ struct Manifest {
   std::vector<std::string> files;      // by rank
   std::vector<RankFileResult> results; // by rank
   /// By rank: the rank that wrote files[r] (r itself, or in a weights
-  /// snapshot the DP replica whose file r shares: weightsSnapshotWriter).
+  /// snapshot the DP replica whose file r shares: weightsSnapshotWriters).
   std::vector<int32_t> writers;
 };
 

@@ -294,6 +294,8 @@ private:
   };
   std::array<StateGroupLayout, kNumStateGroups> layout_;
   StateGroupLayout weightsLayout_; // what saveWeights() writes
+  /// By rank, who writes its weights snapshot (weightsSnapshotWriters).
+  std::vector<int64_t> weightsWriters_;
   std::array<GroupState, kNumStateGroups> groups_;
   bool stepInProgress_ = false;
   StepContext stepContext_;

@@ -138,12 +138,13 @@ stateGroupLayout(const plan::Bundle &bundle, const plan::Program &program);
 StateGroupLayout weightsSnapshotLayout(const plan::Bundle &bundle,
                                        const plan::Program &program);
 
-/// The rank whose weights-snapshot file holds `rank`'s snapshot: `rank`
-/// itself, unless no parameter shard in its snapshot's buffers is split
-/// over DP (ZeRO-0: every DP replica holds the same weights), in which case
-/// the replica of the same pipeline stage and TP rank at DP index 0, if it
-/// runs the same program. Only that replica writes the file.
-int64_t weightsSnapshotWriter(const plan::Bundle &bundle, int64_t rank);
+/// By rank, the rank whose weights-snapshot file holds that rank's
+/// snapshot: the rank itself, unless no parameter shard in its snapshot's
+/// buffers is split over DP (ZeRO-0: every DP replica holds the same
+/// weights), in which case the replica of the same pipeline stage and TP
+/// rank at DP index 0, if it runs the same program. Only that replica
+/// writes the file. Analyzes each role's program once.
+std::vector<int64_t> weightsSnapshotWriters(const plan::Bundle &bundle);
 
 } // namespace weft::exec
 
