@@ -869,20 +869,24 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   // The part of the last backward that DP collectives already occupy
   // (optimizer offload's gradient copies share what is left).
   double reduceBusy = 0;
+  // `calls` DP collectives moving `bytes` in all: the bytes once, and the
+  // latency (a one-byte collective's time) of every call after the first.
+  auto inCalls = [&](Collective kind, double bytes, double calls) {
+    return collectiveTime(kind, hardware, consts, dpSpan, bytes) +
+           (calls - 1) * collectiveTime(kind, hardware, consts, dpSpan, 1.0);
+  };
   if (c.dp > 1 && c.zero < 3) {
     double gradBytes = rankParams * elem;
-    // The compiled plan's calls, each paying the collective's latency (a
-    // one-byte collective's time): buckets of `bucket_bytes` (ZeRO-0
+    // The compiled plan's calls: buckets of `bucket_bytes` (ZeRO-0
     // all-reduces, ZeRO-1 coalesced reduce-scatters and all-gathers);
-    // ZeRO-2 reduce-scatters every micro-batch in buckets of about 1.25 x
-    // the second-largest gradient, at least one per backward task.
+    // ZeRO-2 reduce-scatters every micro-batch in buckets weft-schedule
+    // cuts where compute waits to bound the live gradients (the largest
+    // plus twice the second largest): about every 1.25 x the second
+    // largest, at least one per backward task.
     double buckets =
         std::max(1.0, std::ceil(gradBytes / consts.planBucketBytes));
     double calls = buckets;
     if (c.zero == 2) {
-      // weft-schedule cuts the buckets where compute waits to bound the
-      // live gradients (the largest plus twice the second largest): about
-      // every 1.25 x the second largest.
       bool endStage = slowest == 0 || slowest == c.pp - 1;
       double gradBucket =
           std::min(consts.planBucketBytes,
@@ -893,9 +897,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     }
     Collective reduce =
         c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
-    double reduceTime =
-        collectiveTime(reduce, hardware, consts, dpSpan, gradBytes) +
-        (calls - 1) * collectiveTime(reduce, hardware, consts, dpSpan, 1.0);
+    double reduceTime = inCalls(reduce, gradBytes, calls);
     reduceBusy = std::min(reduceTime, backwardWindow);
     // Buckets reduce while backward continues; the last one cannot hide.
     double exposed = std::max(reduceTime / calls, reduceTime - backwardWindow);
@@ -904,10 +906,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     if (c.zero >= 1) {
       // Updated parameter shards are all-gathered under the next forward.
       double gather =
-          collectiveTime(Collective::AllGather, hardware, consts, dpSpan,
-                         rankParams * elem) +
-          (buckets - 1) * collectiveTime(Collective::AllGather, hardware,
-                                         consts, dpSpan, 1.0);
+          inCalls(Collective::AllGather, rankParams * elem, buckets);
       time.dpComm += std::max(0.0, gather - forwardWindow);
     }
   } else if (c.dp > 1) {
@@ -920,15 +919,8 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     double layerBytes = double(spec.layerParams) / c.tp * elem;
     double calls = std::max(std::ceil(layerBytes / c.bucketBytes),
                             double(zero3GatheredTensorsPerLayer(c.tp)));
-    // Each further call pays the collective's latency (a one-byte one's).
-    double latency =
-        collectiveTime(Collective::AllGather, hardware, consts, dpSpan, 1.0);
-    double gather = collectiveTime(Collective::AllGather, hardware, consts,
-                                   dpSpan, layerBytes) +
-                    (calls - 1) * latency;
-    double scatter = collectiveTime(Collective::ReduceScatter, hardware, consts,
-                                    dpSpan, layerBytes) +
-                     (calls - 1) * latency;
+    double gather = inCalls(Collective::AllGather, layerBytes, calls);
+    double scatter = inCalls(Collective::ReduceScatter, layerBytes, calls);
     double coverage =
         std::min(1.0, double(c.prefetchDepth) * c.bucketBytes / layerBytes);
     double forwardExposed =
@@ -944,6 +936,10 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
                                (2.0 * spec.numHeads + 2.0 * spec.numKvHeads);
       double share = std::min(1.0, attentionParams /
                                        std::max(1.0, double(spec.layerParams)));
+      // The same calls over the attention's share of the bytes (the
+      // latency of a share of them).
+      double latency =
+          collectiveTime(Collective::AllGather, hardware, consts, dpSpan, 1.0);
       rerunGather = collectiveTime(Collective::AllGather, hardware, consts,
                                    dpSpan, share * layerBytes) +
                     (calls - 1) * share * latency;
