@@ -4,7 +4,9 @@
 # prints a short table last.
 #   scripts/gpu-check.sh [--quick|--tests-only]   (device tool: carry [".gpu"])
 # Stages: machine facts, the GPU unit tests (staged by scripts/gpu-prepare.sh
-# and carried as .gpu/), GPU ceilings (copy bandwidth, bf16 GEMM), the PyTorch
+# and carried as .gpu/), weft-run on the GPU (CUDA against CPU backend, GPT-2
+# throughput; scripts/gpu-e2e.py), a one-step profile, the HF cross-check
+# (--tests-only stops after it), GPU ceilings (copy bandwidth, bf16 GEMM), the PyTorch
 # GPT-2 baseline (eager and torch.compile), and the Hugging Face parameter
 # counts of every preset (the reference the importer's tests pin).
 set -uo pipefail
@@ -18,6 +20,9 @@ case "${1:-}" in
   --tests-only) TESTS_ONLY=1 ;;
 esac
 status=0
+# The device tool returns at most 8 files: everything goes back as one archive.
+pack() { (cd "$OUT" && tar czf /tmp/gpu-out.tgz . && rm -rf ./* && mv /tmp/gpu-out.tgz all.tgz); }
+trap pack EXIT
 
 {
   date -u +%FT%TZ
@@ -43,11 +48,13 @@ if [ -f .gpu/mpi.tar.xz ]; then
   export OPAL_PKGDATADIR=/tmp/weft-gpu-mpi/mpi/help
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # A singleton without mpirun: no orted to fork (none is staged).
+  export OMPI_MCA_ess_singleton_isolated=1
 fi
 if ls .gpu/bin/* >/dev/null 2>&1; then
   for t in .gpu/bin/*; do
     # Full log kept; the tail and every skip/failure line printed.
-    "$t" --gtest_output="xml:$OUT/$(basename "$t").xml" >"$OUT/$(basename "$t").log" 2>&1 || status=1
+    timeout 150 "$t" --gtest_output="xml:$OUT/$(basename "$t").xml" >"$OUT/$(basename "$t").log" 2>&1 || status=1
     log="$OUT/$(basename "$t").log"
     echo "-- $(basename "$t")"
     grep -m1 "no CUDA device" "$log" || true
@@ -59,18 +66,31 @@ else
   status=1
 fi
 
+echo "== weft-run on the GPU (staged by scripts/gpu-e2e.py stage)"
+python3 scripts/gpu-e2e.py check ${WEFT_E2E_ARGS:-} .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt" || status=1
+profile=.gpu/e2e/gpt2-124m-bf16-b4
+if [ -d $profile ]; then
+  echo "== where a step's time goes: GPT-2 124M bf16, micro-batch 4, every launch waited for"
+  CUDA_LAUNCH_BLOCKING=1 timeout 90 .gpu/tools/weft-run $profile --data .gpu/e2e/tokens.bin \
+    --steps 2 --backend cuda --no-graph --trace "$OUT/profile-trace.json" --quiet &&
+    python3 scripts/gpu-e2e.py profile $profile "$OUT/profile-trace.json" | tee "$OUT/profile.txt" ||
+    status=1
+fi
+
+echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"
+timeout 150 python3 scripts/hf-crosscheck.py check .gpu/hf-crosscheck 2>&1 | tee "$OUT/hf_crosscheck.txt" || status=1
+
 [ $TESTS_ONLY = 1 ] && exit $status
 
 echo "== HF parameter counts"
 python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1
-echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"; python3 scripts/hf-crosscheck.py check .gpu/hf-crosscheck 2>&1 | tee "$OUT/hf_crosscheck.txt" || status=1
 
 echo "== GPU ceilings"
 python3 bench/gpu/ceilings.py | tee "$OUT/ceilings.json" || status=1
 
 echo "== PyTorch GPT-2 baseline"
 sizes=124m,350m,1.5b; [ $QUICK = 1 ] && sizes=124m
-python3 bench/gpu/torch_gpt2_baseline.py --sizes "$sizes" | tee "$OUT/torch_baseline.jsonl" || status=1
+timeout 300 python3 bench/gpu/torch_gpt2_baseline.py --sizes "$sizes" | tee "$OUT/torch_baseline.jsonl" || status=1
 
 echo "== summary"
 python3 - "$OUT" <<'PY'

@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 BUILD=${WEFT_BUILD_DIR:-build}
 if [ -f "$BUILD/build.ninja" ]; then
   ninja -C "$BUILD" -j "${WEFT_JOBS:-$(nproc)}" \
-    WeftCudaKernelsTests WeftCudaBackendTests WeftCudaSessionTests >/dev/null
+    WeftCudaKernelsTests WeftCudaBackendTests WeftCudaSessionTests \
+    weftc weft-run weft-make-tokens weft-inspect >/dev/null
 else
   ./scripts/build.sh >/dev/null
 fi
@@ -26,7 +27,13 @@ rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
 # Every executable that holds a gpu-labelled test.
 find "$BUILD"/ -type f -perm -u+x -name 'WeftCuda*Tests' -exec cp {} .gpu/bin/ \;
 ls .gpu/bin/* >/dev/null 2>&1 || { echo "no WeftCuda*Tests in $BUILD (built with CUDA?)"; exit 1; }
-for t in .gpu/bin/*; do
+# The tools and bundles of gpu-check.sh's end-to-end stage (weft-run on the
+# GPU against the CPU backend, and the GPT-2 throughput runs): see
+# scripts/gpu-e2e.py stage.
+mkdir -p .gpu/tools
+cp "$BUILD"/bin/weft-run .gpu/tools/
+python3 scripts/gpu-e2e.py stage --build "$BUILD" --out .gpu/e2e
+for t in .gpu/bin/* .gpu/tools/*; do
   ldd "$t" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

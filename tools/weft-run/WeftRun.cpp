@@ -280,6 +280,13 @@ int run(const CliOptions &cli) {
     return 1;
   }
   const bool log = rank == 0 && !cli.quiet;
+  // The plan's memory does not count the backend's workspace yet: say so.
+  if (int64_t workspace = runtime->session().workspaceBytes();
+      log && workspace > 0)
+    std::printf("device workspace beyond the plan: %.1f MiB per rank (kernel "
+                "scratch, half-precision operands widened to fp32, GEMM "
+                "workspaces)\n",
+                double(workspace) / (1 << 20));
   // The step of the newest checkpoint in the directory, so a resumed run
   // that has nothing left to do does not rewrite it.
   int64_t lastSaved = -1;

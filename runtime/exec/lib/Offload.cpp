@@ -51,6 +51,8 @@ int64_t Session::deviceBytesInUse() const {
   return backend_->deviceBytesInUse();
 }
 
+int64_t Session::workspaceBytes() const { return backend_->workspaceBytes(); }
+
 void Session::requireResident(const char *what) const {
   std::string step = "step " + std::to_string(completedSteps_ + 1);
   if (!stateLost_.empty())

@@ -18,16 +18,17 @@ __global__ void biasAddKernel(int64_t n, int64_t width, const float *bias,
     y[i] += bias[i % width];
 }
 
-/// One thread per column: consecutive threads read consecutive addresses.
-__global__ void biasGradKernel(int64_t rows, int64_t width, const float *dy,
-                               float *dBias) {
-  int64_t c = globalIndex();
-  if (c >= width)
-    return;
-  float sum = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    sum += dy[r * width + c];
-  dBias[c] += sum;
+/// Column sums (detail::columnSums): one writer per dBias element, a fixed
+/// summation order, no atomics.
+__global__ void __launch_bounds__(detail::kColumnBlockSize)
+    biasGradKernel(int tile, int64_t rows, int64_t width, const float *dy,
+                   float *dBias) {
+  detail::columnSums<1>(
+      rows, width, tile,
+      [=](int64_t r, int64_t c, float(&sum)[1]) {
+        sum[0] += dy[r * width + c];
+      },
+      [=](int64_t c, const float(&total)[1]) { dBias[c] += total[0]; });
 }
 
 __global__ void residualAddKernel(int64_t n, const float *a, const float *b,
@@ -163,7 +164,8 @@ cudaError_t biasAdd(int64_t rows, int64_t width, const float *bias, float *y,
 
 cudaError_t biasGrad(int64_t rows, int64_t width, const float *dy, float *dBias,
                      cudaStream_t stream) {
-  return launch(width, stream, biasGradKernel, rows, width, dy, dBias);
+  return detail::launchColumns(rows, width, stream, biasGradKernel, rows, width,
+                               dy, dBias);
 }
 
 cudaError_t residualAdd(int64_t n, const float *a, const float *b, float *out,

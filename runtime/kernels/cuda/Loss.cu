@@ -1,4 +1,14 @@
 //===- Loss.cu - Fused softmax cross-entropy ------------------------------===//
+//
+// Row reductions (log-sum-exp, shard max, shard sum of exponentials) give each
+// row to a warp, or a block for rows wider than detail::kWideRow (any real
+// vocabulary), whose lanes read consecutive logits and combine with shuffles.
+// They compute what rowMax / rowSumExp / logSumExp / shardTargetLogit in
+// weft/kernels/Loss.h do (the max, then the sum of exp(x - max)), in a
+// different summation order. The gradient is one thread per logit, the mean
+// loss a single-block reduction.
+//
+//===----------------------------------------------------------------------===//
 
 #include "Launch.cuh"
 #include "weft/kernels/CudaKernels.h"
@@ -7,15 +17,64 @@
 namespace weft::kernels::gpu {
 using detail::globalIndex;
 using detail::kBlockSize;
+using detail::kWarpSize;
 using detail::launch;
+using detail::launchRows;
+using detail::MaxOp;
+using detail::RowGroup;
+using detail::SumOp;
 
 namespace {
 
-__global__ void rowLseKernel(int64_t rows, int64_t vocab, const float *logits,
-                             float *lse) {
-  int64_t r = globalIndex();
-  if (r < rows)
-    lse[r] = logSumExp(vocab, logits + r * vocab);
+/// A warp per row up to detail::kWideRow columns, else a block.
+using WarpRows = RowGroup<kWarpSize>;
+using BlockRows = RowGroup<kBlockSize>;
+/// log-sum-exp reads its rows twice: big blocks keep few rows in flight, so
+/// the second pass, run backwards, still finds the end of a (GPT-sized,
+/// 200 KB) row in L2.
+constexpr int kLseBlockSize = 1024;
+using LseBlockRows = RowGroup<kLseBlockSize>;
+
+/// rowMax over a group's row: each thread's columns, then the group.
+template <typename G>
+__device__ float groupRowMax(int64_t n, const float *row) {
+  float m = -math::infinity<float>();
+#pragma unroll 4
+  for (int64_t c = G::lane(); c < n; c += G::kSize)
+    m = math::max(m, row[c]);
+  return G::reduce(m, MaxOp());
+}
+
+/// rowSumExp over a group's row, each thread's columns in increasing order
+/// or, with `backwards`, in decreasing order.
+template <typename G>
+__device__ float groupRowSumExp(int64_t n, const float *row, float shift,
+                                bool backwards = false) {
+  float sum = 0;
+  if (!backwards) {
+#pragma unroll 4
+    for (int64_t c = G::lane(); c < n; c += G::kSize)
+      sum += math::exp(row[c] - shift);
+  } else if (G::lane() < n) {
+    int64_t last = G::lane() + (n - 1 - G::lane()) / G::kSize * G::kSize;
+#pragma unroll 4
+    for (int64_t c = last; c >= 0; c -= G::kSize)
+      sum += math::exp(row[c] - shift);
+  }
+  return G::reduce(sum, SumOp());
+}
+
+/// logSumExp: the max, then the sum of exp(x - max) in a second pass.
+template <typename G>
+__global__ void __launch_bounds__(G::kThreads)
+    rowLseKernel(int64_t rows, int64_t vocab, const float *logits, float *lse) {
+  for (int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
+    const float *row = logits + r * vocab;
+    float m = groupRowMax<G>(vocab, row);
+    float sum = groupRowSumExp<G>(vocab, row, m, /*backwards=*/true);
+    if (G::lane() == 0)
+      lse[r] = m + math::log(sum);
+  }
 }
 
 /// Single block: *loss = the mean of lse - target logit over the rows whose
@@ -61,25 +120,32 @@ __global__ void crossEntropyGradKernel(int64_t rows, int64_t vocab,
 
 //===--- Vocabulary-parallel phases (one shard of the vocabulary) ---------===//
 
-__global__ void shardMaxKernel(int64_t rows, int64_t vocabLocal,
-                               int64_t validColumns, const float *logits,
-                               float *localMax) {
-  int64_t r = globalIndex();
-  if (r < rows)
-    localMax[r] = rowMax(validColumns, logits + r * vocabLocal);
+template <typename G>
+__global__ void __launch_bounds__(G::kThreads)
+    shardMaxKernel(int64_t rows, int64_t vocabLocal, int64_t validColumns,
+                   const float *logits, float *localMax) {
+  for (int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
+    float m = groupRowMax<G>(validColumns, logits + r * vocabLocal);
+    if (G::lane() == 0)
+      localMax[r] = m;
+  }
 }
 
-__global__ void shardSumsKernel(int64_t rows, int64_t vocabLocal,
-                                int64_t vocabStart, int64_t validColumns,
-                                const float *logits, const int32_t *targets,
-                                const float *globalMax, float *sumExp,
-                                float *targetLogit) {
-  int64_t r = globalIndex();
-  if (r >= rows)
-    return;
-  const float *row = logits + r * vocabLocal;
-  sumExp[r] = rowSumExp(validColumns, row, globalMax[r]);
-  targetLogit[r] = shardTargetLogit(validColumns, vocabStart, row, targets[r]);
+template <typename G>
+__global__ void __launch_bounds__(G::kThreads)
+    shardSumsKernel(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
+                    int64_t validColumns, const float *logits,
+                    const int32_t *targets, const float *globalMax,
+                    float *sumExp, float *targetLogit) {
+  for (int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
+    const float *row = logits + r * vocabLocal;
+    float sum = groupRowSumExp<G>(validColumns, row, globalMax[r]);
+    if (G::lane() == 0) {
+      sumExp[r] = sum;
+      targetLogit[r] =
+          shardTargetLogit(validColumns, vocabStart, row, targets[r]);
+    }
+  }
 }
 
 __global__ void shardLseKernel(int64_t rows, const float *globalMax,
@@ -113,8 +179,9 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
                                         const int32_t *targets, float *lse,
                                         int *validCount, float *loss,
                                         float *dLogits, cudaStream_t stream) {
-  cudaError_t err =
-      launch(rows, stream, rowLseKernel, rows, vocab, logits, lse);
+  cudaError_t err = launchRows<kLseBlockSize>(
+      rows, vocab, stream, rowLseKernel<WarpRows>, rowLseKernel<LseBlockRows>,
+      rows, vocab, logits, lse);
   if (err != cudaSuccess)
     return err;
   meanLossKernel<<<1, kBlockSize, 0, stream>>>(rows, targets, lse, nullptr,
@@ -128,8 +195,9 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
 cudaError_t crossEntropyShardMax(int64_t rows, int64_t vocabLocal,
                                  const float *logits, float *localMax,
                                  int64_t validColumns, cudaStream_t stream) {
-  return launch(rows, stream, shardMaxKernel, rows, vocabLocal, validColumns,
-                logits, localMax);
+  return launchRows(rows, validColumns, stream, shardMaxKernel<WarpRows>,
+                    shardMaxKernel<BlockRows>, rows, vocabLocal, validColumns,
+                    logits, localMax);
 }
 
 cudaError_t crossEntropyShardSums(int64_t rows, int64_t vocabLocal,
@@ -138,8 +206,10 @@ cudaError_t crossEntropyShardSums(int64_t rows, int64_t vocabLocal,
                                   const float *globalMax, float *sumExp,
                                   float *targetLogit, int64_t validColumns,
                                   cudaStream_t stream) {
-  return launch(rows, stream, shardSumsKernel, rows, vocabLocal, vocabStart,
-                validColumns, logits, targets, globalMax, sumExp, targetLogit);
+  return launchRows(rows, validColumns, stream, shardSumsKernel<WarpRows>,
+                    shardSumsKernel<BlockRows>, rows, vocabLocal, vocabStart,
+                    validColumns, logits, targets, globalMax, sumExp,
+                    targetLogit);
 }
 
 cudaError_t

@@ -3,7 +3,7 @@
 // Every CUDA launch wrapper runs on random fp32 inputs and must match the CPU
 // kernel of the same name to a relative 1e-5 (both evaluate the same row
 // functions in fp32; they differ only by FMA contraction, device libm ulps
-// and, for atomics and block reductions, summation order). Outputs are
+// and, for atomics and warp or block reductions, summation order). Outputs are
 // poisoned with NaN (all-ones bytes) first, so an element a kernel forgets
 // to write fails the comparison. Accumulated parameter gradients start from
 // the same random values on both sides, which checks the += contract.
@@ -22,6 +22,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 
 using namespace weft::kernels;
 using namespace weft::kernels::test;
@@ -80,6 +81,12 @@ protected:
     return convert<float>(randomVector(rng, n, lo, hi));
   }
 
+  // Shared bodies of the tests that run several shapes.
+  void runNorms(int64_t rows, int64_t width);
+  void runCrossEntropy(int64_t rows, int64_t vocab);
+  void runShardPhases(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
+                      int64_t valid, std::int32_t vocab);
+
   cudaStream_t stream = nullptr;
   std::mt19937_64 rng{std::hash<std::string>{}(
       ::testing::UnitTest::GetInstance()->current_test_info()->name())};
@@ -134,10 +141,31 @@ TEST_F(CudaKernelsTest, ElementwiseAndBias) {
   EXPECT_LT(relativeError(biased.toHost(), eBiased), kTolerance);
   EXPECT_LT(relativeError(sum.toHost(), eSum), kTolerance);
   EXPECT_LT(relativeError(dBiasOut.toHost(), eDBias), kTolerance);
+
+  // A realistic width (not a multiple of the column tile) over many rows.
+  const int64_t wideRows = 1000, wideWidth = 1030;
+  vector<float> wideDy = random(wideRows * wideWidth),
+                wideDBias = random(wideWidth);
+  DeviceBuffer<float> dWideDy(wideDy), dWideDBias(wideDBias);
+  ASSERT_EQ(gpu::biasGrad(wideRows, wideWidth, dWideDy.get(), dWideDBias.get(),
+                          stream),
+            cudaSuccess);
+  sync();
+  cpu::biasGrad(wideRows, wideWidth, wideDy.data(), wideDBias.data());
+  EXPECT_LT(relativeError(dWideDBias.toHost(), wideDBias), kTolerance);
 }
 
 TEST_F(CudaKernelsTest, LayerNormAndRmsNorm) {
-  const int64_t rows = 300, width = 77, n = rows * width;
+  // Narrow rows, GPT-2's width and one past the warp-per-row limit (1024).
+  for (auto [rows, width] :
+       {std::pair<int64_t, int64_t>{300, 77}, {1000, 768}, {1000, 1030}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(width));
+    runNorms(rows, width);
+  }
+}
+
+void CudaKernelsTest::runNorms(int64_t rows, int64_t width) {
+  const int64_t n = rows * width;
   vector<float> x = random(n, -2, 2), gamma = random(width, 0.5, 1.5),
                 beta = random(width), dy = random(n), dGamma0 = random(width),
                 dBeta0 = random(width);
@@ -236,41 +264,65 @@ TEST_F(CudaKernelsTest, EmbeddingAndRotary) {
 }
 
 TEST_F(CudaKernelsTest, Attention) {
-  for (bool causal : {true, false}) {
-    SCOPED_TRACE(causal ? "causal" : "bidirectional");
-    AttentionDims d{2, 33, 6, 2, 16, causal, 0.25};
-    const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
-    const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
-    const int64_t stats = d.batch * d.heads * d.seq;
-    vector<float> q = random(qSize, -2, 2), k = random(kvSize, -2, 2),
-                  v = random(kvSize), dOut = random(qSize);
-    DeviceBuffer<float> dQ(q), dK(k), dV(v), dDOut(dOut), out(qSize),
-        lse(stats), dq(qSize), dk(kvSize), dv(kvSize), delta(stats);
-    ASSERT_EQ(gpu::attentionForward(d, dQ.get(), dK.get(), dV.get(), out.get(),
-                                    lse.get(), stream),
-              cudaSuccess);
-    ASSERT_EQ(gpu::attentionBackward(d, dQ.get(), dK.get(), dV.get(), out.get(),
-                                     lse.get(), dDOut.get(), dq.get(), dk.get(),
-                                     dv.get(), delta.get(), stream),
-              cudaSuccess);
-    sync();
-    vector<float> eOut(qSize), eLse(stats), edq(qSize), edk(kvSize),
-        edv(kvSize);
-    cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
-                          eLse.data());
-    cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
-                           eLse.data(), dOut.data(), edq.data(), edk.data(),
-                           edv.data());
-    EXPECT_LT(relativeError(out.toHost(), eOut), kTolerance);
-    EXPECT_LT(relativeError(lse.toHost(), eLse), kTolerance);
-    EXPECT_LT(relativeError(dq.toHost(), edq), kTolerance);
-    EXPECT_LT(relativeError(dk.toHost(), edk), kTolerance);
-    EXPECT_LT(relativeError(dv.toHost(), edv), kTolerance);
-  }
+  // Head dims 16/32/64/128 run the tiled kernels (sequences that end inside a
+  // tile, several tiles, GQA); 24 runs the row kernels.
+  struct Shape {
+    int64_t batch, seq, heads, kvHeads, headDim;
+  };
+  for (Shape shape : {Shape{2, 33, 6, 2, 16}, Shape{2, 150, 4, 2, 64},
+                      Shape{1, 70, 2, 2, 128}, Shape{1, 97, 3, 1, 32},
+                      Shape{1, 45, 3, 3, 24}})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "bidirectional") +
+                   " head dim " + std::to_string(shape.headDim));
+      AttentionDims d{shape.batch,
+                      shape.seq,
+                      shape.heads,
+                      shape.kvHeads,
+                      shape.headDim,
+                      causal,
+                      1.0 / std::sqrt(double(shape.headDim))};
+      const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
+      const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
+      const int64_t stats = d.batch * d.heads * d.seq;
+      vector<float> q = random(qSize, -2, 2), k = random(kvSize, -2, 2),
+                    v = random(kvSize), dOut = random(qSize);
+      DeviceBuffer<float> dQ(q), dK(k), dV(v), dDOut(dOut), out(qSize),
+          lse(stats), dq(qSize), dk(kvSize), dv(kvSize), delta(stats);
+      ASSERT_EQ(gpu::attentionForward(d, dQ.get(), dK.get(), dV.get(),
+                                      out.get(), lse.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::attentionBackward(d, dQ.get(), dK.get(), dV.get(),
+                                       out.get(), lse.get(), dDOut.get(),
+                                       dq.get(), dk.get(), dv.get(),
+                                       delta.get(), stream),
+                cudaSuccess);
+      sync();
+      vector<float> eOut(qSize), eLse(stats), edq(qSize), edk(kvSize),
+          edv(kvSize);
+      cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
+                            eLse.data());
+      cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
+                             eLse.data(), dOut.data(), edq.data(), edk.data(),
+                             edv.data());
+      EXPECT_LT(relativeError(out.toHost(), eOut), kTolerance);
+      EXPECT_LT(relativeError(lse.toHost(), eLse), kTolerance);
+      EXPECT_LT(relativeError(dq.toHost(), edq), kTolerance);
+      EXPECT_LT(relativeError(dk.toHost(), edk), kTolerance);
+      EXPECT_LT(relativeError(dv.toHost(), edv), kTolerance);
+    }
 }
 
 TEST_F(CudaKernelsTest, CrossEntropy) {
-  const int64_t rows = 300, vocab = 257;
+  // A small vocabulary (a warp per row) and GPT-2's (a block per row).
+  for (auto [rows, vocab] :
+       {std::pair<int64_t, int64_t>{300, 257}, {40, 50257}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocab));
+    runCrossEntropy(rows, vocab);
+  }
+}
+
+void CudaKernelsTest::runCrossEntropy(int64_t rows, int64_t vocab) {
   vector<float> logits = random(rows * vocab, -8, 8);
   vector<std::int32_t> targets = randomIds(rng, rows, vocab);
   for (int64_t r = 0; r < rows; r += 7)
@@ -338,12 +390,21 @@ TEST_F(CudaKernelsTest, VocabParallelEmbeddingAndPositions) {
 TEST_F(CudaKernelsTest, VocabParallelCrossEntropyPhases) {
   // One shard of 64 columns starting at word 192 of a 250-word vocabulary:
   // 58 real columns, 6 padding (filled with large logits that must not count).
-  const int64_t rows = 130, vocabLocal = 64, vocabStart = 192, valid = 58;
+  runShardPhases(130, 64, 192, 58, 250);
+  // The last of 8 shards of GPT-2's 50257 words padded to 50272: 6269 real
+  // columns (a block per row), 15 padding.
+  runShardPhases(40, 6284, 43988, 6269, 50257);
+}
+
+void CudaKernelsTest::runShardPhases(int64_t rows, int64_t vocabLocal,
+                                     int64_t vocabStart, int64_t valid,
+                                     std::int32_t vocab) {
+  SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocabLocal));
   vector<float> logits = random(rows * vocabLocal, -6, 6);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = valid; c < vocabLocal; ++c)
       logits[r * vocabLocal + c] = 50.0f;
-  vector<std::int32_t> targets = randomIds(rng, rows, 250);
+  vector<std::int32_t> targets = randomIds(rng, rows, vocab);
   for (int64_t r = 0; r < rows; r += 9)
     targets[r] = kIgnoreIndex;
   // Stand-ins for the all-reduced values of the other shards.

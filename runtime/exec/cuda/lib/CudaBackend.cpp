@@ -251,6 +251,7 @@ public:
   void copyToDevice(std::byte *device, const std::byte *host,
                     int64_t bytes) override;
   int64_t deviceBytesInUse() const override { return inUse_; }
+  int64_t workspaceBytes() const override { return workspaceBytes_; }
   void prepare(const plan::Bundle &bundle,
                const plan::Program &program) override;
   void execute(const Instruction &inst, int64_t stream,
@@ -388,6 +389,7 @@ private:
   /// changed (host tasks of this step may be reading the others).
   void refreshHostContext(const StepContext &context);
   int64_t inUse_ = 0;
+  int64_t workspaceBytes_ = 0; // the prepare() allocation
   bool vmmFallbackNoted_ = false;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;     // plan events
@@ -662,6 +664,7 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   size_t total = perStream * numStreams + 256;       // + the step scalars
   check(cudaMalloc(&workspace_, total), "cudaMalloc",
         "allocating " + std::to_string(total) + " bytes of workspace");
+  workspaceBytes_ = int64_t(total);
   auto *base = static_cast<std::byte *>(workspace_);
   scratch_ = reinterpret_cast<float *>(base);
   gemmWorkspace_ = base + scratchBytes * numStreams;

@@ -171,6 +171,10 @@ public:
                                int64_t bytes, int64_t stream) = 0;
   /// Bytes of the regions currently backed by device memory.
   virtual int64_t deviceBytesInUse() const = 0;
+  /// Device bytes allocated beyond the plan's regions at prepare() (kernel
+  /// scratch, half-precision operands widened to fp32, GEMM workspaces): what
+  /// the plan's memory does not count yet. 0 on the CPU.
+  virtual int64_t workspaceBytes() const { return 0; }
 
   //===--- Instructions --------------------------------------------------===//
 

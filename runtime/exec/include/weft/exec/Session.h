@@ -163,6 +163,8 @@ public:
   const StateGroupLayout &layout(StateGroup group) const;
   /// Backend::deviceBytesInUse() of this rank.
   int64_t deviceBytesInUse() const;
+  /// Backend::workspaceBytes() of this rank.
+  int64_t workspaceBytes() const;
 
   /// Collective: writes D/weights-<completedSteps()>: the working parameters
   /// as weightsSnapshotLayout() selects them (under ZeRO, this rank's shard),

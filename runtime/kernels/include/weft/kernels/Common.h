@@ -2,9 +2,9 @@
 //
 // Every kernel header in this directory is single-source: the math is written
 // once as WEFT_HD functions over one element or one row, and both the CPU
-// backend (host loops) and the CUDA backend (one thread per element/row) call
-// it. Nothing here may use the C++ standard library at run time, because
-// device code cannot.
+// backend (host loops) and the CUDA backend (a thread per element or row, or
+// a warp or block splitting a row) use it. Nothing here may use the C++
+// standard library at run time, because device code cannot.
 //
 //===----------------------------------------------------------------------===//
 

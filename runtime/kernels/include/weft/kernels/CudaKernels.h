@@ -2,7 +2,9 @@
 //
 // fp32 kernels over device buffers with the layouts and semantics of the CPU
 // kernels of the same name (CpuKernels.h); they run the same WEFT_HD row and
-// element functions, one GPU thread per element or row. Every wrapper is
+// element functions, one GPU thread per element or row, or for the norms, the
+// bias gradient and the cross-entropy rows their per-element math with a row
+// or column split over a warp or block (docs/kernels.md). Every wrapper is
 // asynchronous on `stream` and returns the launch status (cudaGetLastError),
 // so configuration errors surface at the call; execution errors surface at
 // the next synchronization as usual. Empty inputs launch nothing.
