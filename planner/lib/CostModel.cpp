@@ -688,9 +688,9 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
       memory.logits = logitElems * (4 * savedMicroBatches + elem + 4);
     } else {
       // Weft: the saved last-layer output, final-norm output, logits and
-      // int32 targets, plus the logits' gradient while the loss runs. The
-      // layer backward starts after these are freed: its workspace counts
-      // only beyond them.
+      // int32 targets; the loss kernel writes the logits' gradient over the
+      // logits, except the vocabulary-parallel one (TP), whose gradient is
+      // another buffer (docs/lowering.md).
       // Under SP the last-layer output is sequence-sharded and the final
       // norm's output all-gathered (full sequence).
       double hiddenBytes = tokens * spec.hiddenSize * elem;
@@ -699,9 +699,11 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
               (logitElems * elem +
                hiddenBytes * (1 + 1 / (c.sequenceParallel ? double(c.tp) : 1)) +
                4 * tokens) +
-          logitElems * elem;
-      memory.recomputeWorkspace =
-          std::max(0.0, memory.recomputeWorkspace - memory.logits);
+          (c.tp > 1 ? logitElems * elem : 0.0);
+      // A micro-batch's layer backward starts once its own loss-phase
+      // tensors are freed; under GPipe the others' stay saved beside it.
+      memory.recomputeWorkspace = std::max(
+          0.0, memory.recomputeWorkspace - memory.logits / savedMicroBatches);
     }
   }
   auto [largest, layerMatrix] =

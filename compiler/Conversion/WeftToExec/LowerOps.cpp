@@ -715,6 +715,16 @@ static LogicalResult checkLossGradient(CrossEntropyLikeGradOp op) {
   return success();
 }
 
+/// The slice for the gradient of `logits`: the logits' own when nothing but
+/// the loss reads them (the forward loss op lowers to nothing, and the fused
+/// kernel reads each logit before it writes its gradient), else a new one.
+Slice RoleScheduler::logitsGradient(Value logits, int64_t elements) {
+  bool onlyTheLoss = llvm::all_of(logits.getUsers(), [](Operation *user) {
+    return isa<CrossEntropyOp, CrossEntropyGradOp>(user);
+  });
+  return onlyTheLoss ? lookup(logits) : activation("logits.grad", elements);
+}
+
 LogicalResult RoleScheduler::lowerCrossEntropyGrad(CrossEntropyGradOp op) {
   if (failed(checkLossGradient(op)))
     return failure();
@@ -722,7 +732,7 @@ LogicalResult RoleScheduler::lowerCrossEntropyGrad(CrossEntropyGradOp op) {
   // One fused kernel per micro-batch adds this micro-batch's share of the
   // step loss to `loss` and writes the logit gradient scaled so that the DP
   // sum of the accumulated gradients is the global-batch mean.
-  Slice dlogits = activation("logits.grad", rows() * vocab);
+  Slice dlogits = logitsGradient(op.getLogits(), rows() * vocab);
   launch("cross_entropy",
          {{"rows", rows()},
           {"vocab", vocab},
@@ -767,6 +777,9 @@ LogicalResult RoleScheduler::lowerVocabParallelCrossEntropyGrad(
                  {"grad_div", par.gradAccum * par.dp},
                  {"accumulate", 1},
                  {"grad", 1}});
+  // Not in place: under TP the head's backward, not the loss, bounds the
+  // last stage's peak, and the in-place form packed worse there
+  // (docs/planner.md).
   Slice dlogits = activation("logits.grad", rows() * local);
   launch("cross_entropy_shard_finish", finish,
          {logits, labels, rowMax, sumExp, target}, {loss, dlogits});

@@ -355,6 +355,9 @@ private:
   LogicalResult lowerMlpGrad(MLPGradOp op);
   LogicalResult lowerLmHeadGrad(LMHeadGradOp op);
   LogicalResult lowerBiasGrad(BiasGradOp op);
+  /// Where the loss kernel writes the logits' gradient: in place when only
+  /// the loss reads the logits.
+  Slice logitsGradient(Value logits, int64_t elements);
   LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp op);
   LogicalResult
   lowerVocabParallelCrossEntropyGrad(VocabParallelCrossEntropyGradOp op);

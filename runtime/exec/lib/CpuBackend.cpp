@@ -303,7 +303,8 @@ private:
   int64_t inUse_ = 0;                   // mapped and not decommitted
   std::vector<ResolvedKernel> kernels_; // by bundle kernel id
   std::vector<float> workspace_;        // bf16/f16 operands widened to fp32
-  KernelCall call_;                     // reused so execute() never allocates
+  std::vector<std::pair<Operand, float *>> widenedCopies_; // per call
+  KernelCall call_; // reused so execute() never allocates
 };
 
 void CpuBackend::prepare(const plan::Bundle &bundle,
@@ -443,14 +444,13 @@ void CpuBackend::runKernel(const Instruction &inst, const StepContext &context,
   call_.reads.clear();
   call_.writes.clear();
   call_.readIndices.clear();
-  float *scratch = workspace_.data();
+  WidenedCopies copies(workspace_.data(), widenedCopies_);
   auto widen = [&](const Operand &operand) -> float * {
     if (!isHalfFloat(operand.dtype))
       return operand.dtype == DType::F32 ? operand.as<float>() : nullptr;
-    float *out = scratch;
-    int64_t n = operand.elements();
-    widenHalf(operand.dtype, n, operand.data, out);
-    scratch += n;
+    auto [out, fresh] = copies.place(operand);
+    if (fresh)
+      widenHalf(operand.dtype, operand.elements(), operand.data, out);
     return out;
   };
   for (const Operand &operand : reads) {

@@ -151,6 +151,9 @@ int64_t checkKernelOperands(const plan::Program &program,
                 " writes, got " + std::to_string(inst.reads.size()) + " and " +
                 std::to_string(inst.writes.size()));
   int64_t widened = 0;
+  // Operands with the same range (an in-place kernel) share one widened
+  // copy, as an fp32 operand shares its buffer (sameOperand).
+  std::vector<plan::BufferRange> widenedRanges;
   auto check = [&](const OperandSpec &operand, const plan::BufferRange &range,
                    const std::string &name) {
     DType dtype = program.buffers[size_t(range.buffer)].dtype;
@@ -166,8 +169,12 @@ int64_t checkKernelOperands(const plan::Program &program,
                   std::to_string(expected) + " (" +
                   std::to_string(operand.elements) + " " +
                   std::string(plan::toString(dtype)) + ")");
-    if (isHalfFloat(dtype))
+    if (isHalfFloat(dtype) &&
+        !(std::find(widenedRanges.begin(), widenedRanges.end(), range) !=
+          widenedRanges.end())) {
       widened += operand.elements;
+      widenedRanges.push_back(range);
+    }
   };
   for (size_t i = 0; i < sig.reads.size(); ++i)
     check(sig.reads[i], inst.reads[i], "reads[" + std::to_string(i) + "]");

@@ -87,6 +87,6 @@
 
 // The arena shrinks with recompute (one micro-batch of 8 tokens; the
 // parameters' persistent region is the same).
-// ARENA-NONE: weftx.program @role0 ranks [0] arena 36960 persistent 1994820
+// ARENA-NONE: weftx.program @role0 ranks [0] arena 34848 persistent 1994820
 // ARENA-SELECTIVE: weftx.program @role0 ranks [0] arena 30752 persistent 1994820
 // ARENA-FULL: weftx.program @role0 ranks [0] arena 28704 persistent 1994820

@@ -34,11 +34,11 @@
 // Fused QKV: q, k, v are 64-column blocks of the [64, 192] weight (ld 192).
 // CHECK: weftx.gemm f32 m 64 n 8 k 64 lda 192 ldb 64 ldc 64 alpha 1.0{{.*}} beta 0.0{{.*}} reads(@params[[[QKV:[0-9]+]] +: 48640], @layer_norm[0 +: 2048]) writes(@attn.q[0 +: 2048]) phase "fwd mb0"
 // CHECK: weftx.gemm f32 m 64 n 8 k 64 lda 192 ldb 64 ldc 64 alpha 1.0{{.*}} beta 0.0{{.*}} reads(@params[{{[0-9]+}} +: 48640], @layer_norm[0 +: 2048]) writes(@attn.k[0 +: 2048]) phase "fwd mb0"
-// CHECK: weftx.launch @cross_entropy reads(@logits[0 +: 8192], @targets[0 +: 32]) writes(@loss[0 +: 4], @logits.grad[0 +: 8192]) phase "bwd mb0"
+// CHECK: weftx.launch @cross_entropy reads(@logits[0 +: 8192], @targets[0 +: 32]) writes(@loss[0 +: 4], @logits[0 +: 8192]) phase "bwd mb0"
 // Tied head: dx = dy W, and dW += dy^T x accumulates into the embedding's
 // gradient slot.
-// CHECK-NEXT: weftx.gemm f32 m 64 n 8 k 256 lda 64 ldb 256 ldc 64 alpha 1.0{{.*}} beta 0.0{{.*}} reads(@params[0 +: 65536], @logits.grad[0 +: 8192]) writes(@lm_head.grad[0 +: 2048])
-// CHECK-NEXT: weftx.gemm f32 trans_b m 64 n 256 k 8 lda 64 ldb 256 ldc 64 alpha 1.0{{.*}} beta 1.0{{.*}} reads(@layer_norm.4[0 +: 2048], @logits.grad[0 +: 8192], @grads[0 +: 65536]) writes(@grads[0 +: 65536])
+// CHECK-NEXT: weftx.gemm f32 m 64 n 8 k 256 lda 64 ldb 256 ldc 64 alpha 1.0{{.*}} beta 0.0{{.*}} reads(@params[0 +: 65536], @logits[0 +: 8192]) writes(@lm_head.grad[0 +: 2048])
+// CHECK-NEXT: weftx.gemm f32 trans_b m 64 n 256 k 8 lda 64 ldb 256 ldc 64 alpha 1.0{{.*}} beta 1.0{{.*}} reads(@layer_norm.4[0 +: 2048], @logits[0 +: 8192], @grads[0 +: 65536]) writes(@grads[0 +: 65536])
 // CHECK: weftx.launch @embedding_backward reads(@tokens[0 +: 32], {{.*}}) writes(@grads[0 +: 65536], @grads[65536 +: 32768]) phase "bwd mb0"
 // CHECK-NEXT: weftx.load_batch 1 writes(@tokens.1[0 +: 32], @targets.1[0 +: 32]) phase "data mb1"
 // The DP gradient sync runs on the `allreduce` stream in buckets of

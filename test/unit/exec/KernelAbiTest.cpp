@@ -3,14 +3,17 @@
 // The runtime's kernel registry and the compiler's kernel-source generator
 // both take their kernel names, constants and defaults from kKernelAbi. These
 // tests check the runtime side: one registry entry (signature and host loop)
-// per ABI entry and no other, and constants resolved with the ABI's defaults.
+// per ABI entry and no other, and constants resolved with the ABI's defaults;
+// and how the backends widen half-precision operands.
 // (weft-generate-kernels stops with a fatal error if it lacks a generator.)
 //
 //===----------------------------------------------------------------------===//
 
 #include "weft/kernels/KernelAbi.h"
+#include "weft/exec/Backend.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/KernelRegistry.h"
+#include "weft/exec/OperandChecks.h"
 
 #include <gtest/gtest.h>
 
@@ -118,4 +121,49 @@ TEST(KernelAbi, DocumentedDefaults) {
   EXPECT_EQ(defaultOf("cross_entropy", "accumulate"), 0);
   EXPECT_EQ(defaultOf("cross_entropy_shard_finish", "loss_div"), 1);
   EXPECT_EQ(defaultOf("activation_forward", "act"), -1); // required
+}
+
+// Half-precision operands are widened to fp32 copies; operands with the same
+// range (an in-place kernel: bias_add reads and writes y) share one copy, as
+// fp32 operands share their buffer, and the workspace is counted that way.
+TEST(KernelAbi, InPlaceHalfOperandsShareOneWidenedCopy) {
+  const int64_t rows = 3, width = 4;
+  plan::Program program;
+  program.buffers = {
+      {0, "y", plan::Region::Arena, 0, 2 * rows * width, plan::DType::BF16},
+      {1, "b", plan::Region::Arena, 64, 2 * width, plan::DType::BF16}};
+  plan::Instruction inst;
+  inst.opcode = plan::Opcode::Kernel;
+  plan::BufferRange y{0, 0, 2 * rows * width}, b{1, 0, 2 * width};
+  inst.reads = {y, b};
+  inst.writes = {y};
+  const exec::KernelSpec *spec = exec::findKernel("bias_add");
+  ASSERT_NE(spec, nullptr);
+  exec::KernelConstants constants =
+      exec::resolveConstants(*spec, {{"rows", rows}, {"width", width}}, "test");
+  EXPECT_EQ(exec::checkKernelOperands(program, inst, *spec, constants, "test"),
+            rows * width + width);
+  // Out of place, y and a distinct z need a copy each.
+  program.buffers.push_back(
+      {2, "z", plan::Region::Arena, 128, 2 * rows * width, plan::DType::BF16});
+  inst.writes = {{2, 0, 2 * rows * width}};
+  EXPECT_EQ(exec::checkKernelOperands(program, inst, *spec, constants, "test"),
+            2 * rows * width + width);
+
+  std::vector<std::byte> storage(256);
+  exec::Operand yOperand{storage.data(), 2 * rows * width, plan::DType::BF16},
+      bOperand{storage.data() + 64, 2 * width, plan::DType::BF16};
+  std::vector<float> workspace(64);
+  std::vector<std::pair<exec::Operand, float *>> placed;
+  exec::WidenedCopies copies(workspace.data(), placed);
+  auto [yCopy, yFresh] = copies.place(yOperand);
+  auto [bCopy, bFresh] = copies.place(bOperand);
+  auto [yAgain, yAgainFresh] = copies.place(yOperand);
+  EXPECT_TRUE(yFresh && bFresh);
+  EXPECT_FALSE(yAgainFresh);
+  EXPECT_EQ(yAgain, yCopy);
+  EXPECT_EQ(bCopy, yCopy + rows * width);
+  // A new call starts over at the workspace's start.
+  exec::WidenedCopies next(workspace.data(), placed);
+  EXPECT_EQ(next.place(bOperand), std::make_pair(workspace.data(), true));
 }

@@ -190,13 +190,14 @@ TEST(Memory, ModelStatesOfOneGpu) {
   // fp32 logits saved + half logits + fp32 gradient: s*b*V*(4+2+4).
   EXPECT_DOUBLE_EQ(e.memory.logits, 2048.0 * 51200 * 10);
   EXPECT_DOUBLE_EQ(e.memory.commBuffers, 0);
-  // Weft's plan: the layer inputs plus the token ids; the logits, their
-  // gradient, the last layer's and the final norm's outputs and the targets.
+  // Weft's plan: the layer inputs plus the token ids; the logits (their
+  // gradient overwrites them), the last layer's and the final norm's outputs
+  // and the targets.
   CostModel weft(m, clusterPreset("h100-1gpu"), {8, 2048, Precision::BF16});
   Estimate w = weft.evaluate(dataParallel(0, 1, 8));
   EXPECT_DOUBLE_EQ(w.memory.activations, 24 * 2 * 2048.0 * 2048 + 4 * 2048.0);
   EXPECT_DOUBLE_EQ(w.memory.logits,
-                   2048.0 * 51200 * 2 * 2 + 2 * 2048.0 * 2048 * 2 + 4 * 2048.0);
+                   2048.0 * 51200 * 2 + 2 * 2048.0 * 2048 * 2 + 4 * 2048.0);
 }
 
 TEST(Memory, TensorParallelKeepsNormsBiasesAndPositionsWhole) {

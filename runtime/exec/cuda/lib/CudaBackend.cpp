@@ -390,6 +390,7 @@ private:
   void refreshHostContext(const StepContext &context);
   int64_t inUse_ = 0;
   int64_t workspaceBytes_ = 0; // the prepare() allocation
+  std::vector<std::pair<Operand, float *>> widenedCopies_; // per kernel call
   bool vmmFallbackNoted_ = false;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;     // plan events
@@ -938,15 +939,15 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   float *scratch = scratchOf(stream);
   call_.scratch = scratch;
   scratch += (kernel.entry->scratchFloats(kernel.constants) + 63) / 64 * 64;
+  WidenedCopies copies(scratch, widenedCopies_);
   auto widen = [&](const Operand &operand) -> float * {
     if (!isHalfFloat(operand.dtype))
       return operand.dtype == DType::F32 ? operand.as<float>() : nullptr;
-    float *out = scratch;
-    int64_t n = operand.elements();
-    fail(halfToF32(n, operand.as<std::uint16_t>(), storageOf(operand.dtype),
-                   out, s),
-         "half widening");
-    scratch += n;
+    auto [out, fresh] = copies.place(operand);
+    if (fresh)
+      fail(halfToF32(operand.elements(), operand.as<std::uint16_t>(),
+                     storageOf(operand.dtype), out, s),
+           "half widening");
     return out;
   };
   for (const Operand &operand : reads) {

@@ -42,6 +42,37 @@ struct Operand {
 
   template <typename T> T *as() const { return reinterpret_cast<T *>(data); }
   int64_t elements() const { return bytes / plan::elementBytes(dtype); }
+  bool operator==(const Operand &other) const {
+    return data == other.data && bytes == other.bytes && dtype == other.dtype;
+  }
+};
+
+/// Places the fp32 copies of a kernel's bf16/f16 operands one after another
+/// in a backend's workspace. Operands with the same range (an in-place
+/// kernel) share one copy, as an fp32 operand shares its buffer, and as
+/// checkKernelOperands counts the workspace. `placed` is the caller's
+/// vector, reused from call to call (no allocation in steady state).
+class WidenedCopies {
+public:
+  WidenedCopies(float *workspace,
+                std::vector<std::pair<Operand, float *>> &placed)
+      : next_(workspace), placed_(placed) {
+    placed_.clear();
+  }
+  /// The copy of `operand`, and whether it is new (the caller fills it).
+  std::pair<float *, bool> place(const Operand &operand) {
+    for (const auto &[seen, copy] : placed_)
+      if (seen == operand)
+        return {copy, false};
+    float *copy = next_;
+    next_ += operand.elements();
+    placed_.push_back({operand, copy});
+    return {copy, true};
+  }
+
+private:
+  float *next_;
+  std::vector<std::pair<Operand, float *>> &placed_;
 };
 
 /// The members of communication instruction `inst` issued with operands
