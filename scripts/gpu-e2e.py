@@ -26,6 +26,7 @@ headers) and this machine has no GPU:
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -201,6 +202,9 @@ def check(args):
                     failed += 1
                     rows.append((f"{name} {tag}", "run failed", "", ""))
                     continue
+                # weft-run's start line: the backend's workspace beside the plan.
+                match = re.search(r"device workspace beyond the plan: ([0-9.]+) MiB", text)
+                workspace = float(match.group(1)) * 2**20 if match else 0.0
                 timed = [m["step_time_s"] for m in metrics[SPEED_WARMUP:]]
                 step = statistics.median(timed)
                 tok = case["tokens_per_step"] / step
@@ -209,13 +213,15 @@ def check(args):
                              f"{tok:,.0f} tok/s, MFU {mfu * 100:.1f}% "
                              f"(predicted {case['predicted_step_s'] * 1e3:.1f} ms)",
                              f"GPU mem {sampler.peak_mib / 1024:.2f} GiB, plan "
-                             f"{case['planned_bytes'] / 2**30:.2f} GiB, loss "
+                             f"{case['planned_bytes'] / 2**30:.2f} GiB + workspace "
+                             f"{workspace / 2**30:.2f} GiB, loss "
                              f"{metrics[0]['loss']:.3f} -> {metrics[-1]['loss']:.3f}"))
                 json.dump({"case": name, "mode": tag, "step_ms": step * 1e3,
                            "tokens_per_s": tok, "mfu": mfu,
                            "predicted_step_ms": case["predicted_step_s"] * 1e3,
                            "gpu_mem_peak_mib": sampler.peak_mib,
                            "planned_bytes": case["planned_bytes"],
+                           "workspace_bytes": workspace,
                            "step_times_s": [m["step_time_s"] for m in metrics],
                            "losses": [m["loss"] for m in metrics]},
                           open(os.path.join(out, f"{name}.{tag}.summary.json"), "w"))
