@@ -3,6 +3,10 @@
 # OpenMPI to build the whole tree) and stages them in .gpu/ (git-ignored),
 # to be carried to the device machine and run by scripts/gpu-check.sh:
 #   .gpu/bin/WeftCuda*Tests   every executable holding gpu-labelled tests
+#   .gpu/tools/weft-run, .gpu/e2e/
+#                             weft-run and the bundles and tokens of
+#                             scripts/gpu-e2e.py (CUDA against the CPU backend,
+#                             GPT-2 throughput and profile)
 #   .gpu/libs.tar.xz          the shared libraries they link that a bare
 #                             device machine may lack (OpenMPI's libmpi and
 #                             friends, OpenBLAS, gfortran, cudart); never libc,
