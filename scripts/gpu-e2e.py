@@ -207,11 +207,15 @@ def check(args):
                 workspace = float(match.group(1)) * 2**20 if match else 0.0
                 timed = [m["step_time_s"] for m in metrics[SPEED_WARMUP:]]
                 step = statistics.median(timed)
+                # Host overhead per step (issue 6: < 50 us with graph replay).
+                issue = statistics.median(m["issue_s"] for m in metrics[SPEED_WARMUP:])
+                finish = statistics.median(m["finish_s"] for m in metrics[SPEED_WARMUP:])
                 tok = case["tokens_per_step"] / step
                 mfu = case["predicted_mfu"] * case["predicted_step_s"] / step
                 rows.append((f"{name} {tag}", f"{step * 1e3:.1f} ms",
                              f"{tok:,.0f} tok/s, MFU {mfu * 100:.1f}% "
-                             f"(predicted {case['predicted_step_s'] * 1e3:.1f} ms)",
+                             f"(predicted {case['predicted_step_s'] * 1e3:.1f} ms), host "
+                             f"issue {issue * 1e6:.0f} us + finish {finish * 1e6:.0f} us",
                              f"GPU mem {sampler.peak_mib / 1024:.2f} GiB, plan "
                              f"{case['planned_bytes'] / 2**30:.2f} GiB + workspace "
                              f"{workspace / 2**30:.2f} GiB, loss "
@@ -222,6 +226,7 @@ def check(args):
                            "gpu_mem_peak_mib": sampler.peak_mib,
                            "planned_bytes": case["planned_bytes"],
                            "workspace_bytes": workspace,
+                           "issue_s": issue, "finish_s": finish,
                            "step_times_s": [m["step_time_s"] for m in metrics],
                            "losses": [m["loss"] for m in metrics]},
                           open(os.path.join(out, f"{name}.{tag}.summary.json"), "w"))

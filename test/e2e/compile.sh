@@ -52,6 +52,10 @@ for s in steps:
     got = s["mfu"] * s["step_time_s"]
     assert abs(got - want) <= 1e-9 * want, (got, want)
     assert s["tflops_per_rank"] > 0
+    # The host's share: issuing (the whole step on the CPU backend) and the
+    # statistics after the device finished, both within the step.
+    assert 0 < s["issue_s"] and 0 < s["finish_s"], s
+    assert s["issue_s"] + s["finish_s"] <= s["step_time_s"], s
 print("memory", planned, "bytes; MFU", [round(s["mfu"], 5) for s in steps])
 PY
 echo "PASS: compile $model zero $zero"

@@ -365,7 +365,9 @@ int run(const CliOptions &cli) {
       }
       if (metrics) {
         std::string extra =
-            ",\"memory_bytes\":" + std::to_string(stats.memoryBytes);
+            ",\"memory_bytes\":" + std::to_string(stats.memoryBytes) +
+            ",\"issue_s\":" + jsonNumber(stats.issueTimeS) +
+            ",\"finish_s\":" + jsonNumber(stats.finishTimeS);
         if (runtime->session().modelFlopsPerStep() > 0)
           extra +=
               ",\"tflops_per_rank\":" + jsonNumber(stats.modelTflopsPerRank) +

@@ -1057,7 +1057,9 @@ StepStats Session::finishStep() {
     backend_->popRange();
     openRange_ = nullptr;
   }
+  double issued = now();   // everything is enqueued (run, on the CPU)
   backend_->synchronize(); // the device's work, and the clip sum's copy
+  double synchronized = now();
   stepInProgress_ = false;
 
   // The step's statistics: one small all-reduce on the runtime's own
@@ -1106,7 +1108,10 @@ StepStats Session::finishStep() {
   stats.lr = stepContext_.lr;
   stats.lossScale = stepContext_.lossScale;
   stats.skipped = skipped;
-  stats.stepTimeS = now() - stepStart_;
+  double end = now();
+  stats.stepTimeS = end - stepStart_;
+  stats.issueTimeS = issued - stepStart_;
+  stats.finishTimeS = end - synchronized;
   stats.tokensPerS = double(bundle_.training.globalBatch) *
                      double(bundle_.training.seqLen) /
                      std::max(stats.stepTimeS, 1e-12);

@@ -63,7 +63,12 @@ struct StepStats {
   double gradNorm =
       0;         // sqrt of the sum a clip instruction read; NaN if none ran
   double lr = 0; // the schedule's learning rate for this step
-  double stepTimeS = 0;      // wall time of the step on this rank
+  double stepTimeS = 0; // wall time of the step on this rank
+  /// Host time until every instruction was issued (on the CPU backend, run;
+  /// with a captured graph: staging, scalars and the launch), and host time
+  /// after the device finished (the loss read and the statistics
+  /// all-reduces): what the host adds to a step around the device's work.
+  double issueTimeS = 0, finishTimeS = 0;
   double tokensPerS = 0;     // global batch tokens / step time
   bool lossReported = false; // some rank holds a 'loss' buffer
   /// Model FLOP rate (no recompute) per rank and model FLOP utilization
