@@ -1077,14 +1077,18 @@ StepStats Session::finishStep() {
   double norm = clipRan_ && !skipped
                     ? std::sqrt(double(*clipSum_)) / stepContext_.lossScale
                     : -1;
-  // Among the ranks that checked: did any skip, did any not?
-  int skips[2] = {clipRan_ && skipped, clipRan_ && !skipped};
+  // The maxima in one all-reduce (doubles hold the flags and byte counts
+  // exactly): the norm; among the ranks that checked, did any skip, did any
+  // not; the most device memory in use.
+  double maxima[4] = {norm, double(clipRan_ && skipped),
+                      double(clipRan_ && !skipped),
+                      double(backend_->deviceBytesInUse())};
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comms_->stats);
-  MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_MAX, comms_->stats);
-  MPI_Allreduce(MPI_IN_PLACE, skips, 2, MPI_INT, MPI_MAX, comms_->stats);
-  int64_t memory = backend_->deviceBytesInUse();
-  MPI_Allreduce(MPI_IN_PLACE, &memory, 1, MPI_INT64_T, MPI_MAX, comms_->stats);
-  if (skips[0] && skips[1])
+  MPI_Allreduce(MPI_IN_PLACE, maxima, 4, MPI_DOUBLE, MPI_MAX, comms_->stats);
+  norm = maxima[0];
+  bool anySkipped = maxima[1] > 0, anyApplied = maxima[2] > 0;
+  auto memory = int64_t(maxima[3]);
+  if (anySkipped && anyApplied)
     throw Error("rank " + std::to_string(rank_) + " step " +
                 std::to_string(completedSteps_ + 1) +
                 ": ranks disagree on whether the gradients overflowed (the "
