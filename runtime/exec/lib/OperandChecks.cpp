@@ -3,6 +3,9 @@
 
 #include "weft/exec/Error.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace weft::exec {
 
 using plan::DType;

@@ -94,8 +94,8 @@ __global__ void meanLossKernel(int64_t rows, const int32_t *targets,
            (targetLogit ? targetLogit[r] : logits[r * vocab + targets[r]]);
     ++count;
   }
-  float totalLoss = detail::blockSum(sum);
-  int totalCount = detail::blockSum(count);
+  float totalLoss = detail::blockReduce(sum, SumOp());
+  int totalCount = detail::blockReduce(count, SumOp());
   if (threadIdx.x == 0) {
     *validCount = totalCount;
     *loss = totalCount ? totalLoss / float(totalCount) : 0.0f;

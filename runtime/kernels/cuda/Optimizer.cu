@@ -19,7 +19,7 @@ __global__ void adamwKernel(AdamWStep step, int64_t n, const float *grad,
 __global__ void sumOfSquaresKernel(int64_t n, const float *x, double *result) {
   int64_t i = globalIndex();
   double value = i < n ? double(x[i]) * double(x[i]) : 0.0;
-  double blockTotal = detail::blockSum(value);
+  double blockTotal = detail::blockReduce(value, detail::SumOp());
   if (threadIdx.x == 0)
     atomicAdd(result, blockTotal);
 }
