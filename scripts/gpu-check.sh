@@ -68,15 +68,16 @@ fi
 
 echo "== weft-run on the GPU (staged by scripts/gpu-e2e.py stage)"
 python3 scripts/gpu-e2e.py check ${WEFT_E2E_ARGS:-} .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt" || status=1
-profile=.gpu/e2e/gpt2-124m-bf16-b4
+profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
-  echo "== where a step's time goes: GPT-2 124M bf16, micro-batch 4, every launch waited for"
-  CUDA_LAUNCH_BLOCKING=1 timeout 90 .gpu/tools/weft-run $profile --data .gpu/e2e/tokens.bin \
-    --steps 2 --backend cuda --no-graph --trace "$OUT/profile-trace.json" --quiet &&
-    python3 scripts/gpu-e2e.py profile $profile "$OUT/profile-trace.json" | tee "$OUT/profile.txt" ||
-    status=1
+  for half in "" --half-kernels; do
+    echo "== where a step's time goes: GPT-2 124M bf16, batch 32, every launch waited for ${half}"
+    CUDA_LAUNCH_BLOCKING=1 timeout 90 .gpu/tools/weft-run $profile --data .gpu/e2e/tokens.bin \
+      --steps 2 --backend cuda --no-graph $half --trace "$OUT/profile-trace$half.json" --quiet &&
+      python3 scripts/gpu-e2e.py profile $profile "$OUT/profile-trace$half.json" | tee "$OUT/profile$half.txt" ||
+      status=1
+  done
 fi
-
 echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"
 timeout 150 python3 scripts/hf-crosscheck.py check .gpu/hf-crosscheck 2>&1 | tee "$OUT/hf_crosscheck.txt" || status=1
 

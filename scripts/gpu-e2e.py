@@ -53,15 +53,11 @@ CASES = {
                                  "--precision", "bf16"] + TINY),
     "llama-tiny-bf16": ("agree", ["--model", "llama-tiny", "--micro-batch", "4",
                                   "--precision", "bf16"] + TINY),
+    # Also profiled with CUDA_LAUNCH_BLOCKING=1 (gpu-check.sh, profile below).
     "gpt2-124m-bf16-b32": ("speed", ["--model", "gpt2", "--cluster", "h100-1gpu",
                                      "--global-batch", "32", "--micro-batch",
                                      "32", "--seq-len", "1024", "--precision",
                                      "bf16"]),
-    # Profiled with CUDA_LAUNCH_BLOCKING=1 (scripts/gpu-e2e.py profile).
-    "gpt2-124m-bf16-b4": ("profile", ["--model", "gpt2", "--cluster", "h100-1gpu",
-                                      "--global-batch", "4", "--micro-batch",
-                                      "4", "--seq-len", "1024", "--precision",
-                                      "bf16"]),
     "gpt2-350m-bf16-b16": ("speed", ["--model", "gpt2-medium", "--cluster",
                                      "h100-1gpu", "--global-batch", "16",
                                      "--micro-batch", "16", "--seq-len", "1024",
@@ -150,7 +146,7 @@ def check(args):
     os.makedirs(out, exist_ok=True)
     failed, rows = 0, []
     for name, case in cases.items():
-        if case["kind"] == "profile" or (args.only and case["kind"] != args.only):
+        if args.only and case["kind"] != args.only:
             continue
         bundle = os.path.join(args.dir, name)
         log = lambda tag: (os.path.join(out, f"{name}.{tag}.jsonl"),
@@ -164,9 +160,13 @@ def check(args):
             tolerances = {"loss": tolerance,
                           "grad_norm": tolerance * (1 if case["precision"] == "fp32" else 5)}
             runs = {}
-            for tag, extra in (("cpu", ["--backend", "cpu"]),
-                               ("cuda", ["--backend", "cuda"]),
-                               ("cuda-nograph", ["--backend", "cuda", "--no-graph"])):
+            variants = [("cpu", ["--backend", "cpu"]),
+                        ("cuda", ["--backend", "cuda"]),
+                        ("cuda-nograph", ["--backend", "cuda", "--no-graph"])]
+            if case["precision"] != "fp32":
+                # The 16-bit kernels (tensor-core attention) on the same bundle.
+                variants.append(("cuda-half", ["--backend", "cuda", "--half-kernels"]))
+            for tag, extra in variants:
                 runs[tag], text = weft_run(args.tools, bundle, tokens, AGREE_STEPS,
                                            *log(tag), *extra)
                 if runs[tag] is None:
@@ -177,7 +177,9 @@ def check(args):
                 continue
             cpu = runs["cpu"]
             worst, ok = {"loss": 0.0, "grad_norm": 0.0}, True
-            for tag in ("cuda", "cuda-nograph"):
+            for tag in runs:
+                if tag == "cpu":
+                    continue
                 ok = ok and len(runs[tag]) == AGREE_STEPS
                 for step, (c, g) in enumerate(zip(cpu, runs[tag]), 1):
                     for key in worst:
@@ -193,7 +195,8 @@ def check(args):
                          f"grad norm {worst['grad_norm']:.1e} (tol {tolerances['grad_norm']:.0e})",
                          f"loss {cpu[0]['loss']:.4f} -> {cpu[-1]['loss']:.4f}"))
         else:
-            for tag, extra in (("cuda", []), ("cuda-nograph", ["--no-graph"])):
+            for tag, extra in (("cuda", []), ("cuda-nograph", ["--no-graph"]),
+                               ("cuda-half", ["--half-kernels"])):
                 with GpuMemorySampler() as sampler:
                     metrics, text = weft_run(args.tools, bundle, tokens, SPEED_STEPS,
                                              *log(tag), "--backend", "cuda", *extra)

@@ -26,7 +26,7 @@ namespace {
 
 const char *const kUsage =
     "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
-    "                [--no-graph]\n"
+    "                [--no-graph] [--half-kernels]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
     "                [--watchdog-s SECONDS] [--quiet]\n"
@@ -80,6 +80,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     if (arg == "--no-graph") {
       cli.cudaGraph = false;
       cli.session.graph = false;
+      continue;
+    }
+    if (arg == "--half-kernels") {
+      cli.session.halfKernels = true;
       continue;
     }
     if (arg == "--unverified") { // fault-injection tests only

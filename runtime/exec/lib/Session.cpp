@@ -258,6 +258,7 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
 #ifdef WEFT_WITH_CUDA
     cuda::CudaBackendOptions cudaOptions;
     cudaOptions.graph = options.graph;
+    cudaOptions.halfKernels = options.halfKernels;
     cudaOptions.rank = rank;
     return cuda::makeCudaBackend(cudaOptions); // "no CUDA device: ..."
 #else

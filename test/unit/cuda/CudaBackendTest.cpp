@@ -205,6 +205,48 @@ TEST(CudaHost, OptionsDefaults) {
               builtWithNvtx() ? "yes" : "no");
 }
 
+TEST(CudaHost, HalfKernelsTakeOneSixteenBitTypeWithFp32Statistics) {
+  EXPECT_FALSE(CudaBackendOptions().halfKernels); // until checked on a GPU
+  using plan::DType;
+  KernelConstants attention{{"batch", 2},    {"seq", 100},  {"heads", 4},
+                            {"kv_heads", 2}, {"causal", 1}, {"head_dim", 64}};
+  const DType bf = DType::BF16, h = DType::F16, f = DType::F32;
+  EXPECT_TRUE(
+      takesHalfOperands("attention_forward", attention, {bf, bf, bf}, {bf, f}));
+  EXPECT_TRUE(
+      takesHalfOperands("attention_forward", attention, {h, h, h}, {h, f}));
+  EXPECT_TRUE(takesHalfOperands("attention_backward", attention,
+                                {bf, bf, bf, bf, f, bf}, {bf, bf, bf}));
+  // The statistics stay fp32; one 16-bit type throughout; fp32 models widen
+  // nothing and keep the fp32 kernels.
+  EXPECT_FALSE(takesHalfOperands("attention_forward", attention, {bf, bf, bf},
+                                 {bf, bf}));
+  EXPECT_FALSE(
+      takesHalfOperands("attention_forward", attention, {bf, h, bf}, {bf, f}));
+  EXPECT_FALSE(
+      takesHalfOperands("attention_forward", attention, {f, f, f}, {f, f}));
+  EXPECT_FALSE(takesHalfOperands("attention_backward", attention,
+                                 {bf, bf, bf, bf, f, f}, {bf, bf, bf}));
+  // Head dims without a tensor-core kernel, and kernels without a 16-bit path.
+  KernelConstants odd = attention;
+  odd["head_dim"] = 24;
+  EXPECT_FALSE(
+      takesHalfOperands("attention_forward", odd, {bf, bf, bf}, {bf, f}));
+  EXPECT_FALSE(takesHalfOperands("layer_norm_forward",
+                                 {{"rows", 2}, {"width", 8}, {"bias", 1}},
+                                 {bf, bf, bf}, {bf, f, f}));
+  EXPECT_FALSE(takesHalfOperands("no_such_kernel", {}, {bf}, {bf}));
+  // The element-wise kernels: every operand 16-bit (a bias kept in fp32
+  // widens).
+  EXPECT_TRUE(takesHalfOperands("residual_add", {{"n", 8}}, {bf, bf}, {bf}));
+  EXPECT_TRUE(
+      takesHalfOperands("bias_add", {{"rows", 2}, {"width", 4}}, {h, h}, {h}));
+  EXPECT_FALSE(takesHalfOperands("bias_add", {{"rows", 2}, {"width", 4}},
+                                 {bf, f}, {bf}));
+  EXPECT_TRUE(takesHalfOperands("gated_backward", {{"n", 8}, {"act", 3}},
+                                {bf, bf, bf}, {bf, bf}));
+}
+
 TEST(CudaHost, NoDeviceIsOneLine) {
   std::string problem = cudaDeviceProblem();
   if (!problem.empty()) {

@@ -313,6 +313,178 @@ TEST_F(CudaKernelsTest, Attention) {
     }
 }
 
+// The tensor-core kernels on bf16 and f16 storage against the fp32 CPU
+// kernels on the same (rounded) inputs. They round P and dS to the storage
+// type before their products and their outputs to storage, so the tolerance
+// is a few units of the storage's rounding (bf16 2^-9, f16 2^-11) rather than
+// fp32's; lse stays fp32. One shape reads through pointers that are not 16-byte
+// aligned (the scalar staging path).
+TEST_F(CudaKernelsTest, AttentionOnTensorCores) {
+  struct Shape {
+    int64_t batch, seq, heads, kvHeads, headDim;
+    int64_t offset; // elements from an aligned allocation
+  };
+  for (gpu::HalfType type : {gpu::HalfType::BF16, gpu::HalfType::F16})
+    for (Shape shape : {Shape{2, 33, 6, 2, 16, 0}, Shape{2, 150, 4, 2, 64, 0},
+                        Shape{1, 200, 2, 2, 128, 0}, Shape{1, 97, 3, 1, 32, 0},
+                        Shape{1, 130, 2, 1, 64, 1}, Shape{1, 256, 2, 2, 64, 0}})
+      for (bool causal : {true, false}) {
+        bool bf16 = type == gpu::HalfType::BF16;
+        SCOPED_TRACE(std::string(bf16 ? "bf16" : "f16") +
+                     (causal ? " causal" : " bidirectional") + " head dim " +
+                     std::to_string(shape.headDim) + " seq " +
+                     std::to_string(shape.seq) + " offset " +
+                     std::to_string(shape.offset));
+        AttentionDims d{shape.batch,
+                        shape.seq,
+                        shape.heads,
+                        shape.kvHeads,
+                        shape.headDim,
+                        causal,
+                        1.0 / std::sqrt(double(shape.headDim))};
+        const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
+        const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
+        const int64_t stats = d.batch * d.heads * d.seq;
+        auto toBits = [&](float x) {
+          return bf16 ? floatToBf16(x).bits : floatToF16(x).bits;
+        };
+        auto toFloat = [&](std::uint16_t bits) {
+          return bf16 ? bf16ToFloat(BF16{bits}) : f16ToFloat(F16{bits});
+        };
+        // Random values rounded to storage; `bits` holds them at `offset`.
+        auto make = [&](int64_t n, double lo, double hi, vector<float> &values,
+                        vector<std::uint16_t> &bits) {
+          values = random(std::size_t(n), lo, hi);
+          bits.assign(std::size_t(n + shape.offset), 0);
+          for (int64_t i = 0; i < n; ++i) {
+            bits[std::size_t(i + shape.offset)] = toBits(values[i]);
+            values[i] = toFloat(bits[std::size_t(i + shape.offset)]);
+          }
+        };
+        vector<float> q, k, v, dOut;
+        vector<std::uint16_t> qBits, kBits, vBits, dOutBits;
+        make(qSize, -2, 2, q, qBits);
+        make(kvSize, -2, 2, k, kBits);
+        make(kvSize, -1, 1, v, vBits);
+        make(qSize, -1, 1, dOut, dOutBits);
+        const std::size_t o = std::size_t(shape.offset);
+        DeviceBuffer<std::uint16_t> dQ(qBits), dK(kBits), dV(vBits),
+            dDOut(dOutBits), out(qSize + o), dq(qSize + o), dk(kvSize + o),
+            dv(kvSize + o);
+        DeviceBuffer<float> lse(stats), delta(stats);
+        ASSERT_TRUE(gpu::halfAttentionSupported(d));
+        ASSERT_EQ(gpu::halfAttentionForward(type, d, dQ.get() + o, dK.get() + o,
+                                            dV.get() + o, out.get() + o,
+                                            lse.get(), stream),
+                  cudaSuccess);
+        ASSERT_EQ(gpu::halfAttentionBackward(
+                      type, d, dQ.get() + o, dK.get() + o, dV.get() + o,
+                      out.get() + o, lse.get(), dDOut.get() + o, dq.get() + o,
+                      dk.get() + o, dv.get() + o, delta.get(), stream),
+                  cudaSuccess);
+        sync();
+        vector<float> eOut(qSize), eLse(stats), edq(qSize), edk(kvSize),
+            edv(kvSize);
+        cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
+                              eLse.data());
+        cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
+                               eLse.data(), dOut.data(), edq.data(), edk.data(),
+                               edv.data());
+        auto widened = [&](const DeviceBuffer<std::uint16_t> &buffer) {
+          vector<std::uint16_t> bits = buffer.toHost();
+          vector<float> values;
+          for (std::size_t i = o; i < bits.size(); ++i)
+            values.push_back(toFloat(bits[i]));
+          return values;
+        };
+        const double tolerance = bf16 ? 5e-3 : 1e-3;
+        EXPECT_LT(relativeError(widened(out), eOut), tolerance);
+        EXPECT_LT(relativeError(lse.toHost(), eLse), 1e-4);
+        EXPECT_LT(relativeError(widened(dq), edq), tolerance);
+        EXPECT_LT(relativeError(widened(dk), edk), tolerance);
+        EXPECT_LT(relativeError(widened(dv), edv), tolerance);
+      }
+  AttentionDims odd{1, 8, 1, 1, 24, true, 0.2};
+  EXPECT_FALSE(gpu::halfAttentionSupported(odd));
+}
+
+// The 16-bit element-wise kernels equal the widening path bit for bit: the
+// fp32 kernels on the widened values, rounded as the backend narrows.
+TEST_F(CudaKernelsTest, HalfElementwiseEqualsTheWideningPath) {
+  const int64_t rows = 37, width = 100, n = rows * width;
+  for (gpu::HalfType type : {gpu::HalfType::BF16, gpu::HalfType::F16}) {
+    bool bf16 = type == gpu::HalfType::BF16;
+    SCOPED_TRACE(bf16 ? "bf16" : "f16");
+    auto bits = [&](const vector<float> &values) {
+      vector<std::uint16_t> out;
+      for (float x : values)
+        out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
+      return out;
+    };
+    auto widen = [&](const vector<std::uint16_t> &in) {
+      vector<float> out;
+      for (std::uint16_t b : in)
+        out.push_back(bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b}));
+      return out;
+    };
+    const vector<std::uint16_t> x = bits(random(n, -3, 3)), y = bits(random(n)),
+                                bias = bits(random(width));
+    DeviceBuffer<std::uint16_t> hX(x), hY(y), hBias(bias), hOut(n), hOut2(n);
+    DeviceBuffer<float> fX(widen(x)), fY(widen(y)), fBias(widen(bias)), fOut(n),
+        fOut2(n);
+    auto same = [&](const DeviceBuffer<std::uint16_t> &half,
+                    const DeviceBuffer<float> &wide, const char *what) {
+      sync();
+      EXPECT_EQ(half.toHost(), bits(wide.toHost())) << what;
+    };
+    ASSERT_EQ(
+        gpu::halfResidualAdd(type, n, hX.get(), hY.get(), hOut.get(), stream),
+        cudaSuccess);
+    ASSERT_EQ(gpu::residualAdd(n, fX.get(), fY.get(), fOut.get(), stream),
+              cudaSuccess);
+    same(hOut, fOut, "residual_add");
+    ASSERT_EQ(gpu::halfBiasAdd(type, rows, width, hX.get(), hBias.get(),
+                               hOut.get(), stream),
+              cudaSuccess);
+    DeviceBuffer<float> fBiased(widen(x));
+    ASSERT_EQ(gpu::biasAdd(rows, width, fBias.get(), fBiased.get(), stream),
+              cudaSuccess);
+    same(hOut, fBiased, "bias_add");
+    for (Activation act : {Activation::GeluTanh, Activation::SiLU}) {
+      ASSERT_EQ(gpu::halfActivationForward(type, act, n, hX.get(), hOut.get(),
+                                           stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::activationForward(act, n, fX.get(), fOut.get(), stream),
+                cudaSuccess);
+      same(hOut, fOut, "activation_forward");
+      ASSERT_EQ(gpu::halfActivationBackward(type, act, n, hX.get(), hY.get(),
+                                            hOut.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::activationBackward(act, n, fX.get(), fY.get(), fOut.get(),
+                                        stream),
+                cudaSuccess);
+      same(hOut, fOut, "activation_backward");
+      ASSERT_EQ(gpu::halfGatedForward(type, act, n, hX.get(), hY.get(),
+                                      hOut.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(
+          gpu::gatedForward(act, n, fX.get(), fY.get(), fOut.get(), stream),
+          cudaSuccess);
+      same(hOut, fOut, "gated_forward");
+      // dOut = y as well: any values do.
+      ASSERT_EQ(gpu::halfGatedBackward(type, act, n, hX.get(), hY.get(),
+                                       hY.get(), hOut.get(), hOut2.get(),
+                                       stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::gatedBackward(act, n, fX.get(), fY.get(), fY.get(),
+                                   fOut.get(), fOut2.get(), stream),
+                cudaSuccess);
+      same(hOut, fOut, "gated_backward dGate");
+      same(hOut2, fOut2, "gated_backward dUp");
+    }
+  }
+}
+
 TEST_F(CudaKernelsTest, CrossEntropy) {
   // A small vocabulary (a warp per row) and GPT-2's (a block per row).
   for (auto [rows, vocab] :

@@ -412,7 +412,9 @@ private:
   kernels::AdamWStep *stepHost_ = nullptr; // pinned
   int64_t uploadedStep_ = -1;
   CudaKernelCall call_;
-  float lossScale_ = 1; // training.loss_scale.initial (static only)
+  CudaHalfCall halfCall_;
+  std::vector<DType> halfTypes_[2]; // runKernel's operand types
+  float lossScale_ = 1;             // training.loss_scale.initial (static only)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graphExec_ = nullptr;
   bool capturing_ = false;
@@ -689,6 +691,15 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
     throw Error(where + ": " + cudaKernelMissing(kernel.name));
   int64_t widened = checkKernelOperands(program, inst, *resolved.spec,
                                         resolved.constants, what);
+  auto dtypes = [&](const std::vector<plan::BufferRange> &ranges) {
+    std::vector<DType> types;
+    for (const plan::BufferRange &range : ranges)
+      types.push_back(program.buffers[size_t(range.buffer)].dtype);
+    return types;
+  };
+  if (options_.halfKernels && halfPath(*resolved.entry, resolved.constants,
+                                       dtypes(inst.reads), dtypes(inst.writes)))
+    widened = 0; // runs on the 16-bit operands themselves
   // Kernel scratch first (kept 4-float aligned), then widened operands.
   int64_t scratch =
       (resolved.entry->scratchFloats(resolved.constants) + 63) / 64 * 64;
@@ -930,6 +941,31 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
             where(inst, stream) + " kernel '" + std::string(kernel.spec->name) +
                 "'");
   };
+  std::optional<kernels::gpu::HalfType> type;
+  if (options_.halfKernels && kernel.entry->runHalf) {
+    halfTypes_[0].clear();
+    halfTypes_[1].clear();
+    for (const Operand &operand : reads)
+      halfTypes_[0].push_back(operand.dtype);
+    for (const Operand &operand : writes)
+      halfTypes_[1].push_back(operand.dtype);
+    type =
+        halfPath(*kernel.entry, kernel.constants, halfTypes_[0], halfTypes_[1]);
+  }
+  if (type) { // 16-bit operands as they are: no widening, no narrowing
+    halfCall_.constants = &kernel.constants;
+    halfCall_.type = *type;
+    halfCall_.stream = s;
+    halfCall_.scratch = scratchOf(stream);
+    halfCall_.reads.clear();
+    halfCall_.writes.clear();
+    for (const Operand &operand : reads)
+      halfCall_.reads.push_back(operand.data);
+    for (const Operand &operand : writes)
+      halfCall_.writes.push_back(operand.data);
+    fail(kernel.entry->runHalf(halfCall_), "kernel launch");
+    return;
+  }
   call_.constants = &kernel.constants;
   call_.stream = s;
   call_.lossScale = lossScale_;

@@ -70,6 +70,35 @@ cudaError_t gatedBackwardRun(const CudaKernelCall &k) {
                             k.reads[2], k.writes[0], k.writes[1], k.stream);
 }
 
+// The same kernels on 16-bit storage (bit-identical to widening).
+bool always(const KernelConstants &) { return true; }
+cudaError_t biasAddHalf(const CudaHalfCall &k) {
+  return gpu::halfBiasAdd(k.type, k.c("rows"), k.c("width"), k.reads[0],
+                          k.reads[1], k.writes[0], k.stream);
+}
+cudaError_t residualAddHalf(const CudaHalfCall &k) {
+  return gpu::halfResidualAdd(k.type, k.c("n"), k.reads[0], k.reads[1],
+                              k.writes[0], k.stream);
+}
+Activation act(const CudaHalfCall &k) { return Activation(k.c("act")); }
+cudaError_t activationForwardHalf(const CudaHalfCall &k) {
+  return gpu::halfActivationForward(k.type, act(k), k.c("n"), k.reads[0],
+                                    k.writes[0], k.stream);
+}
+cudaError_t activationBackwardHalf(const CudaHalfCall &k) {
+  return gpu::halfActivationBackward(k.type, act(k), k.c("n"), k.reads[0],
+                                     k.reads[1], k.writes[0], k.stream);
+}
+cudaError_t gatedForwardHalf(const CudaHalfCall &k) {
+  return gpu::halfGatedForward(k.type, act(k), k.c("n"), k.reads[0], k.reads[1],
+                               k.writes[0], k.stream);
+}
+cudaError_t gatedBackwardHalf(const CudaHalfCall &k) {
+  return gpu::halfGatedBackward(k.type, act(k), k.c("n"), k.reads[0],
+                                k.reads[1], k.reads[2], k.writes[0],
+                                k.writes[1], k.stream);
+}
+
 //===--- Normalization ---------------------------------------------------===//
 
 cudaError_t layerNormForwardRun(const CudaKernelCall &k) {
@@ -156,6 +185,14 @@ cudaError_t attentionForwardRun(const CudaKernelCall &k) {
                                k.reads[1], k.reads[2], k.writes[0], k.writes[1],
                                k.stream);
 }
+bool halfAttention(const KernelConstants &c) {
+  return gpu::halfAttentionSupported(attentionDims(c));
+}
+cudaError_t attentionForwardHalf(const CudaHalfCall &k) {
+  return gpu::halfAttentionForward(
+      k.type, attentionDims(*k.constants), k.reads[0], k.reads[1], k.reads[2],
+      k.writes[0], static_cast<float *>(k.writes[1]), k.stream);
+}
 int64_t attentionBackwardScratch(const KernelConstants &c) {
   return c.at("batch") * c.at("heads") * c.at("seq"); // delta
 }
@@ -164,6 +201,12 @@ cudaError_t attentionBackwardRun(const CudaKernelCall &k) {
                                 k.reads[1], k.reads[2], k.reads[3], k.reads[4],
                                 k.reads[5], k.writes[0], k.writes[1],
                                 k.writes[2], k.scratch, k.stream);
+}
+cudaError_t attentionBackwardHalf(const CudaHalfCall &k) {
+  return gpu::halfAttentionBackward(
+      k.type, attentionDims(*k.constants), k.reads[0], k.reads[1], k.reads[2],
+      k.reads[3], static_cast<const float *>(k.reads[4]), k.reads[5],
+      k.writes[0], k.writes[1], k.writes[2], k.scratch, k.stream);
 }
 
 //===--- Loss ------------------------------------------------------------===//
@@ -239,11 +282,17 @@ cudaError_t crossEntropyShardFinishRun(const CudaKernelCall &k) {
 
 std::vector<CudaKernelEntry> buildTable() {
   std::vector<CudaKernelEntry> table = {
-      {"activation_backward", none, activationBackwardRun},
-      {"activation_forward", none, activationForwardRun},
-      {"attention_backward", attentionBackwardScratch, attentionBackwardRun},
-      {"attention_forward", none, attentionForwardRun},
-      {"bias_add", none, biasAddRun},
+      {"activation_backward", none, activationBackwardRun, 0b11, 0b1, always,
+       activationBackwardHalf},
+      {"activation_forward", none, activationForwardRun, 0b1, 0b1, always,
+       activationForwardHalf},
+      // q k v out dOut (not lse) in, dq dk dv out; q k v in, out (not lse)
+      // out.
+      {"attention_backward", attentionBackwardScratch, attentionBackwardRun,
+       0b101111, 0b111, halfAttention, attentionBackwardHalf},
+      {"attention_forward", none, attentionForwardRun, 0b111, 0b01,
+       halfAttention, attentionForwardHalf},
+      {"bias_add", none, biasAddRun, 0b11, 0b1, always, biasAddHalf},
       {"bias_grad", none, biasGradRun},
       {"cross_entropy", crossEntropyScratch, crossEntropyRun},
       {"cross_entropy_shard_finish", crossEntropyScratch,
@@ -252,13 +301,16 @@ std::vector<CudaKernelEntry> buildTable() {
       {"cross_entropy_shard_sums", none, crossEntropyShardSumsRun},
       {"embedding_backward", none, embeddingBackwardRun},
       {"embedding_forward", none, embeddingForwardRun},
-      {"gated_backward", none, gatedBackwardRun},
-      {"gated_forward", none, gatedForwardRun},
+      {"gated_backward", none, gatedBackwardRun, 0b111, 0b11, always,
+       gatedBackwardHalf},
+      {"gated_forward", none, gatedForwardRun, 0b11, 0b1, always,
+       gatedForwardHalf},
       {"layer_norm_backward", none, layerNormBackwardRun},
       {"position_embedding_backward", none, positionEmbeddingBackwardRun},
       {"position_embedding_forward", none, positionEmbeddingForwardRun},
       {"layer_norm_forward", none, layerNormForwardRun},
-      {"residual_add", none, residualAddRun},
+      {"residual_add", none, residualAddRun, 0b11, 0b1, always,
+       residualAddHalf},
       {"rms_norm_backward", none, rmsNormBackwardRun},
       {"rms_norm_forward", none, rmsNormForwardRun},
       {"rotary_backward", none, rotaryBackwardRun},
@@ -293,6 +345,41 @@ const CudaKernelEntry *findCudaKernel(std::string_view name) {
                          return entry.name < key;
                        });
   return it != table.end() && it->name == name ? &*it : nullptr;
+}
+
+std::optional<gpu::HalfType> halfPath(const CudaKernelEntry &entry,
+                                      const KernelConstants &constants,
+                                      const std::vector<plan::DType> &reads,
+                                      const std::vector<plan::DType> &writes) {
+  if (!entry.runHalf || !entry.halfSupported(constants))
+    return std::nullopt;
+  std::optional<plan::DType> half;
+  auto fits = [&](const std::vector<plan::DType> &types, std::uint32_t mask) {
+    for (size_t i = 0; i < types.size(); ++i) {
+      bool wanted = (mask >> i) & 1;
+      if (!wanted) {
+        if (types[i] != plan::DType::F32 && types[i] != plan::DType::I32)
+          return false;
+        continue;
+      }
+      if (types[i] != plan::DType::BF16 && types[i] != plan::DType::F16)
+        return false;
+      if (half && *half != types[i])
+        return false;
+      half = types[i];
+    }
+    return true;
+  };
+  if (!fits(reads, entry.halfReads) || !fits(writes, entry.halfWrites) || !half)
+    return std::nullopt;
+  return *half == plan::DType::BF16 ? gpu::HalfType::BF16 : gpu::HalfType::F16;
+}
+
+bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
+                       const std::vector<plan::DType> &reads,
+                       const std::vector<plan::DType> &writes) {
+  const CudaKernelEntry *entry = findCudaKernel(name);
+  return entry && halfPath(*entry, constants, reads, writes).has_value();
 }
 
 std::vector<std::string_view> cudaKernelNames() {

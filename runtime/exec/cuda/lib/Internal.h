@@ -3,11 +3,14 @@
 #define WEFT_EXEC_CUDA_INTERNAL_H
 
 #include "weft/exec/KernelRegistry.h"
+#include "weft/kernels/CudaKernels.h"
 #include "weft/kernels/Optimizer.h"
+#include "weft/plan/Bundle.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -62,12 +65,37 @@ struct CudaKernelCall {
   int64_t c(const char *name) const { return constants->at(name); }
 };
 
+/// A launch on 16-bit storage: the operands as they are in the plan, the
+/// 16-bit ones of type `type`, the others fp32 (CudaKernelEntry::halfReads).
+struct CudaHalfCall {
+  const KernelConstants *constants = nullptr;
+  std::vector<void *> reads;
+  std::vector<void *> writes;
+  kernels::gpu::HalfType type = kernels::gpu::HalfType::BF16;
+  float *scratch = nullptr; // scratchFloats(constants) device floats
+  cudaStream_t stream = nullptr;
+
+  int64_t c(const char *name) const { return constants->at(name); }
+};
+
 struct CudaKernelEntry {
   std::string_view name; // == the CPU registry's name
   /// Device scratch (in floats) one launch needs besides its operands.
   int64_t (*scratchFloats)(const KernelConstants &);
   cudaError_t (*run)(const CudaKernelCall &);
+  /// Optional path without widening for bf16/f16 models: taken when the
+  /// operands in the masks (bit i = operand i) are all one 16-bit type, the
+  /// other float operands are f32 and `halfSupported` accepts the constants.
+  std::uint32_t halfReads = 0, halfWrites = 0;
+  bool (*halfSupported)(const KernelConstants &) = nullptr;
+  cudaError_t (*runHalf)(const CudaHalfCall &) = nullptr;
 };
+
+/// The 16-bit type `entry`'s runHalf takes these operands in, if it does.
+std::optional<kernels::gpu::HalfType>
+halfPath(const CudaKernelEntry &entry, const KernelConstants &constants,
+         const std::vector<plan::DType> &reads,
+         const std::vector<plan::DType> &writes);
 
 /// The entry for `name` (or `base` of `base.suffix`), or null.
 const CudaKernelEntry *findCudaKernel(std::string_view name);

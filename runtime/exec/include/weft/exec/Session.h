@@ -47,6 +47,11 @@ struct Options {
   /// Backends that can (CUDA): capture the whole step as a graph after one
   /// eager warm-up step and replay it (weft-run --no-graph turns it off).
   bool graph = true;
+  /// Backends that can (CUDA): give bf16/f16 operands to the kernels that
+  /// take them directly (tensor-core attention) instead of widening them to
+  /// fp32 (weft-run --half-kernels). Off until those kernels have run on a
+  /// GPU (docs/kernels.md).
+  bool halfKernels = false;
 };
 
 /// One checkpoint saved or loaded by this rank.

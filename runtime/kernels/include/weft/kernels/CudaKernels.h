@@ -105,6 +105,47 @@ cudaError_t attentionBackward(const AttentionDims &dims, const float *q,
                               float *dk, float *dv, float *delta,
                               cudaStream_t stream);
 
+/// The 16-bit storage types of the tensor-core kernels.
+enum class HalfType { BF16, F16 };
+
+/// Whether the tensor-core attention kernels take these dims (head dim 16,
+/// 32, 64 or 128).
+bool halfAttentionSupported(const AttentionDims &dims);
+/// Attention on 16-bit storage (`type`) with tensor cores: q, k, v, out,
+/// dOut, dq, dk and dv are `type`, lse and delta fp32; otherwise as
+/// attentionForward/Backward (P and dS are rounded to `type` before their
+/// products, so results are close to, not equal to, the fp32 kernels').
+cudaError_t halfAttentionForward(HalfType type, const AttentionDims &dims,
+                                 const void *q, const void *k, const void *v,
+                                 void *out, float *lse, cudaStream_t stream);
+cudaError_t halfAttentionBackward(HalfType type, const AttentionDims &dims,
+                                  const void *q, const void *k, const void *v,
+                                  const void *out, const float *lse,
+                                  const void *dOut, void *dq, void *dk,
+                                  void *dv, float *delta, cudaStream_t stream);
+
+/// The element-wise kernels on 16-bit storage (`type` for every operand):
+/// widen, the fp32 kernel's math, round as the backend's narrowing does, so
+/// the results equal the widening path's bit for bit without its fp32
+/// scratch and its two extra passes. `y`/`sum` may alias an input.
+cudaError_t halfBiasAdd(HalfType type, int64_t rows, int64_t width,
+                        const void *x, const void *bias, void *y,
+                        cudaStream_t stream);
+cudaError_t halfResidualAdd(HalfType type, int64_t n, const void *a,
+                            const void *b, void *sum, cudaStream_t stream);
+cudaError_t halfActivationForward(HalfType type, Activation act, int64_t n,
+                                  const void *x, void *y, cudaStream_t stream);
+cudaError_t halfActivationBackward(HalfType type, Activation act, int64_t n,
+                                   const void *x, const void *dy, void *dx,
+                                   cudaStream_t stream);
+cudaError_t halfGatedForward(HalfType type, Activation act, int64_t n,
+                             const void *gate, const void *up, void *result,
+                             cudaStream_t stream);
+cudaError_t halfGatedBackward(HalfType type, Activation act, int64_t n,
+                              const void *gate, const void *up,
+                              const void *dOut, void *dGate, void *dUp,
+                              cudaStream_t stream);
+
 /// Fused softmax cross-entropy: lse[rows] receives each row's log-sum-exp,
 /// *validCount the number of non-ignored targets, *loss their mean loss, and
 /// dLogits (nullable, may alias logits) d(mean loss)/d(logits).

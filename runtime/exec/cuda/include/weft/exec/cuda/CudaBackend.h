@@ -17,6 +17,7 @@
 #define WEFT_EXEC_CUDA_CUDABACKEND_H
 
 #include "weft/exec/Backend.h"
+#include "weft/exec/KernelRegistry.h"
 #include "weft/exec/cuda/Probe.h"
 
 #include <functional>
@@ -39,6 +40,10 @@ struct CudaBackendOptions {
   /// fp32 GEMMs stay exact fp32 (CUBLAS_COMPUTE_32F) unless this is set
   /// (CUBLAS_COMPUTE_32F_FAST_TF32: ~1e-3 relative error).
   bool tf32 = false;
+  /// bf16/f16 operands go straight to the kernels that take 16-bit storage
+  /// (the tensor-core attention) instead of being widened to fp32 scratch.
+  /// Off by default until those kernels have been checked on a GPU.
+  bool halfKernels = false;
   /// cuBLASLt workspace per plan stream (one allocation at prepare()).
   int64_t gemmWorkspaceBytes = 32 << 20;
   /// World rank, for error messages ("rank R: ...").
@@ -47,6 +52,12 @@ struct CudaBackendOptions {
 
 /// The kernel names the CUDA table implements, in name order.
 std::vector<std::string_view> cudaKernelNames();
+/// Whether kernel `name` takes operands of these types (bf16/f16 and f32,
+/// in signature order) without widening when CudaBackendOptions::halfKernels
+/// is set. Host-only.
+bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
+                       const std::vector<plan::DType> &reads,
+                       const std::vector<plan::DType> &writes);
 /// Null when `name` (or `base` of `base.suffix`) has a CUDA entry; otherwise
 /// the load-time error prepare() throws for it (naming the kernel).
 /// Host-only: callable without a device.

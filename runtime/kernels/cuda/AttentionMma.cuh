@@ -1,0 +1,570 @@
+//===- AttentionMma.cuh - Tensor-core attention kernels ---------*- CUDA
+//-*-===//
+//
+// Flash-attention-2 style kernels for bf16 and f16 models: q, k, v, out and
+// their gradients stay in 16-bit storage, the products run on tensor cores
+// (mma.sync m16n8k16, fp32 accumulation) and the softmax statistics (lse,
+// delta) stay fp32. A block has four warps; each warp owns 16 rows of the
+// block's 64 and walks the other side's rows a tile at a time through shared
+// memory:
+//
+//   forward   query rows; S = Q K^T, online softmax, O += P V
+//   dq        query rows; delta = dO . out, then dQ += dS K with
+//             dS = P * (dO V^T - delta)
+//   dk, dv    key rows of one kv head, over every query head of its group:
+//             dV += P^T dO, dK += dS^T Q
+//
+// P and dS are rounded to the storage type before their products (as
+// FlashAttention does); every output element has one writer, so results are
+// deterministic. The fragment layouts are those of the PTX ISA for
+// m16n8k16 (lane = 4 * group + thread-in-group):
+//
+//   A (16 x 16, row)  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3
+//   (g+8, 2t+8..) B (16 x 8, col)   b0 (k 2t..2t+1, n g)  b1 (k 2t+8.., n g) C
+//   (16 x 8)        c0 c1 (g, 2t..2t+1)   c2 c3 (g+8, 2t..2t+1)
+//
+// so the C fragments of S for 16 consecutive keys are, packed pairwise, the
+// A fragment of P for the next product (no shared-memory round trip).
+// Shared tiles are [rows][D + 8] (the padding puts the eight rows a B load
+// touches in distinct banks).
+//
+// The kernels live in this header so that the CPU test
+// (test/unit/kernels/WarpEmulationTest.cpp) can run them under a warp
+// emulator: it defines WEFT_WARP_EMULATION and supplies the mma, shuffle and
+// barrier primitives. AttentionMma.cu launches them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_KERNELS_CUDA_ATTENTIONMMA_CUH
+#define WEFT_KERNELS_CUDA_ATTENTIONMMA_CUH
+
+#include "weft/kernels/Attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace weft::kernels::gpu::mma {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32, kBlockRows = 16 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+
+//===--- Storage types and the mma instruction
+//-----------------------------===//
+
+template <typename E> struct Storage;
+template <> struct Storage<__nv_bfloat16> {
+  __device__ static std::uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    std::uint32_t word;
+    std::memcpy(&word, &v, sizeof(word));
+    return word;
+  }
+  __device__ static float toFloat(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+  }
+  /// c += a * b.
+  __device__ static void mma(float c[4], const std::uint32_t a[4],
+                             const std::uint32_t b[2]) {
+#ifdef WEFT_WARP_EMULATION
+    emulatedMma<__nv_bfloat16>(c, a, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+#endif
+  }
+};
+template <> struct Storage<__half> {
+  __device__ static std::uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    std::uint32_t word;
+    std::memcpy(&word, &v, sizeof(word));
+    return word;
+  }
+  __device__ static float toFloat(__half x) { return __half2float(x); }
+  __device__ static void mma(float c[4], const std::uint32_t a[4],
+                             const std::uint32_t b[2]) {
+#ifdef WEFT_WARP_EMULATION
+    emulatedMma<__half>(c, a, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+#endif
+  }
+};
+
+/// Lane coordinates in the fragment layouts.
+struct Lane {
+  int g, t; // group (row within 8) and thread in group (column pair)
+  __device__ Lane() : g((threadIdx.x % 32) / 4), t(threadIdx.x % 4) {}
+};
+
+//===--- Shared-memory tiles ----------------------------------------------===//
+
+template <typename E, int D> struct Tile {
+  static constexpr int kStride = D + 8;
+  E *data;
+  __device__ E *row(int r) const { return data + r * kStride; }
+  /// Two consecutive columns of one row, as one register.
+  __device__ std::uint32_t pair(int r, int c) const {
+    return *reinterpret_cast<const std::uint32_t *>(row(r) + c);
+  }
+  /// One column of two consecutive rows, as one register (a transposed
+  /// operand).
+  __device__ std::uint32_t columnPair(int r, int c) const {
+    std::uint16_t lo = *reinterpret_cast<const std::uint16_t *>(row(r) + c);
+    std::uint16_t hi = *reinterpret_cast<const std::uint16_t *>(row(r + 1) + c);
+    return std::uint32_t(lo) | (std::uint32_t(hi) << 16);
+  }
+  /// The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16).
+  __device__ void loadA(int r0, int c0, const Lane &l,
+                        std::uint32_t a[4]) const {
+    a[0] = pair(r0 + l.g, c0 + 2 * l.t);
+    a[1] = pair(r0 + l.g + 8, c0 + 2 * l.t);
+    a[2] = pair(r0 + l.g, c0 + 2 * l.t + 8);
+    a[3] = pair(r0 + l.g + 8, c0 + 2 * l.t + 8);
+  }
+  /// The B fragment for k = columns [c0, c0 + 16), n = rows [r0, r0 + 8):
+  /// the tile holds B transposed (a row per n), as K does for Q K^T.
+  __device__ void loadB(int r0, int c0, const Lane &l,
+                        std::uint32_t b[2]) const {
+    b[0] = pair(r0 + l.g, c0 + 2 * l.t);
+    b[1] = pair(r0 + l.g, c0 + 2 * l.t + 8);
+  }
+  /// The B fragment for k = rows [r0, r0 + 16), n = columns [c0, c0 + 8):
+  /// the tile holds B as is (a row per k), as V does for P V.
+  __device__ void loadBRows(int r0, int c0, const Lane &l,
+                            std::uint32_t b[2]) const {
+    b[0] = columnPair(r0 + 2 * l.t, c0 + l.g);
+    b[1] = columnPair(r0 + 2 * l.t + 8, c0 + l.g);
+  }
+};
+
+/// Copies rows [first, first + rows) of head `head` of a [batch, seq, heads,
+/// D] tensor into `tile` (zeros past seq), 16 bytes per thread and step when
+/// the tensor is 16-byte aligned.
+template <typename E, int D>
+__device__ void stageRows(const Tile<E, D> &tile, const E *src,
+                          const AttentionDims &d, int64_t heads, int64_t b,
+                          int64_t head, int64_t first, int rows, bool vector) {
+  constexpr int kChunk = 8; // elements per 16 bytes
+  if (vector) {
+    for (int e = threadIdx.x; e < rows * (D / kChunk); e += blockDim.x) {
+      int r = e / (D / kChunk), c = e % (D / kChunk) * kChunk;
+      int64_t i = first + r;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (i < d.seq)
+        value = *reinterpret_cast<const uint4 *>(
+            src + ((b * d.seq + i) * heads + head) * D + c);
+      *reinterpret_cast<uint4 *>(tile.row(r) + c) = value;
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    int r = e / D, c = e % D;
+    int64_t i = first + r;
+    std::uint16_t bits = 0;
+    if (i < d.seq)
+      bits = reinterpret_cast<const std::uint16_t *>(
+          src)[((b * d.seq + i) * heads + head) * D + c];
+    reinterpret_cast<std::uint16_t *>(tile.row(r))[c] = bits;
+  }
+}
+
+/// The block's (batch, head, first row). Row tiles run fastest, last tile
+/// first: under a causal mask the longest blocks start earliest.
+struct BlockRows {
+  int64_t b, head, first;
+};
+__device__ inline BlockRows blockRows(const AttentionDims &d, int64_t heads) {
+  int64_t tiles = (d.seq + kBlockRows - 1) / kBlockRows;
+  int64_t block = blockIdx.x;
+  int64_t tile = tiles - 1 - block % tiles;
+  return {block / tiles / heads, block / tiles % heads, tile * kBlockRows};
+}
+
+/// Sum or max over the four threads of a fragment row.
+__device__ inline float quadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ inline float quadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+/// Stores a [16, D] accumulator (C fragments, 8 columns each) times `factor`
+/// as rows `row0` and `row0 + 8` of `dst` (rows at or past seq skipped).
+template <typename E, int D>
+__device__ void storeRows(const float (&acc)[D / 8][4], float factor0,
+                          float factor1, const Lane &l, E *dst0, E *dst1) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    int c = 8 * n + 2 * l.t;
+    if (dst0)
+      *reinterpret_cast<std::uint32_t *>(dst0 + c) =
+          Storage<E>::pack(acc[n][0] * factor0, acc[n][1] * factor0);
+    if (dst1)
+      *reinterpret_cast<std::uint32_t *>(dst1 + c) =
+          Storage<E>::pack(acc[n][2] * factor1, acc[n][3] * factor1);
+  }
+}
+
+/// Whether `query` sees `key` (both inside the sequence).
+__device__ inline bool visible(const AttentionDims &d, int64_t query,
+                               int64_t key) {
+  return key < d.seq && query < d.seq && (!d.causal || key <= query);
+}
+
+//===--- Forward ----------------------------------------------------------===//
+
+template <int D> struct ForwardTiling {
+  static constexpr int kKeys = D > 64 ? 32 : 64;
+};
+
+template <typename E, int D>
+__global__ void __launch_bounds__(kThreads)
+    mmaForward(AttentionDims d, const E *q, const E *k, const E *v, E *out,
+               float *lse, bool vector) {
+  constexpr int kKeys = ForwardTiling<D>::kKeys;
+  __shared__ __align__(16) E qData[kBlockRows * Tile<E, D>::kStride];
+  __shared__ __align__(16) E kData[kKeys * Tile<E, D>::kStride];
+  __shared__ __align__(16) E vData[kKeys * Tile<E, D>::kStride];
+  const Tile<E, D> qs{qData}, ks{kData}, vs{vData};
+  const BlockRows br = blockRows(d, d.heads);
+  const int64_t g = br.head / d.groupSize();
+  const int warp = threadIdx.x / 32;
+  const Lane l;
+  const int64_t row0 = br.first + 16 * warp + l.g, row1 = row0 + 8;
+  const float scale = float(d.scale) * kLog2e; // scores in log2 units
+
+  stageRows<E, D>(qs, q, d, d.heads, br.b, br.head, br.first, kBlockRows,
+                  vector);
+  __syncthreads();
+  std::uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int c = 0; c < D / 16; ++c)
+    qs.loadA(16 * warp, 16 * c, l, qa[c]);
+
+  float o[D / 8][4] = {};
+  float max0 = -INFINITY, max1 = -INFINITY, sum0 = 0, sum1 = 0;
+  const int64_t lastQuery =
+      min(br.first + kBlockRows, d.seq) - 1; // of the block
+  const int64_t keyEnd = d.causal ? lastQuery + 1 : d.seq;
+  const int64_t warpLast = br.first + 16 * warp + 15;
+  for (int64_t k0 = 0; k0 < keyEnd; k0 += kKeys) {
+    __syncthreads(); // the previous tiles are consumed
+    stageRows<E, D>(ks, k, d, d.kvHeads, br.b, g, k0, kKeys, vector);
+    stageRows<E, D>(vs, v, d, d.kvHeads, br.b, g, k0, kKeys, vector);
+    __syncthreads();
+    if (d.causal && k0 > warpLast)
+      continue; // every key of the tile is in this warp's future
+    float s[kKeys / 8][4] = {};
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < D / 16; ++c) {
+        std::uint32_t kb[2];
+        ks.loadB(8 * n, 16 * c, l, kb);
+        Storage<E>::mma(s[n], qa[c], kb);
+      }
+    float tileMax0 = -INFINITY, tileMax1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
+        int64_t query = r < 2 ? row0 : row1;
+        s[n][r] = visible(d, query, key) ? s[n][r] * scale : -INFINITY;
+        if (r < 2)
+          tileMax0 = fmaxf(tileMax0, s[n][r]);
+        else
+          tileMax1 = fmaxf(tileMax1, s[n][r]);
+      }
+    float new0 = fmaxf(max0, quadMax(tileMax0));
+    float new1 = fmaxf(max1, quadMax(tileMax1));
+    // A row with nothing visible yet keeps max -inf: subtract 0 instead so
+    // that exp2 gives 0, not NaN.
+    float base0 = new0 == -INFINITY ? 0.0f : new0;
+    float base1 = new1 == -INFINITY ? 0.0f : new1;
+    float correction0 = exp2f(max0 - base0), correction1 = exp2f(max1 - base1);
+    max0 = new0;
+    max1 = new1;
+    sum0 *= correction0;
+    sum1 *= correction1;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= correction0;
+      o[n][1] *= correction0;
+      o[n][2] *= correction1;
+      o[n][3] *= correction1;
+    }
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+      s[n][0] = exp2f(s[n][0] - base0);
+      s[n][1] = exp2f(s[n][1] - base0);
+      s[n][2] = exp2f(s[n][2] - base1);
+      s[n][3] = exp2f(s[n][3] - base1);
+      sum0 += s[n][0] + s[n][1];
+      sum1 += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      std::uint32_t pa[4] = {
+          Storage<E>::pack(s[2 * kk][0], s[2 * kk][1]),
+          Storage<E>::pack(s[2 * kk][2], s[2 * kk][3]),
+          Storage<E>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+          Storage<E>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        std::uint32_t vb[2];
+        vs.loadBRows(16 * kk, 8 * n, l, vb);
+        Storage<E>::mma(o[n], pa, vb);
+      }
+    }
+  }
+  sum0 = quadSum(sum0);
+  sum1 = quadSum(sum1);
+  E *dst0 = row0 < d.seq ? out + d.qRow(br.b, row0, br.head) : nullptr;
+  E *dst1 = row1 < d.seq ? out + d.qRow(br.b, row1, br.head) : nullptr;
+  storeRows<E, D>(o, 1.0f / sum0, 1.0f / sum1, l, dst0, dst1);
+  if (l.t == 0) {
+    // lse in natural-log units: (max + log2 sum) * ln 2.
+    constexpr float kLn2 = 0.6931471805599453f;
+    if (dst0)
+      lse[d.statIndex(br.b, br.head, row0)] = (max0 + log2f(sum0)) * kLn2;
+    if (dst1)
+      lse[d.statIndex(br.b, br.head, row1)] = (max1 + log2f(sum1)) * kLn2;
+  }
+}
+
+//===--- Backward: dq and delta -------------------------------------------===//
+
+/// Keys per tile of the dq kernel (scores and their gradient stay in
+/// registers).
+template <int D> struct BackwardTiling {
+  static constexpr int kTile = D > 64 ? 32 : 64;
+};
+
+template <typename E, int D>
+__global__ void __launch_bounds__(kThreads)
+    mmaQueryBackward(AttentionDims d, const E *q, const E *k, const E *v,
+                     const E *out, const float *lse, const E *dOut, E *dq,
+                     float *delta, bool vector) {
+  constexpr int kKeys = BackwardTiling<D>::kTile;
+  __shared__ __align__(16) E aData[kBlockRows * Tile<E, D>::kStride];
+  __shared__ __align__(16) E bData[kBlockRows * Tile<E, D>::kStride];
+  __shared__ float rowDelta[kBlockRows];
+  const BlockRows br = blockRows(d, d.heads);
+  const int64_t g = br.head / d.groupSize();
+  const int warp = threadIdx.x / 32;
+  const Lane l;
+  const int64_t row0 = br.first + 16 * warp + l.g, row1 = row0 + 8;
+  const float scale = float(d.scale) * kLog2e;
+
+  // delta = dO . out per query row: two threads per row, half a row each.
+  {
+    int r = threadIdx.x / 2, half = threadIdx.x % 2;
+    int64_t i = br.first + r;
+    float partial = 0;
+    if (i < d.seq) {
+      const E *o = out + d.qRow(br.b, i, br.head) + half * (D / 2);
+      const E *dy = dOut + d.qRow(br.b, i, br.head) + half * (D / 2);
+      for (int c = 0; c < D / 2; ++c)
+        partial = fmaf(Storage<E>::toFloat(o[c]), Storage<E>::toFloat(dy[c]),
+                       partial);
+    }
+    partial += __shfl_xor_sync(0xffffffffu, partial, 1);
+    if (half == 0) {
+      rowDelta[r] = partial;
+      if (i < d.seq)
+        delta[d.statIndex(br.b, br.head, i)] = partial;
+    }
+  }
+  const Tile<E, D> as{aData}, bs{bData};
+  stageRows<E, D>(as, q, d, d.heads, br.b, br.head, br.first, kBlockRows,
+                  vector);
+  stageRows<E, D>(bs, dOut, d, d.heads, br.b, br.head, br.first, kBlockRows,
+                  vector);
+  __syncthreads();
+  std::uint32_t qa[D / 16][4], dya[D / 16][4];
+#pragma unroll
+  for (int c = 0; c < D / 16; ++c) {
+    as.loadA(16 * warp, 16 * c, l, qa[c]);
+    bs.loadA(16 * warp, 16 * c, l, dya[c]);
+  }
+  const float delta0 = rowDelta[16 * warp + l.g],
+              delta1 = rowDelta[16 * warp + l.g + 8];
+  const float lse0 =
+      row0 < d.seq ? lse[d.statIndex(br.b, br.head, row0)] * kLog2e : 0.0f;
+  const float lse1 =
+      row1 < d.seq ? lse[d.statIndex(br.b, br.head, row1)] * kLog2e : 0.0f;
+  float acc[D / 8][4] = {};
+  const int64_t lastQuery = min(br.first + kBlockRows, d.seq) - 1;
+  const int64_t keyEnd = d.causal ? lastQuery + 1 : d.seq;
+  const int64_t warpLast = br.first + 16 * warp + 15;
+  // From here the two tiles hold keys and values.
+  const Tile<E, D> &ks = as, &vs = bs;
+  for (int64_t k0 = 0; k0 < keyEnd; k0 += kKeys) {
+    __syncthreads();
+    stageRows<E, D>(ks, k, d, d.kvHeads, br.b, g, k0, kKeys, vector);
+    stageRows<E, D>(vs, v, d, d.kvHeads, br.b, g, k0, kKeys, vector);
+    __syncthreads();
+    if (d.causal && k0 > warpLast)
+      continue;
+    float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < D / 16; ++c) {
+        std::uint32_t kb[2], vb[2];
+        ks.loadB(8 * n, 16 * c, l, kb);
+        vs.loadB(8 * n, 16 * c, l, vb);
+        Storage<E>::mma(s[n], qa[c], kb);
+        Storage<E>::mma(dp[n], dya[c], vb);
+      }
+      // dS = P * (dP - delta), P = exp(S * scale - lse); 0 where not visible.
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
+        int64_t query = r < 2 ? row0 : row1;
+        float p = visible(d, query, key)
+                      ? exp2f(s[n][r] * scale - (r < 2 ? lse0 : lse1))
+                      : 0.0f;
+        s[n][r] = p * (dp[n][r] - (r < 2 ? delta0 : delta1));
+      }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      std::uint32_t dsa[4] = {
+          Storage<E>::pack(s[2 * kk][0], s[2 * kk][1]),
+          Storage<E>::pack(s[2 * kk][2], s[2 * kk][3]),
+          Storage<E>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+          Storage<E>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        std::uint32_t kb[2];
+        ks.loadBRows(16 * kk, 8 * n, l, kb);
+        Storage<E>::mma(acc[n], dsa, kb);
+      }
+    }
+  }
+  E *dst0 = row0 < d.seq ? dq + d.qRow(br.b, row0, br.head) : nullptr;
+  E *dst1 = row1 < d.seq ? dq + d.qRow(br.b, row1, br.head) : nullptr;
+  storeRows<E, D>(acc, float(d.scale), float(d.scale), l, dst0, dst1);
+}
+
+//===--- Backward: dk and dv ----------------------------------------------===//
+
+template <typename E, int D>
+__global__ void __launch_bounds__(kThreads)
+    mmaKeyBackward(AttentionDims d, const E *q, const E *k, const E *v,
+                   const float *lse, const float *delta, const E *dOut, E *dk,
+                   E *dv, bool vector) {
+  constexpr int kQueries = BackwardTiling<D>::kTile;
+  __shared__ __align__(16) E aData[kBlockRows * Tile<E, D>::kStride];
+  __shared__ __align__(16) E bData[kBlockRows * Tile<E, D>::kStride];
+  __shared__ float tileLse[kQueries], tileDelta[kQueries];
+  const BlockRows br = blockRows(d, d.kvHeads);
+  const int64_t g = br.head;
+  const int warp = threadIdx.x / 32;
+  const Lane l;
+  const int64_t key0 = br.first + 16 * warp + l.g, key1 = key0 + 8;
+  const float scale = float(d.scale) * kLog2e;
+
+  const Tile<E, D> as{aData}, bs{bData};
+  stageRows<E, D>(as, k, d, d.kvHeads, br.b, g, br.first, kBlockRows, vector);
+  stageRows<E, D>(bs, v, d, d.kvHeads, br.b, g, br.first, kBlockRows, vector);
+  __syncthreads();
+  std::uint32_t ka[D / 16][4], va[D / 16][4];
+#pragma unroll
+  for (int c = 0; c < D / 16; ++c) {
+    as.loadA(16 * warp, 16 * c, l, ka[c]);
+    bs.loadA(16 * warp, 16 * c, l, va[c]);
+  }
+  float dkAcc[D / 8][4] = {}, dvAcc[D / 8][4] = {};
+  // From here the two tiles hold queries and output gradients.
+  const Tile<E, D> &qs = as, &dys = bs;
+  const int64_t warpFirstKey = br.first + 16 * warp;
+  for (int64_t h = g * d.groupSize(); h < (g + 1) * d.groupSize(); ++h)
+    for (int64_t q0 = d.causal ? br.first : 0; q0 < d.seq; q0 += kQueries) {
+      __syncthreads();
+      stageRows<E, D>(qs, q, d, d.heads, br.b, h, q0, kQueries, vector);
+      stageRows<E, D>(dys, dOut, d, d.heads, br.b, h, q0, kQueries, vector);
+      for (int e = threadIdx.x; e < kQueries; e += blockDim.x) {
+        bool inRange = q0 + e < d.seq;
+        tileLse[e] =
+            inRange ? lse[d.statIndex(br.b, h, q0 + e)] * kLog2e : 0.0f;
+        tileDelta[e] = inRange ? delta[d.statIndex(br.b, h, q0 + e)] : 0.0f;
+      }
+      __syncthreads();
+      if (d.causal && q0 + kQueries - 1 < warpFirstKey)
+        continue; // every query of the tile precedes this warp's keys
+      // S^T = K Q^T and dP^T = V dO^T: [16 keys, kQueries].
+      float s[kQueries / 8][4] = {}, dp[kQueries / 8][4] = {};
+#pragma unroll
+      for (int n = 0; n < kQueries / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < D / 16; ++c) {
+          std::uint32_t qb[2], dyb[2];
+          qs.loadB(8 * n, 16 * c, l, qb);
+          dys.loadB(8 * n, 16 * c, l, dyb);
+          Storage<E>::mma(s[n], ka[c], qb);
+          Storage<E>::mma(dp[n], va[c], dyb);
+        }
+#pragma unroll
+      for (int n = 0; n < kQueries / 8; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          int col = 8 * n + 2 * l.t + (r & 1);
+          int64_t query = q0 + col;
+          int64_t key = r < 2 ? key0 : key1;
+          float p = visible(d, query, key)
+                        ? exp2f(s[n][r] * scale - tileLse[col])
+                        : 0.0f;
+          s[n][r] = p;                                // P^T
+          dp[n][r] = p * (dp[n][r] - tileDelta[col]); // dS^T
+        }
+#pragma unroll
+      for (int kk = 0; kk < kQueries / 16; ++kk) {
+        std::uint32_t pa[4] = {
+            Storage<E>::pack(s[2 * kk][0], s[2 * kk][1]),
+            Storage<E>::pack(s[2 * kk][2], s[2 * kk][3]),
+            Storage<E>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+            Storage<E>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        std::uint32_t dsa[4] = {
+            Storage<E>::pack(dp[2 * kk][0], dp[2 * kk][1]),
+            Storage<E>::pack(dp[2 * kk][2], dp[2 * kk][3]),
+            Storage<E>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+            Storage<E>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          std::uint32_t dyb[2], qb[2];
+          dys.loadBRows(16 * kk, 8 * n, l, dyb);
+          qs.loadBRows(16 * kk, 8 * n, l, qb);
+          Storage<E>::mma(dvAcc[n], pa, dyb);
+          Storage<E>::mma(dkAcc[n], dsa, qb);
+        }
+      }
+    }
+  E *dk0 = key0 < d.seq ? dk + d.kvRow(br.b, key0, g) : nullptr;
+  E *dk1 = key1 < d.seq ? dk + d.kvRow(br.b, key1, g) : nullptr;
+  storeRows<E, D>(dkAcc, float(d.scale), float(d.scale), l, dk0, dk1);
+  E *dv0 = key0 < d.seq ? dv + d.kvRow(br.b, key0, g) : nullptr;
+  E *dv1 = key1 < d.seq ? dv + d.kvRow(br.b, key1, g) : nullptr;
+  storeRows<E, D>(dvAcc, 1.0f, 1.0f, l, dv0, dv1);
+}
+
+} // namespace weft::kernels::gpu::mma
+
+#endif // WEFT_KERNELS_CUDA_ATTENTIONMMA_CUH

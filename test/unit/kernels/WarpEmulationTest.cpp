@@ -1,0 +1,387 @@
+//===- WarpEmulationTest.cpp - Tensor-core kernels under a CPU warp emulator
+//===//
+//
+// The tensor-core attention kernels (runtime/kernels/cuda/AttentionMma.cuh)
+// compiled as plain C++ and run on the CPU, so that their index arithmetic
+// (fragment layouts, tiles, masks, staging, the online softmax) is checked
+// on every machine, not only where a GPU is lent. Every CUDA thread of a
+// block is a std::thread; __syncthreads is a barrier over the block, and the
+// warp-wide primitives (__shfl_xor_sync and mma.sync m16n8k16) are barriers
+// over the warp's 32 threads that exchange their registers through memory.
+// The emulated mma follows the PTX ISA's fragment layouts for m16n8k16
+// (lane = 4 g + t):
+//   A: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+//   B: b0 (k 2t..2t+1, n g)  b1 (k 2t+8.., n g)
+//   C: c0 c1 (g, 2t..2t+1)   c2 c3 (g+8, 2t..2t+1)
+// with the lower-numbered element of a pair in the low 16 bits. What it
+// cannot check is the hardware itself: CudaKernelsTest.AttentionOnTensorCores
+// runs the same kernels on a GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h> // uint4, make_uint4
+
+#include "KernelTestUtil.h"
+#include "weft/kernels/Common.h"
+#include "weft/kernels/CpuKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+//===--- The emulated CUDA environment
+//-------------------------------------===//
+
+#undef __global__
+#undef __device__
+#undef __shared__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __shared__ static // blocks run one at a time
+#define __launch_bounds__(threads)
+
+namespace emulation {
+
+/// A reusable barrier for `count` threads.
+class Barrier {
+public:
+  explicit Barrier(int count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    unsigned long generation = generation_;
+    if (++waiting_ == count_) {
+      waiting_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation; });
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int count_, waiting_ = 0;
+  unsigned long generation_ = 0;
+};
+
+/// What the 32 lanes of a warp exchange.
+struct Warp {
+  Barrier barrier{32};
+  float shuffled[32];
+  std::uint32_t a[32][4], b[32][2];
+};
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+thread_local Warp *warp = nullptr;
+thread_local Barrier *block = nullptr;
+thread_local int lane = 0;
+
+} // namespace emulation
+
+thread_local emulation::Dim3 threadIdx, blockIdx;
+emulation::Dim3 blockDim, gridDim;
+
+inline void __syncthreads() { emulation::block->wait(); }
+
+inline float __shfl_xor_sync(unsigned, float value, int laneMask) {
+  emulation::Warp &w = *emulation::warp;
+  w.shuffled[emulation::lane] = value;
+  w.barrier.wait();
+  float other = w.shuffled[emulation::lane ^ laneMask];
+  w.barrier.wait(); // nobody overwrites `shuffled` before all have read
+  return other;
+}
+
+template <typename T> T min(T a, T b) { return a < b ? a : b; }
+
+template <typename E> float halfBits(std::uint16_t bits);
+template <> float halfBits<__nv_bfloat16>(std::uint16_t bits) {
+  return weft::kernels::bf16ToFloat(weft::kernels::BF16{bits});
+}
+template <> float halfBits<__half>(std::uint16_t bits) {
+  return weft::kernels::f16ToFloat(weft::kernels::F16{bits});
+}
+
+/// c += a * b for the warp's m16n8k16 fragments (fp32 accumulation).
+template <typename E>
+void emulatedMma(float c[4], const std::uint32_t a[4],
+                 const std::uint32_t b[2]) {
+  emulation::Warp &w = *emulation::warp;
+  const int me = emulation::lane;
+  std::copy(a, a + 4, w.a[me]);
+  std::copy(b, b + 2, w.b[me]);
+  w.barrier.wait();
+  auto element = [](std::uint32_t word, int k) {
+    return halfBits<E>(std::uint16_t(k % 2 ? word >> 16 : word & 0xffff));
+  };
+  auto aAt = [&](int row, int k) {
+    int reg = (row >= 8 ? 1 : 0) + (k % 16 >= 8 ? 2 : 0);
+    return element(w.a[(row % 8) * 4 + (k % 8) / 2][reg], k);
+  };
+  auto bAt = [&](int k, int n) {
+    return element(w.b[n * 4 + (k % 8) / 2][k >= 8 ? 1 : 0], k);
+  };
+  const int g = me / 4, t = me % 4;
+  float result[4];
+  for (int r = 0; r < 4; ++r) {
+    int row = g + 8 * (r / 2), col = 2 * t + r % 2;
+    float sum = 0;
+    for (int k = 0; k < 16; ++k)
+      sum += aAt(row, k) * bAt(k, col);
+    result[r] = c[r] + sum;
+  }
+  w.barrier.wait(); // every lane has read every fragment
+  std::copy(result, result + 4, c);
+}
+
+#define WEFT_WARP_EMULATION
+#include "../../../runtime/kernels/cuda/AttentionMma.cuh"
+#include "../../../runtime/kernels/cuda/HalfElementwise.cuh"
+
+namespace emulation {
+
+/// Runs `kernel(args...)` over `blocks` blocks of `threads` threads, one
+/// block after the other.
+template <typename Kernel, typename... Args>
+void launch(unsigned blocks, unsigned threads, Kernel kernel, Args... args) {
+  gridDim.x = blocks;
+  blockDim.x = threads;
+  for (unsigned b = 0; b < blocks; ++b) {
+    Barrier blockBarrier{int(threads)};
+    std::vector<Warp> warps(threads / 32);
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        threadIdx.x = t;
+        blockIdx.x = b;
+        block = &blockBarrier;
+        warp = &warps[t / 32];
+        lane = int(t % 32);
+        kernel(args...);
+      });
+    for (std::thread &thread : pool)
+      thread.join();
+  }
+}
+
+/// Runs an element-wise kernel (no barriers or warp exchanges) over
+/// `items` threads in blocks of 256, one thread after the other.
+template <typename Kernel, typename... Args>
+void launchSerial(std::int64_t items, Kernel kernel, Args... args) {
+  blockDim.x = 256;
+  gridDim.x = unsigned((items + 255) / 256);
+  for (unsigned b = 0; b < gridDim.x; ++b)
+    for (unsigned t = 0; t < blockDim.x; ++t) {
+      blockIdx.x = b;
+      threadIdx.x = t;
+      kernel(args...);
+    }
+}
+
+} // namespace emulation
+
+namespace {
+
+using namespace weft::kernels;
+using weft::kernels::test::relativeError;
+namespace mma = weft::kernels::gpu::mma;
+
+struct Shape {
+  int64_t batch, seq, heads, kvHeads, headDim;
+  bool causal;
+  bool vector; // 16-byte staging (aligned operands) or element by element
+};
+
+template <typename E, int D> void runShape(const Shape &shape) {
+  constexpr bool kBf16 = std::is_same_v<E, __nv_bfloat16>;
+  SCOPED_TRACE(std::string(kBf16 ? "bf16" : "f16") + " head dim " +
+               std::to_string(D) + " seq " + std::to_string(shape.seq) +
+               (shape.causal ? " causal" : " bidirectional") +
+               (shape.vector ? " vector" : " scalar"));
+  AttentionDims d{shape.batch,
+                  shape.seq,
+                  shape.heads,
+                  shape.kvHeads,
+                  D,
+                  shape.causal,
+                  1.0 / std::sqrt(double(D))};
+  const std::size_t nq = std::size_t(d.batch * d.seq * d.heads * D),
+                    nkv = std::size_t(d.batch * d.seq * d.kvHeads * D),
+                    ns = std::size_t(d.batch * d.heads * d.seq);
+  std::mt19937_64 rng(std::uint64_t(shape.seq * 131 + D));
+  // 16-bit storage as raw bits; `values` holds what they round to.
+  auto make = [&](std::size_t n, double lo, double hi,
+                  std::vector<float> &values) {
+    std::vector<double> random = test::randomVector(rng, n, lo, hi);
+    std::vector<std::uint16_t> bits(n);
+    values.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      bits[i] = kBf16 ? floatToBf16(float(random[i])).bits
+                      : floatToF16(float(random[i])).bits;
+      values[i] = halfBits<E>(bits[i]);
+    }
+    return bits;
+  };
+  std::vector<float> q, k, v, dOut;
+  const std::vector<std::uint16_t> qBits = make(nq, -2, 2, q),
+                                   kBits = make(nkv, -2, 2, k),
+                                   vBits = make(nkv, -1, 1, v),
+                                   dOutBits = make(nq, -1, 1, dOut);
+  // NaN-filled outputs: an element a kernel forgets to write fails.
+  std::vector<std::uint16_t> out(nq, 0xffff), dq(nq, 0xffff), dk(nkv, 0xffff),
+      dv(nkv, 0xffff);
+  std::vector<float> lse(ns, NAN), delta(ns, NAN);
+  auto in = [](const std::vector<std::uint16_t> &bits) {
+    return reinterpret_cast<const E *>(bits.data());
+  };
+  auto at = [](std::vector<std::uint16_t> &bits) {
+    return reinterpret_cast<E *>(bits.data());
+  };
+
+  const unsigned tiles =
+      unsigned((d.seq + mma::kBlockRows - 1) / mma::kBlockRows);
+  emulation::launch(unsigned(d.batch * d.heads) * tiles, mma::kThreads,
+                    mma::mmaForward<E, D>, d, in(qBits), in(kBits), in(vBits),
+                    at(out), lse.data(), shape.vector);
+  emulation::launch(unsigned(d.batch * d.heads) * tiles, mma::kThreads,
+                    mma::mmaQueryBackward<E, D>, d, in(qBits), in(kBits),
+                    in(vBits), in(out), static_cast<const float *>(lse.data()),
+                    in(dOutBits), at(dq), delta.data(), shape.vector);
+  emulation::launch(unsigned(d.batch * d.kvHeads) * tiles, mma::kThreads,
+                    mma::mmaKeyBackward<E, D>, d, in(qBits), in(kBits),
+                    in(vBits), static_cast<const float *>(lse.data()),
+                    static_cast<const float *>(delta.data()), in(dOutBits),
+                    at(dk), at(dv), shape.vector);
+
+  std::vector<float> eOut(nq), eLse(ns), edq(nq), edk(nkv), edv(nkv);
+  cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
+                        eLse.data());
+  cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
+                         eLse.data(), dOut.data(), edq.data(), edk.data(),
+                         edv.data());
+  auto widen = [](const std::vector<std::uint16_t> &bits) {
+    std::vector<float> values;
+    for (std::uint16_t b : bits)
+      values.push_back(halfBits<E>(b));
+    return values;
+  };
+  // The kernels round P, dS and their outputs to storage (bf16 2^-9, f16
+  // 2^-11 relative): measured 2.0-2.8e-3 (bf16) and 2.1-3.8e-4 (f16).
+  const double tolerance = kBf16 ? 5e-3 : 1e-3;
+  EXPECT_LT(relativeError(widen(out), eOut), tolerance);
+  EXPECT_LT(relativeError(lse, eLse), 1e-5);
+  EXPECT_LT(relativeError(widen(dq), edq), tolerance);
+  EXPECT_LT(relativeError(widen(dk), edk), tolerance);
+  EXPECT_LT(relativeError(widen(dv), edv), tolerance);
+}
+
+// Sequences that end inside a 64-row tile and span several, GQA groups of
+// 1-3 heads, both masks, both staging paths, every head dim and both types.
+TEST(WarpEmulation, TensorCoreAttentionMatchesTheCpuKernels) {
+  runShape<__nv_bfloat16, 64>({1, 130, 2, 1, 64, true, true});
+  runShape<__nv_bfloat16, 64>({1, 100, 2, 2, 64, false, false});
+  runShape<__half, 16>({2, 33, 4, 2, 16, true, true});
+  runShape<__nv_bfloat16, 32>({1, 97, 3, 1, 32, false, true});
+  runShape<__half, 128>({1, 70, 2, 2, 128, true, false});
+  runShape<__nv_bfloat16, 128>({1, 40, 1, 1, 128, false, true});
+}
+
+} // namespace
+
+namespace {
+
+/// The 16-bit element-wise kernels against the widening path on the CPU:
+/// widen, the fp32 CPU kernel, round. Equal bit for bit.
+TEST(WarpEmulation, HalfElementwiseKernelsEqualTheWideningPath) {
+  using weft::kernels::gpu::half::Half16;
+  namespace half = weft::kernels::gpu::half;
+  std::mt19937_64 rng(7);
+  const std::int64_t rows = 37, width = 100, n = rows * width;
+  for (bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f16");
+    const Half16 h{bf16};
+    auto bits = [&](std::size_t count, double lo, double hi) {
+      std::vector<double> random = test::randomVector(rng, count, lo, hi);
+      std::vector<std::uint16_t> out;
+      for (double x : random)
+        out.push_back(bf16 ? floatToBf16(float(x)).bits
+                           : floatToF16(float(x)).bits);
+      return out;
+    };
+    auto widen = [&](const std::vector<std::uint16_t> &in) {
+      std::vector<float> out;
+      for (std::uint16_t b : in)
+        out.push_back(bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b}));
+      return out;
+    };
+    auto narrow = [&](const std::vector<float> &in) {
+      std::vector<std::uint16_t> out;
+      for (float x : in)
+        out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
+      return out;
+    };
+    const std::size_t count = std::size_t(n);
+    std::vector<std::uint16_t> x = bits(count, -3, 3), y = bits(count, -1, 1),
+                               bias = bits(std::size_t(width), -1, 1);
+    std::vector<float> wx = widen(x), wy = widen(y), wBias = widen(bias);
+
+    // bias_add in place: y = x + bias.
+    std::vector<std::uint16_t> got = x;
+    emulation::launchSerial(n, half::biasAdd, h, n, width, got.data(),
+                            static_cast<const std::uint16_t *>(bias.data()),
+                            got.data());
+    std::vector<float> expected = wx;
+    cpu::biasAdd(rows, width, wBias.data(), expected.data());
+    EXPECT_EQ(got, narrow(expected)) << "bias_add";
+
+    std::vector<std::uint16_t> sum(count, 0xffff);
+    emulation::launchSerial(n, half::residualAdd, h, n, x.data(), y.data(),
+                            sum.data());
+    cpu::residualAdd(n, wx.data(), wy.data(), expected.data());
+    EXPECT_EQ(sum, narrow(expected)) << "residual_add";
+
+    for (Activation act : {Activation::ReLU, Activation::GeluErf,
+                           Activation::GeluTanh, Activation::SiLU}) {
+      SCOPED_TRACE("activation " + std::to_string(int(act)));
+      std::vector<std::uint16_t> a(count, 0xffff), b(count, 0xffff);
+      emulation::launchSerial(n, half::activationForward, h, act, n, x.data(),
+                              a.data());
+      cpu::activationForward(act, n, wx.data(), expected.data());
+      EXPECT_EQ(a, narrow(expected));
+      emulation::launchSerial(n, half::activationBackward, h, act, n, x.data(),
+                              y.data(), a.data());
+      cpu::activationBackward(act, n, wx.data(), wy.data(), expected.data());
+      EXPECT_EQ(a, narrow(expected));
+      emulation::launchSerial(n, half::gatedForward, h, act, n, x.data(),
+                              y.data(), a.data());
+      cpu::gatedForward(act, n, wx.data(), wy.data(), expected.data());
+      EXPECT_EQ(a, narrow(expected));
+      std::vector<float> expectedUp(count);
+      emulation::launchSerial(n, half::gatedBackward, h, act, n, x.data(),
+                              y.data(), sum.data(), a.data(), b.data());
+      std::vector<float> wSum = widen(sum);
+      cpu::gatedBackward(act, n, wx.data(), wy.data(), wSum.data(),
+                         expected.data(), expectedUp.data());
+      EXPECT_EQ(a, narrow(expected));
+      EXPECT_EQ(b, narrow(expectedUp));
+    }
+  }
+}
+
+} // namespace
