@@ -1,5 +1,4 @@
-//===- AttentionMma.cuh - Tensor-core attention kernels ---------*- CUDA
-//-*-===//
+//===- AttentionMma.cuh - Tensor-core attention kernels ------------------===//
 //
 // Flash-attention-2 style kernels for bf16 and f16 models: q, k, v, out and
 // their gradients stay in 16-bit storage, the products run on tensor cores
@@ -219,6 +218,38 @@ __device__ void storeRows(const float (&acc)[D / 8][4], float factor0,
   }
 }
 
+/// The A fragment (16 rows, k = columns [16 kk, 16 kk + 16)) made of the C
+/// fragments c[2 kk] and c[2 kk + 1], rounded to storage: how a score tile
+/// feeds the next product without leaving registers.
+template <typename E, int N>
+__device__ inline void packA(const float (&c)[N][4], int kk,
+                             std::uint32_t a[4]) {
+  a[0] = Storage<E>::pack(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = Storage<E>::pack(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = Storage<E>::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = Storage<E>::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/// s += A1 X^T and dp += A2 Y^T over the N * 8 rows of the tiles x and y
+/// (the two score-shaped products of the backward kernels).
+template <typename E, int D, int N>
+__device__ inline void twoProducts(const Tile<E, D> &x, const Tile<E, D> &y,
+                                   const std::uint32_t (&a1)[D / 16][4],
+                                   const std::uint32_t (&a2)[D / 16][4],
+                                   const Lane &l, float (&s)[N][4],
+                                   float (&dp)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int c = 0; c < D / 16; ++c) {
+      std::uint32_t xb[2], yb[2];
+      x.loadB(8 * n, 16 * c, l, xb);
+      y.loadB(8 * n, 16 * c, l, yb);
+      Storage<E>::mma(s[n], a1[c], xb);
+      Storage<E>::mma(dp[n], a2[c], yb);
+    }
+}
+
 /// Whether `query` sees `key` (both inside the sequence).
 __device__ inline bool visible(const AttentionDims &d, int64_t query,
                                int64_t key) {
@@ -319,11 +350,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      std::uint32_t pa[4] = {
-          Storage<E>::pack(s[2 * kk][0], s[2 * kk][1]),
-          Storage<E>::pack(s[2 * kk][2], s[2 * kk][3]),
-          Storage<E>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-          Storage<E>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      std::uint32_t pa[4];
+      packA<E>(s, kk, pa);
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         std::uint32_t vb[2];
@@ -422,17 +450,10 @@ __global__ void __launch_bounds__(kThreads)
     if (d.causal && k0 > warpLast)
       continue;
     float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-      for (int c = 0; c < D / 16; ++c) {
-        std::uint32_t kb[2], vb[2];
-        ks.loadB(8 * n, 16 * c, l, kb);
-        vs.loadB(8 * n, 16 * c, l, vb);
-        Storage<E>::mma(s[n], qa[c], kb);
-        Storage<E>::mma(dp[n], dya[c], vb);
-      }
-      // dS = P * (dP - delta), P = exp(S * scale - lse); 0 where not visible.
+    twoProducts(ks, vs, qa, dya, l, s,
+                dp); // S = Q K^T, dP = dO V^T
+                     // dS = P * (dP - delta), P = exp(S * scale - lse); 0 where
+                     // not visible.
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
@@ -446,11 +467,8 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      std::uint32_t dsa[4] = {
-          Storage<E>::pack(s[2 * kk][0], s[2 * kk][1]),
-          Storage<E>::pack(s[2 * kk][2], s[2 * kk][3]),
-          Storage<E>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-          Storage<E>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      std::uint32_t dsa[4];
+      packA<E>(s, kk, dsa);
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         std::uint32_t kb[2];
@@ -512,16 +530,7 @@ __global__ void __launch_bounds__(kThreads)
         continue; // every query of the tile precedes this warp's keys
       // S^T = K Q^T and dP^T = V dO^T: [16 keys, kQueries].
       float s[kQueries / 8][4] = {}, dp[kQueries / 8][4] = {};
-#pragma unroll
-      for (int n = 0; n < kQueries / 8; ++n)
-#pragma unroll
-        for (int c = 0; c < D / 16; ++c) {
-          std::uint32_t qb[2], dyb[2];
-          qs.loadB(8 * n, 16 * c, l, qb);
-          dys.loadB(8 * n, 16 * c, l, dyb);
-          Storage<E>::mma(s[n], ka[c], qb);
-          Storage<E>::mma(dp[n], va[c], dyb);
-        }
+      twoProducts(qs, dys, ka, va, l, s, dp);
 #pragma unroll
       for (int n = 0; n < kQueries / 8; ++n)
 #pragma unroll
@@ -537,16 +546,10 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
       for (int kk = 0; kk < kQueries / 16; ++kk) {
-        std::uint32_t pa[4] = {
-            Storage<E>::pack(s[2 * kk][0], s[2 * kk][1]),
-            Storage<E>::pack(s[2 * kk][2], s[2 * kk][3]),
-            Storage<E>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-            Storage<E>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        std::uint32_t dsa[4] = {
-            Storage<E>::pack(dp[2 * kk][0], dp[2 * kk][1]),
-            Storage<E>::pack(dp[2 * kk][2], dp[2 * kk][3]),
-            Storage<E>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-            Storage<E>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+        std::uint32_t pa[4];
+        packA<E>(s, kk, pa);
+        std::uint32_t dsa[4];
+        packA<E>(dp, kk, dsa);
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
           std::uint32_t dyb[2], qb[2];
