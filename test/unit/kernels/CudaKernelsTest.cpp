@@ -275,13 +275,9 @@ TEST_F(CudaKernelsTest, Attention) {
     for (bool causal : {true, false}) {
       SCOPED_TRACE(std::string(causal ? "causal" : "bidirectional") +
                    " head dim " + std::to_string(shape.headDim));
-      AttentionDims d{shape.batch,
-                      shape.seq,
-                      shape.heads,
-                      shape.kvHeads,
-                      shape.headDim,
-                      causal,
-                      1.0 / std::sqrt(double(shape.headDim))};
+      AttentionDims d =
+          test::scaledAttentionDims(shape.batch, shape.seq, shape.heads,
+                                    shape.kvHeads, shape.headDim, causal);
       const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
       const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
       const int64_t stats = d.batch * d.heads * d.seq;
@@ -298,18 +294,12 @@ TEST_F(CudaKernelsTest, Attention) {
                                        delta.get(), stream),
                 cudaSuccess);
       sync();
-      vector<float> eOut(qSize), eLse(stats), edq(qSize), edk(kvSize),
-          edv(kvSize);
-      cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
-                            eLse.data());
-      cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
-                             eLse.data(), dOut.data(), edq.data(), edk.data(),
-                             edv.data());
-      EXPECT_LT(relativeError(out.toHost(), eOut), kTolerance);
-      EXPECT_LT(relativeError(lse.toHost(), eLse), kTolerance);
-      EXPECT_LT(relativeError(dq.toHost(), edq), kTolerance);
-      EXPECT_LT(relativeError(dk.toHost(), edk), kTolerance);
-      EXPECT_LT(relativeError(dv.toHost(), edv), kTolerance);
+      const test::AttentionReference e = test::cpuAttention(d, q, k, v, dOut);
+      EXPECT_LT(relativeError(out.toHost(), e.out), kTolerance);
+      EXPECT_LT(relativeError(lse.toHost(), e.lse), kTolerance);
+      EXPECT_LT(relativeError(dq.toHost(), e.dq), kTolerance);
+      EXPECT_LT(relativeError(dk.toHost(), e.dk), kTolerance);
+      EXPECT_LT(relativeError(dv.toHost(), e.dv), kTolerance);
     }
 }
 
@@ -335,13 +325,9 @@ TEST_F(CudaKernelsTest, AttentionOnTensorCores) {
                      std::to_string(shape.headDim) + " seq " +
                      std::to_string(shape.seq) + " offset " +
                      std::to_string(shape.offset));
-        AttentionDims d{shape.batch,
-                        shape.seq,
-                        shape.heads,
-                        shape.kvHeads,
-                        shape.headDim,
-                        causal,
-                        1.0 / std::sqrt(double(shape.headDim))};
+        AttentionDims d =
+            test::scaledAttentionDims(shape.batch, shape.seq, shape.heads,
+                                      shape.kvHeads, shape.headDim, causal);
         const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
         const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
         const int64_t stats = d.batch * d.heads * d.seq;
@@ -383,13 +369,7 @@ TEST_F(CudaKernelsTest, AttentionOnTensorCores) {
                       dk.get() + o, dv.get() + o, delta.get(), stream),
                   cudaSuccess);
         sync();
-        vector<float> eOut(qSize), eLse(stats), edq(qSize), edk(kvSize),
-            edv(kvSize);
-        cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
-                              eLse.data());
-        cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
-                               eLse.data(), dOut.data(), edq.data(), edk.data(),
-                               edv.data());
+        const test::AttentionReference e = test::cpuAttention(d, q, k, v, dOut);
         auto widened = [&](const DeviceBuffer<std::uint16_t> &buffer) {
           vector<std::uint16_t> bits = buffer.toHost();
           vector<float> values;
@@ -398,11 +378,11 @@ TEST_F(CudaKernelsTest, AttentionOnTensorCores) {
           return values;
         };
         const double tolerance = bf16 ? 5e-3 : 1e-3;
-        EXPECT_LT(relativeError(widened(out), eOut), tolerance);
-        EXPECT_LT(relativeError(lse.toHost(), eLse), 1e-4);
-        EXPECT_LT(relativeError(widened(dq), edq), tolerance);
-        EXPECT_LT(relativeError(widened(dk), edk), tolerance);
-        EXPECT_LT(relativeError(widened(dv), edv), tolerance);
+        EXPECT_LT(relativeError(widened(out), e.out), tolerance);
+        EXPECT_LT(relativeError(lse.toHost(), e.lse), 1e-4);
+        EXPECT_LT(relativeError(widened(dq), e.dq), tolerance);
+        EXPECT_LT(relativeError(widened(dk), e.dk), tolerance);
+        EXPECT_LT(relativeError(widened(dv), e.dv), tolerance);
       }
   AttentionDims odd{1, 8, 1, 1, 24, true, 0.2};
   EXPECT_FALSE(gpu::halfAttentionSupported(odd));

@@ -3,6 +3,8 @@
 #ifndef WEFT_TEST_UNIT_KERNELS_KERNELTESTUTIL_H
 #define WEFT_TEST_UNIT_KERNELS_KERNELTESTUTIL_H
 
+#include "weft/kernels/CpuKernels.h"
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -77,6 +79,43 @@ inline double weightedSum(const std::vector<double> &w,
   for (std::size_t i = 0; i < y.size(); ++i)
     s += w[i] * y[i];
   return s;
+}
+
+/// Attention dims with the usual scale 1/sqrt(headDim).
+inline AttentionDims scaledAttentionDims(std::int64_t batch, std::int64_t seq,
+                                         std::int64_t heads,
+                                         std::int64_t kvHeads,
+                                         std::int64_t headDim, bool causal) {
+  return {batch,
+          seq,
+          heads,
+          kvHeads,
+          headDim,
+          causal,
+          1.0 / std::sqrt(double(headDim))};
+}
+
+/// The fp32 CPU kernels' attention forward and backward: the reference the
+/// CUDA kernels (and their emulation) are checked against.
+struct AttentionReference {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+inline AttentionReference cpuAttention(const AttentionDims &d,
+                                       const std::vector<float> &q,
+                                       const std::vector<float> &k,
+                                       const std::vector<float> &v,
+                                       const std::vector<float> &dOut) {
+  const std::size_t stats = std::size_t(d.batch * d.heads * d.seq);
+  AttentionReference r{std::vector<float>(q.size()), std::vector<float>(stats),
+                       std::vector<float>(q.size()),
+                       std::vector<float>(k.size()),
+                       std::vector<float>(k.size())};
+  cpu::attentionForward(d, q.data(), k.data(), v.data(), r.out.data(),
+                        r.lse.data());
+  cpu::attentionBackward(d, q.data(), k.data(), v.data(), r.out.data(),
+                         r.lse.data(), dOut.data(), r.dq.data(), r.dk.data(),
+                         r.dv.data());
+  return r;
 }
 
 } // namespace weft::kernels::test

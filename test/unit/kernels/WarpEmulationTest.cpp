@@ -214,13 +214,8 @@ template <typename E, int D> void runShape(const Shape &shape) {
                std::to_string(D) + " seq " + std::to_string(shape.seq) +
                (shape.causal ? " causal" : " bidirectional") +
                (shape.vector ? " vector" : " scalar"));
-  AttentionDims d{shape.batch,
-                  shape.seq,
-                  shape.heads,
-                  shape.kvHeads,
-                  D,
-                  shape.causal,
-                  1.0 / std::sqrt(double(D))};
+  AttentionDims d = test::scaledAttentionDims(
+      shape.batch, shape.seq, shape.heads, shape.kvHeads, D, shape.causal);
   const std::size_t nq = std::size_t(d.batch * d.seq * d.heads * D),
                     nkv = std::size_t(d.batch * d.seq * d.kvHeads * D),
                     ns = std::size_t(d.batch * d.heads * d.seq);
@@ -269,12 +264,7 @@ template <typename E, int D> void runShape(const Shape &shape) {
                     static_cast<const float *>(delta.data()), in(dOutBits),
                     at(dk), at(dv), shape.vector);
 
-  std::vector<float> eOut(nq), eLse(ns), edq(nq), edk(nkv), edv(nkv);
-  cpu::attentionForward(d, q.data(), k.data(), v.data(), eOut.data(),
-                        eLse.data());
-  cpu::attentionBackward(d, q.data(), k.data(), v.data(), eOut.data(),
-                         eLse.data(), dOut.data(), edq.data(), edk.data(),
-                         edv.data());
+  const test::AttentionReference e = test::cpuAttention(d, q, k, v, dOut);
   auto widen = [](const std::vector<std::uint16_t> &bits) {
     std::vector<float> values;
     for (std::uint16_t b : bits)
@@ -284,11 +274,11 @@ template <typename E, int D> void runShape(const Shape &shape) {
   // The kernels round P, dS and their outputs to storage (bf16 2^-9, f16
   // 2^-11 relative): measured 2.0-2.8e-3 (bf16) and 2.1-3.8e-4 (f16).
   const double tolerance = kBf16 ? 5e-3 : 1e-3;
-  EXPECT_LT(relativeError(widen(out), eOut), tolerance);
-  EXPECT_LT(relativeError(lse, eLse), 1e-5);
-  EXPECT_LT(relativeError(widen(dq), edq), tolerance);
-  EXPECT_LT(relativeError(widen(dk), edk), tolerance);
-  EXPECT_LT(relativeError(widen(dv), edv), tolerance);
+  EXPECT_LT(relativeError(widen(out), e.out), tolerance);
+  EXPECT_LT(relativeError(lse, e.lse), 1e-5);
+  EXPECT_LT(relativeError(widen(dq), e.dq), tolerance);
+  EXPECT_LT(relativeError(widen(dk), e.dk), tolerance);
+  EXPECT_LT(relativeError(widen(dv), e.dv), tolerance);
 }
 
 // Sequences that end inside a 64-row tile and span several, GQA groups of

@@ -413,8 +413,10 @@ private:
   int64_t uploadedStep_ = -1;
   CudaKernelCall call_;
   CudaHalfCall halfCall_;
-  std::vector<DType> halfTypes_[2]; // runKernel's operand types
-  float lossScale_ = 1;             // training.loss_scale.initial (static only)
+  /// Kernel instructions that run on their 16-bit operands (halfPath,
+  /// decided once by prepareKernel).
+  std::unordered_map<const Instruction *, kernels::gpu::HalfType> halfKernels_;
+  float lossScale_ = 1; // training.loss_scale.initial (static only)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graphExec_ = nullptr;
   bool capturing_ = false;
@@ -697,9 +699,13 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
       types.push_back(program.buffers[size_t(range.buffer)].dtype);
     return types;
   };
-  if (options_.halfKernels && halfPath(*resolved.entry, resolved.constants,
-                                       dtypes(inst.reads), dtypes(inst.writes)))
-    widened = 0; // runs on the 16-bit operands themselves
+  if (options_.halfKernels)
+    if (std::optional<kernels::gpu::HalfType> type =
+            halfPath(*resolved.entry, resolved.constants, dtypes(inst.reads),
+                     dtypes(inst.writes))) {
+      halfKernels_[&inst] = *type;
+      widened = 0; // runs on the 16-bit operands themselves
+    }
   // Kernel scratch first (kept 4-float aligned), then widened operands.
   int64_t scratch =
       (resolved.entry->scratchFloats(resolved.constants) + 63) / 64 * 64;
@@ -941,20 +947,10 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
             where(inst, stream) + " kernel '" + std::string(kernel.spec->name) +
                 "'");
   };
-  std::optional<kernels::gpu::HalfType> type;
-  if (options_.halfKernels && kernel.entry->runHalf) {
-    halfTypes_[0].clear();
-    halfTypes_[1].clear();
-    for (const Operand &operand : reads)
-      halfTypes_[0].push_back(operand.dtype);
-    for (const Operand &operand : writes)
-      halfTypes_[1].push_back(operand.dtype);
-    type =
-        halfPath(*kernel.entry, kernel.constants, halfTypes_[0], halfTypes_[1]);
-  }
-  if (type) { // 16-bit operands as they are: no widening, no narrowing
+  auto half = halfKernels_.find(&inst);
+  if (half != halfKernels_.end()) { // 16-bit operands as they are
     halfCall_.constants = &kernel.constants;
-    halfCall_.type = *type;
+    halfCall_.type = half->second;
     halfCall_.stream = s;
     halfCall_.scratch = scratchOf(stream);
     halfCall_.reads.clear();

@@ -26,7 +26,10 @@ namespace {
 int64_t none(const KernelConstants &) { return 0; }
 
 float eps(const CudaKernelCall &k) { return float(k.c("eps_nano") * 1e-9); }
-Activation act(const CudaKernelCall &k) { return Activation(k.c("act")); }
+/// The activation constant of a CudaKernelCall or CudaHalfCall.
+template <typename Call> Activation act(const Call &k) {
+  return Activation(k.c("act"));
+}
 
 cudaError_t copyIfDistinct(float *dst, const float *src, int64_t n,
                            cudaStream_t stream) {
@@ -80,7 +83,6 @@ cudaError_t residualAddHalf(const CudaHalfCall &k) {
   return gpu::halfResidualAdd(k.type, k.c("n"), k.reads[0], k.reads[1],
                               k.writes[0], k.stream);
 }
-Activation act(const CudaHalfCall &k) { return Activation(k.c("act")); }
 cudaError_t activationForwardHalf(const CudaHalfCall &k) {
   return gpu::halfActivationForward(k.type, act(k), k.c("n"), k.reads[0],
                                     k.writes[0], k.stream);
