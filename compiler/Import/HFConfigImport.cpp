@@ -201,12 +201,14 @@ public:
                   Value outWeight, Value outBias, bool causal,
                   std::optional<double> ropeTheta) {
     return AttentionOp::create(
-        builder, loc, input.getType(), input, qkvWeights, qkvBiases, outWeight,
-        outBias, builder.getI64IntegerAttr(dims.heads),
-        builder.getI64IntegerAttr(dims.kvHeads),
-        builder.getI64IntegerAttr(dims.hidden / dims.heads),
-        builder.getBoolAttr(causal),
-        ropeTheta ? builder.getF64FloatAttr(*ropeTheta) : FloatAttr());
+               builder, loc, input.getType(), /*state=*/TypeRange(), input,
+               qkvWeights, qkvBiases, outWeight, outBias,
+               builder.getI64IntegerAttr(dims.heads),
+               builder.getI64IntegerAttr(dims.kvHeads),
+               builder.getI64IntegerAttr(dims.hidden / dims.heads),
+               builder.getBoolAttr(causal),
+               ropeTheta ? builder.getF64FloatAttr(*ropeTheta) : FloatAttr())
+        .getResult();
   }
 
   /// Creates `func.func @name(tokens, labels) -> loss` and leaves the
@@ -288,8 +290,9 @@ void buildGPT2(ModelBuilder &b, func::FuncOp func) {
       Value down = b.weight(p + ".mlp.c_proj.weight", {d.ffn, d.hidden}, false,
                             residualStd);
       Value downBias = b.zeros(p + ".mlp.c_proj.bias", d.hidden);
-      Value m = MLPOp::create(b.builder, b.loc, n2.getType(), n2, fc, fcBias,
-                              Value(), down, downBias, d.activation);
+      Value m = MLPOp::create(b.builder, b.loc, n2.getType(), TypeRange(), n2,
+                              fc, fcBias, Value(), down, downBias, d.activation)
+                    .getResult();
       return b.add(r1, m);
     });
   }
@@ -340,8 +343,9 @@ void buildLlama(ModelBuilder &b, func::FuncOp func, const LlamaOptions &opt) {
       Value gate = b.weight(mlp + "gate_proj.weight", {d.hidden, d.ffn}, true);
       Value up = b.weight(mlp + "up_proj.weight", {d.hidden, d.ffn}, true);
       Value down = b.weight(mlp + "down_proj.weight", {d.ffn, d.hidden}, true);
-      Value m = MLPOp::create(b.builder, b.loc, n2.getType(), n2, up, Value(),
-                              gate, down, Value(), d.activation);
+      Value m = MLPOp::create(b.builder, b.loc, n2.getType(), TypeRange(), n2,
+                              up, Value(), gate, down, Value(), d.activation)
+                    .getResult();
       return b.add(r1, m);
     });
   }
@@ -398,8 +402,9 @@ void buildEncoder(ModelBuilder &b, func::FuncOp func,
       Value down =
           b.weight(p + ".output.dense.weight", {d.ffn, d.hidden}, true);
       Value downBias = b.zeros(p + ".output.dense.bias", d.hidden);
-      Value m = MLPOp::create(b.builder, b.loc, n1.getType(), n1, up, upBias,
-                              Value(), down, downBias, d.activation);
+      Value m = MLPOp::create(b.builder, b.loc, n1.getType(), TypeRange(), n1,
+                              up, upBias, Value(), down, downBias, d.activation)
+                    .getResult();
       return b.layerNorm(b.add(n1, m), p + ".output.LayerNorm");
     });
   }

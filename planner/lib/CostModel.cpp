@@ -32,6 +32,17 @@ double TimeBreakdown::total() const {
          optimizer + offload;
 }
 
+double layerOpStateBytes(const ModelSpec &model, int64_t seqLen,
+                         int64_t microBatch, int64_t tp, int64_t elementBytes) {
+  double sbh = double(seqLen) * microBatch * model.hiddenSize;
+  double h = double(model.hiddenSize);
+  double q = double(model.numHeads * model.headDim) / h;
+  double kv = double(model.numKvHeads * model.headDim) / h;
+  double mlp = (model.gatedMlp ? 3.0 : 2.0) * model.ffnSize / h;
+  double lse = double(model.numHeads) * seqLen * microBatch * 4;
+  return (sbh * elementBytes * (2 * q + 2 * kv + mlp) + lse) / double(tp);
+}
+
 double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
                             int64_t microBatch, int64_t tp,
                             bool sequenceParallel, Recompute recompute,
@@ -44,16 +55,20 @@ double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
     return sbh * e / spShard; // only the layer input
   if (attention == Attention::Flash) {
     // Weft's compiled plan (docs/autodiff.md, "Recompute modes"): flash-style
-    // kernels and grad ops that recompute op-internal state (Q, K, V, the
-    // context, lse, the MLP hidden), so a layer saves only [b, s, h] tensors:
-    // its input, both norm outputs and the residual (none), or its input and
-    // the residual (selective). Under SP the norm outputs are saved as the
-    // all-gathered, full-sequence inputs of the column-parallel matmuls
-    // (WeftToExec's `sp.gather` buffers); input and residual stay sharded.
-    // Selective under SP re-runs nothing: the norm outputs are read only
-    // through their all-gathers, so the gathered outputs are saved as
-    // without recompute (weft-autodiff re-runs norms, not collectives).
-    if (recompute == Recompute::None || (sequenceParallel && tp > 1))
+    // kernels, so a layer saves [b, s, h] tensors: its input, both norm
+    // outputs and the residual (none), or its input and the residual
+    // (selective). Under SP the norm outputs are saved as the all-gathered,
+    // full-sequence inputs of the column-parallel matmuls (WeftToExec's
+    // `sp.gather` buffers); input and residual stay sharded. Selective under
+    // SP re-runs nothing: the norm outputs are read only through their
+    // all-gathers, so the gathered outputs are saved as without recompute
+    // (weft-autodiff re-runs norms, not collectives). Without recompute the
+    // attention and MLP also keep their op state (docs/autodiff.md, "Op
+    // state"); selective's grad ops recompute it.
+    if (recompute == Recompute::None)
+      return 2 * sbh * e / spShard + 2 * sbh * e +
+             layerOpStateBytes(model, seqLen, microBatch, tp, elementBytes);
+    if (sequenceParallel && tp > 1)
       return 2 * sbh * e / spShard + 2 * sbh * e;
     return 2.0 * sbh * e / spShard;
   }
@@ -100,8 +115,11 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
   // recomputed up output and activation (or dh), gated: up, gate, dh, dgate,
   // dup; both beside the layer's incoming gradient ([b, s, h]), which the
   // residual branch still needs (the input gradient is allocated once the
-  // recomputed state is dead). Re-run saved tensors come on top: the two
-  // norm outputs (selective), three of the four (full).
+  // recomputed state is dead). Without recompute the op state is saved
+  // (layerActivationBytes) and only the gradients are new: dctx, dq, dk,
+  // dv; gated dgate and dup (dh replaces the saved activation). Re-run
+  // saved tensors come on top: the
+  // two norm outputs (selective), three of the four (full).
   double sbh = double(seqLen) * microBatch * model.hiddenSize;
   double h = double(model.hiddenSize);
   double e = double(elementBytes);
@@ -113,6 +131,12 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
   double attentionGrad = 2 * (2 * q + 2 * kv) * sbh * e / t + lse;
   double mlpGrad =
       (model.gatedMlp ? 5.0 : 2.0) * model.ffnSize / h * sbh * e / t;
+  if (recompute == Recompute::None) {
+    // The saved hidden activation dies at the down projection's weight
+    // gradient, before dh takes its place; ungated, du overwrites dh.
+    attentionGrad = (2 * q + 2 * kv) * sbh * e / t;
+    mlpGrad = (model.gatedMlp ? 2.0 : 0.0) * model.ffnSize / h * sbh * e / t;
+  }
   double rerun = recompute == Recompute::None        ? 0.0
                  : recompute == Recompute::Selective ? 2.0
                                                      : 3.0;
@@ -429,10 +453,11 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   if (flash)
     costs.layerBackward += 0.5 * attention;
   if (flash) {
-    // Weft's grad ops recompute op-internal state in every mode
-    // (docs/autodiff.md): the QKV and MLP up/gate GEMMs, the attention
-    // forward, the activation and the norms' statistics. Selective also
-    // re-runs the norms; full re-runs the layer's forward on top.
+    // The norm grad ops recompute the norms' statistics in every mode;
+    // with recompute the attention and MLP grad ops also recompute their op
+    // state (docs/autodiff.md, "Op state"): the QKV and MLP up/gate GEMMs,
+    // the attention forward and the activation. Selective also re-runs the
+    // norms; full re-runs the layer's forward on top.
     double internalLinear =
         linear *
         (gemmSeconds(tokens, qkvOut, h) + gemmSeconds(tokens, mlpOut, h)) /
@@ -454,8 +479,10 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
             ((ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t + 3 * h / spShard) * e /
             hbm;
     costs.layerRecompute =
-        internals + (c.recompute == Recompute::Selective ? norms : 0.0) +
-        (c.recompute == Recompute::Full ? forward - mlpForward : 0.0);
+        c.recompute == Recompute::None
+            ? norms
+            : internals + (c.recompute == Recompute::Selective ? norms : 0.0) +
+                  (c.recompute == Recompute::Full ? forward - mlpForward : 0.0);
   } else if (c.recompute == Recompute::Full) {
     costs.layerRecompute = costs.layerForward;
   } else if (c.recompute == Recompute::Selective) {
@@ -621,7 +648,7 @@ double CostModel::liveGradientBytes(const ParallelConfig &c, bool endStage,
                                     double params, double elem) const {
   auto [largest, second] = largestGradients(c, endStage);
   double parts = c.gradAccum > 1 ? 1.0 + 1.0 / double(c.dp) : 1.0;
-  return std::min(params, largest + 2 * second) * elem * parts;
+  return std::min(params, largest + 3 * second) * elem * parts;
 }
 
 double CostModel::zero3PersistentParams(const Layout &layout, int64_t stage,
@@ -702,8 +729,15 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
           (c.tp > 1 ? logitElems * elem : 0.0);
       // A micro-batch's layer backward starts once its own loss-phase
       // tensors are freed; under GPipe the others' stay saved beside it.
-      memory.recomputeWorkspace = std::max(
-          0.0, memory.recomputeWorkspace - memory.logits / savedMicroBatches);
+      // The loss phase itself holds the head's input gradient beside the
+      // logits' gradient, written over the logits (the peak when the layer
+      // backward keeps little, as without recompute, where the layers' op
+      // state is saved); under TP the logits are freed by then and their
+      // gradient buffer is already counted.
+      double headGrad = c.tp > 1 ? 0.0 : hiddenBytes;
+      memory.recomputeWorkspace =
+          std::max(headGrad, memory.recomputeWorkspace -
+                                 memory.logits / savedMicroBatches);
     }
   }
   auto [largest, layerMatrix] =
@@ -883,7 +917,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // all-reduces, ZeRO-1 coalesced reduce-scatters and all-gathers);
     // ZeRO-2 reduce-scatters every micro-batch in buckets weft-schedule
     // cuts where compute waits to bound the live gradients (the largest
-    // plus twice the second largest): about every 1.25 x the second
+    // plus three times the second largest): about every 1.25 x the second
     // largest, at least one per backward task.
     double buckets =
         std::max(1.0, std::ceil(gradBytes / consts.planBucketBytes));

@@ -23,7 +23,7 @@ follows weft-plan-memory's liveness peak and the lowering's ZeRO/SP buffers;
 pipeline layouts (the stage-boundary buffers are counted as two per side of
 a stage, fitted; their first-fit packing beside activations whose lifetimes
 interleave across the p2p streams leaves a residual of a [b, s, h] buffer
-or two), 20% for ZeRO-2/3 on the tiny models (TINY_SHARDED_GRAD_TOLERANCE).
+or two), 25% for ZeRO-2/3 on the tiny models (TINY_SHARDED_GRAD_TOLERANCE).
 
 Each case is (model, tp, pp, dp, zero, micro_batch, grad_accum, seq_len
 [, schedule [, sequence_parallel [, recompute [, precision]]]]); every
@@ -48,14 +48,16 @@ ARENA_TOLERANCE = 0.05
 # residual of a [b, s, h] buffer or two (docs/planner.md).
 PIPELINE_ARENA_TOLERANCE = 0.10
 # ZeRO-2/3 on the tiny models: the micro-batch gradient buffers are counted
-# at weft-schedule's live bound (the largest parameter gradient plus twice
-# the second largest, with accumulation times 1 + 1/DP for the
+# at weft-schedule's live bound (the largest parameter gradient plus three
+# times the second largest, with accumulation times 1 + 1/DP for the
 # reduce-scatter outputs), while at the arena's peak fewer may be live, and
 # their first-fit placement beside activations of similar size fragments
 # the arena; both are a sizeable share of a tiny model's arena (mostly
-# over-predicted). The GPT-2-size ZeRO-2/3 rows are held to
+# over-predicted: gpt2-tiny TP2xPP2xDP2 ZeRO-3 GPipe +22.9%, where stage
+# 0's peak, the start of the first backward, holds one layer matrix's
+# gradient of the bound's four). The GPT-2-size ZeRO-2/3 rows are held to
 # ARENA_TOLERANCE (PIPELINE_ARENA_TOLERANCE with PP).
-TINY_SHARDED_GRAD_TOLERANCE = 0.20
+TINY_SHARDED_GRAD_TOLERANCE = 0.25
 TINY_MODELS = ("gpt2-tiny", "gpt2-odd", "llama-tiny")
 
 # model, tp, pp, dp, zero, micro_batch, grad_accum, seq_len

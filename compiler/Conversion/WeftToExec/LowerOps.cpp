@@ -250,7 +250,8 @@ SmallVector<Slice, 5> RoleScheduler::attentionForward(
 }
 
 template <typename AttentionLikeOp>
-FailureOr<AttentionState> RoleScheduler::attentionState(AttentionLikeOp op) {
+FailureOr<AttentionState> RoleScheduler::attentionState(AttentionLikeOp op,
+                                                        ValueRange saved) {
   FailureOr<int64_t> theta = rotaryTheta(op, op.getCausal(), op.getRopeTheta());
   if (failed(theta))
     return failure();
@@ -260,6 +261,12 @@ FailureOr<AttentionState> RoleScheduler::attentionState(AttentionLikeOp op) {
   if (failed(proj))
     return failure();
   AttentionState state{*theta, std::move(*proj), {}};
+  // A grad op given the forward's state reads it instead of recomputing.
+  if (!saved.empty()) {
+    for (Value value : saved)
+      state.slices.push_back(lookup(value));
+    return state;
+  }
   state.slices = attentionForward(
       lookup(op.getInput()), width(op.getInput()), state.proj, op.getNumHeads(),
       op.getNumKvHeads(), op.getHeadDim(), state.theta);
@@ -270,10 +277,13 @@ FailureOr<AttentionState> RoleScheduler::attentionState(AttentionLikeOp op) {
 /// without the output bias, which follows the TP all-reduce).
 template <typename AttentionLikeOp>
 LogicalResult RoleScheduler::lowerAttention(AttentionLikeOp op) {
-  FailureOr<AttentionState> attention = attentionState(op);
+  FailureOr<AttentionState> attention = attentionState(op, {});
   if (failed(attention))
     return failure();
   ArrayRef<Slice> state = attention->slices;
+  // q, k, v, context and lse, for the backward when the op returns them.
+  for (auto [value, slice] : llvm::zip(op.getState(), state))
+    values[value] = slice;
   int64_t hidden = width(op.getInput()),
           inner = op.getNumHeads() * op.getHeadDim();
   Slice y = activation("attn.out", rows() * hidden);
@@ -316,8 +326,19 @@ LogicalResult RoleScheduler::lowerMlp(MLPOp op) {
     return op.emitError("weft-schedule: activation '")
            << op.getActivation() << "' is not lowered yet";
   int64_t hidden = width(op.getInput()), ffn = width(op.getUpWeight());
-  Slice h = mlpForward(lookup(op.getInput()), hidden, ffn, op.getUpWeight(),
-                       op.getUpBias(), op.getGateWeight(), act)[2];
+  auto [u, g, h] =
+      mlpForward(lookup(op.getInput()), hidden, ffn, op.getUpWeight(),
+                 op.getUpBias(), op.getGateWeight(), act);
+  // up, gate (gated only) and the activation, for the backward when the op
+  // returns them.
+  if (!op.getState().empty()) {
+    SmallVector<Slice, 3> state = {u};
+    if (g)
+      state.push_back(g);
+    state.push_back(h);
+    for (auto [value, slice] : llvm::zip_equal(op.getState(), state))
+      values[value] = slice;
+  }
   Slice y = activation("mlp.out", rows() * hidden);
   gemm(false, false, rows(), hidden, ffn, h, ffn, lookup(op.getDownWeight()),
        hidden, y, hidden, false);
@@ -562,7 +583,7 @@ LogicalResult RoleScheduler::lowerRmsNormGrad(RMSNormGradOp op) {
 
 template <typename AttentionLikeGradOp>
 LogicalResult RoleScheduler::lowerAttentionGrad(AttentionLikeGradOp op) {
-  FailureOr<AttentionState> attention = attentionState(op);
+  FailureOr<AttentionState> attention = attentionState(op, op.getState());
   if (failed(attention))
     return failure();
   ArrayRef<Slice> state = attention->slices;
@@ -629,8 +650,19 @@ LogicalResult RoleScheduler::lowerMlpGrad(MLPGradOp op) {
   int64_t hidden = width(op.getInput()), ffn = width(op.getUpWeight());
   int64_t n = rows() * ffn;
   Value gate = op.getGateWeight();
-  auto [u, g, h] =
-      mlpForward(x, hidden, ffn, op.getUpWeight(), op.getUpBias(), gate, act);
+  // The forward's up, gate and activation when given, else recomputed.
+  Slice u, g, h;
+  if (ValueRange state = op.getState(); !state.empty()) {
+    u = lookup(state.front());
+    g = gate ? lookup(state[1]) : Slice();
+    h = lookup(state.back());
+  } else {
+    std::array<Slice, 3> recomputed =
+        mlpForward(x, hidden, ffn, op.getUpWeight(), op.getUpBias(), gate, act);
+    u = recomputed[0];
+    g = recomputed[1];
+    h = recomputed[2];
+  }
   gemm(true, false, ffn, hidden, rows(), h, ffn, dy, hidden,
        *gradOf(op.getDownWeight()), hidden, true);
   if (Value bias = op.getDownBias())

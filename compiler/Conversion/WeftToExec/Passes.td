@@ -134,7 +134,8 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
            "ZeRO-2/3: compute does not start a parameter's micro-batch "
            "gradient while the gradients not yet known reduce-scattered "
            "would exceed this (if one of them can be waited for); 0: the "
-           "largest parameter gradient plus twice the second largest (with "
+           "largest parameter gradient plus three times the second largest "
+           "(with "
            "accumulation times 1 + 1/dp: their reduce-scatter outputs)">,
   ];
 }

@@ -389,10 +389,12 @@ private:
                                          ArrayRef<Projection> proj,
                                          int64_t heads, int64_t kvHeads,
                                          int64_t headDim, int64_t theta);
-  /// The forward state of an attention op or its grad op (which recomputes
-  /// it from the same operands).
+  /// The forward state of an attention op or its grad op: the `saved` slices
+  /// (a grad op's state operands) when given, else recomputed from the same
+  /// operands.
   template <typename AttentionLikeOp>
-  FailureOr<AttentionState> attentionState(AttentionLikeOp op);
+  FailureOr<AttentionState> attentionState(AttentionLikeOp op,
+                                           ValueRange saved);
   /// The MLP's hidden state from x: u = x up (+ bu), g = x gate (gated only),
   /// h = act(u) or act(g) u. Returns (u, g, h).
   std::array<Slice, 3> mlpForward(Slice x, int64_t hidden, int64_t ffn,

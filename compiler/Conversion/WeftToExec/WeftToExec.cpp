@@ -674,9 +674,12 @@ LogicalResult RoleScheduler::declareParameters() {
   gradShards = gradsBuf;
   if (reducesEveryMicroBatch()) {
     shardReduced.assign(params.size(), false);
-    // The live bound: the largest gradient buffer with room for two more
-    // (the next one written while the previous is reduce-scattered), each
-    // with its reduce-scatter output after the first micro-batch.
+    // The live bound: the largest gradient buffer with room for three more
+    // (one written, one reduce-scattered, one queued, so that a
+    // reduce-scatter as slow as a gradient's compute does not stall it:
+    // with room for two, gpt2-medium's tied embedding, live through the
+    // whole backward, left compute waiting every layer), each with its
+    // reduce-scatter output after the first micro-batch.
     int64_t first = 0, second = 0;
     for (const LocalParam &param : params) {
       int64_t bytes =
@@ -689,7 +692,7 @@ LogicalResult RoleScheduler::declareParameters() {
     int64_t withParts = par.gradAccum > 1 ? zeroShards + 1 : zeroShards;
     liveGradBound = options.maxLiveGradBytes > 0
                         ? options.maxLiveGradBytes
-                        : (first + 2 * second) * withParts / zeroShards;
+                        : (first + 3 * second) * withParts / zeroShards;
     // coalesceGradReductions' buckets: cut where compute waits, so the
     // bound holds whatever their size.
     gradBucketBytes = par.bucketBytes > 0 ? par.bucketBytes : 25 << 20;

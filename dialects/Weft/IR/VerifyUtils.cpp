@@ -89,4 +89,56 @@ FailureOr<SmallVector<int64_t>> qkvWidths(Operation *op, size_t numWeights,
          << numWeights;
 }
 
+/// `[batch, seq, width]` of `input`'s batch and sequence, in `element`.
+static Type rowsOf(Value input, int64_t width, Type element) {
+  auto type = cast<RankedTensorType>(input.getType());
+  return RankedTensorType::get({type.getDimSize(0), type.getDimSize(1), width},
+                               element);
+}
+
+SmallVector<Type> attentionStateTypes(Value input, int64_t heads,
+                                      int64_t kvHeads, int64_t headDim) {
+  Type element = cast<RankedTensorType>(input.getType()).getElementType();
+  Type q = rowsOf(input, heads * headDim, element);
+  Type kv = rowsOf(input, kvHeads * headDim, element);
+  Type lse = rowsOf(input, heads, Float32Type::get(input.getContext()));
+  return {q, kv, kv, q, lse};
+}
+
+SmallVector<StringRef> attentionStateNames() {
+  return {"q", "k", "v", "context", "lse"};
+}
+
+SmallVector<Type> mlpStateTypes(Value input, Value upWeight, bool gated) {
+  auto type = cast<RankedTensorType>(input.getType());
+  int64_t ffn = cast<RankedTensorType>(upWeight.getType()).getDimSize(1);
+  Type hidden = rowsOf(input, ffn, type.getElementType());
+  if (gated)
+    return {hidden, hidden, hidden};
+  return {hidden, hidden};
+}
+
+SmallVector<StringRef> mlpStateNames(bool gated) {
+  if (gated)
+    return {"up", "gate", "act"};
+  return {"up", "act"};
+}
+
+LogicalResult verifyState(Operation *op, TypeRange state, StringRef what) {
+  if (state.empty())
+    return success();
+  auto stateful = cast<OpStateInterface>(op);
+  SmallVector<Type> expected = stateful.getStateTypes();
+  if (TypeRange(expected) == state)
+    return success();
+  InFlightDiagnostic diag = op->emitOpError()
+                            << "state " << what << " must be (";
+  llvm::interleaveComma(stateful.getStateNames(), diag);
+  diag << ") of types (";
+  llvm::interleaveComma(expected, diag);
+  diag << "), got (";
+  llvm::interleaveComma(state, diag);
+  return diag << ")";
+}
+
 } // namespace mlir::weft::detail

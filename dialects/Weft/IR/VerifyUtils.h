@@ -35,6 +35,19 @@ LogicalResult verifyPositionTables(Operation *op, Value positions,
 FailureOr<SmallVector<int64_t>> qkvWidths(Operation *op, size_t numWeights,
                                           int64_t qWidth, int64_t kvWidth);
 
+/// What `weft.attention`-like ops keep as state (OpStateInterface): q, k, v
+/// and the context of `input`'s element type, the log-sum-exp in f32.
+SmallVector<Type> attentionStateTypes(Value input, int64_t heads,
+                                      int64_t kvHeads, int64_t headDim);
+SmallVector<StringRef> attentionStateNames();
+/// What `weft.mlp` keeps as state: up, gate (gated only) and the hidden
+/// activation, `[batch, seq, ffn]` of `input`'s element type.
+SmallVector<Type> mlpStateTypes(Value input, Value upWeight, bool gated);
+SmallVector<StringRef> mlpStateNames(bool gated);
+/// `state` (an op's state results or operands, `what` says which) is empty or
+/// exactly the op's OpStateInterface types.
+LogicalResult verifyState(Operation *op, TypeRange state, StringRef what);
+
 } // namespace mlir::weft::detail
 
 #endif // WEFT_IR_VERIFYUTILS_H

@@ -24,10 +24,11 @@ static bool isFloatTensor(Value value) {
 }
 
 /// Checks the op's results against its forward operands (every operand after
-/// the upstream gradient): one gradient per float operand, of its type.
-static LogicalResult verifyGradients(Operation *op) {
-  SmallVector<Value> differentiable =
-      llvm::filter_to_vector(op->getOperands().drop_front(), isFloatTensor);
+/// the upstream gradient, before any `state`): one gradient per float
+/// operand, of its type.
+static LogicalResult verifyGradients(Operation *op, size_t numState = 0) {
+  SmallVector<Value> differentiable = llvm::filter_to_vector(
+      op->getOperands().drop_front().drop_back(numState), isFloatTensor);
   if (op->getNumResults() != differentiable.size())
     return op->emitOpError()
            << "expects " << differentiable.size()
@@ -91,14 +92,16 @@ static LogicalResult verifyLookupGrad(Operation *op, Value tokensValue,
   return verifyGradients(op);
 }
 
-/// Checks a layer whose result has its input's type.
+/// Checks a layer whose result has its input's type, and its `state`
+/// operands (OpStateInterface ops) against the forward's state types.
 static LogicalResult verifySameShapeLayer(Operation *op, Value grad,
-                                          Value input) {
+                                          Value input, ValueRange state = {}) {
   auto type = cast<RankedTensorType>(input.getType());
   if (failed(hiddenStateResult(op, input, type.getDimSize(2))) ||
-      failed(verifyUpstream(op, grad, type)))
+      failed(verifyUpstream(op, grad, type)) ||
+      failed(verifyGradients(op, state.size())))
     return failure();
-  return verifyGradients(op);
+  return verifyState(op, state.getTypes(), "operands");
 }
 
 LogicalResult EmbeddingGradOp::verify() {
@@ -133,13 +136,33 @@ LogicalResult AttentionGradOp::verify() {
     return emitOpError() << "has " << getQkvBiases().size()
                          << " query/key/value biases for " << numWeights
                          << " weights";
-  return verifySameShapeLayer(*this, getGrad(), getInput());
+  return verifySameShapeLayer(*this, getGrad(), getInput(), getState());
+}
+
+SmallVector<Type> AttentionGradOp::getStateTypes() {
+  return attentionStateTypes(getInput(), getNumHeads(), getNumKvHeads(),
+                             getHeadDim());
+}
+
+SmallVector<StringRef> AttentionGradOp::getStateNames() {
+  return attentionStateNames();
 }
 
 LogicalResult MLPGradOp::verify() {
   if (failed(verifyActivation(*this, getActivation())))
     return failure();
-  return verifySameShapeLayer(*this, getGrad(), getInput());
+  if (cast<RankedTensorType>(getUpWeight().getType()).getRank() != 2)
+    return emitOpError() << "up weight must be a matrix, got "
+                         << getUpWeight().getType();
+  return verifySameShapeLayer(*this, getGrad(), getInput(), getState());
+}
+
+SmallVector<Type> MLPGradOp::getStateTypes() {
+  return mlpStateTypes(getInput(), getUpWeight(), bool(getGateWeight()));
+}
+
+SmallVector<StringRef> MLPGradOp::getStateNames() {
+  return mlpStateNames(bool(getGateWeight()));
 }
 
 LogicalResult LinearGradOp::verify() {
@@ -297,7 +320,16 @@ LogicalResult TPAttentionGradOp::verify() {
   if (getTpSizeAttr().getInt() <= 0)
     return emitOpError() << "tp_size must be positive, got "
                          << getTpSizeAttr().getInt();
-  return verifySameShapeLayer(*this, getGrad(), getInput());
+  return verifySameShapeLayer(*this, getGrad(), getInput(), getState());
+}
+
+SmallVector<Type> TPAttentionGradOp::getStateTypes() {
+  return attentionStateTypes(getInput(), getNumHeads(), getNumKvHeads(),
+                             getHeadDim());
+}
+
+SmallVector<StringRef> TPAttentionGradOp::getStateNames() {
+  return attentionStateNames();
 }
 
 LogicalResult VocabParallelCrossEntropyGradOp::verify() {

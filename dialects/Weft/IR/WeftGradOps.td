@@ -15,7 +15,9 @@
 // one gradient per floating-point operand of the forward op, in operand order
 // (integer tokens and labels have none). The internal state a kernel needs
 // (norm statistics, attention log-sum-exp, projections) is recomputed from
-// those operands; see docs/autodiff.md for the cost.
+// those operands, unless the grad op of a Weft_OpStateInterface layer takes
+// the forward's `state` results as trailing `state` operands; see
+// docs/autodiff.md for the cost.
 class Weft_GradOp<string mnemonic, list<Trait> traits = []>
     : Weft_Op<mnemonic, !listconcat(traits, [Pure])> {
   let results = (outs Variadic<AnyRankedTensor>:$grads);
@@ -83,12 +85,14 @@ def Weft_RMSNormGradOp : Weft_GradOp<"rms_norm_grad"> {
 }
 
 def Weft_AttentionGradOp : Weft_GradOp<"attention_grad",
-                                       [AttrSizedOperandSegments]> {
+                                       [AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Gradients of multi-head self-attention and its projections";
   let description = [{
-    Recomputes the forward's queries, keys and values (projections, biases,
-    rotary embedding), the attention context `c` and the log-sum-exp of every
-    score row, then back-propagates `grad`:
+    Takes the forward's queries, keys and values (after projections, biases
+    and rotary embedding), the attention context `c` and the log-sum-exp of
+    every score row from `state` (`weft.attention`'s state results) or, without
+    it, recomputes them; then back-propagates `grad`:
     `dc = grad @ out_weight^T`, `d out_weight = c^T @ grad`,
     `d out_bias = sum_rows(grad)`; the attention backward from the
     log-sum-exp (`P = exp(S - lse)`, `dV = P^T dc`,
@@ -105,18 +109,21 @@ def Weft_AttentionGradOp : Weft_GradOp<"attention_grad",
                        AnyRankedTensor:$out_weight,
                        Optional<AnyRankedTensor>:$out_bias,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
-                       BoolAttr:$causal, OptionalAttr<F64Attr>:$rope_theta);
+                       BoolAttr:$causal, OptionalAttr<F64Attr>:$rope_theta,
+                       Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $grad `,` $input `qkv` `(` $qkv_weights `)` (`qkv_bias` `(` $qkv_biases^ `)`)?
-    `out` `(` $out_weight (`,` $out_bias^)? `)` attr-dict `:` functional-type(operands, results)
+    `out` `(` $out_weight (`,` $out_bias^)? `)` (`state` `(` $state^ `)`)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
-def Weft_MLPGradOp : Weft_GradOp<"mlp_grad", [AttrSizedOperandSegments]> {
+def Weft_MLPGradOp : Weft_GradOp<"mlp_grad", [AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Gradients of a (gated) MLP";
   let description = [{
-    Recomputes the up projection `u = x @ up + up_bias` (and `g = x @ gate`),
-    the hidden activation `h = act(u)` (or `act(g) * u`), then:
+    Takes the up projection `u = x @ up + up_bias` (and `g = x @ gate`) and
+    the hidden activation `h = act(u)` (or `act(g) * u`) from `state`
+    (`weft.mlp`'s state results) or, without it, recomputes them; then:
     `dh = grad @ down^T`, `d down = h^T @ grad`, `d down_bias = sum_rows(grad)`;
     ungated `du = dh * act'(u)`; gated `du = dh * act(g)`,
     `dg = dh * u * act'(g)`; `dx = du @ up^T (+ dg @ gate^T)`,
@@ -129,10 +136,11 @@ def Weft_MLPGradOp : Weft_GradOp<"mlp_grad", [AttrSizedOperandSegments]> {
                        Optional<AnyRankedTensor>:$gate_weight,
                        AnyRankedTensor:$down_weight,
                        Optional<AnyRankedTensor>:$down_bias,
-                       StrAttr:$activation);
+                       StrAttr:$activation,
+                       Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $grad `,` $input `up` `(` $up_weight (`,` $up_bias^)? `)` (`gate` `(` $gate_weight^ `)`)?
-    `down` `(` $down_weight (`,` $down_bias^)? `)` attr-dict `:` functional-type(operands, results)
+    `down` `(` $down_weight (`,` $down_bias^)? `)` (`state` `(` $state^ `)`)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
@@ -237,7 +245,8 @@ def Weft_PositionEmbeddingGradOp : Weft_GradOp<"position_embedding_grad",
 }
 
 def Weft_TPAttentionGradOp : Weft_GradOp<"tp_attention_grad",
-                                         [AttrSizedOperandSegments]> {
+                                         [AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Gradients of self-attention over this rank's heads";
   let description = [{
     `weft.attention_grad` on the local heads, without an output bias. The
@@ -251,10 +260,11 @@ def Weft_TPAttentionGradOp : Weft_GradOp<"tp_attention_grad",
                        AnyRankedTensor:$out_weight,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
                        I64Attr:$head_dim, I64Attr:$tp_size,
-                       BoolAttr:$causal, OptionalAttr<F64Attr>:$rope_theta);
+                       BoolAttr:$causal, OptionalAttr<F64Attr>:$rope_theta,
+                       Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $grad `,` $input `qkv` `(` $qkv_weights `)` (`qkv_bias` `(` $qkv_biases^ `)`)?
-    `out` `(` $out_weight `)` attr-dict `:` functional-type(operands, results)
+    `out` `(` $out_weight `)` (`state` `(` $state^ `)`)? attr-dict `:` functional-type(operands, results)
   }];
 }
 

@@ -16,6 +16,7 @@ using namespace mlir::weft;
 using namespace mlir::weft::detail;
 
 #include "Weft/IR/WeftEnums.cpp.inc"
+#include "Weft/IR/WeftInterfaces.cpp.inc"
 
 #define GET_OP_CLASSES
 #include "Weft/IR/WeftOps.cpp.inc"
@@ -169,7 +170,16 @@ LogicalResult AttentionOp::verify() {
   if (getOutBias() &&
       failed(verifyShape(*this, getOutBias(), "output bias", {*hidden})))
     return failure();
-  return success();
+  return verifyState(*this, getState().getTypes(), "results");
+}
+
+SmallVector<Type> AttentionOp::getStateTypes() {
+  return attentionStateTypes(getInput(), getNumHeads(), getNumKvHeads(),
+                             getHeadDim());
+}
+
+SmallVector<StringRef> AttentionOp::getStateNames() {
+  return attentionStateNames();
 }
 
 //===----------------------------------------------------------------------===//
@@ -196,7 +206,15 @@ LogicalResult MLPOp::verify() {
   if (getDownBias() &&
       failed(verifyShape(*this, getDownBias(), "down bias", {*hidden})))
     return failure();
-  return success();
+  return verifyState(*this, getState().getTypes(), "results");
+}
+
+SmallVector<Type> MLPOp::getStateTypes() {
+  return mlpStateTypes(getInput(), getUpWeight(), bool(getGateWeight()));
+}
+
+SmallVector<StringRef> MLPOp::getStateNames() {
+  return mlpStateNames(bool(getGateWeight()));
 }
 
 LogicalResult LinearOp::verify() {

@@ -9,6 +9,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "Weft/IR/WeftEnums.h.inc"
+#include "Weft/IR/WeftInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "Weft/IR/WeftOps.h.inc"

@@ -3,6 +3,7 @@
 #define WEFT_OPS_TD
 
 include "Weft/IR/WeftDialect.td"
+include "Weft/IR/WeftInterfaces.td"
 include "mlir/IR/EnumAttr.td"
 include "mlir/IR/OpAsmInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -104,7 +105,8 @@ def Weft_RMSNormOp : Weft_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"
 }
 
 def Weft_AttentionOp : Weft_Op<"attention", [Pure, AttrSizedOperandSegments,
-                                              AllTypesMatch<["input", "result"]>]> {
+    AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Multi-head self-attention with its projections";
   let description = [{
     Projects `input` (`[batch, seq, hidden]`) to queries, keys and values,
@@ -115,6 +117,13 @@ def Weft_AttentionOp : Weft_Op<"attention", [Pure, AttrSizedOperandSegments,
     present, follow the weights one for one. `num_kv_heads < num_heads` is
     grouped-query attention. With `rope_theta` present, rotary position
     embeddings are applied to queries and keys.
+
+    `state`, when present (weft-autodiff adds it where the backward keeps
+    it), returns what `weft.attention_grad` reads: the queries, keys and
+    values after bias and rotation (`[batch, seq, heads * head_dim]`,
+    `[batch, seq, kv_heads * head_dim]` twice), the context before the
+    output projection (`[batch, seq, heads * head_dim]`) and the log-sum-exp
+    of every score row (`[batch, seq, heads]`, f32 whatever the input type).
   }];
   let arguments = (ins AnyRankedTensor:$input,
                        Variadic<AnyRankedTensor>:$qkv_weights,
@@ -123,7 +132,8 @@ def Weft_AttentionOp : Weft_Op<"attention", [Pure, AttrSizedOperandSegments,
                        Optional<AnyRankedTensor>:$out_bias,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
                        BoolAttr:$causal, OptionalAttr<F64Attr>:$rope_theta);
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs AnyRankedTensor:$result,
+                      Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $input `qkv` `(` $qkv_weights `)` (`qkv_bias` `(` $qkv_biases^ `)`)?
     `out` `(` $out_weight (`,` $out_bias^)? `)` attr-dict `:` functional-type(operands, results)
@@ -132,13 +142,18 @@ def Weft_AttentionOp : Weft_Op<"attention", [Pure, AttrSizedOperandSegments,
 }
 
 def Weft_MLPOp : Weft_Op<"mlp", [Pure, AttrSizedOperandSegments,
-                                  AllTypesMatch<["input", "result"]>]> {
+    AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Two-layer MLP, optionally gated (SwiGLU)";
   let description = [{
     `down(act(input @ up + up_bias) @ ...)`: without `gate`, the activation is
     applied to the up projection; with `gate` (SwiGLU-style), the result is
     `act(input @ gate) * (input @ up)`. `activation` is one of `gelu`
     (erf form), `gelu_tanh`, `relu` or `silu`.
+
+    `state`, when present, returns what `weft.mlp_grad` reads, each
+    `[batch, seq, ffn]`: the up projection after its bias, the gate
+    projection (gated only) and the hidden activation.
   }];
   let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$up_weight,
                        Optional<AnyRankedTensor>:$up_bias,
@@ -146,7 +161,8 @@ def Weft_MLPOp : Weft_Op<"mlp", [Pure, AttrSizedOperandSegments,
                        AnyRankedTensor:$down_weight,
                        Optional<AnyRankedTensor>:$down_bias,
                        StrAttr:$activation);
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs AnyRankedTensor:$result,
+                      Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $input `up` `(` $up_weight (`,` $up_bias^)? `)` (`gate` `(` $gate_weight^ `)`)?
     `down` `(` $down_weight (`,` $down_bias^)? `)` attr-dict `:` functional-type(operands, results)

@@ -182,7 +182,16 @@ LogicalResult TPAttentionOp::verify() {
   if (getOutWeight().getType() != out)
     return emitOpError() << "output weight " << getOutWeight().getType()
                          << " should be " << out;
-  return success();
+  return verifyState(*this, getState().getTypes(), "results");
+}
+
+SmallVector<Type> TPAttentionOp::getStateTypes() {
+  return attentionStateTypes(getInput(), getNumHeads(), getNumKvHeads(),
+                             getHeadDim());
+}
+
+SmallVector<StringRef> TPAttentionOp::getStateNames() {
+  return attentionStateNames();
 }
 
 //===----------------------------------------------------------------------===//

@@ -105,7 +105,8 @@ def Weft_PositionEmbeddingOp : Weft_Op<"position_embedding", [Pure,
 }
 
 def Weft_TPAttentionOp : Weft_Op<"tp_attention", [Pure,
-    AttrSizedOperandSegments, AllTypesMatch<["input", "result"]>]> {
+    AttrSizedOperandSegments, AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Self-attention over this tensor-parallel rank's heads";
   let description = [{
     `weft.attention` restricted to one TP rank's heads, with the same math:
@@ -118,6 +119,7 @@ def Weft_TPAttentionOp : Weft_Op<"tp_attention", [Pure,
     `shard.all_reduce` over TP completes it and the output bias follows as a
     `weft.bias_add`. Backward is `weft.attention`'s on the local heads; the
     adjoint of `input` is partial (completed by the `weft.tp_copy` before it).
+    `state` is `weft.attention`'s, on the local heads.
   }];
   let arguments = (ins AnyRankedTensor:$input,
                        Variadic<AnyRankedTensor>:$qkv_weights,
@@ -126,7 +128,8 @@ def Weft_TPAttentionOp : Weft_Op<"tp_attention", [Pure,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
                        I64Attr:$head_dim, I64Attr:$tp_size,
                        BoolAttr:$causal, OptionalAttr<F64Attr>:$rope_theta);
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs AnyRankedTensor:$result,
+                      Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $input `qkv` `(` $qkv_weights `)` (`qkv_bias` `(` $qkv_biases^ `)`)?
     `out` `(` $out_weight `)` attr-dict `:` functional-type(operands, results)

@@ -74,6 +74,36 @@ DenseSet<Operation *> activeOps(Block &body) {
   return active;
 }
 
+/// Without recompute, every active layer that can return its internal state
+/// (OpStateInterface) does, so that its grad op reads the state instead of
+/// recomputing it (docs/autodiff.md, "Op state"): the op is rebuilt with its
+/// state results.
+void addStateResults(Block &body, OpBuilder &builder) {
+  DenseSet<Operation *> active = activeOps(body);
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
+    auto stateful = dyn_cast<OpStateInterface>(op);
+    if (!stateful || !active.contains(&op) || op.getNumResults() != 1)
+      continue;
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(&op);
+    OperationState state(op.getLoc(), op.getName());
+    state.addOperands(op.getOperands());
+    state.addTypes(op.getResultTypes());
+    state.addTypes(stateful.getStateTypes());
+    state.propertiesAttr = op.getPropertiesAsAttribute();
+    state.addAttributes(llvm::to_vector(op.getDiscardableAttrs()));
+    Operation *withState = builder.create(state);
+    op.getResult(0).replaceAllUsesWith(withState->getResult(0));
+    op.erase();
+  }
+}
+
+/// The state results of a forward op (OpStateInterface ops rebuilt by
+/// addStateResults): every result after the first.
+ResultRange stateResults(Operation *op) {
+  return op->getResults().drop_front(std::min(1u, op->getNumResults()));
+}
+
 /// Decides which forward ops of `body` the backward re-runs and which values
 /// the forward saves. Only layers recompute: the ops around them (embedding,
 /// final norm, head, loss) run once per micro-batch and are cheap to keep.
@@ -82,8 +112,12 @@ BodyPlan planBody(Block &body, Recompute policy, bool isLayer) {
   plan.active = activeOps(body);
   llvm::SetVector<Value> needed;
   for (Operation &op : body.without_terminator())
-    if (plan.active.contains(&op) && gradOpName(&op))
+    if (plan.active.contains(&op) && gradOpName(&op)) {
       needed.insert(op.operand_begin(), op.operand_end());
+      // The grad op reads the op's state results too.
+      ResultRange state = stateResults(&op);
+      needed.insert(state.begin(), state.end());
+    }
   // Re-run a candidate only when the backward reads its result; its operands
   // are then read in turn, so walk backwards.
   for (Operation &op : llvm::reverse(body.without_terminator())) {
@@ -149,14 +183,27 @@ private:
 /// in forward program order.
 void BackwardBuilder::planAndSave() {
   Block &top = forward.front();
+  if (policy == Recompute::None) {
+    addStateResults(top, builder);
+    for (BlockOp block : top.getOps<BlockOp>())
+      addStateResults(block.getBody().front(), builder);
+  }
   plans[&top] = planBody(top, policy, /*isLayer=*/false);
+  // The saves of one op's results (its state) follow it in slot order.
+  DenseMap<Operation *, Operation *> lastSaveAfter;
   auto save = [&](Value value) {
     OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointAfterValue(value);
+    Operation *def = value.getDefiningOp();
+    if (Operation *previous = lastSaveAfter.lookup(def))
+      builder.setInsertionPointAfter(previous);
+    else
+      builder.setInsertionPointAfterValue(value);
     int64_t slot = slots.size();
     slots[value] = slot;
-    SaveOp::create(builder, value.getLoc(), value,
-                   builder.getI64IntegerAttr(slot));
+    auto saveOp = SaveOp::create(builder, value.getLoc(), value,
+                                 builder.getI64IntegerAttr(slot));
+    if (def)
+      lastSaveAfter[def] = saveOp;
   };
   // Saves are inserted after planning, so they do not disturb the walk.
   DenseMap<Operation *, SmallVector<Value>> topSaves;
@@ -218,7 +265,8 @@ LogicalResult BackwardBuilder::emitBody(Block &body, IRMapping &primal,
   for (Operation &op : llvm::reverse(body.without_terminator())) {
     if (!plan.active.contains(&op) || isa<ParamOp>(op))
       continue;
-    if (op.getNumResults() != 1)
+    if (op.getNumResults() != 1 &&
+        !(isa<OpStateInterface>(op) && op.getNumResults() > 1))
       return op.emitOpError("weft-autodiff: expected one result");
     if (Value grad = adjoints.lookup(op.getResult(0)))
       if (failed(emitOp(&op, grad, primal, adjoints)))
@@ -237,6 +285,15 @@ LogicalResult BackwardBuilder::emitOp(Operation *op, Value grad,
     state.addOperands(grad);
     for (Value operand : op->getOperands())
       state.addOperands(primal.lookup(operand));
+    // The forward's state results, restored (or re-run), follow as the grad
+    // op's `state` operands.
+    ResultRange opState = stateResults(op);
+    for (Value value : opState)
+      state.addOperands(primal.lookup(value));
+    bool takesState = name->hasInterface<OpStateInterface>();
+    if (!opState.empty() && !takesState)
+      return op->emitOpError("weft-autodiff: '")
+             << name->getStringRef() << "' takes no state operands";
     SmallVector<Value> differentiable =
         llvm::filter_to_vector(op->getOperands(), isFloatTensor);
     for (Value operand : differentiable)
@@ -249,6 +306,8 @@ LogicalResult BackwardBuilder::emitOp(Operation *op, Value grad,
               attrs.get("operandSegmentSizes"))) {
         SmallVector<int32_t> withGrad = {1};
         llvm::append_range(withGrad, sizes.asArrayRef());
+        if (takesState)
+          withGrad.push_back(int32_t(opState.size()));
         attrs.set("operandSegmentSizes",
                   builder.getDenseI32ArrayAttr(withGrad));
       }

@@ -198,16 +198,18 @@ void ModelPartitioner::rewrite(AttentionOp op) {
   builder.setInsertionPoint(op);
   Location loc = op.getLoc();
   Value input = enterParallelRegion(op.getInput(), loc);
-  Value partial = TPAttentionOp::create(
-      builder, loc, op.getType(), input, op.getQkvWeights(), op.getQkvBiases(),
-      op.getOutWeight(),
-      builder.getI64IntegerAttr(op.getNumHeadsAttr().getInt() / tp),
-      builder.getI64IntegerAttr(op.getNumKvHeadsAttr().getInt() / tp),
-      op.getHeadDimAttr(), builder.getI64IntegerAttr(tp), op.getCausalAttr(),
-      op.getRopeThetaAttr());
+  Value partial =
+      TPAttentionOp::create(
+          builder, loc, op.getResult().getType(), /*state=*/TypeRange(), input,
+          op.getQkvWeights(), op.getQkvBiases(), op.getOutWeight(),
+          builder.getI64IntegerAttr(op.getNumHeadsAttr().getInt() / tp),
+          builder.getI64IntegerAttr(op.getNumKvHeadsAttr().getInt() / tp),
+          op.getHeadDimAttr(), builder.getI64IntegerAttr(tp),
+          op.getCausalAttr(), op.getRopeThetaAttr())
+          .getResult();
   Value result =
       addBias(leaveParallelRegion(partial, loc), op.getOutBias(), loc);
-  op.replaceAllUsesWith(result);
+  op.getResult().replaceAllUsesWith(result);
   op.erase();
 }
 
@@ -216,12 +218,14 @@ void ModelPartitioner::rewrite(MLPOp op) {
   Location loc = op.getLoc();
   Value input = enterParallelRegion(op.getInput(), loc);
   Value partial =
-      MLPOp::create(builder, loc, op.getType(), input, op.getUpWeight(),
+      MLPOp::create(builder, loc, op.getResult().getType(),
+                    /*state=*/TypeRange(), input, op.getUpWeight(),
                     op.getUpBias(), op.getGateWeight(), op.getDownWeight(),
-                    /*down_bias=*/Value(), op.getActivationAttr());
+                    /*down_bias=*/Value(), op.getActivationAttr())
+          .getResult();
   Value result =
       addBias(leaveParallelRegion(partial, loc), op.getDownBias(), loc);
-  op.replaceAllUsesWith(result);
+  op.getResult().replaceAllUsesWith(result);
   op.erase();
 }
 

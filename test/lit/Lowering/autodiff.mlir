@@ -17,18 +17,30 @@
 // GPT2-NEXT:      weft.save %[[X]] slot 0
 // GPT2:           %[[LN1:.*]] = weft.layer_norm %[[X]]
 // GPT2-NEXT:      weft.save %[[LN1]] slot 1
-// GPT2:           %[[H:.*]] = arith.addf %[[X]]
-// GPT2-NEXT:      weft.save %[[H]] slot 2
+// Without recompute the attention returns its state (q, k, v, context, lse)
+// and the forward saves it for attention_grad.
+// GPT2:           %[[ATT:.*]], %[[AS:.*]]:5 = weft.attention %[[LN1]] {{.*}} -> (tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x4xf32>)
+// GPT2-NEXT:      weft.save %[[AS]]#0 slot 2
+// GPT2-NEXT:      weft.save %[[AS]]#1 slot 3
+// GPT2-NEXT:      weft.save %[[AS]]#2 slot 4
+// GPT2-NEXT:      weft.save %[[AS]]#3 slot 5
+// GPT2-NEXT:      weft.save %[[AS]]#4 slot 6
+// GPT2-NEXT:      %[[H:.*]] = arith.addf %[[X]], %[[ATT]]
+// GPT2-NEXT:      weft.save %[[H]] slot 7
 // GPT2:           %[[LN2:.*]] = weft.layer_norm %[[H]]
-// GPT2-NEXT:      weft.save %[[LN2]] slot 3
+// GPT2-NEXT:      weft.save %[[LN2]] slot 8
+// The MLP's state: its up projection and activation.
+// GPT2:           %{{.*}}, %[[MS:.*]]:2 = weft.mlp %[[LN2]] {{.*}} -> (tensor<?x?x64xf32>, tensor<?x?x256xf32>, tensor<?x?x256xf32>)
+// GPT2-NEXT:      weft.save %[[MS]]#0 slot 9
+// GPT2-NEXT:      weft.save %[[MS]]#1 slot 10
 // GPT2-NOT:       weft.save
 // GPT2:           weft.yield
 // GPT2:         %[[OUT:.*]] = weft.block 1
-// GPT2:         weft.save %[[OUT]] slot 8
+// GPT2:         weft.save %[[OUT]] slot 22
 // GPT2:         %[[LNF:.*]] = weft.layer_norm %[[OUT]]
-// GPT2-NEXT:    weft.save %[[LNF]] slot 9
+// GPT2-NEXT:    weft.save %[[LNF]] slot 23
 // GPT2:         %[[LOGITS:.*]] = weft.lm_head
-// GPT2-NEXT:    weft.save %[[LOGITS]] slot 10
+// GPT2-NEXT:    weft.save %[[LOGITS]] slot 24
 // GPT2-NEXT:    weft.cross_entropy
 // GPT2-NEXT:    return
 
@@ -40,9 +52,9 @@
 // GPT2-SAME:      tensor<64xf32> {weft.grad = "transformer.ln_f.bias"}) {
 // GPT2:         %[[SEED:.*]] = arith.constant dense<1.000000e+00> : tensor<f32>
 // GPT2:         %[[WTE:.*]] = weft.param "transformer.wte.weight"
-// GPT2:         %[[R8:.*]] = weft.restore @gpt2_tiny slot 8
-// GPT2-NEXT:    %[[R9:.*]] = weft.restore @gpt2_tiny slot 9
-// GPT2-NEXT:    %[[R10:.*]] = weft.restore @gpt2_tiny slot 10
+// GPT2:         %[[R8:.*]] = weft.restore @gpt2_tiny slot 22
+// GPT2-NEXT:    %[[R9:.*]] = weft.restore @gpt2_tiny slot 23
+// GPT2-NEXT:    %[[R10:.*]] = weft.restore @gpt2_tiny slot 24
 // GPT2-NEXT:    %[[DLOG:.*]] = weft.cross_entropy_grad %[[SEED]], %[[R10]], %[[LAB]] {ignore_index = -100 : i64}
 // GPT2-NEXT:    %[[HEAD:.*]]:2 = weft.lm_head_grad %[[DLOG]], %[[R9]], %[[WTE]]
 // GPT2-NEXT:    %[[LNFG:.*]]:3 = weft.layer_norm_grad %[[HEAD]]#0, %[[R8]]
@@ -52,13 +64,20 @@
 // GPT2-NEXT:    ^bb0(%[[G:.*]]: tensor<?x?x64xf32>):
 // GPT2:           %[[S0:.*]] = weft.restore @gpt2_tiny slot 0
 // GPT2-NEXT:      %[[S1:.*]] = weft.restore @gpt2_tiny slot 1
-// GPT2-NEXT:      %[[S2:.*]] = weft.restore @gpt2_tiny slot 2
-// GPT2-NEXT:      %[[S3:.*]] = weft.restore @gpt2_tiny slot 3
-// GPT2-NEXT:      %[[MLP:.*]]:5 = weft.mlp_grad %[[G]], %[[S3]] up
+// GPT2-NEXT:      %[[Q:.*]] = weft.restore @gpt2_tiny slot 2
+// GPT2-NEXT:      %[[K:.*]] = weft.restore @gpt2_tiny slot 3
+// GPT2-NEXT:      %[[V:.*]] = weft.restore @gpt2_tiny slot 4
+// GPT2-NEXT:      %[[C:.*]] = weft.restore @gpt2_tiny slot 5
+// GPT2-NEXT:      %[[LSE:.*]] = weft.restore @gpt2_tiny slot 6 : tensor<?x?x4xf32>
+// GPT2-NEXT:      %[[S2:.*]] = weft.restore @gpt2_tiny slot 7
+// GPT2-NEXT:      %[[S3:.*]] = weft.restore @gpt2_tiny slot 8
+// GPT2-NEXT:      %[[U:.*]] = weft.restore @gpt2_tiny slot 9
+// GPT2-NEXT:      %[[ACT:.*]] = weft.restore @gpt2_tiny slot 10
+// GPT2-NEXT:      %[[MLP:.*]]:5 = weft.mlp_grad %[[G]], %[[S3]] up({{.*}}) down({{.*}}) state(%[[U]], %[[ACT]])
 // GPT2-NEXT:      %[[LN2G:.*]]:3 = weft.layer_norm_grad %[[MLP]]#0, %[[S2]]
 // Residual fan-out: the gradient of h sums both uses.
 // GPT2-NEXT:      %[[DH:.*]] = arith.addf %[[G]], %[[LN2G]]#0
-// GPT2-NEXT:      %[[ATT:.*]]:5 = weft.attention_grad %[[DH]], %[[S1]] qkv
+// GPT2-NEXT:      %[[ATT:.*]]:5 = weft.attention_grad %[[DH]], %[[S1]] qkv({{.*}}) qkv_bias({{.*}}) out({{.*}}) state(%[[Q]], %[[K]], %[[V]], %[[C]], %[[LSE]])
 // GPT2-NEXT:      %[[LN1G:.*]]:3 = weft.layer_norm_grad %[[ATT]]#0, %[[S0]]
 // GPT2-NEXT:      %[[DIN:.*]] = arith.addf %[[DH]], %[[LN1G]]#0
 // GPT2-NEXT:      weft.grad_yield %[[DIN]], %[[LN1G]]#1, %[[LN1G]]#2, %[[ATT]]#1,
@@ -71,10 +90,11 @@
 // LLAMA-SAME:      -> (tensor<256x64xf32> {weft.grad = "model.embed_tokens.weight"}, tensor<64xf32> {weft.grad = "model.layers.0.input_layernorm.weight"}
 // LLAMA-SAME:      tensor<64xf32> {weft.grad = "model.norm.weight"}, tensor<256x64xf32> {weft.grad = "lm_head.weight"})
 // LLAMA:         weft.block_grad 0
-// LLAMA:           %[[MLP:.*]]:4 = weft.mlp_grad %{{.*}} up(%{{.*}}) gate(%{{.*}}) down(%{{.*}}) {activation = "silu"}
+// LLAMA:           %[[MLP:.*]]:4 = weft.mlp_grad %{{.*}} up(%[[UP:[^)]*]]) gate(%[[GATE:[^)]*]]) down(%[[DOWN:[^)]*]]) state(%[[U:[^,]*]], %[[GS:[^,]*]], %[[ACT:[^)]*]]) {activation = "silu"}
 // LLAMA-SAME:        -> (tensor<?x?x64xf32>, tensor<64x176xf32>, tensor<64x176xf32>, tensor<176x64xf32>)
 // LLAMA-NEXT:      weft.rms_norm_grad %[[MLP]]#0
-// LLAMA:           weft.attention_grad {{.*}} qkv(%{{.*}}, %{{.*}}, %{{.*}}) out(%{{.*}}) {causal = true, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, rope_theta = 1.000000e+04 : f64}
+// LLAMA:           weft.attention_grad {{.*}} qkv(%{{.*}}, %{{.*}}, %{{.*}}) out(%{{[^)]*}}) state(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {causal = true, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, rope_theta = 1.000000e+04 : f64}
+// LLAMA-SAME:        tensor<?x?x32xf32>, tensor<?x?x32xf32>, tensor<?x?x64xf32>, tensor<?x?x4xf32>)
 // LLAMA-SAME:        -> (tensor<?x?x64xf32>, tensor<64x64xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x64xf32>)
 // LLAMA-NEXT:      weft.rms_norm_grad
 // The gate is the forward's operand 3 but yielded in declaration order.
@@ -107,6 +127,8 @@
 // SEL:         weft.block 0
 // SEL-NEXT:    ^bb0(%[[X:.*]]: tensor<?x?x64xf32>):
 // SEL-NEXT:      weft.save %[[X]] slot 0
+// With recompute the ops keep no state: the grad ops recompute it.
+// SEL:           = weft.attention {{.*}} -> tensor<?x?x64xf32>{{$}}
 // SEL:           %[[H:.*]] = arith.addf %[[X]]
 // SEL-NEXT:      weft.save %[[H]] slot 1
 // SEL-NOT:       weft.save
@@ -118,7 +140,7 @@
 // SEL-NEXT:      %[[LN1:.*]] = weft.layer_norm %[[SX]]
 // SEL-NEXT:      %[[LN2:.*]] = weft.layer_norm %[[SH]]
 // SEL-NEXT:      weft.mlp_grad %{{.*}}, %[[LN2]] up
-// SEL:           weft.attention_grad %{{.*}}, %[[LN1]] qkv
+// SEL:           weft.attention_grad %{{.*}}, %[[LN1]] qkv({{.*}}) qkv_bias({{.*}}) out(%{{[^)]*}}) {causal
 
 // Full: each layer saves only its input and re-runs its forward (not the
 // last MLP or residual add, whose results no grad op reads).

@@ -191,3 +191,19 @@ func.func @restore_slot() {
   %0 = weft.restore @f slot -2 : tensor<2x8x64xf32>
   return
 }
+
+// -----
+
+func.func @attention_state_types(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>, %w: tensor<64x192xf32>, %wo: tensor<64x64xf32>, %q: tensor<2x8x64xf32>, %lse: tensor<2x8x4xbf16>) {
+  // expected-error @+1 {{'weft.attention_grad' op state operands must be (q, k, v, context, lse) of types ('tensor<2x8x64xf32>', 'tensor<2x8x64xf32>', 'tensor<2x8x64xf32>', 'tensor<2x8x64xf32>', 'tensor<2x8x4xf32>'), got ('tensor<2x8x64xf32>', 'tensor<2x8x64xf32>', 'tensor<2x8x64xf32>', 'tensor<2x8x64xf32>', 'tensor<2x8x4xbf16>')}}
+  %0:3 = weft.attention_grad %g, %x qkv(%w) out(%wo) state(%q, %q, %q, %q, %lse) {causal = true, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64x192xf32>, tensor<64x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x4xbf16>) -> (tensor<2x8x64xf32>, tensor<64x192xf32>, tensor<64x64xf32>)
+  return
+}
+
+// -----
+
+func.func @mlp_state_count(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>, %up: tensor<64x256xf32>, %down: tensor<256x64xf32>, %h: tensor<2x8x256xf32>) {
+  // expected-error @+1 {{'weft.mlp_grad' op state operands must be (up, act) of types ('tensor<2x8x256xf32>', 'tensor<2x8x256xf32>'), got ('tensor<2x8x256xf32>')}}
+  %0:3 = weft.mlp_grad %g, %x up(%up) down(%down) state(%h) {activation = "gelu"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64x256xf32>, tensor<256x64xf32>, tensor<2x8x256xf32>) -> (tensor<2x8x64xf32>, tensor<64x256xf32>, tensor<256x64xf32>)
+  return
+}

@@ -42,6 +42,30 @@ func.func @layers(%tokens: tensor<2x8xi32>, %labels: tensor<2x8xi32>,
   return
 }
 
+// Op state: the forward's trailing state results feed the grad op's state
+// operands (docs/autodiff.md, "Op state").
+// CHECK-LABEL: func.func @op_state(
+func.func @op_state(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>,
+                    %wq: tensor<64x64xf32>, %wk: tensor<64x32xf32>, %wv: tensor<64x32xf32>,
+                    %wo: tensor<64x64xf32>, %up: tensor<64x176xf32>, %gate: tensor<64x176xf32>,
+                    %down: tensor<176x64xf32>, %fused: tensor<64x96xf32>,
+                    %wot: tensor<32x64xf32>) {
+  // CHECK: %{{.*}}, %[[A:.*]]:5 = weft.attention %{{.*}} qkv(%{{.*}}, %{{.*}}, %{{.*}}) out(%{{.*}}) {{.*}} -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>, tensor<2x8x4xf32>)
+  %a:6 = weft.attention %x qkv(%wq, %wk, %wv) out(%wo) {causal = true, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x8x64xf32>, tensor<64x64xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>, tensor<2x8x4xf32>)
+  // CHECK: weft.attention_grad %{{.*}}, %{{.*}} qkv(%{{.*}}, %{{.*}}, %{{.*}}) out(%{{.*}}) state(%[[A]]#0, %[[A]]#1, %[[A]]#2, %[[A]]#3, %[[A]]#4) {causal = true
+  %da:5 = weft.attention_grad %g, %x qkv(%wq, %wk, %wv) out(%wo) state(%a#1, %a#2, %a#3, %a#4, %a#5) {causal = true, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64x64xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x64xf32>, tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>, tensor<2x8x4xf32>) -> (tensor<2x8x64xf32>, tensor<64x64xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x64xf32>)
+  // CHECK: %{{.*}}, %[[M:.*]]:3 = weft.mlp %{{.*}} up(%{{.*}}) gate(%{{.*}}) down(%{{.*}}) {activation = "silu"}
+  %m:4 = weft.mlp %x up(%up) gate(%gate) down(%down) {activation = "silu"} : (tensor<2x8x64xf32>, tensor<64x176xf32>, tensor<64x176xf32>, tensor<176x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>)
+  // CHECK: weft.mlp_grad %{{.*}}, %{{.*}} up(%{{.*}}) gate(%{{.*}}) down(%{{.*}}) state(%[[M]]#0, %[[M]]#1, %[[M]]#2) {activation = "silu"}
+  %dm:4 = weft.mlp_grad %g, %x up(%up) gate(%gate) down(%down) state(%m#1, %m#2, %m#3) {activation = "silu"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64x176xf32>, tensor<64x176xf32>, tensor<176x64xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>) -> (tensor<2x8x64xf32>, tensor<64x176xf32>, tensor<64x176xf32>, tensor<176x64xf32>)
+  // TP: this rank's 2 heads of 16, fused [q|k|v].
+  // CHECK: %{{.*}}, %[[T:.*]]:5 = weft.tp_attention %{{.*}} qkv(%{{.*}}) out(%{{.*}})
+  %t:6 = weft.tp_attention %x qkv(%fused) out(%wot) {causal = true, head_dim = 16 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, tp_size = 2 : i64} : (tensor<2x8x64xf32>, tensor<64x96xf32>, tensor<32x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x2xf32>)
+  // CHECK: weft.tp_attention_grad %{{.*}}, %{{.*}} qkv(%{{.*}}) out(%{{.*}}) state(%[[T]]#0, %[[T]]#1, %[[T]]#2, %[[T]]#3, %[[T]]#4)
+  %dt:3 = weft.tp_attention_grad %g, %x qkv(%fused) out(%wot) state(%t#1, %t#2, %t#3, %t#4, %t#5) {causal = true, head_dim = 16 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, tp_size = 2 : i64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64x96xf32>, tensor<32x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x2xf32>) -> (tensor<2x8x64xf32>, tensor<64x96xf32>, tensor<32x64xf32>)
+  return
+}
+
 // CHECK-LABEL: func.func @structure(
 func.func @structure(%x: tensor<?x?x64xf32>) -> tensor<?x?x64xf32> {
   // CHECK: weft.save %{{.*}} slot 0 : tensor<?x?x64xf32>

@@ -86,7 +86,9 @@
 // ZERO3: weftx.all_gather {{.*}} writes(@transformer.h.1.attn.c_attn.weight.gathered.2[0 +: 49152]) phase "gather transformer.h.1.attn.c_attn.weight (bwd mb0)"
 
 // The arena shrinks with recompute (one micro-batch of 8 tokens; the
-// parameters' persistent region is the same).
-// ARENA-NONE: weftx.program @role0 ranks [0] arena 34848 persistent 1994820
+// parameters' persistent region is the same). Without recompute the layers
+// also keep their op state (q, k, v, context, lse, the MLP's up and
+// activation: 2 x 24704 bytes) and the grad ops recompute nothing.
+// ARENA-NONE: weftx.program @role0 ranks [0] arena 80160 persistent 1994820
 // ARENA-SELECTIVE: weftx.program @role0 ranks [0] arena 30752 persistent 1994820
 // ARENA-FULL: weftx.program @role0 ranks [0] arena 28704 persistent 1994820

@@ -83,10 +83,12 @@
 // LLAMA: weftx.gemm f32 m 176 n 8 k 64 {{.*}} reads(@params[{{[0-9]+}} +: 45056], @rms_norm.1[0 +: 2048]) writes(@mlp.up[0 +: 5632])
 // LLAMA-NEXT: weftx.gemm f32 m 176 n 8 k 64 {{.*}} reads(@params[{{[0-9]+}} +: 45056], @rms_norm.1[0 +: 2048]) writes(@mlp.gate[0 +: 5632])
 // LLAMA-NEXT: weftx.launch @gated_forward reads(@mlp.gate[0 +: 5632], @mlp.up[0 +: 5632]) writes(@mlp.act[0 +: 5632])
-// Backward of the last layer's MLP: dGate, dUp from the gated kernel, then
+// Backward of the last layer's MLP: dGate, dUp from the gated kernel on the
+// forward's gate and up (the op state: no GEMM is recomputed), then
 // dx = du up^T + dg gate^T first (under TP its all-reduce then overlaps
 // what follows), then dUp += x^T du, dGate += x^T dg.
-// LLAMA: weftx.launch @gated_backward reads(@mlp.gate.2[0 +: 5632], @mlp.up.2[0 +: 5632], @mlp.act.grad[0 +: 5632]) writes(@mlp.gate.grad[0 +: 5632], @mlp.up.grad[0 +: 5632]) phase "bwd mb0"
+// LLAMA-NOT: @attention_forward {{.*}} phase "bwd
+// LLAMA: weftx.launch @gated_backward reads(@mlp.gate.1[0 +: 5632], @mlp.up.1[0 +: 5632], @mlp.act.grad[0 +: 5632]) writes(@mlp.gate.grad[0 +: 5632], @mlp.up.grad[0 +: 5632]) phase "bwd mb0"
 // LLAMA-NEXT: weftx.gemm f32 trans_a m 64 n 8 k 176 {{.*}} beta 0.0{{.*}} reads(@params[[[UP1:[0-9]+]] +: 45056], @mlp.up.grad[0 +: 5632]) writes(@mlp.grad[0 +: 2048])
 // LLAMA-NEXT: weftx.gemm f32 trans_a m 64 n 8 k 176 {{.*}} beta 1.0{{.*}} reads(@params[[[GATE1:[0-9]+]] +: 45056], @mlp.gate.grad[0 +: 5632], @mlp.grad[0 +: 2048]) writes(@mlp.grad[0 +: 2048])
 // LLAMA-NEXT: weftx.gemm f32 trans_b m 176 n 64 k 8 {{.*}} reads(@mlp.up.grad[0 +: 5632], @rms_norm.3[0 +: 2048], @grads[[[UP1]] +: 45056]) writes(@grads[[[UP1]] +: 45056])

@@ -152,14 +152,21 @@ struct Estimate {
 /// Activation bytes one transformer layer keeps for one micro-batch on one
 /// TP rank. Eager: Korthikanti et al. 2022 (Megatron-LM, generalised to
 /// ffn != 4h, GQA, SwiGLU), a*s*s scores included without recompute. Flash:
-/// Weft's compiled plan, whose flash-style grad ops recompute Q, K, V, the
-/// context, lse and the MLP hidden: 4 (none), 2 (selective) or 1 (full)
-/// [s, b, h] tensors (docs/autodiff.md).
+/// Weft's compiled plan: 4 [s, b, h] tensors and the op state (none), 2
+/// (selective: the grad ops recompute the op state) or 1 (full) [s, b, h]
+/// tensors (docs/autodiff.md).
 double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
                             int64_t microBatch, int64_t tp,
                             bool sequenceParallel, Recompute recompute,
                             int64_t elementBytes,
                             Attention attention = Attention::Eager);
+
+/// The op state one layer keeps without recompute on one TP rank
+/// (docs/autodiff.md, "Op state"): Q, K, V and the attention context, the
+/// MLP's up, gate (gated) and hidden activation in the element size, the
+/// attention's per-row log-sum-exp in f32.
+double layerOpStateBytes(const ModelSpec &model, int64_t seqLen,
+                         int64_t microBatch, int64_t tp, int64_t elementBytes);
 
 /// Transient bytes of one layer's backward beyond the saved activations:
 /// eager, the re-materialised layer (full) or scores (selective); flash,
@@ -265,7 +272,7 @@ private:
   int64_t zero3GatheredTensorsPerLayer(int64_t tp) const;
   /// weft-schedule's default `max-live-grad-bytes` for a ZeRO-2/3 rank
   /// holding `params` parameters (of an end stage or not): the largest
-  /// gradient plus twice the second largest, with accumulation each with
+  /// gradient plus three times the second largest, with accumulation each with
   /// its reduce-scatter output (1/DP of it); `elem` bytes per element.
   double liveGradientBytes(const ParallelConfig &c, bool endStage,
                            double params, double elem) const;

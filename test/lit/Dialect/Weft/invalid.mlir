@@ -489,3 +489,19 @@ func.func @f(%x: tensor<?x?x8xf32>) -> tensor<f32> attributes {weft.model = "gpt
 func.func @f() attributes {weft.bogus = 1 : i64} {
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<?x?x8xf32>, %q0: tensor<8x24xf32>, %o: tensor<8x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{state results must be (q, k, v, context, lse) of types ('tensor<?x?x8xf32>', 'tensor<?x?x8xf32>', 'tensor<?x?x8xf32>', 'tensor<?x?x8xf32>', 'tensor<?x?x4xf32>'), got ('tensor<?x?x8xf32>')}}
+  %y:2 = weft.attention %x qkv(%q0) out(%o) {causal = true, head_dim = 2 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64} : (tensor<?x?x8xf32>, tensor<8x24xf32>, tensor<8x8xf32>) -> (tensor<?x?x8xf32>, tensor<?x?x8xf32>)
+  return %y#0 : tensor<?x?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?x8xf32>, %u: tensor<8x16xf32>, %d: tensor<16x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{state results must be (up, act) of types ('tensor<?x?x16xf32>', 'tensor<?x?x16xf32>'), got ('tensor<?x?x16xf32>', 'tensor<?x?x8xf32>')}}
+  %y:3 = weft.mlp %x up(%u) down(%d) {activation = "gelu"} : (tensor<?x?x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> (tensor<?x?x8xf32>, tensor<?x?x16xf32>, tensor<?x?x8xf32>)
+  return %y#0 : tensor<?x?x8xf32>
+}
