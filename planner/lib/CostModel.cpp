@@ -117,8 +117,10 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
   // residual branch still needs (the input gradient is allocated once the
   // recomputed state is dead). Without recompute the op state is saved
   // (layerActivationBytes) and only the gradients are new: dctx, dq, dk,
-  // dv; gated dgate and dup (dh replaces the saved activation). Re-run
-  // saved tensors come on top: the
+  // dv; gated dgate and dup (dh replaces the saved activation). With full
+  // recompute the re-run attention's state is live from the re-run to
+  // attention_grad, beside the MLP's backward. Re-run saved tensors come on
+  // top: the
   // two norm outputs (selective), three of the four (full).
   double sbh = double(seqLen) * microBatch * model.hiddenSize;
   double h = double(model.hiddenSize);
@@ -136,6 +138,10 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
     // gradient, before dh takes its place; ungated, du overwrites dh.
     attentionGrad = (2 * q + 2 * kv) * sbh * e / t;
     mlpGrad = (model.gatedMlp ? 2.0 : 0.0) * model.ffnSize / h * sbh * e / t;
+  } else if (recompute == Recompute::Full) {
+    // The re-run attention's op state waits for attention_grad through the
+    // MLP's backward.
+    mlpGrad += (2 * q + 2 * kv) * sbh * e / t + lse;
   }
   double rerun = recompute == Recompute::None        ? 0.0
                  : recompute == Recompute::Selective ? 2.0
@@ -454,18 +460,16 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
     costs.layerBackward += 0.5 * attention;
   if (flash) {
     // The norm grad ops recompute the norms' statistics in every mode;
-    // with recompute the attention and MLP grad ops also recompute their op
-    // state (docs/autodiff.md, "Op state"): the QKV and MLP up/gate GEMMs,
-    // the attention forward and the activation. Selective also re-runs the
-    // norms; full re-runs the layer's forward on top.
-    double internalLinear =
-        linear *
-        (gemmSeconds(tokens, qkvOut, h) + gemmSeconds(tokens, mlpOut, h)) /
-        shapeSeconds;
+    // with selective recompute the attention and MLP grad ops also
+    // recompute their op state (docs/autodiff.md, "Op state"): the QKV and
+    // MLP up/gate GEMMs, the attention forward and the activation, and the
+    // norms are re-run. Full re-runs the layer's forward, whose attention
+    // hands its state to attention_grad: only the MLP's is recomputed.
+    double qkvLinear = linear * gemmSeconds(tokens, qkvOut, h) / shapeSeconds;
+    double upLinear = linear * gemmSeconds(tokens, mlpOut, h) / shapeSeconds;
     double norms = tokens * 4 * h / spShard * e / hbm;
-    double internals =
-        internalLinear + attention + norms +
-        tokens * (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t * e / hbm;
+    double mlpInternals = upLinear + tokens * (ms.gatedMlp ? 3.0 : 2.0) *
+                                         ms.ffnSize / t * e / hbm;
     // Full re-runs every op whose result a grad op reads: not the MLP (its
     // grad op recomputes its internals from the saved input) nor the
     // residual add after it (docs/autodiff.md, "Recompute modes").
@@ -478,11 +482,11 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
         tokens *
             ((ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t + 3 * h / spShard) * e /
             hbm;
-    costs.layerRecompute =
-        c.recompute == Recompute::None
-            ? norms
-            : internals + (c.recompute == Recompute::Selective ? norms : 0.0) +
-                  (c.recompute == Recompute::Full ? forward - mlpForward : 0.0);
+    double internals = qkvLinear + attention + norms + mlpInternals;
+    costs.layerRecompute = c.recompute == Recompute::None ? norms
+                           : c.recompute == Recompute::Selective
+                               ? internals + norms
+                               : norms + mlpInternals + forward - mlpForward;
   } else if (c.recompute == Recompute::Full) {
     costs.layerRecompute = costs.layerForward;
   } else if (c.recompute == Recompute::Selective) {

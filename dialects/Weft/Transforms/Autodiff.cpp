@@ -74,30 +74,6 @@ DenseSet<Operation *> activeOps(Block &body) {
   return active;
 }
 
-/// Without recompute, every active layer that can return its internal state
-/// (OpStateInterface) does, so that its grad op reads the state instead of
-/// recomputing it (docs/autodiff.md, "Op state"): the op is rebuilt with its
-/// state results.
-void addStateResults(Block &body, OpBuilder &builder) {
-  DenseSet<Operation *> active = activeOps(body);
-  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
-    auto stateful = dyn_cast<OpStateInterface>(op);
-    if (!stateful || !active.contains(&op) || op.getNumResults() != 1)
-      continue;
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPoint(&op);
-    OperationState state(op.getLoc(), op.getName());
-    state.addOperands(op.getOperands());
-    state.addTypes(op.getResultTypes());
-    state.addTypes(stateful.getStateTypes());
-    state.propertiesAttr = op.getPropertiesAsAttribute();
-    state.addAttributes(llvm::to_vector(op.getDiscardableAttrs()));
-    Operation *withState = builder.create(state);
-    op.getResult(0).replaceAllUsesWith(withState->getResult(0));
-    op.erase();
-  }
-}
-
 /// The state results of a forward op (OpStateInterface ops rebuilt by
 /// addStateResults): every result after the first.
 ResultRange stateResults(Operation *op) {
@@ -149,6 +125,38 @@ BodyPlan planBody(Block &body, Recompute policy, bool isLayer) {
   return plan;
 }
 
+/// Rebuilds the layers of `body` that return their internal state
+/// (OpStateInterface) with their state results, so that their grad ops read
+/// the state instead of recomputing it (docs/autodiff.md, "Op state"):
+/// without recompute every active one (the forward saves the state), with
+/// full recompute the ones the backward re-runs (the re-run hands its state
+/// to the grad op, nothing more is saved); with selective none.
+void addStateResults(Block &body, Recompute policy, bool isLayer,
+                     OpBuilder &builder) {
+  DenseSet<Operation *> withState;
+  if (policy == Recompute::None)
+    withState = activeOps(body);
+  else if (policy == Recompute::Full)
+    for (Operation *op : planBody(body, policy, isLayer).recomputed)
+      withState.insert(op);
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
+    auto stateful = dyn_cast<OpStateInterface>(op);
+    if (!stateful || !withState.contains(&op) || op.getNumResults() != 1)
+      continue;
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(&op);
+    OperationState state(op.getLoc(), op.getName());
+    state.addOperands(op.getOperands());
+    state.addTypes(op.getResultTypes());
+    state.addTypes(stateful.getStateTypes());
+    state.propertiesAttr = op.getPropertiesAsAttribute();
+    state.addAttributes(llvm::to_vector(op.getDiscardableAttrs()));
+    Operation *rebuilt = builder.create(state);
+    op.getResult(0).replaceAllUsesWith(rebuilt->getResult(0));
+    op.erase();
+  }
+}
+
 /// Builds `@f_backward` for one forward function `@f`.
 class BackwardBuilder {
 public:
@@ -183,11 +191,9 @@ private:
 /// in forward program order.
 void BackwardBuilder::planAndSave() {
   Block &top = forward.front();
-  if (policy == Recompute::None) {
-    addStateResults(top, builder);
-    for (BlockOp block : top.getOps<BlockOp>())
-      addStateResults(block.getBody().front(), builder);
-  }
+  addStateResults(top, policy, /*isLayer=*/false, builder);
+  for (BlockOp block : top.getOps<BlockOp>())
+    addStateResults(block.getBody().front(), policy, /*isLayer=*/true, builder);
   plans[&top] = planBody(top, policy, /*isLayer=*/false);
   // The saves of one op's results (its state) follow it in slot order.
   DenseMap<Operation *, Operation *> lastSaveAfter;

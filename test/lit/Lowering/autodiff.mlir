@@ -149,16 +149,21 @@
 // FULL-NEXT:    ^bb0(%[[X:.*]]: tensor<?x?x64xf32>):
 // FULL-NEXT:      weft.save %[[X]] slot 0
 // FULL-NOT:       weft.save
+// FULL:           weft.attention {{.*}} -> (tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x4xf32>)
+// FULL-NOT:       weft.save
 // FULL:           weft.yield
 // FULL-LABEL: func.func @gpt2_tiny_backward(
 // FULL:         weft.block_grad 0
 // FULL:           %[[SX:.*]] = weft.restore @gpt2_tiny slot 0
 // FULL-NEXT:      %[[LN1:.*]] = weft.layer_norm %[[SX]]
-// FULL-NEXT:      %[[ATT:.*]] = weft.attention %[[LN1]]
+// The re-run attention hands its state to attention_grad (nothing more is
+// saved); the MLP is not re-run and its grad op recomputes its state.
+// FULL-NEXT:      %[[ATT:.*]], %[[AS:.*]]:5 = weft.attention %[[LN1]]
 // FULL-NEXT:      %[[H:.*]] = arith.addf %[[SX]], %[[ATT]]
 // FULL-NEXT:      %[[LN2:.*]] = weft.layer_norm %[[H]]
-// FULL-NEXT:      weft.mlp_grad %{{.*}}, %[[LN2]] up
+// FULL-NEXT:      weft.mlp_grad %{{.*}}, %[[LN2]] up({{.*}}) down(%{{[^)]*}}) {activation
 // FULL-NOT:       weft.restore
+// FULL:           weft.attention_grad %{{.*}}, %[[LN1]] qkv({{.*}}) out({{.*}}) state(%[[AS]]#0, %[[AS]]#1, %[[AS]]#2, %[[AS]]#3, %[[AS]]#4)
 // FULL:           weft.grad_yield
 
 shard.grid @weft_mesh(shape = 1x2x2)

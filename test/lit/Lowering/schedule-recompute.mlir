@@ -14,8 +14,8 @@
 // Full: layer 1's backward (the first one) starts from its saved input
 // (`residual.1`, the residual stream after layer 0) and re-runs ln_1, the
 // attention (QKV, core, output projection and bias) and the residual add,
-// then ln_2, before the grad ops; attention_grad later recomputes its own
-// q, k, v, context and lse (the grad op's recompute, as without recompute).
+// then ln_2, before the grad ops; attention_grad later reads the re-run's
+// q, k, v, context and lse (its op state).
 // FULL-LABEL: weftx.stream "compute" {
 // FULL: weftx.launch @cross_entropy {{.*}} phase "bwd mb0"
 // FULL: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048]
@@ -30,7 +30,7 @@
 // re-run ln_2 output.
 // FULL-NEXT: weftx.gemm {{.*}} reads({{.*}}, @layer_norm.7[0 +: 2048]) writes(@mlp.up.2[0 +: 8192]) phase "bwd mb0"
 // FULL: weftx.launch @layer_norm_backward reads(@residual.4[0 +: 2048], {{.*}}, @mlp.grad[0 +: 2048])
-// FULL: weftx.launch @attention_backward
+// FULL: weftx.launch @attention_backward reads(@attn.q.2[0 +: 2048], @attn.k.2[0 +: 2048], @attn.v.2[0 +: 2048], @attn.context.2[0 +: 2048], @attn.lse.2[0 +: 128], @attn.context.grad[0 +: 2048])
 // FULL: weftx.launch @layer_norm_backward reads(@residual.1[0 +: 2048],
 // Layer 0 the same, from the embedding output.
 // FULL: weftx.launch @layer_norm_forward reads(@embedding[0 +: 2048], {{.*}}) phase "bwd mb0"
@@ -71,7 +71,8 @@
 // the grad ops is gathered once for each (like the forward's and the
 // backward's gathers), so the layer's parameters are not all held across
 // its backward: the re-run's copy (`.gathered.1`) is released after the
-// re-run's last use, attention_grad reads a fresh gather (`.gathered.2`).
+// re-run's last use, attention_grad reads a fresh gather (`.gathered.2`)
+// for its input gradient (its q, k, v come from the re-run).
 // ZERO3-LABEL: weftx.program @role0 ranks [0, 1] {
 // ZERO3: weftx.buffer @transformer.h.1.attn.c_attn.weight.gathered.1 arena size 49152
 // ZERO3: weftx.buffer @transformer.h.1.attn.c_attn.weight.gathered.2 arena size 49152
@@ -79,7 +80,7 @@
 // ZERO3: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 2048], @transformer.h.1.ln_1.weight.gathered.1[0 +: 256], @transformer.h.1.ln_1.bias.gathered.1[0 +: 256]) {{.*}} phase "bwd mb0"
 // ZERO3: weftx.gemm {{.*}} reads(@transformer.h.1.attn.c_attn.weight.gathered.1[512 +: 48640], @layer_norm.6[0 +: 2048]) writes(@attn.v.2[0 +: 2048]) phase "bwd mb0"
 // ZERO3-NEXT: weftx.release writes(@transformer.h.1.attn.c_attn.weight.gathered.1[0 +: 49152]) phase "bwd mb0"
-// ZERO3: weftx.gemm {{.*}} reads(@transformer.h.1.attn.c_attn.weight.gathered.2[0 +: 48640], @layer_norm.6[0 +: 2048]) writes(@attn.q.3[0 +: 2048]) phase "bwd mb0"
+// ZERO3: weftx.gemm {{.*}} reads(@transformer.h.1.attn.c_attn.weight.gathered.2[0 +: 48640], @attn.q.grad[0 +: 2048]) writes(@attn.grad[0 +: 2048]) phase "bwd mb0"
 // ZERO3: weftx.release writes(@transformer.h.1.attn.c_attn.weight.gathered.2[0 +: 49152]) phase "bwd mb0"
 // ZERO3-LABEL: weftx.stream "allgather" {
 // ZERO3: weftx.all_gather {{.*}} writes(@transformer.h.1.attn.c_attn.weight.gathered.1[0 +: 49152]) phase "gather transformer.h.1.attn.c_attn.weight (bwd mb0)"
@@ -88,7 +89,9 @@
 // The arena shrinks with recompute (one micro-batch of 8 tokens; the
 // parameters' persistent region is the same). Without recompute the layers
 // also keep their op state (q, k, v, context, lse, the MLP's up and
-// activation: 2 x 24704 bytes) and the grad ops recompute nothing.
+// activation: 2 x 24704 bytes) and the grad ops recompute nothing; with
+// full recompute the re-run attention's state is live through the MLP's
+// backward (8320 bytes more than when attention_grad recomputed it).
 // ARENA-NONE: weftx.program @role0 ranks [0] arena 80160 persistent 1994820
 // ARENA-SELECTIVE: weftx.program @role0 ranks [0] arena 30752 persistent 1994820
-// ARENA-FULL: weftx.program @role0 ranks [0] arena 28704 persistent 1994820
+// ARENA-FULL: weftx.program @role0 ranks [0] arena 37024 persistent 1994820

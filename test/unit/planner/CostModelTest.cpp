@@ -111,6 +111,14 @@ TEST(Memory, FlashAttentionKeepsNoScores) {
                                                Recompute::Selective, 2,
                                                Attention::Flash),
                    kSbh * 2 * (1 + 1 + 2) + lse / 8);
+  // Full: the re-run attention's state (4 [s,b,h] + lse) waits through the
+  // MLP's backward, which recomputes its up output and activation (8h):
+  // 12 [s,b,h] + lse, above attention_grad's 8 + lse; plus the incoming
+  // gradient and three re-run saved tensors.
+  EXPECT_DOUBLE_EQ(layerBackwardWorkspaceBytes(m, 2048, 4, 1, false,
+                                               Recompute::Full, 2,
+                                               Attention::Flash),
+                   kSbh * 2 * (12 + 1 + 3) + lse);
   // Eager: Megatron's full recompute re-materialises the whole layer.
   EXPECT_DOUBLE_EQ(layerBackwardWorkspaceBytes(m, 2048, 4, 1, false,
                                                Recompute::Full, 2,
