@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Op state (docs/autodiff.md): grad ops that read the forward's q, k, v,
-# context, lse and MLP hidden state instead of recomputing them, against a
-# baseline build, in one run:
+# Op state (docs/autodiff.md): grad ops that read the forward's (or the
+# re-run's) norm statistics, q, k, v, context, lse and MLP hidden state
+# instead of recomputing them, against a baseline build, in one run:
 #  1. the compiled plan of GPT-2 124M, bf16, one H100, micro-batch 32 x
 #     seq 1024 (the GPU benchmark's shape), recompute none and full: backward GEMM
 #     FLOPs, attention_forward launches, arena bytes, the planner's step

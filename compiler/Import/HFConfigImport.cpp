@@ -186,13 +186,17 @@ public:
   Value layerNorm(Value input, StringRef prefix) {
     Value gamma = ones((prefix + ".weight").str(), dims.hidden);
     Value beta = zeros((prefix + ".bias").str(), dims.hidden);
-    return LayerNormOp::create(builder, loc, input.getType(), input, gamma,
-                               beta, builder.getF64FloatAttr(dims.normEps));
+    return LayerNormOp::create(builder, loc, input.getType(),
+                               /*state=*/TypeRange(), input, gamma, beta,
+                               builder.getF64FloatAttr(dims.normEps))
+        .getResult();
   }
   Value rmsNorm(Value input, StringRef name) {
     Value gamma = ones(name, dims.hidden);
-    return RMSNormOp::create(builder, loc, input.getType(), input, gamma,
-                             builder.getF64FloatAttr(dims.normEps));
+    return RMSNormOp::create(builder, loc, input.getType(),
+                             /*state=*/TypeRange(), input, gamma,
+                             builder.getF64FloatAttr(dims.normEps))
+        .getResult();
   }
   Value add(Value lhs, Value rhs) {
     return arith::AddFOp::create(builder, loc, lhs, rhs);

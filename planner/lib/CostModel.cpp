@@ -33,14 +33,21 @@ double TimeBreakdown::total() const {
 }
 
 double layerOpStateBytes(const ModelSpec &model, int64_t seqLen,
-                         int64_t microBatch, int64_t tp, int64_t elementBytes) {
-  double sbh = double(seqLen) * microBatch * model.hiddenSize;
+                         int64_t microBatch, int64_t tp, bool sequenceParallel,
+                         int64_t elementBytes) {
+  double tokens = double(seqLen) * microBatch;
+  double sbh = tokens * model.hiddenSize;
   double h = double(model.hiddenSize);
   double q = double(model.numHeads * model.headDim) / h;
   double kv = double(model.numKvHeads * model.headDim) / h;
   double mlp = (model.gatedMlp ? 3.0 : 2.0) * model.ffnSize / h;
-  double lse = double(model.numHeads) * seqLen * microBatch * 4;
-  return (sbh * elementBytes * (2 * q + 2 * kv + mlp) + lse) / double(tp);
+  double lse = double(model.numHeads) * tokens * 4;
+  // Two norms' f32 row statistics: rstd, and the mean for LayerNorm; rows
+  // are sequence-sharded under SP.
+  double norms = tokens * 2 * (model.rmsNorm ? 4.0 : 8.0) /
+                 (sequenceParallel ? double(tp) : 1.0);
+  return (sbh * elementBytes * (2 * q + 2 * kv + mlp) + lse) / double(tp) +
+         norms;
 }
 
 double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
@@ -67,7 +74,8 @@ double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
     // state"); selective's grad ops recompute it.
     if (recompute == Recompute::None)
       return 2 * sbh * e / spShard + 2 * sbh * e +
-             layerOpStateBytes(model, seqLen, microBatch, tp, elementBytes);
+             layerOpStateBytes(model, seqLen, microBatch, tp, sequenceParallel,
+                               elementBytes);
     if (sequenceParallel && tp > 1)
       return 2 * sbh * e / spShard + 2 * sbh * e;
     return 2.0 * sbh * e / spShard;
@@ -120,8 +128,8 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
   // dv; gated dgate and dup (dh replaces the saved activation). With full
   // recompute the re-run attention's state is live from the re-run to
   // attention_grad, beside the MLP's backward. Re-run saved tensors come on
-  // top: the
-  // two norm outputs (selective), three of the four (full).
+  // top: the two norm outputs (selective), three of the four (full), and
+  // the re-run norms' row statistics, which wait for their grad ops.
   double sbh = double(seqLen) * microBatch * model.hiddenSize;
   double h = double(model.hiddenSize);
   double e = double(elementBytes);
@@ -146,6 +154,9 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
   double rerun = recompute == Recompute::None        ? 0.0
                  : recompute == Recompute::Selective ? 2.0
                                                      : 3.0;
+  // Two norms' f32 rstd (and LayerNorm's mean) per (local) row.
+  double normStats =
+      double(seqLen) * microBatch * 2 * (model.rmsNorm ? 4.0 : 8.0) / spShard;
   if (sequenceParallel && tp > 1) {
     // Under SP the re-run norm outputs are all-gathered (full sequence)
     // before the matmuls that read them, and the gathered copies are what
@@ -153,13 +164,15 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
     // norm outputs; selective re-runs nothing (layerActivationBytes). The
     // ungated MLP's backward also holds its all-gathered incoming gradient
     // beside u and act(u) (the gated one has released it by its peak).
-    double rerunBytes =
-        recompute == Recompute::Full ? sbh * e / spShard + 2 * sbh * e : 0.0;
+    double rerunBytes = recompute == Recompute::Full
+                            ? sbh * e / spShard + 2 * sbh * e + normStats
+                            : 0.0;
     if (recompute == Recompute::Full && !model.gatedMlp)
       mlpGrad += sbh * e;
     return std::max(attentionGrad, mlpGrad) + sbh * e / spShard + rerunBytes;
   }
-  return std::max(attentionGrad, mlpGrad) + (1 + rerun) * sbh * e / spShard;
+  return std::max(attentionGrad, mlpGrad) + (1 + rerun) * sbh * e / spShard +
+         (rerun > 0 ? normStats : 0.0);
 }
 
 double activationsInFlight(Schedule schedule, int64_t pp, int64_t stage,
@@ -459,12 +472,12 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   if (flash)
     costs.layerBackward += 0.5 * attention;
   if (flash) {
-    // The norm grad ops recompute the norms' statistics in every mode;
-    // with selective recompute the attention and MLP grad ops also
-    // recompute their op state (docs/autodiff.md, "Op state"): the QKV and
-    // MLP up/gate GEMMs, the attention forward and the activation, and the
-    // norms are re-run. Full re-runs the layer's forward, whose attention
-    // hands its state to attention_grad: only the MLP's is recomputed.
+    // Without recompute the grad ops read the op state (docs/autodiff.md,
+    // "Op state"). Selective re-runs the norms, which hand their statistics
+    // to their grad ops, and the attention and MLP grad ops recompute their
+    // op state: the QKV and MLP up/gate GEMMs, the attention forward and
+    // the activation. Full re-runs the layer's forward, whose norms and
+    // attention hand over their state: only the MLP's is recomputed.
     double qkvLinear = linear * gemmSeconds(tokens, qkvOut, h) / shapeSeconds;
     double upLinear = linear * gemmSeconds(tokens, mlpOut, h) / shapeSeconds;
     double norms = tokens * 4 * h / spShard * e / hbm;
@@ -482,11 +495,10 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
         tokens *
             ((ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t + 3 * h / spShard) * e /
             hbm;
-    double internals = qkvLinear + attention + norms + mlpInternals;
-    costs.layerRecompute = c.recompute == Recompute::None ? norms
+    costs.layerRecompute = c.recompute == Recompute::None ? 0.0
                            : c.recompute == Recompute::Selective
-                               ? internals + norms
-                               : norms + mlpInternals + forward - mlpForward;
+                               ? norms + qkvLinear + attention + mlpInternals
+                               : mlpInternals + forward - mlpForward;
   } else if (c.recompute == Recompute::Full) {
     costs.layerRecompute = costs.layerForward;
   } else if (c.recompute == Recompute::Selective) {

@@ -126,16 +126,22 @@ LogicalResult RoleScheduler::lowerPositionEmbedding(PositionEmbeddingOp op) {
 // Norms, attention, MLP, head
 //===----------------------------------------------------------------------===//
 
+// A norm's result and, when the op returns them, its row statistics (mean
+// and rstd, or rstd) bind to the forward's slices in order.
 LogicalResult RoleScheduler::lowerLayerNorm(LayerNormOp op) {
-  values[op.getResult()] =
+  std::array<Slice, 3> slices =
       layerNormForward(op.getInput(), op.getWeight(), op.getBias(),
-                       op.getEpsilon().convertToDouble())[0];
+                       op.getEpsilon().convertToDouble());
+  for (auto [value, slice] : llvm::zip(op->getResults(), slices))
+    values[value] = slice;
   return success();
 }
 
 LogicalResult RoleScheduler::lowerRmsNorm(RMSNormOp op) {
-  values[op.getResult()] = rmsNormForward(op.getInput(), op.getWeight(),
-                                          op.getEpsilon().convertToDouble())[0];
+  std::array<Slice, 2> slices = rmsNormForward(
+      op.getInput(), op.getWeight(), op.getEpsilon().convertToDouble());
+  for (auto [value, slice] : llvm::zip(op->getResults(), slices))
+    values[value] = slice;
   return success();
 }
 
@@ -549,12 +555,18 @@ RoleScheduler::lowerPositionEmbeddingGrad(PositionEmbeddingGradOp op) {
 }
 
 LogicalResult RoleScheduler::lowerLayerNormGrad(LayerNormGradOp op) {
-  // Recompute the row statistics (docs/autodiff.md: saved state is
-  // recomputed).
-  auto [y, mean, rstd] =
-      layerNormForward(op.getInput(), op.getWeight(), op.getBias(),
-                       op.getEpsilon().convertToDouble());
-  (void)y;
+  // The row statistics: the forward's (op state), else recomputed.
+  Slice mean, rstd;
+  if (ValueRange state = op.getState(); !state.empty()) {
+    mean = lookup(state[0]);
+    rstd = lookup(state[1]);
+  } else {
+    std::array<Slice, 3> recomputed =
+        layerNormForward(op.getInput(), op.getWeight(), op.getBias(),
+                         op.getEpsilon().convertToDouble());
+    mean = recomputed[1];
+    rstd = recomputed[2];
+  }
   bindParameterGrads(op);
   int64_t h = width(op.getInput()), n = rowsOf(op.getInput());
   Slice dx = activation("layer_norm.grad", n * h);
@@ -567,9 +579,11 @@ LogicalResult RoleScheduler::lowerLayerNormGrad(LayerNormGradOp op) {
 }
 
 LogicalResult RoleScheduler::lowerRmsNormGrad(RMSNormGradOp op) {
-  // Recompute the row statistics, as for layer norms.
-  Slice rstd = rmsNormForward(op.getInput(), op.getWeight(),
-                              op.getEpsilon().convertToDouble())[1];
+  // The row statistics, as for layer norms.
+  Slice rstd = op.getState().empty()
+                   ? rmsNormForward(op.getInput(), op.getWeight(),
+                                    op.getEpsilon().convertToDouble())[1]
+                   : lookup(op.getState()[0]);
   bindParameterGrads(op);
   int64_t h = width(op.getInput()), n = rowsOf(op.getInput());
   Slice dx = activation("rms_norm.grad", n * h);

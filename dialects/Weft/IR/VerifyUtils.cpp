@@ -124,6 +124,21 @@ SmallVector<StringRef> mlpStateNames(bool gated) {
   return {"up", "act"};
 }
 
+SmallVector<Type> normStateTypes(Value input, bool withMean) {
+  auto type = cast<RankedTensorType>(input.getType());
+  Type rows = RankedTensorType::get(type.getShape().drop_back(),
+                                    Float32Type::get(input.getContext()));
+  if (withMean)
+    return {rows, rows};
+  return {rows};
+}
+
+SmallVector<StringRef> normStateNames(bool withMean) {
+  if (withMean)
+    return {"mean", "rstd"};
+  return {"rstd"};
+}
+
 LogicalResult verifyState(Operation *op, TypeRange state, StringRef what) {
   if (state.empty())
     return success();

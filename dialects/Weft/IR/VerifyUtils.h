@@ -44,6 +44,10 @@ SmallVector<StringRef> attentionStateNames();
 /// activation, `[batch, seq, ffn]` of `input`'s element type.
 SmallVector<Type> mlpStateTypes(Value input, Value upWeight, bool gated);
 SmallVector<StringRef> mlpStateNames(bool gated);
+/// What the norms keep as state: per row of `input`, `[batch, seq]` f32, the
+/// mean and rstd (LayerNorm) or the rstd (RMSNorm).
+SmallVector<Type> normStateTypes(Value input, bool withMean);
+SmallVector<StringRef> normStateNames(bool withMean);
 /// `state` (an op's state results or operands, `what` says which) is empty or
 /// exactly the op's OpStateInterface types.
 LogicalResult verifyState(Operation *op, TypeRange state, StringRef what);

@@ -111,13 +111,29 @@ LogicalResult EmbeddingGradOp::verify() {
 LogicalResult LayerNormGradOp::verify() {
   if (failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
     return failure();
-  return verifySameShapeLayer(*this, getGrad(), getInput());
+  return verifySameShapeLayer(*this, getGrad(), getInput(), getState());
+}
+
+SmallVector<Type> LayerNormGradOp::getStateTypes() {
+  return normStateTypes(getInput(), /*withMean=*/true);
+}
+
+SmallVector<StringRef> LayerNormGradOp::getStateNames() {
+  return normStateNames(/*withMean=*/true);
 }
 
 LogicalResult RMSNormGradOp::verify() {
   if (failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
     return failure();
-  return verifySameShapeLayer(*this, getGrad(), getInput());
+  return verifySameShapeLayer(*this, getGrad(), getInput(), getState());
+}
+
+SmallVector<Type> RMSNormGradOp::getStateTypes() {
+  return normStateTypes(getInput(), /*withMean=*/false);
+}
+
+SmallVector<StringRef> RMSNormGradOp::getStateNames() {
+  return normStateNames(/*withMean=*/false);
 }
 
 LogicalResult AttentionGradOp::verify() {

@@ -52,35 +52,40 @@ def Weft_EmbeddingGradOp : Weft_GradOp<"embedding_grad",
   }];
 }
 
-def Weft_LayerNormGradOp : Weft_GradOp<"layer_norm_grad"> {
+def Weft_LayerNormGradOp : Weft_GradOp<"layer_norm_grad",
+    [DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Gradients of a LayerNorm";
   let description = [{
     With `xhat = (x - mean) * rstd` per row (`rstd = 1/sqrt(var + epsilon)`,
-    biased variance, recomputed from `input`) and `gy = grad * weight`:
+    biased variance; `mean` and `rstd` from `state`, the forward's state
+    results, or recomputed from `input`) and `gy = grad * weight`:
     `dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`,
     `d weight = sum_rows(grad * xhat)`, `d bias = sum_rows(grad)`.
     Returns `(dx, d weight, d bias)`.
   }];
   let arguments = (ins AnyRankedTensor:$grad, AnyRankedTensor:$input,
                        AnyRankedTensor:$weight, AnyRankedTensor:$bias,
-                       F64Attr:$epsilon);
+                       F64Attr:$epsilon, Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
-    $grad `,` $input `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)
+    $grad `,` $input `,` $weight `,` $bias (`state` `(` $state^ `)`)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
-def Weft_RMSNormGradOp : Weft_GradOp<"rms_norm_grad"> {
+def Weft_RMSNormGradOp : Weft_GradOp<"rms_norm_grad",
+    [DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "Gradients of an RMSNorm";
   let description = [{
-    With `rstd = 1/sqrt(mean(x^2) + epsilon)` per row (recomputed from
-    `input`) and `gy = grad * weight`:
+    With `rstd = 1/sqrt(mean(x^2) + epsilon)` per row (from `state`, the
+    forward's state result, or recomputed from `input`) and
+    `gy = grad * weight`:
     `dx = rstd * (gy - x * rstd^2 * mean(gy * x))`,
     `d weight = sum_rows(grad * x * rstd)`. Returns `(dx, d weight)`.
   }];
   let arguments = (ins AnyRankedTensor:$grad, AnyRankedTensor:$input,
-                       AnyRankedTensor:$weight, F64Attr:$epsilon);
+                       AnyRankedTensor:$weight, F64Attr:$epsilon,
+                       Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
-    $grad `,` $input `,` $weight attr-dict `:` functional-type(operands, results)
+    $grad `,` $input `,` $weight (`state` `(` $state^ `)`)? attr-dict `:` functional-type(operands, results)
   }];
 }
 

@@ -100,17 +100,35 @@ LogicalResult LayerNormOp::verify() {
   FailureOr<int64_t> hidden = verifyHiddenState(*this, getInput(), "input");
   if (failed(hidden) ||
       failed(verifyShape(*this, getWeight(), "weight", {*hidden})) ||
-      failed(verifyShape(*this, getBias(), "bias", {*hidden})))
+      failed(verifyShape(*this, getBias(), "bias", {*hidden})) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
     return failure();
-  return verifyEpsilon(*this, getEpsilon().convertToDouble());
+  return verifyState(*this, getState().getTypes(), "results");
+}
+
+SmallVector<Type> LayerNormOp::getStateTypes() {
+  return normStateTypes(getInput(), /*withMean=*/true);
+}
+
+SmallVector<StringRef> LayerNormOp::getStateNames() {
+  return normStateNames(/*withMean=*/true);
 }
 
 LogicalResult RMSNormOp::verify() {
   FailureOr<int64_t> hidden = verifyHiddenState(*this, getInput(), "input");
   if (failed(hidden) ||
-      failed(verifyShape(*this, getWeight(), "weight", {*hidden})))
+      failed(verifyShape(*this, getWeight(), "weight", {*hidden})) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
     return failure();
-  return verifyEpsilon(*this, getEpsilon().convertToDouble());
+  return verifyState(*this, getState().getTypes(), "results");
+}
+
+SmallVector<Type> RMSNormOp::getStateTypes() {
+  return normStateTypes(getInput(), /*withMean=*/false);
+}
+
+SmallVector<StringRef> RMSNormOp::getStateNames() {
+  return normStateNames(/*withMean=*/false);
 }
 
 //===----------------------------------------------------------------------===//

@@ -83,23 +83,41 @@ def Weft_EmbeddingOp : Weft_Op<"embedding", [Pure, AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
-def Weft_LayerNormOp : Weft_Op<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Weft_LayerNormOp : Weft_Op<"layer_norm", [Pure,
+    AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "LayerNorm over the hidden dimension, with scale and shift";
+  let description = [{
+    `state`, when present (weft-autodiff adds it where the backward keeps
+    it), returns what `weft.layer_norm_grad` reads: the mean and the
+    reciprocal standard deviation of every row (`[batch, seq]`, f32
+    whatever the input type).
+  }];
   let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$weight,
                        AnyRankedTensor:$bias, F64Attr:$epsilon);
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs AnyRankedTensor:$result,
+                      Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight) `,` type($bias)
+    (`->` `state` type($state)^)?
   }];
   let hasVerifier = 1;
 }
 
-def Weft_RMSNormOp : Weft_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Weft_RMSNormOp : Weft_Op<"rms_norm", [Pure,
+    AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<Weft_OpStateInterface>]> {
   let summary = "RMSNorm over the hidden dimension, with scale";
+  let description = [{
+    `state`, when present, returns what `weft.rms_norm_grad` reads: the
+    reciprocal root mean square of every row (`[batch, seq]`, f32).
+  }];
   let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$weight, F64Attr:$epsilon);
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs AnyRankedTensor:$result,
+                      Variadic<AnyRankedTensor>:$state);
   let assemblyFormat = [{
     $input `,` $weight attr-dict `:` type($input) `,` type($weight)
+    (`->` `state` type($state)^)?
   }];
   let hasVerifier = 1;
 }

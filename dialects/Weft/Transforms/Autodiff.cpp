@@ -125,18 +125,18 @@ BodyPlan planBody(Block &body, Recompute policy, bool isLayer) {
   return plan;
 }
 
-/// Rebuilds the layers of `body` that return their internal state
+/// Rebuilds the ops of `body` that can return their internal state
 /// (OpStateInterface) with their state results, so that their grad ops read
 /// the state instead of recomputing it (docs/autodiff.md, "Op state"):
 /// without recompute every active one (the forward saves the state), with
-/// full recompute the ones the backward re-runs (the re-run hands its state
-/// to the grad op, nothing more is saved); with selective none.
+/// recompute the ones the backward re-runs (the re-run hands its state to
+/// the grad op; nothing more is saved).
 void addStateResults(Block &body, Recompute policy, bool isLayer,
                      OpBuilder &builder) {
   DenseSet<Operation *> withState;
   if (policy == Recompute::None)
     withState = activeOps(body);
-  else if (policy == Recompute::Full)
+  else
     for (Operation *op : planBody(body, policy, isLayer).recomputed)
       withState.insert(op);
   for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
@@ -271,8 +271,9 @@ LogicalResult BackwardBuilder::emitBody(Block &body, IRMapping &primal,
   for (Operation &op : llvm::reverse(body.without_terminator())) {
     if (!plan.active.contains(&op) || isa<ParamOp>(op))
       continue;
+    // Forward layers may carry state results beside their one result.
     if (op.getNumResults() != 1 &&
-        !(isa<OpStateInterface>(op) && op.getNumResults() > 1))
+        !(isa<OpStateInterface>(op) && gradOpName(&op)))
       return op.emitOpError("weft-autodiff: expected one result");
     if (Value grad = adjoints.lookup(op.getResult(0)))
       if (failed(emitOp(&op, grad, primal, adjoints)))

@@ -15,32 +15,39 @@
 // GPT2:         weft.block 0
 // GPT2-NEXT:    ^bb0(%[[X:.*]]: tensor<?x?x64xf32>):
 // GPT2-NEXT:      weft.save %[[X]] slot 0
-// GPT2:           %[[LN1:.*]] = weft.layer_norm %[[X]]
+// Without recompute every layer returns its op state and the forward saves
+// it for the grad op: the norm's row mean and rstd,
+// GPT2:           %[[LN1:.*]], %[[N1:.*]]:2 = weft.layer_norm %[[X]], {{.*}} -> state tensor<?x?xf32>, tensor<?x?xf32>
 // GPT2-NEXT:      weft.save %[[LN1]] slot 1
-// Without recompute the attention returns its state (q, k, v, context, lse)
-// and the forward saves it for attention_grad.
+// GPT2-NEXT:      weft.save %[[N1]]#0 slot 2 : tensor<?x?xf32>
+// GPT2-NEXT:      weft.save %[[N1]]#1 slot 3 : tensor<?x?xf32>
+// the attention's q, k, v, context and lse,
 // GPT2:           %[[ATT:.*]], %[[AS:.*]]:5 = weft.attention %[[LN1]] {{.*}} -> (tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x4xf32>)
-// GPT2-NEXT:      weft.save %[[AS]]#0 slot 2
-// GPT2-NEXT:      weft.save %[[AS]]#1 slot 3
-// GPT2-NEXT:      weft.save %[[AS]]#2 slot 4
-// GPT2-NEXT:      weft.save %[[AS]]#3 slot 5
-// GPT2-NEXT:      weft.save %[[AS]]#4 slot 6
+// GPT2-NEXT:      weft.save %[[AS]]#0 slot 4
+// GPT2-NEXT:      weft.save %[[AS]]#1 slot 5
+// GPT2-NEXT:      weft.save %[[AS]]#2 slot 6
+// GPT2-NEXT:      weft.save %[[AS]]#3 slot 7
+// GPT2-NEXT:      weft.save %[[AS]]#4 slot 8
 // GPT2-NEXT:      %[[H:.*]] = arith.addf %[[X]], %[[ATT]]
-// GPT2-NEXT:      weft.save %[[H]] slot 7
-// GPT2:           %[[LN2:.*]] = weft.layer_norm %[[H]]
-// GPT2-NEXT:      weft.save %[[LN2]] slot 8
-// The MLP's state: its up projection and activation.
+// GPT2-NEXT:      weft.save %[[H]] slot 9
+// GPT2:           %[[LN2:.*]], %[[N2:.*]]:2 = weft.layer_norm %[[H]]
+// GPT2-NEXT:      weft.save %[[LN2]] slot 10
+// GPT2-NEXT:      weft.save %[[N2]]#0 slot 11
+// GPT2-NEXT:      weft.save %[[N2]]#1 slot 12
+// and the MLP's up projection and activation.
 // GPT2:           %{{.*}}, %[[MS:.*]]:2 = weft.mlp %[[LN2]] {{.*}} -> (tensor<?x?x64xf32>, tensor<?x?x256xf32>, tensor<?x?x256xf32>)
-// GPT2-NEXT:      weft.save %[[MS]]#0 slot 9
-// GPT2-NEXT:      weft.save %[[MS]]#1 slot 10
+// GPT2-NEXT:      weft.save %[[MS]]#0 slot 13
+// GPT2-NEXT:      weft.save %[[MS]]#1 slot 14
 // GPT2-NOT:       weft.save
 // GPT2:           weft.yield
 // GPT2:         %[[OUT:.*]] = weft.block 1
-// GPT2:         weft.save %[[OUT]] slot 22
-// GPT2:         %[[LNF:.*]] = weft.layer_norm %[[OUT]]
-// GPT2-NEXT:    weft.save %[[LNF]] slot 23
+// GPT2:         weft.save %[[OUT]] slot 30
+// GPT2:         %[[LNF:.*]], %[[NF:.*]]:2 = weft.layer_norm %[[OUT]]
+// GPT2-NEXT:    weft.save %[[LNF]] slot 31
+// GPT2-NEXT:    weft.save %[[NF]]#0 slot 32
+// GPT2-NEXT:    weft.save %[[NF]]#1 slot 33
 // GPT2:         %[[LOGITS:.*]] = weft.lm_head
-// GPT2-NEXT:    weft.save %[[LOGITS]] slot 24
+// GPT2-NEXT:    weft.save %[[LOGITS]] slot 34
 // GPT2-NEXT:    weft.cross_entropy
 // GPT2-NEXT:    return
 
@@ -52,33 +59,39 @@
 // GPT2-SAME:      tensor<64xf32> {weft.grad = "transformer.ln_f.bias"}) {
 // GPT2:         %[[SEED:.*]] = arith.constant dense<1.000000e+00> : tensor<f32>
 // GPT2:         %[[WTE:.*]] = weft.param "transformer.wte.weight"
-// GPT2:         %[[R8:.*]] = weft.restore @gpt2_tiny slot 22
-// GPT2-NEXT:    %[[R9:.*]] = weft.restore @gpt2_tiny slot 23
-// GPT2-NEXT:    %[[R10:.*]] = weft.restore @gpt2_tiny slot 24
+// GPT2:         %[[R8:.*]] = weft.restore @gpt2_tiny slot 30
+// GPT2-NEXT:    %[[R9:.*]] = weft.restore @gpt2_tiny slot 31
+// GPT2-NEXT:    %[[RM:.*]] = weft.restore @gpt2_tiny slot 32
+// GPT2-NEXT:    %[[RS:.*]] = weft.restore @gpt2_tiny slot 33
+// GPT2-NEXT:    %[[R10:.*]] = weft.restore @gpt2_tiny slot 34
 // GPT2-NEXT:    %[[DLOG:.*]] = weft.cross_entropy_grad %[[SEED]], %[[R10]], %[[LAB]] {ignore_index = -100 : i64}
 // GPT2-NEXT:    %[[HEAD:.*]]:2 = weft.lm_head_grad %[[DLOG]], %[[R9]], %[[WTE]]
-// GPT2-NEXT:    %[[LNFG:.*]]:3 = weft.layer_norm_grad %[[HEAD]]#0, %[[R8]]
+// GPT2-NEXT:    %[[LNFG:.*]]:3 = weft.layer_norm_grad %[[HEAD]]#0, %[[R8]], %{{.*}}, %{{.*}} state(%[[RM]], %[[RS]])
 // GPT2-NEXT:    %[[DX1:.*]], %{{.*}}:12 = weft.block_grad 1(%[[LNFG]]#0)
 // GPT2-SAME:      params = ["transformer.h.1.ln_1.weight",
 // GPT2:         %[[DX0:.*]], %[[P0:.*]]:12 = weft.block_grad 0(%[[DX1]])
 // GPT2-NEXT:    ^bb0(%[[G:.*]]: tensor<?x?x64xf32>):
 // GPT2:           %[[S0:.*]] = weft.restore @gpt2_tiny slot 0
 // GPT2-NEXT:      %[[S1:.*]] = weft.restore @gpt2_tiny slot 1
-// GPT2-NEXT:      %[[Q:.*]] = weft.restore @gpt2_tiny slot 2
-// GPT2-NEXT:      %[[K:.*]] = weft.restore @gpt2_tiny slot 3
-// GPT2-NEXT:      %[[V:.*]] = weft.restore @gpt2_tiny slot 4
-// GPT2-NEXT:      %[[C:.*]] = weft.restore @gpt2_tiny slot 5
-// GPT2-NEXT:      %[[LSE:.*]] = weft.restore @gpt2_tiny slot 6 : tensor<?x?x4xf32>
-// GPT2-NEXT:      %[[S2:.*]] = weft.restore @gpt2_tiny slot 7
-// GPT2-NEXT:      %[[S3:.*]] = weft.restore @gpt2_tiny slot 8
-// GPT2-NEXT:      %[[U:.*]] = weft.restore @gpt2_tiny slot 9
-// GPT2-NEXT:      %[[ACT:.*]] = weft.restore @gpt2_tiny slot 10
+// GPT2-NEXT:      %[[M1:.*]] = weft.restore @gpt2_tiny slot 2
+// GPT2-NEXT:      %[[RS1:.*]] = weft.restore @gpt2_tiny slot 3
+// GPT2-NEXT:      %[[Q:.*]] = weft.restore @gpt2_tiny slot 4
+// GPT2-NEXT:      %[[K:.*]] = weft.restore @gpt2_tiny slot 5
+// GPT2-NEXT:      %[[V:.*]] = weft.restore @gpt2_tiny slot 6
+// GPT2-NEXT:      %[[C:.*]] = weft.restore @gpt2_tiny slot 7
+// GPT2-NEXT:      %[[LSE:.*]] = weft.restore @gpt2_tiny slot 8 : tensor<?x?x4xf32>
+// GPT2-NEXT:      %[[S2:.*]] = weft.restore @gpt2_tiny slot 9
+// GPT2-NEXT:      %[[S3:.*]] = weft.restore @gpt2_tiny slot 10
+// GPT2-NEXT:      %[[M2:.*]] = weft.restore @gpt2_tiny slot 11
+// GPT2-NEXT:      %[[RS2:.*]] = weft.restore @gpt2_tiny slot 12
+// GPT2-NEXT:      %[[U:.*]] = weft.restore @gpt2_tiny slot 13
+// GPT2-NEXT:      %[[ACT:.*]] = weft.restore @gpt2_tiny slot 14
 // GPT2-NEXT:      %[[MLP:.*]]:5 = weft.mlp_grad %[[G]], %[[S3]] up({{.*}}) down({{.*}}) state(%[[U]], %[[ACT]])
-// GPT2-NEXT:      %[[LN2G:.*]]:3 = weft.layer_norm_grad %[[MLP]]#0, %[[S2]]
+// GPT2-NEXT:      %[[LN2G:.*]]:3 = weft.layer_norm_grad %[[MLP]]#0, %[[S2]], %{{.*}}, %{{.*}} state(%[[M2]], %[[RS2]])
 // Residual fan-out: the gradient of h sums both uses.
 // GPT2-NEXT:      %[[DH:.*]] = arith.addf %[[G]], %[[LN2G]]#0
 // GPT2-NEXT:      %[[ATT:.*]]:5 = weft.attention_grad %[[DH]], %[[S1]] qkv({{.*}}) qkv_bias({{.*}}) out({{.*}}) state(%[[Q]], %[[K]], %[[V]], %[[C]], %[[LSE]])
-// GPT2-NEXT:      %[[LN1G:.*]]:3 = weft.layer_norm_grad %[[ATT]]#0, %[[S0]]
+// GPT2-NEXT:      %[[LN1G:.*]]:3 = weft.layer_norm_grad %[[ATT]]#0, %[[S0]], %{{.*}}, %{{.*}} state(%[[M1]], %[[RS1]])
 // GPT2-NEXT:      %[[DIN:.*]] = arith.addf %[[DH]], %[[LN1G]]#0
 // GPT2-NEXT:      weft.grad_yield %[[DIN]], %[[LN1G]]#1, %[[LN1G]]#2, %[[ATT]]#1,
 // GPT2:         %[[EMB:.*]]:2 = weft.embedding_grad %[[DX0]], %[[TOK]], %[[WTE]] positions
@@ -127,7 +140,8 @@
 // SEL:         weft.block 0
 // SEL-NEXT:    ^bb0(%[[X:.*]]: tensor<?x?x64xf32>):
 // SEL-NEXT:      weft.save %[[X]] slot 0
-// With recompute the ops keep no state: the grad ops recompute it.
+// With selective recompute the attention and MLP keep no state: their grad
+// ops recompute it.
 // SEL:           = weft.attention {{.*}} -> tensor<?x?x64xf32>{{$}}
 // SEL:           %[[H:.*]] = arith.addf %[[X]]
 // SEL-NEXT:      weft.save %[[H]] slot 1
@@ -137,9 +151,11 @@
 // SEL:         weft.block_grad 0
 // SEL:           %[[SX:.*]] = weft.restore @gpt2_tiny slot 0
 // SEL-NEXT:      %[[SH:.*]] = weft.restore @gpt2_tiny slot 1
-// SEL-NEXT:      %[[LN1:.*]] = weft.layer_norm %[[SX]]
-// SEL-NEXT:      %[[LN2:.*]] = weft.layer_norm %[[SH]]
+// The re-run norms hand their row statistics to their grad ops.
+// SEL-NEXT:      %[[LN1:[^,]*]], %[[N1:.*]]:2 = weft.layer_norm %[[SX]]
+// SEL-NEXT:      %[[LN2:[^,]*]], %[[N2:.*]]:2 = weft.layer_norm %[[SH]]
 // SEL-NEXT:      weft.mlp_grad %{{.*}}, %[[LN2]] up
+// SEL-NEXT:      weft.layer_norm_grad %{{.*}}, %[[SH]], %{{.*}}, %{{.*}} state(%[[N2]]#0, %[[N2]]#1)
 // SEL:           weft.attention_grad %{{.*}}, %[[LN1]] qkv({{.*}}) qkv_bias({{.*}}) out(%{{[^)]*}}) {causal
 
 // Full: each layer saves only its input and re-runs its forward (not the
@@ -155,12 +171,13 @@
 // FULL-LABEL: func.func @gpt2_tiny_backward(
 // FULL:         weft.block_grad 0
 // FULL:           %[[SX:.*]] = weft.restore @gpt2_tiny slot 0
-// FULL-NEXT:      %[[LN1:.*]] = weft.layer_norm %[[SX]]
-// The re-run attention hands its state to attention_grad (nothing more is
-// saved); the MLP is not re-run and its grad op recomputes its state.
+// The re-run norms and attention hand their state to their grad ops
+// (nothing more is saved); the MLP is not re-run and its grad op recomputes
+// its state.
+// FULL-NEXT:      %[[LN1:[^,]*]], %{{.*}}:2 = weft.layer_norm %[[SX]]
 // FULL-NEXT:      %[[ATT:.*]], %[[AS:.*]]:5 = weft.attention %[[LN1]]
 // FULL-NEXT:      %[[H:.*]] = arith.addf %[[SX]], %[[ATT]]
-// FULL-NEXT:      %[[LN2:.*]] = weft.layer_norm %[[H]]
+// FULL-NEXT:      %[[LN2:[^,]*]], %{{.*}}:2 = weft.layer_norm %[[H]]
 // FULL-NEXT:      weft.mlp_grad %{{.*}}, %[[LN2]] up({{.*}}) down(%{{[^)]*}}) {activation
 // FULL-NOT:       weft.restore
 // FULL:           weft.attention_grad %{{.*}}, %[[LN1]] qkv({{.*}}) out({{.*}}) state(%[[AS]]#0, %[[AS]]#1, %[[AS]]#2, %[[AS]]#3, %[[AS]]#4)
@@ -183,7 +200,7 @@ shard.grid @weft_mesh(shape = 1x2x2)
 // STAGE:         %[[DIN:.*]], %[[P:.*]]:4 = weft.block_grad 3(%[[DOUT]])
 // STAGE-NEXT:    ^bb0(%[[G:.*]]: tensor<?x?x64xf32>):
 // STAGE:           %[[S:.*]] = weft.restore @mid_stage slot 0
-// STAGE-NEXT:      %[[N:.*]] = weft.rms_norm %[[S]]
+// STAGE-NEXT:      %[[N:[^,]*]], %[[RSTD:.*]] = weft.rms_norm %[[S]], {{.*}} -> state tensor<?x?xf32>
 // STAGE-NEXT:      %[[C:.*]] = weft.tp_copy %[[N]] on @weft_mesh grid_axes = [2]
 // STAGE-NOT:       shard.all_reduce %{{.*}} on @weft_mesh grid_axes = [2] : tensor<?x?x64xf32>
 // g's adjoint is the identity; bias_add's input gradient too.
@@ -191,7 +208,7 @@ shard.grid @weft_mesh(shape = 1x2x2)
 // STAGE-NEXT:      %[[MLP:.*]]:3 = weft.mlp_grad %[[G]], %[[C]] up
 // f's adjoint all-reduces the partial input gradient.
 // STAGE-NEXT:      %[[AR:.*]] = shard.all_reduce %[[MLP]]#0 on @weft_mesh grid_axes = [2]
-// STAGE-NEXT:      %[[NG:.*]]:2 = weft.rms_norm_grad %[[AR]], %[[S]]
+// STAGE-NEXT:      %[[NG:.*]]:2 = weft.rms_norm_grad %[[AR]], %[[S]], %{{.*}} state(%[[RSTD]])
 // STAGE-NEXT:      %[[SUM:.*]] = arith.addf %[[G]], %[[NG]]#0
 // STAGE-NEXT:      weft.grad_yield %[[SUM]], %[[NG]]#1, %[[MLP]]#1, %[[MLP]]#2, %[[DB]]
 // STAGE:         return %[[DIN]], %[[P]]#0, %[[P]]#1, %[[P]]#2, %[[P]]#3

@@ -207,3 +207,11 @@ func.func @mlp_state_count(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>, %up: 
   %0:3 = weft.mlp_grad %g, %x up(%up) down(%down) state(%h) {activation = "gelu"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64x256xf32>, tensor<256x64xf32>, tensor<2x8x256xf32>) -> (tensor<2x8x64xf32>, tensor<64x256xf32>, tensor<256x64xf32>)
   return
 }
+
+// -----
+
+func.func @layer_norm_state(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %m: tensor<2x8xf32>) {
+  // expected-error @+1 {{'weft.layer_norm_grad' op state operands must be (mean, rstd) of types ('tensor<2x8xf32>', 'tensor<2x8xf32>'), got ('tensor<2x8xf32>')}}
+  %0:3 = weft.layer_norm_grad %g, %x, %w, %w state(%m) {epsilon = 1.0e-05 : f64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<2x8xf32>) -> (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>)
+  return
+}

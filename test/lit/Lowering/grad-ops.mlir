@@ -49,7 +49,7 @@ func.func @op_state(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>,
                     %wq: tensor<64x64xf32>, %wk: tensor<64x32xf32>, %wv: tensor<64x32xf32>,
                     %wo: tensor<64x64xf32>, %up: tensor<64x176xf32>, %gate: tensor<64x176xf32>,
                     %down: tensor<176x64xf32>, %fused: tensor<64x96xf32>,
-                    %wot: tensor<32x64xf32>) {
+                    %wot: tensor<32x64xf32>, %gamma: tensor<64xf32>) {
   // CHECK: %{{.*}}, %[[A:.*]]:5 = weft.attention %{{.*}} qkv(%{{.*}}, %{{.*}}, %{{.*}}) out(%{{.*}}) {{.*}} -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>, tensor<2x8x4xf32>)
   %a:6 = weft.attention %x qkv(%wq, %wk, %wv) out(%wo) {causal = true, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x8x64xf32>, tensor<64x64xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>, tensor<2x8x4xf32>)
   // CHECK: weft.attention_grad %{{.*}}, %{{.*}} qkv(%{{.*}}, %{{.*}}, %{{.*}}) out(%{{.*}}) state(%[[A]]#0, %[[A]]#1, %[[A]]#2, %[[A]]#3, %[[A]]#4) {causal = true
@@ -58,6 +58,14 @@ func.func @op_state(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>,
   %m:4 = weft.mlp %x up(%up) gate(%gate) down(%down) {activation = "silu"} : (tensor<2x8x64xf32>, tensor<64x176xf32>, tensor<64x176xf32>, tensor<176x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>)
   // CHECK: weft.mlp_grad %{{.*}}, %{{.*}} up(%{{.*}}) gate(%{{.*}}) down(%{{.*}}) state(%[[M]]#0, %[[M]]#1, %[[M]]#2) {activation = "silu"}
   %dm:4 = weft.mlp_grad %g, %x up(%up) gate(%gate) down(%down) state(%m#1, %m#2, %m#3) {activation = "silu"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64x176xf32>, tensor<64x176xf32>, tensor<176x64xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>, tensor<2x8x176xf32>) -> (tensor<2x8x64xf32>, tensor<64x176xf32>, tensor<64x176xf32>, tensor<176x64xf32>)
+  // CHECK: %{{.*}}, %[[N:.*]]:2 = weft.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-05 : f64} : tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32> -> state tensor<2x8xf32>, tensor<2x8xf32>
+  %n:3 = weft.layer_norm %x, %gamma, %gamma {epsilon = 1.0e-05 : f64} : tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32> -> state tensor<2x8xf32>, tensor<2x8xf32>
+  // CHECK: weft.layer_norm_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} state(%[[N]]#0, %[[N]]#1)
+  %dn:3 = weft.layer_norm_grad %g, %x, %gamma, %gamma state(%n#1, %n#2) {epsilon = 1.0e-05 : f64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<2x8xf32>, tensor<2x8xf32>) -> (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>)
+  // CHECK: %{{.*}}, %[[R:.*]] = weft.rms_norm %{{.*}}, %{{.*}} {epsilon = {{.*}} : f64} : tensor<2x8x64xf32>, tensor<64xf32> -> state tensor<2x8xf32>
+  %r:2 = weft.rms_norm %x, %gamma {epsilon = 1.0e-06 : f64} : tensor<2x8x64xf32>, tensor<64xf32> -> state tensor<2x8xf32>
+  // CHECK: weft.rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}} state(%[[R]])
+  %dr:2 = weft.rms_norm_grad %g, %x, %gamma state(%r#1) {epsilon = 1.0e-06 : f64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64xf32>, tensor<2x8xf32>) -> (tensor<2x8x64xf32>, tensor<64xf32>)
   // TP: this rank's 2 heads of 16, fused [q|k|v].
   // CHECK: %{{.*}}, %[[T:.*]]:5 = weft.tp_attention %{{.*}} qkv(%{{.*}}) out(%{{.*}})
   %t:6 = weft.tp_attention %x qkv(%fused) out(%wot) {causal = true, head_dim = 16 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, tp_size = 2 : i64} : (tensor<2x8x64xf32>, tensor<64x96xf32>, tensor<32x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x2xf32>)

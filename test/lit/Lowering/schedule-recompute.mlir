@@ -88,10 +88,11 @@
 
 // The arena shrinks with recompute (one micro-batch of 8 tokens; the
 // parameters' persistent region is the same). Without recompute the layers
-// also keep their op state (q, k, v, context, lse, the MLP's up and
-// activation: 2 x 24704 bytes) and the grad ops recompute nothing; with
-// full recompute the re-run attention's state is live through the MLP's
-// backward (8320 bytes more than when attention_grad recomputed it).
-// ARENA-NONE: weftx.program @role0 ranks [0] arena 80160 persistent 1994820
-// ARENA-SELECTIVE: weftx.program @role0 ranks [0] arena 30752 persistent 1994820
-// ARENA-FULL: weftx.program @role0 ranks [0] arena 37024 persistent 1994820
+// also keep their op state (the norms' row statistics; q, k, v, context,
+// lse; the MLP's up and activation: 2 x 24960 bytes, 64-byte aligned) and
+// the grad ops recompute nothing; with recompute the re-run norms' and (full)
+// attention's state is live through the MLP's backward (full: 8576 bytes
+// more than when the grad ops recomputed it).
+// ARENA-NONE: weftx.program @role0 ranks [0] arena 80800 persistent 1994820
+// ARENA-SELECTIVE: weftx.program @role0 ranks [0] arena 31008 persistent 1994820
+// ARENA-FULL: weftx.program @role0 ranks [0] arena 37280 persistent 1994820

@@ -46,6 +46,10 @@
 // the gradients one grad op starts); its last writer signals the
 // reduce-scatter stream.
 // ZERO3: weftx.fill f32 0.000000e+00 writes(@grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
+// Then the wait for the final norm's gathered weight, which its backward
+// reads first (the row statistics are the forward's op state).
+// ZERO3-NEXT: weftx.wait_event {{[0-9]+}} phase "bwd mb0"
+// ZERO3-NEXT: weftx.record_event {{[0-9]+}} phase "bwd mb0"
 // ZERO3-NEXT: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048], @grad.transformer.ln_f.weight[0 +: 256], @grad.transformer.ln_f.bias[0 +: 256]) phase "bwd mb0"
 // ZERO3-NEXT: weftx.record_event [[LNF_GRADS:[0-9]+]] phase "bwd mb0"
 // The third layer matrix would exceed the live bound of 196608 bytes (given:

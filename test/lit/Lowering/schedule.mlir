@@ -93,8 +93,8 @@
 // LLAMA-NEXT: weftx.gemm f32 trans_a m 64 n 8 k 176 {{.*}} beta 1.0{{.*}} reads(@params[[[GATE1:[0-9]+]] +: 45056], @mlp.gate.grad[0 +: 5632], @mlp.grad[0 +: 2048]) writes(@mlp.grad[0 +: 2048])
 // LLAMA-NEXT: weftx.gemm f32 trans_b m 176 n 64 k 8 {{.*}} reads(@mlp.up.grad[0 +: 5632], @rms_norm.3[0 +: 2048], @grads[[[UP1]] +: 45056]) writes(@grads[[[UP1]] +: 45056])
 // LLAMA-NEXT: weftx.gemm f32 trans_b m 176 n 64 k 8 {{.*}} reads(@mlp.gate.grad[0 +: 5632], @rms_norm.3[0 +: 2048], @grads[[[GATE1]] +: 45056]) writes(@grads[[[GATE1]] +: 45056])
-// LLAMA-NEXT: weftx.launch @rms_norm_forward
-// LLAMA-NEXT: weftx.launch @rms_norm_backward reads({{.*}}, @mlp.grad[0 +: 2048]) writes(@rms_norm.grad.1[0 +: 2048], @grads[{{[0-9]+}} +: 256])
+// The norm's backward reads the forward's rstd (op state).
+// LLAMA-NEXT: weftx.launch @rms_norm_backward reads(@residual.2[0 +: 2048], @params[{{[0-9]+}} +: 256], @rms_norm.rstd.3[0 +: 32], @mlp.grad[0 +: 2048]) writes(@rms_norm.grad.1[0 +: 2048], @grads[{{[0-9]+}} +: 256])
 // LLAMA-NEXT: weftx.launch @residual_add
 // dq, dk are rotated back after the attention backward.
 // LLAMA: weftx.launch @attention_backward {{.*}} writes(@attn.q.grad[0 +: 2048], @attn.k.grad[0 +: 1024], @attn.v.grad[0 +: 1024])

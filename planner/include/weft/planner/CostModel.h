@@ -164,9 +164,10 @@ double layerActivationBytes(const ModelSpec &model, int64_t seqLen,
 /// The op state one layer keeps without recompute on one TP rank
 /// (docs/autodiff.md, "Op state"): Q, K, V and the attention context, the
 /// MLP's up, gate (gated) and hidden activation in the element size, the
-/// attention's per-row log-sum-exp in f32.
+/// attention's per-row log-sum-exp and the norms' row statistics in f32.
 double layerOpStateBytes(const ModelSpec &model, int64_t seqLen,
-                         int64_t microBatch, int64_t tp, int64_t elementBytes);
+                         int64_t microBatch, int64_t tp, bool sequenceParallel,
+                         int64_t elementBytes);
 
 /// Transient bytes of one layer's backward beyond the saved activations:
 /// eager, the re-materialised layer (full) or scores (selective); flash,

@@ -505,3 +505,11 @@ func.func @f(%x: tensor<?x?x8xf32>, %u: tensor<8x16xf32>, %d: tensor<16x8xf32>) 
   %y:3 = weft.mlp %x up(%u) down(%d) {activation = "gelu"} : (tensor<?x?x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> (tensor<?x?x8xf32>, tensor<?x?x16xf32>, tensor<?x?x8xf32>)
   return %y#0 : tensor<?x?x8xf32>
 }
+
+// -----
+
+func.func @f(%x: tensor<?x?x8xf32>, %w: tensor<8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{state results must be (rstd) of types ('tensor<?x?xf32>'), got ('tensor<?x?xbf16>')}}
+  %y:2 = weft.rms_norm %x, %w {epsilon = 1.0e-06 : f64} : tensor<?x?x8xf32>, tensor<8xf32> -> state tensor<?x?xbf16>
+  return %y#0 : tensor<?x?x8xf32>
+}
