@@ -294,9 +294,10 @@ void buildGPT2(ModelBuilder &b, func::FuncOp func) {
       Value down = b.weight(p + ".mlp.c_proj.weight", {d.ffn, d.hidden}, false,
                             residualStd);
       Value downBias = b.zeros(p + ".mlp.c_proj.bias", d.hidden);
-      Value m = MLPOp::create(b.builder, b.loc, n2.getType(), TypeRange(), n2,
-                              fc, fcBias, Value(), down, downBias, d.activation)
-                    .getResult();
+      Value m =
+          MLPOp::create(b.builder, b.loc, n2.getType(), /*state=*/TypeRange(),
+                        n2, fc, fcBias, Value(), down, downBias, d.activation)
+              .getResult();
       return b.add(r1, m);
     });
   }
@@ -347,9 +348,10 @@ void buildLlama(ModelBuilder &b, func::FuncOp func, const LlamaOptions &opt) {
       Value gate = b.weight(mlp + "gate_proj.weight", {d.hidden, d.ffn}, true);
       Value up = b.weight(mlp + "up_proj.weight", {d.hidden, d.ffn}, true);
       Value down = b.weight(mlp + "down_proj.weight", {d.ffn, d.hidden}, true);
-      Value m = MLPOp::create(b.builder, b.loc, n2.getType(), TypeRange(), n2,
-                              up, Value(), gate, down, Value(), d.activation)
-                    .getResult();
+      Value m =
+          MLPOp::create(b.builder, b.loc, n2.getType(), /*state=*/TypeRange(),
+                        n2, up, Value(), gate, down, Value(), d.activation)
+              .getResult();
       return b.add(r1, m);
     });
   }
@@ -406,9 +408,10 @@ void buildEncoder(ModelBuilder &b, func::FuncOp func,
       Value down =
           b.weight(p + ".output.dense.weight", {d.ffn, d.hidden}, true);
       Value downBias = b.zeros(p + ".output.dense.bias", d.hidden);
-      Value m = MLPOp::create(b.builder, b.loc, n1.getType(), TypeRange(), n1,
-                              up, upBias, Value(), down, downBias, d.activation)
-                    .getResult();
+      Value m =
+          MLPOp::create(b.builder, b.loc, n1.getType(), /*state=*/TypeRange(),
+                        n1, up, upBias, Value(), down, downBias, d.activation)
+              .getResult();
       return b.layerNorm(b.add(n1, m), p + ".output.LayerNorm");
     });
   }

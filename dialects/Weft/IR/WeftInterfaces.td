@@ -11,8 +11,8 @@ include "mlir/IR/OpBase.td"
 def Weft_OpStateInterface : OpInterface<"OpStateInterface"> {
   let description = [{
     A layer whose backward kernel reads tensors that the forward computes
-    internally (queries, keys, values, the attention context and log-sum-exp;
-    the MLP's up, gate and hidden activations). A forward op may return them
+    internally (a norm's row statistics; queries, keys, values, the attention
+    context and log-sum-exp; the MLP's up, gate and hidden activations). A forward op may return them
     as trailing `state` results, and its grad op then takes them as trailing
     `state` operands instead of recomputing them from its inputs;
     weft-autodiff decides which (docs/autodiff.md, "Op state"). Both sides
