@@ -128,13 +128,14 @@ BodyPlan planBody(Block &body, Recompute policy, bool isLayer) {
 /// Rebuilds the ops of `body` that can return their internal state
 /// (OpStateInterface) with their state results, so that their grad ops read
 /// the state instead of recomputing it (docs/autodiff.md, "Op state"):
-/// without recompute every active one (the forward saves the state), with
-/// recompute the ones the backward re-runs (the re-run hands its state to
-/// the grad op; nothing more is saved).
+/// without recompute, and outside the layers (which always save what their
+/// grad ops read), every active one (the forward saves the state); in a
+/// layer with recompute the ones the backward re-runs (the re-run hands its
+/// state to the grad op; nothing more is saved).
 void addStateResults(Block &body, Recompute policy, bool isLayer,
                      OpBuilder &builder) {
   DenseSet<Operation *> withState;
-  if (policy == Recompute::None)
+  if (policy == Recompute::None || !isLayer)
     withState = activeOps(body);
   else
     for (Operation *op : planBody(body, policy, isLayer).recomputed)

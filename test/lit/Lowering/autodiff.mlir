@@ -148,6 +148,10 @@
 // SEL-NOT:       weft.save
 // SEL:           weft.yield
 // SEL-LABEL: func.func @gpt2_tiny_backward(
+// Outside the layers nothing is re-run and the final norm saves its state.
+// SEL:         weft.cross_entropy_grad
+// SEL-NEXT:    weft.lm_head_grad
+// SEL-NEXT:    weft.layer_norm_grad %{{.*}} state(%{{.*}}, %{{.*}})
 // SEL:         weft.block_grad 0
 // SEL:           %[[SX:.*]] = weft.restore @gpt2_tiny slot 0
 // SEL-NEXT:      %[[SH:.*]] = weft.restore @gpt2_tiny slot 1

@@ -19,16 +19,16 @@
 // FULL-LABEL: weftx.stream "compute" {
 // FULL: weftx.launch @cross_entropy {{.*}} phase "bwd mb0"
 // FULL: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048]
-// FULL-NEXT: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 2048], {{.*}}) writes(@layer_norm.6[0 +: 2048], {{.*}}) phase "bwd mb0"
-// FULL-NEXT: weftx.gemm {{.*}} reads({{.*}}, @layer_norm.6[0 +: 2048]) writes(@attn.q.2[0 +: 2048]) phase "bwd mb0"
+// FULL-NEXT: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 2048], {{.*}}) writes(@layer_norm.5[0 +: 2048], {{.*}}) phase "bwd mb0"
+// FULL-NEXT: weftx.gemm {{.*}} reads({{.*}}, @layer_norm.5[0 +: 2048]) writes(@attn.q.2[0 +: 2048]) phase "bwd mb0"
 // FULL: weftx.launch @attention_forward reads(@attn.q.2[0 +: 2048], @attn.k.2[0 +: 2048], @attn.v.2[0 +: 2048]) writes(@attn.context.2[0 +: 2048], @attn.lse.2[0 +: 128]) phase "bwd mb0"
 // FULL-NEXT: weftx.gemm {{.*}} reads({{.*}}, @attn.context.2[0 +: 2048]) writes(@attn.out.2[0 +: 2048]) phase "bwd mb0"
 // FULL-NEXT: weftx.launch @bias_add {{.*}} writes(@attn.out.2[0 +: 2048]) phase "bwd mb0"
 // FULL-NEXT: weftx.launch @residual_add reads(@residual.1[0 +: 2048], @attn.out.2[0 +: 2048]) writes(@residual.4[0 +: 2048]) phase "bwd mb0"
-// FULL-NEXT: weftx.launch @layer_norm_forward reads(@residual.4[0 +: 2048], {{.*}}) writes(@layer_norm.7[0 +: 2048], {{.*}}) phase "bwd mb0"
+// FULL-NEXT: weftx.launch @layer_norm_forward reads(@residual.4[0 +: 2048], {{.*}}) writes(@layer_norm.6[0 +: 2048], {{.*}}) phase "bwd mb0"
 // The MLP is not re-run: mlp_grad recomputes its hidden state from the
 // re-run ln_2 output.
-// FULL-NEXT: weftx.gemm {{.*}} reads({{.*}}, @layer_norm.7[0 +: 2048]) writes(@mlp.up.2[0 +: 8192]) phase "bwd mb0"
+// FULL-NEXT: weftx.gemm {{.*}} reads({{.*}}, @layer_norm.6[0 +: 2048]) writes(@mlp.up.2[0 +: 8192]) phase "bwd mb0"
 // FULL: weftx.launch @layer_norm_backward reads(@residual.4[0 +: 2048], {{.*}}, @mlp.grad[0 +: 2048])
 // FULL: weftx.launch @attention_backward reads(@attn.q.2[0 +: 2048], @attn.k.2[0 +: 2048], @attn.v.2[0 +: 2048], @attn.context.2[0 +: 2048], @attn.lse.2[0 +: 128], @attn.context.grad[0 +: 2048])
 // FULL: weftx.launch @layer_norm_backward reads(@residual.1[0 +: 2048],
@@ -39,9 +39,9 @@
 // MLP (`residual.2`) is saved.
 // SELECTIVE-LABEL: weftx.stream "compute" {
 // SELECTIVE: weftx.launch @layer_norm_backward {{.*}} writes(@layer_norm.grad[0 +: 2048]
-// SELECTIVE-NEXT: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 2048], {{.*}}) writes(@layer_norm.6[0 +: 2048], {{.*}}) phase "bwd mb0"
-// SELECTIVE-NEXT: weftx.launch @layer_norm_forward reads(@residual.2[0 +: 2048], {{.*}}) writes(@layer_norm.7[0 +: 2048], {{.*}}) phase "bwd mb0"
-// SELECTIVE-NEXT: weftx.gemm {{.*}} reads({{.*}}, @layer_norm.7[0 +: 2048]) writes(@mlp.up.2[0 +: 8192]) phase "bwd mb0"
+// SELECTIVE-NEXT: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 2048], {{.*}}) writes(@layer_norm.5[0 +: 2048], {{.*}}) phase "bwd mb0"
+// SELECTIVE-NEXT: weftx.launch @layer_norm_forward reads(@residual.2[0 +: 2048], {{.*}}) writes(@layer_norm.6[0 +: 2048], {{.*}}) phase "bwd mb0"
+// SELECTIVE-NEXT: weftx.gemm {{.*}} reads({{.*}}, @layer_norm.6[0 +: 2048]) writes(@mlp.up.2[0 +: 8192]) phase "bwd mb0"
 // SELECTIVE-NOT: weftx.launch @residual_add reads(@residual.1
 // SELECTIVE: weftx.launch @attention_backward
 
@@ -52,19 +52,19 @@
 // re-run ln_2 output for mlp_grad.
 // The collectives run on the `tp` stream in compute's order.
 // SP-LABEL: weftx.program @role0 ranks [0] {
-// SP: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 1024], {{.*}}) writes(@layer_norm.6[0 +: 1024], {{.*}}) phase "bwd mb0"
+// SP: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 1024], {{.*}}) writes(@layer_norm.5[0 +: 1024], {{.*}}) phase "bwd mb0"
 // SP-NEXT: weftx.record_event
 // SP: weftx.launch @attention_forward {{.*}} phase "bwd mb0"
-// SP: weftx.launch @layer_norm_forward reads(@residual.4[0 +: 1024], {{.*}}) writes(@layer_norm.7[0 +: 1024], {{.*}}) phase "bwd mb0"
+// SP: weftx.launch @layer_norm_forward reads(@residual.4[0 +: 1024], {{.*}}) writes(@layer_norm.6[0 +: 1024], {{.*}}) phase "bwd mb0"
 // SP-NEXT: weftx.record_event
 // SP: weftx.launch @attention_backward
 // SP-LABEL: weftx.stream "tp" {
 // SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@lm_head.grad[0 +: 2048]) writes(@sp.scatter.4[0 +: 1024]) phase "bwd mb0"
-// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.6[0 +: 1024]) writes(@sp.gather.5[0 +: 2048]) phase "bwd mb0"
+// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.5[0 +: 1024]) writes(@sp.gather.5[0 +: 2048]) phase "bwd mb0"
 // SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out.2[0 +: 2048]) writes(@sp.scatter.5[0 +: 1024]) phase "bwd mb0"
-// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.7[0 +: 1024]) writes(@sp.gather.6[0 +: 2048]) phase "bwd mb0"
+// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.6[0 +: 1024]) writes(@sp.gather.6[0 +: 2048]) phase "bwd mb0"
 // SP-LABEL: weftx.program @role1 ranks [1] {
-// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.6[0 +: 1024]) writes(@sp.gather.5[0 +: 2048]) phase "bwd mb0"
+// SP: weftx.all_gather 256 x f32 on @tp reads(@layer_norm.5[0 +: 1024]) writes(@sp.gather.5[0 +: 2048]) phase "bwd mb0"
 // SP: weftx.reduce_scatter sum 256 x f32 on @tp reads(@attn.out.2[0 +: 2048]) writes(@sp.scatter.5[0 +: 1024]) phase "bwd mb0"
 
 // ZeRO-3 with full recompute: a parameter read by both the re-run ops and
@@ -78,7 +78,7 @@
 // ZERO3: weftx.buffer @transformer.h.1.attn.c_attn.weight.gathered.2 arena size 49152
 // ZERO3-LABEL: weftx.stream "compute" {
 // ZERO3: weftx.launch @layer_norm_forward reads(@residual.1[0 +: 2048], @transformer.h.1.ln_1.weight.gathered.1[0 +: 256], @transformer.h.1.ln_1.bias.gathered.1[0 +: 256]) {{.*}} phase "bwd mb0"
-// ZERO3: weftx.gemm {{.*}} reads(@transformer.h.1.attn.c_attn.weight.gathered.1[512 +: 48640], @layer_norm.6[0 +: 2048]) writes(@attn.v.2[0 +: 2048]) phase "bwd mb0"
+// ZERO3: weftx.gemm {{.*}} reads(@transformer.h.1.attn.c_attn.weight.gathered.1[512 +: 48640], @layer_norm.5[0 +: 2048]) writes(@attn.v.2[0 +: 2048]) phase "bwd mb0"
 // ZERO3-NEXT: weftx.release writes(@transformer.h.1.attn.c_attn.weight.gathered.1[0 +: 49152]) phase "bwd mb0"
 // ZERO3: weftx.gemm {{.*}} reads(@transformer.h.1.attn.c_attn.weight.gathered.2[0 +: 48640], @attn.q.grad[0 +: 2048]) writes(@attn.grad[0 +: 2048]) phase "bwd mb0"
 // ZERO3: weftx.release writes(@transformer.h.1.attn.c_attn.weight.gathered.2[0 +: 49152]) phase "bwd mb0"
