@@ -293,12 +293,21 @@ LogicalResult ModelPartitioner::run() {
   if (tp == 1)
     return success();
 
-  // Collect first: rewriting replaces the ops being visited.
+  // Collect first: rewriting replaces the ops being visited. Op state comes
+  // later (weft-autodiff, on the partitioned layers).
   SmallVector<Operation *> layers;
-  model.walk([&](Operation *op) {
+  WalkResult stateless = model.walk([&](Operation *op) {
+    if (isa<OpStateInterface>(op) && op->getNumResults() > 1) {
+      op->emitOpError("weft-partition-tensor: op state results are added by "
+                      "weft-autodiff after partitioning");
+      return WalkResult::interrupt();
+    }
     if (isa<EmbeddingOp, AttentionOp, MLPOp, LMHeadOp, CrossEntropyOp>(op))
       layers.push_back(op);
+    return WalkResult::advance();
   });
+  if (stateless.wasInterrupted())
+    return failure();
   for (Operation *op : layers) {
     auto stage = op->getAttrOfType<IntegerAttr>("weft.stage");
     created.ops.clear();

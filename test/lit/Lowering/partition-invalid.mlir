@@ -69,3 +69,17 @@ func.func @logits_argument(%l: tensor<2x8x256xf32>, %y: tensor<2x8xi32>) -> tens
   %loss = weft.cross_entropy %l, %y : (tensor<2x8x256xf32>, tensor<2x8xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// Op state is weft-autodiff's, after partitioning.
+shard.grid @weft_mesh(shape = 1x1x2)
+
+func.func @state(%x: tensor<2x8x4xf32>) -> tensor<f32> attributes {weft.model = "gpt2", weft.parallel = {bucket_bytes = 0 : i64, dp = 1 : i64, grad_accum = 1 : i64, layers_per_stage = array<i64: 0>, micro_batch = 1 : i64, pp = 1 : i64, prefetch_depth = 0 : i64, recompute = "none", schedule = "1f1b", sequence_parallel = false, tp = 2 : i64, virtual_stages = 1 : i64, zero = 0 : i64}} {
+  %up = weft.param "up" init(zeros) {weft.placement = {stage = 0 : i64, tp = "column", tp_dim = 1 : i64}} : tensor<4x8xf32>
+  %down = weft.param "down" init(zeros) {weft.placement = {stage = 0 : i64, tp = "row", tp_dim = 0 : i64}} : tensor<8x4xf32>
+  // expected-error @+1 {{'weft.mlp' op weft-partition-tensor: op state results are added by weft-autodiff after partitioning}}
+  %y:3 = weft.mlp %x up(%up) down(%down) {activation = "relu"} : (tensor<2x8x4xf32>, tensor<4x8xf32>, tensor<8x4xf32>) -> (tensor<2x8x4xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
+  %loss = weft.param "loss" init(zeros) {weft.placement = {stage = 0 : i64, tp = "replicated"}} : tensor<f32>
+  return %loss : tensor<f32>
+}
