@@ -195,12 +195,11 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
                      : std::vector<Offload>{Offload::None};
   result.offloadSearched = offloads.size() > 1;
   result.leanestWithoutOffloadBytes = INFINITY;
-  // Flash attention keeps no scores: selective recompute would save nothing
-  // and cost time, so it is only evaluated when asked for.
+  // Every mode is a distinct trade: with flash attention selective drops the
+  // op state and two of a layer's four saved tensors (docs/autodiff.md).
   std::vector<Recompute> recomputes =
-      fixed.recompute ? std::vector<Recompute>{*fixed.recompute}
-      : training.attention == Attention::Flash
-          ? std::vector<Recompute>{Recompute::None, Recompute::Full}
+      fixed.recompute
+          ? std::vector<Recompute>{*fixed.recompute}
           : std::vector<Recompute>{Recompute::None, Recompute::Selective,
                                    Recompute::Full};
   struct RegionState {
