@@ -32,6 +32,12 @@ double TimeBreakdown::total() const {
          optimizer + offload;
 }
 
+/// Two norms' f32 row statistics (rstd, and the mean for LayerNorm) over
+/// `rows` rows.
+static double normStatisticsBytes(const ModelSpec &model, double rows) {
+  return rows * 2 * (model.rmsNorm ? 4.0 : 8.0);
+}
+
 double layerOpStateBytes(const ModelSpec &model, int64_t seqLen,
                          int64_t microBatch, int64_t tp, bool sequenceParallel,
                          int64_t elementBytes) {
@@ -42,10 +48,9 @@ double layerOpStateBytes(const ModelSpec &model, int64_t seqLen,
   double kv = double(model.numKvHeads * model.headDim) / h;
   double mlp = (model.gatedMlp ? 3.0 : 2.0) * model.ffnSize / h;
   double lse = double(model.numHeads) * tokens * 4;
-  // Two norms' f32 row statistics: rstd, and the mean for LayerNorm; rows
-  // are sequence-sharded under SP.
-  double norms = tokens * 2 * (model.rmsNorm ? 4.0 : 8.0) /
-                 (sequenceParallel ? double(tp) : 1.0);
+  // The norms' rows are sequence-sharded under SP.
+  double norms = normStatisticsBytes(
+      model, tokens / (sequenceParallel ? double(tp) : 1.0));
   return (sbh * elementBytes * (2 * q + 2 * kv + mlp) + lse) / double(tp) +
          norms;
 }
@@ -154,9 +159,8 @@ double layerBackwardWorkspaceBytes(const ModelSpec &model, int64_t seqLen,
   double rerun = recompute == Recompute::None        ? 0.0
                  : recompute == Recompute::Selective ? 2.0
                                                      : 3.0;
-  // Two norms' f32 rstd (and LayerNorm's mean) per (local) row.
   double normStats =
-      double(seqLen) * microBatch * 2 * (model.rmsNorm ? 4.0 : 8.0) / spShard;
+      normStatisticsBytes(model, double(seqLen) * microBatch / spShard);
   if (sequenceParallel && tp > 1) {
     // Under SP the re-run norm outputs are all-gathered (full sequence)
     // before the matmuls that read them, and the gathered copies are what

@@ -299,9 +299,6 @@ LogicalResult BackwardBuilder::emitOp(Operation *op, Value grad,
     for (Value value : opState)
       state.addOperands(primal.lookup(value));
     bool takesState = name->hasInterface<OpStateInterface>();
-    if (!opState.empty() && !takesState)
-      return op->emitOpError("weft-autodiff: '")
-             << name->getStringRef() << "' takes no state operands";
     SmallVector<Value> differentiable =
         llvm::filter_to_vector(op->getOperands(), isFloatTensor);
     for (Value operand : differentiable)
