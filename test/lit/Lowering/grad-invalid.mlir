@@ -215,3 +215,11 @@ func.func @layer_norm_state(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>, %w: 
   %0:3 = weft.layer_norm_grad %g, %x, %w, %w state(%m) {epsilon = 1.0e-05 : f64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<2x8xf32>) -> (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>)
   return
 }
+
+// -----
+
+func.func @mlp_up_rank(%g: tensor<2x8x64xf32>, %x: tensor<2x8x64xf32>, %u: tensor<64xf32>, %d: tensor<256x64xf32>) {
+  // expected-error @+1 {{'weft.mlp_grad' op up weight must be a matrix, got 'tensor<64xf32>'}}
+  %0:3 = weft.mlp_grad %g, %x up(%u) down(%d) {activation = "gelu"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64xf32>, tensor<256x64xf32>) -> (tensor<2x8x64xf32>, tensor<64xf32>, tensor<256x64xf32>)
+  return
+}
