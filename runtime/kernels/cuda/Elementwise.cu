@@ -18,19 +18,6 @@ __global__ void biasAddKernel(int64_t n, int64_t width, const float *bias,
     y[i] += bias[i % width];
 }
 
-/// Column sums (detail::columnSums): one writer per dBias element, a fixed
-/// summation order, no atomics.
-__global__ void __launch_bounds__(detail::kColumnBlockSize)
-    biasGradKernel(int tile, int64_t rows, int64_t width, const float *dy,
-                   float *dBias) {
-  detail::columnSums<1>(
-      rows, width, tile,
-      [=](int64_t r, int64_t c, float(&sum)[1]) {
-        sum[0] += dy[r * width + c];
-      },
-      [=](int64_t c, const float(&total)[1]) { dBias[c] += total[0]; });
-}
-
 __global__ void residualAddKernel(int64_t n, const float *a, const float *b,
                                   float *out) {
   int64_t i = globalIndex();
@@ -160,12 +147,6 @@ cudaError_t biasAdd(int64_t rows, int64_t width, const float *bias, float *y,
                     cudaStream_t stream) {
   return launch(rows * width, stream, biasAddKernel, rows * width, width, bias,
                 y);
-}
-
-cudaError_t biasGrad(int64_t rows, int64_t width, const float *dy, float *dBias,
-                     cudaStream_t stream) {
-  return detail::launchColumns(rows, width, stream, biasGradKernel, rows, width,
-                               dy, dBias);
 }
 
 cudaError_t residualAdd(int64_t n, const float *a, const float *b, float *out,

@@ -8,7 +8,7 @@ namespace weft::kernels::gpu {
 
 namespace {
 
-half::Half16 storage(HalfType type) { return {type == HalfType::BF16}; }
+storage::Half16 halfStorage(HalfType type) { return {type == HalfType::BF16}; }
 const std::uint16_t *in(const void *p) {
   return static_cast<const std::uint16_t *>(p);
 }
@@ -19,42 +19,51 @@ std::uint16_t *out(void *p) { return static_cast<std::uint16_t *>(p); }
 cudaError_t halfBiasAdd(HalfType type, int64_t rows, int64_t width,
                         const void *x, const void *bias, void *y,
                         cudaStream_t stream) {
-  return detail::launch(rows * width, stream, half::biasAdd, storage(type),
+  return detail::launch(rows * width, stream, half::biasAdd, halfStorage(type),
                         rows * width, width, in(x), in(bias), out(y));
 }
 
 cudaError_t halfResidualAdd(HalfType type, int64_t n, const void *a,
                             const void *b, void *sum, cudaStream_t stream) {
-  return detail::launch(n, stream, half::residualAdd, storage(type), n, in(a),
-                        in(b), out(sum));
+  return detail::launch(n, stream, half::residualAdd, halfStorage(type), n,
+                        in(a), in(b), out(sum));
 }
 
 cudaError_t halfActivationForward(HalfType type, Activation act, int64_t n,
                                   const void *x, void *y, cudaStream_t stream) {
-  return detail::launch(n, stream, half::activationForward, storage(type), act,
-                        n, in(x), out(y));
+  return detail::launch(n, stream, half::activationForward, halfStorage(type),
+                        act, n, in(x), out(y));
 }
 
 cudaError_t halfActivationBackward(HalfType type, Activation act, int64_t n,
                                    const void *x, const void *dy, void *dx,
                                    cudaStream_t stream) {
-  return detail::launch(n, stream, half::activationBackward, storage(type), act,
-                        n, in(x), in(dy), out(dx));
+  return detail::launch(n, stream, half::activationBackward, halfStorage(type),
+                        act, n, in(x), in(dy), out(dx));
 }
 
 cudaError_t halfGatedForward(HalfType type, Activation act, int64_t n,
                              const void *gate, const void *up, void *result,
                              cudaStream_t stream) {
-  return detail::launch(n, stream, half::gatedForward, storage(type), act, n,
-                        in(gate), in(up), out(result));
+  return detail::launch(n, stream, half::gatedForward, halfStorage(type), act,
+                        n, in(gate), in(up), out(result));
 }
 
 cudaError_t halfGatedBackward(HalfType type, Activation act, int64_t n,
                               const void *gate, const void *up,
                               const void *dOut, void *dGate, void *dUp,
                               cudaStream_t stream) {
-  return detail::launch(n, stream, half::gatedBackward, storage(type), act, n,
-                        in(gate), in(up), in(dOut), out(dGate), out(dUp));
+  return detail::launch(n, stream, half::gatedBackward, halfStorage(type), act,
+                        n, in(gate), in(up), in(dOut), out(dGate), out(dUp));
+}
+
+cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
+                                 int64_t hidden, const std::int32_t *ids,
+                                 const void *wte, const void *wpe, void *result,
+                                 cudaStream_t stream) {
+  int64_t n = batch * seq * hidden;
+  return detail::launch(n, stream, half::embeddingForward, halfStorage(type), n,
+                        seq, hidden, ids, in(wte), in(wpe), out(result));
 }
 
 } // namespace weft::kernels::gpu

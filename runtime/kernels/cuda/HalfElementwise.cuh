@@ -1,35 +1,27 @@
 //===- HalfElementwise.cuh - Element-wise kernels on 16-bit storage ------===//
 //
-// bias_add, residual_add and the activations for bf16/f16 models, reading and
-// writing 16-bit storage directly instead of through fp32 scratch (one pass
-// over each operand instead of three). Each element is widened, computed in
-// fp32 by the same functions the fp32 kernels call, and rounded with the same
-// conversion the backend's narrowing uses (Common.h), so the results are the
-// ones the widening path gives, bit for bit. In a header so that
-// WarpEmulationTests can run them on the CPU (WEFT_WARP_EMULATION).
+// bias_add, residual_add, the activations and the embedding lookup for
+// bf16/f16 models, reading and writing 16-bit storage directly instead of
+// through fp32 scratch (one pass over each operand instead of three). Each
+// element is widened, computed in fp32 by the same functions the fp32 kernels
+// call, and rounded with the same conversion the backend's narrowing uses
+// (Common.h), so the results are the ones the widening path gives, bit for bit.
+// In a header so that WarpEmulationTests can run them on the CPU
+// (WEFT_WARP_EMULATION).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef WEFT_KERNELS_CUDA_HALFELEMENTWISE_CUH
 #define WEFT_KERNELS_CUDA_HALFELEMENTWISE_CUH
 
+#include "Rows.cuh"
 #include "weft/kernels/Activations.h"
-#include "weft/kernels/Common.h"
 
 #include <cstdint>
 
 namespace weft::kernels::gpu::half {
 
-/// 16-bit storage: bf16 or f16 bits.
-struct Half16 {
-  bool bf16;
-  __device__ float load(const std::uint16_t *x, std::int64_t i) const {
-    return bf16 ? bf16ToFloat(BF16{x[i]}) : f16ToFloat(F16{x[i]});
-  }
-  __device__ void store(std::uint16_t *x, std::int64_t i, float v) const {
-    x[i] = bf16 ? floatToBf16(v).bits : floatToF16(v).bits;
-  }
-};
+using storage::Half16;
 
 __device__ inline std::int64_t elementIndex() {
   return std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -87,6 +79,22 @@ __global__ void gatedBackward(Half16 h, Activation act, std::int64_t n,
                         u);
   h.store(dGate, i, g);
   h.store(dUp, i, u);
+}
+
+/// embeddingRowForward for one element: out[t, c] = wte[ids[t], c] (+ wpe[t
+/// % seq, c], nullable), n = tokens * hidden. Ids must be in range.
+__global__ void embeddingForward(Half16 h, std::int64_t n, std::int64_t seq,
+                                 std::int64_t hidden, const std::int32_t *ids,
+                                 const std::uint16_t *wte,
+                                 const std::uint16_t *wpe, std::uint16_t *out) {
+  std::int64_t i = elementIndex();
+  if (i >= n)
+    return;
+  std::int64_t t = i / hidden, c = i % hidden;
+  float v = h.load(wte, std::int64_t(ids[t]) * hidden + c);
+  if (wpe)
+    v += h.load(wpe, (t % seq) * hidden + c);
+  h.store(out, i, v);
 }
 
 } // namespace weft::kernels::gpu::half

@@ -1,203 +1,113 @@
-//===- Loss.cu - Fused softmax cross-entropy ------------------------------===//
+//===- Loss.cu - Fused softmax cross-entropy launches ---------------------===//
 //
-// Row reductions (log-sum-exp, shard max, shard sum of exponentials) give each
-// row to a warp, or a block for rows wider than detail::kWideRow (any real
-// vocabulary), whose lanes read consecutive logits and combine with shuffles.
-// They compute what rowMax / rowSumExp / logSumExp / shardTargetLogit in
-// weft/kernels/Loss.h do (the max, then the sum of exp(x - max)), in a
-// different summation order. The gradient is one thread per logit, the mean
-// loss a single-block reduction.
+// The kernels are in LossKernels.cuh: the fp32 forms here on storage::F32,
+// the 16-bit forms on storage::Half16.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Launch.cuh"
+#include "LossKernels.cuh"
 #include "weft/kernels/CudaKernels.h"
-#include "weft/kernels/Loss.h"
 
 namespace weft::kernels::gpu {
-using detail::globalIndex;
 using detail::kBlockSize;
-using detail::kWarpSize;
 using detail::launch;
 using detail::launchRows;
-using detail::MaxOp;
-using detail::RowGroup;
-using detail::SumOp;
+using loss::BlockRows;
+using loss::kLseBlockSize;
+using loss::LseBlockRows;
+using loss::WarpRows;
 
 namespace {
 
-/// A warp per row up to detail::kWideRow columns, else a block.
-using WarpRows = RowGroup<kWarpSize>;
-using BlockRows = RowGroup<kBlockSize>;
-/// log-sum-exp reads its rows twice: big blocks keep few rows in flight, so
-/// the second pass, run backwards, still finds the end of a (GPT-sized,
-/// 200 KB) row in L2.
-constexpr int kLseBlockSize = 1024;
-using LseBlockRows = RowGroup<kLseBlockSize>;
+storage::Half16 halfStorage(HalfType type) { return {type == HalfType::BF16}; }
+const std::uint16_t *in(const void *p) {
+  return static_cast<const std::uint16_t *>(p);
+}
+std::uint16_t *out(void *p) { return static_cast<std::uint16_t *>(p); }
 
-/// rowMax over a group's row: each thread's columns, then the group.
-template <typename G>
-__device__ float groupRowMax(int64_t n, const float *row) {
-  float m = -math::infinity<float>();
-#pragma unroll 4
-  for (int64_t c = G::lane(); c < n; c += G::kSize)
-    m = math::max(m, row[c]);
-  return G::reduce(m, MaxOp());
+template <typename Term>
+cudaError_t meanLoss(int64_t rows, const std::int32_t *targets, Term term,
+                     int *validCount, float *loss, cudaStream_t stream) {
+  loss::meanLoss<<<1, kBlockSize, 0, stream>>>(rows, targets, term, validCount,
+                                               loss);
+  return cudaGetLastError();
 }
 
-/// rowSumExp over a group's row, each thread's columns in increasing order
-/// or, with `backwards`, in decreasing order.
-template <typename G>
-__device__ float groupRowSumExp(int64_t n, const float *row, float shift,
-                                bool backwards = false) {
-  float sum = 0;
-  if (!backwards) {
-#pragma unroll 4
-    for (int64_t c = G::lane(); c < n; c += G::kSize)
-      sum += math::exp(row[c] - shift);
-  } else if (G::lane() < n) {
-    int64_t last = G::lane() + (n - 1 - G::lane()) / G::kSize * G::kSize;
-#pragma unroll 4
-    for (int64_t c = last; c >= 0; c -= G::kSize)
-      sum += math::exp(row[c] - shift);
-  }
-  return G::reduce(sum, SumOp());
+template <typename S>
+cudaError_t shardMaxOn(S s, int64_t rows, int64_t vocabLocal,
+                       const typename S::Elem *logits, float *localMax,
+                       int64_t validColumns, cudaStream_t stream) {
+  return launchRows(rows, validColumns, stream, loss::shardMax<WarpRows, S>,
+                    loss::shardMax<BlockRows, S>, s, rows, vocabLocal,
+                    validColumns, logits, localMax);
 }
 
-/// logSumExp: the max, then the sum of exp(x - max) in a second pass.
-template <typename G>
-__global__ void __launch_bounds__(G::kThreads)
-    rowLseKernel(int64_t rows, int64_t vocab, const float *logits, float *lse) {
-  for (int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
-    const float *row = logits + r * vocab;
-    float m = groupRowMax<G>(vocab, row);
-    float sum = groupRowSumExp<G>(vocab, row, m, /*backwards=*/true);
-    if (G::lane() == 0)
-      lse[r] = m + math::log(sum);
-  }
+template <typename S>
+cudaError_t shardSumsOn(S s, int64_t rows, int64_t vocabLocal,
+                        int64_t vocabStart, const typename S::Elem *logits,
+                        const std::int32_t *targets, const float *globalMax,
+                        float *sumExp, float *targetLogit, int64_t validColumns,
+                        cudaStream_t stream) {
+  return launchRows(rows, validColumns, stream, loss::shardSums<WarpRows, S>,
+                    loss::shardSums<BlockRows, S>, s, rows, vocabLocal,
+                    vocabStart, validColumns, logits, targets, globalMax,
+                    sumExp, targetLogit);
 }
 
-/// Single block: *loss = the mean of lse - target logit over the rows whose
-/// target is not ignored, *validCount their number. The target logit is
-/// targetLogit[r] (the all-reduced value of the vocabulary-parallel form) or,
-/// when targetLogit is null, read from the full [rows, vocab] logits.
-__global__ void meanLossKernel(int64_t rows, const int32_t *targets,
-                               const float *lse, const float *targetLogit,
-                               const float *logits, int64_t vocab,
-                               int *validCount, float *loss) {
-  float sum = 0;
-  int count = 0;
-  for (int64_t r = threadIdx.x; r < rows; r += kBlockSize) {
-    if (targets[r] == kIgnoreIndex)
-      continue;
-    sum += lse[r] -
-           (targetLogit ? targetLogit[r] : logits[r * vocab + targets[r]]);
-    ++count;
-  }
-  float totalLoss = detail::blockReduce(sum, SumOp());
-  int totalCount = detail::blockReduce(count, SumOp());
-  if (threadIdx.x == 0) {
-    *validCount = totalCount;
-    *loss = totalCount ? totalLoss / float(totalCount) : 0.0f;
-  }
-}
-
-__global__ void crossEntropyGradKernel(int64_t rows, int64_t vocab,
-                                       const float *logits,
-                                       const int32_t *targets, const float *lse,
-                                       const int *validCount, float *dLogits) {
-  int64_t i = globalIndex();
-  if (i >= rows * vocab)
-    return;
-  int64_t r = i / vocab, c = i % vocab;
-  int32_t target = targets[r];
-  // validCount > 0 whenever a row is valid.
-  dLogits[i] = target == kIgnoreIndex
-                   ? 0.0f
-                   : crossEntropyLogitGrad(logits[i], lse[r], c == target,
-                                           1.0f / float(*validCount));
-}
-
-//===--- Vocabulary-parallel phases (one shard of the vocabulary) ---------===//
-
-template <typename G>
-__global__ void __launch_bounds__(G::kThreads)
-    shardMaxKernel(int64_t rows, int64_t vocabLocal, int64_t validColumns,
-                   const float *logits, float *localMax) {
-  for (int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
-    float m = groupRowMax<G>(validColumns, logits + r * vocabLocal);
-    if (G::lane() == 0)
-      localMax[r] = m;
-  }
-}
-
-template <typename G>
-__global__ void __launch_bounds__(G::kThreads)
-    shardSumsKernel(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
-                    int64_t validColumns, const float *logits,
-                    const int32_t *targets, const float *globalMax,
-                    float *sumExp, float *targetLogit) {
-  for (int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
-    const float *row = logits + r * vocabLocal;
-    float sum = groupRowSumExp<G>(validColumns, row, globalMax[r]);
-    if (G::lane() == 0) {
-      sumExp[r] = sum;
-      targetLogit[r] =
-          shardTargetLogit(validColumns, vocabStart, row, targets[r]);
-    }
-  }
-}
-
-__global__ void shardLseKernel(int64_t rows, const float *globalMax,
-                               const float *globalSumExp, float *lse) {
-  int64_t r = globalIndex();
-  if (r < rows)
-    lse[r] = globalMax[r] + math::log(globalSumExp[r]);
-}
-
-__global__ void shardGradKernel(int64_t rows, int64_t vocabLocal,
-                                int64_t vocabStart, int64_t validColumns,
-                                const float *logits, const int32_t *targets,
-                                const float *lse, const int *validCount,
-                                float *dLogits) {
-  int64_t i = globalIndex();
-  if (i >= rows * vocabLocal)
-    return;
-  int64_t r = i / vocabLocal, c = i % vocabLocal;
-  int32_t target = targets[r];
-  dLogits[i] = target == kIgnoreIndex || c >= validColumns
-                   ? 0.0f
-                   : crossEntropyLogitGrad(logits[i], lse[r],
-                                           c == int64_t(target) - vocabStart,
-                                           1.0f / float(*validCount));
+template <typename S>
+cudaError_t
+shardFinishOn(S s, int64_t rows, int64_t vocabLocal, int64_t vocabStart,
+              const typename S::Elem *logits, const std::int32_t *targets,
+              const float *globalMax, const float *globalSumExp,
+              const float *globalTargetLogit, float factor, float *lse,
+              int *validCount, float *lossOut, typename S::Elem *dLogits,
+              int64_t validColumns, cudaStream_t stream) {
+  cudaError_t err =
+      launch(rows, stream, loss::shardLse, rows, globalMax, globalSumExp, lse);
+  if (err != cudaSuccess)
+    return err;
+  err = meanLoss(rows, targets, loss::TargetLogitTerm{lse, globalTargetLogit},
+                 validCount, lossOut, stream);
+  if (err != cudaSuccess || !dLogits)
+    return err;
+  return launch(rows * vocabLocal, stream, loss::logitGrad<S>, s, rows,
+                vocabLocal, vocabStart, validColumns, logits, targets,
+                static_cast<const float *>(lse),
+                static_cast<const int *>(validCount), factor, dLogits);
 }
 
 } // namespace
+
+//===--- fp32
+//---------------------------------------------------------------===//
 
 cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
                                         const float *logits,
                                         const int32_t *targets, float *lse,
                                         int *validCount, float *loss,
                                         float *dLogits, cudaStream_t stream) {
+  storage::F32 s;
   cudaError_t err = launchRows<kLseBlockSize>(
-      rows, vocab, stream, rowLseKernel<WarpRows>, rowLseKernel<LseBlockRows>,
-      rows, vocab, logits, lse);
+      rows, vocab, stream, loss::rowLse<WarpRows, storage::F32>,
+      loss::rowLse<LseBlockRows, storage::F32>, s, rows, vocab, logits, lse);
   if (err != cudaSuccess)
     return err;
-  meanLossKernel<<<1, kBlockSize, 0, stream>>>(rows, targets, lse, nullptr,
-                                               logits, vocab, validCount, loss);
-  if ((err = cudaGetLastError()) != cudaSuccess || !dLogits)
+  err = meanLoss(rows, targets, loss::FullLogitsTerm{lse, logits, vocab},
+                 validCount, loss, stream);
+  if (err != cudaSuccess || !dLogits)
     return err;
-  return launch(rows * vocab, stream, crossEntropyGradKernel, rows, vocab,
-                logits, targets, lse, validCount, dLogits);
+  return launch(rows * vocab, stream, loss::logitGrad<storage::F32>, s, rows,
+                vocab, int64_t(0), vocab, logits, targets,
+                static_cast<const float *>(lse),
+                static_cast<const int *>(validCount), 1.0f, dLogits);
 }
 
 cudaError_t crossEntropyShardMax(int64_t rows, int64_t vocabLocal,
                                  const float *logits, float *localMax,
                                  int64_t validColumns, cudaStream_t stream) {
-  return launchRows(rows, validColumns, stream, shardMaxKernel<WarpRows>,
-                    shardMaxKernel<BlockRows>, rows, vocabLocal, validColumns,
-                    logits, localMax);
+  return shardMaxOn(storage::F32(), rows, vocabLocal, logits, localMax,
+                    validColumns, stream);
 }
 
 cudaError_t crossEntropyShardSums(int64_t rows, int64_t vocabLocal,
@@ -206,10 +116,9 @@ cudaError_t crossEntropyShardSums(int64_t rows, int64_t vocabLocal,
                                   const float *globalMax, float *sumExp,
                                   float *targetLogit, int64_t validColumns,
                                   cudaStream_t stream) {
-  return launchRows(rows, validColumns, stream, shardSumsKernel<WarpRows>,
-                    shardSumsKernel<BlockRows>, rows, vocabLocal, vocabStart,
-                    validColumns, logits, targets, globalMax, sumExp,
-                    targetLogit);
+  return shardSumsOn(storage::F32(), rows, vocabLocal, vocabStart, logits,
+                     targets, globalMax, sumExp, targetLogit, validColumns,
+                     stream);
 }
 
 cudaError_t
@@ -219,17 +128,64 @@ crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
                         const float *globalTargetLogit, float *lse,
                         int *validCount, float *loss, float *dLogits,
                         int64_t validColumns, cudaStream_t stream) {
-  cudaError_t err =
-      launch(rows, stream, shardLseKernel, rows, globalMax, globalSumExp, lse);
+  return shardFinishOn(storage::F32(), rows, vocabLocal, vocabStart, logits,
+                       targets, globalMax, globalSumExp, globalTargetLogit,
+                       1.0f, lse, validCount, loss, dLogits, validColumns,
+                       stream);
+}
+
+//===--- 16-bit storage -------------------------------------------------===//
+
+cudaError_t halfCrossEntropy(HalfType type, int64_t rows, int64_t vocab,
+                             const void *logits, const std::int32_t *targets,
+                             float gradScale, float *term, int *validCount,
+                             float *loss, void *dLogits, cudaStream_t stream) {
+  loss::validTargets<<<1, kBlockSize, 0, stream>>>(rows, targets, validCount);
+  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     return err;
-  meanLossKernel<<<1, kBlockSize, 0, stream>>>(
-      rows, targets, lse, globalTargetLogit, nullptr, 0, validCount, loss);
-  if ((err = cudaGetLastError()) != cudaSuccess || !dLogits)
+  storage::Half16 s = halfStorage(type);
+  err = launchRows<kLseBlockSize>(
+      rows, vocab, stream, loss::lossRows<WarpRows, storage::Half16>,
+      loss::lossRows<LseBlockRows, storage::Half16>, s, rows, vocab, in(logits),
+      targets, static_cast<const int *>(validCount), gradScale, term,
+      out(dLogits));
+  if (err != cudaSuccess)
     return err;
-  return launch(rows * vocabLocal, stream, shardGradKernel, rows, vocabLocal,
-                vocabStart, validColumns, logits, targets, lse, validCount,
-                dLogits);
+  return meanLoss(rows, targets, loss::StoredTerm{term}, validCount, loss,
+                  stream);
+}
+
+cudaError_t halfCrossEntropyShardMax(HalfType type, int64_t rows,
+                                     int64_t vocabLocal, const void *logits,
+                                     float *localMax, int64_t validColumns,
+                                     cudaStream_t stream) {
+  return shardMaxOn(halfStorage(type), rows, vocabLocal, in(logits), localMax,
+                    validColumns, stream);
+}
+
+cudaError_t halfCrossEntropyShardSums(HalfType type, int64_t rows,
+                                      int64_t vocabLocal, int64_t vocabStart,
+                                      const void *logits,
+                                      const std::int32_t *targets,
+                                      const float *globalMax, float *sumExp,
+                                      float *targetLogit, int64_t validColumns,
+                                      cudaStream_t stream) {
+  return shardSumsOn(halfStorage(type), rows, vocabLocal, vocabStart,
+                     in(logits), targets, globalMax, sumExp, targetLogit,
+                     validColumns, stream);
+}
+
+cudaError_t halfCrossEntropyShardFinish(
+    HalfType type, int64_t rows, int64_t vocabLocal, int64_t vocabStart,
+    const void *logits, const std::int32_t *targets, const float *globalMax,
+    const float *globalSumExp, const float *globalTargetLogit, float gradScale,
+    float *lse, int *validCount, float *loss, void *dLogits,
+    int64_t validColumns, cudaStream_t stream) {
+  return shardFinishOn(halfStorage(type), rows, vocabLocal, vocabStart,
+                       in(logits), targets, globalMax, globalSumExp,
+                       globalTargetLogit, gradScale, lse, validCount, loss,
+                       out(dLogits), validColumns, stream);
 }
 
 } // namespace weft::kernels::gpu

@@ -232,10 +232,34 @@ TEST(CudaHost, HalfKernelsTakeOneSixteenBitTypeWithFp32Statistics) {
   odd["head_dim"] = 24;
   EXPECT_FALSE(
       takesHalfOperands("attention_forward", odd, {bf, bf, bf}, {bf, f}));
-  EXPECT_FALSE(takesHalfOperands("layer_norm_forward",
-                                 {{"rows", 2}, {"width", 8}, {"bias", 1}},
-                                 {bf, bf, bf}, {bf, f, f}));
+  EXPECT_FALSE(takesHalfOperands("embedding_backward",
+                                 {{"batch", 1}, {"seq", 2}, {"hidden", 4}},
+                                 {DType::I32, bf}, {bf}));
   EXPECT_FALSE(takesHalfOperands("no_such_kernel", {}, {bf}, {bf}));
+  // Norms, the bias gradient, the loss and the lookup: 16-bit tensors and
+  // parameter gradients, fp32 statistics, i32 ids and targets.
+  const DType i = DType::I32;
+  KernelConstants norm{{"rows", 2}, {"width", 8}, {"bias", 1}};
+  EXPECT_TRUE(
+      takesHalfOperands("layer_norm_forward", norm, {bf, bf, bf}, {bf, f, f}));
+  EXPECT_TRUE(takesHalfOperands("layer_norm_backward", norm, {h, h, f, f, h},
+                                {h, h, h}));
+  EXPECT_FALSE(takesHalfOperands("layer_norm_forward", norm, {bf, f, f},
+                                 {bf, f, f})); // fp32 gamma widens
+  EXPECT_FALSE(takesHalfOperands("layer_norm_backward", norm,
+                                 {bf, bf, f, f, bf}, {bf, f, f}));
+  EXPECT_TRUE(
+      takesHalfOperands("rms_norm_backward", norm, {bf, bf, f, bf}, {bf, bf}));
+  EXPECT_TRUE(takesHalfOperands("bias_grad", norm, {bf}, {bf}));
+  KernelConstants loss{{"rows", 4}, {"vocab", 10}, {"grad", 1}};
+  EXPECT_TRUE(takesHalfOperands("cross_entropy", loss, {bf, i}, {f, bf}));
+  EXPECT_TRUE(takesHalfOperands("cross_entropy", loss, {h, i}, {f}));
+  EXPECT_FALSE(takesHalfOperands("cross_entropy", loss, {bf, i}, {f, f}));
+  EXPECT_TRUE(takesHalfOperands("cross_entropy_shard_finish", loss,
+                                {bf, i, f, f, f}, {f, bf}));
+  EXPECT_TRUE(takesHalfOperands("embedding_forward",
+                                {{"batch", 1}, {"seq", 2}, {"hidden", 4}},
+                                {i, bf, bf}, {bf}));
   // The element-wise kernels: every operand 16-bit (a bias kept in fp32
   // widens).
   EXPECT_TRUE(takesHalfOperands("residual_add", {{"n", 8}}, {bf, bf}, {bf}));

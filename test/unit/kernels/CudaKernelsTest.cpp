@@ -465,6 +465,155 @@ TEST_F(CudaKernelsTest, HalfElementwiseEqualsTheWideningPath) {
   }
 }
 
+/// The 16-bit norms, bias gradient, cross-entropy and embedding lookup
+/// against the widening path on the GPU (fp32 kernels on widened operands,
+/// scaled as the backend does, rounded): the same grid and arithmetic, so
+/// the same bits. RowKernelsEmulationTest checks the same on the CPU.
+TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
+  for (gpu::HalfType type : {gpu::HalfType::BF16, gpu::HalfType::F16}) {
+    bool bf16 = type == gpu::HalfType::BF16;
+    SCOPED_TRACE(bf16 ? "bf16" : "f16");
+    auto bits = [&](const vector<float> &values) {
+      vector<std::uint16_t> out;
+      for (float x : values)
+        out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
+      return out;
+    };
+    auto widen = [&](const vector<std::uint16_t> &in) {
+      vector<float> out;
+      for (std::uint16_t b : in)
+        out.push_back(bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b}));
+      return out;
+    };
+    auto same = [&](const DeviceBuffer<std::uint16_t> &half,
+                    const DeviceBuffer<float> &wide, const char *what) {
+      sync();
+      EXPECT_EQ(half.toHost(), bits(wide.toHost())) << what;
+    };
+    // A warp per row and a block per row.
+    for (auto [rows, width] :
+         {std::pair<int64_t, int64_t>{1000, 768}, {300, 1030}}) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(width));
+      const int64_t n = rows * width;
+      const vector<std::uint16_t> x = bits(random(n, -2, 3)),
+                                  gamma = bits(random(width, 0.5, 1.5)),
+                                  beta = bits(random(width)),
+                                  dy = bits(random(n)),
+                                  dGamma0 = bits(random(width)),
+                                  dBeta0 = bits(random(width));
+      DeviceBuffer<std::uint16_t> hX(x), hG(gamma), hB(beta), hY(n), hDx(dy),
+          hdG(dGamma0), hdB(dBeta0);
+      DeviceBuffer<float> fX(widen(x)), fG(widen(gamma)), fB(widen(beta)),
+          fY(n), fDx(widen(dy)), fdG(widen(dGamma0)), fdB(widen(dBeta0));
+      DeviceBuffer<float> hMean(rows), hRstd(rows), fMean(rows), fRstd(rows);
+      // dx over dy, as the plans alias them.
+      ASSERT_EQ(gpu::halfLayerNormForward(type, rows, width, hX.get(), hG.get(),
+                                          hB.get(), 1e-5f, hY.get(),
+                                          hMean.get(), hRstd.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::halfLayerNormBackward(type, rows, width, hX.get(),
+                                           hG.get(), hMean.get(), hRstd.get(),
+                                           hDx.get(), hDx.get(), hdG.get(),
+                                           hdB.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::layerNormForward(rows, width, fX.get(), fG.get(), fB.get(),
+                                      1e-5f, fY.get(), fMean.get(), fRstd.get(),
+                                      stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::layerNormBackward(rows, width, fX.get(), fG.get(),
+                                       fMean.get(), fRstd.get(), fDx.get(),
+                                       fDx.get(), fdG.get(), fdB.get(), stream),
+                cudaSuccess);
+      same(hY, fY, "layer norm y");
+      EXPECT_EQ(hRstd.toHost(), fRstd.toHost());
+      same(hDx, fDx, "layer norm dx");
+      same(hdG, fdG, "layer norm dGamma");
+      same(hdB, fdB, "layer norm dBeta");
+
+      DeviceBuffer<std::uint16_t> rY(n), rDx(dy), rdG(dGamma0);
+      DeviceBuffer<float> gY(n), gDx(widen(dy)), gdG(widen(dGamma0));
+      ASSERT_EQ(gpu::halfRmsNormForward(type, rows, width, hX.get(), hG.get(),
+                                        1e-6f, rY.get(), hRstd.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::halfRmsNormBackward(type, rows, width, hX.get(), hG.get(),
+                                         hRstd.get(), rDx.get(), rDx.get(),
+                                         rdG.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::rmsNormForward(rows, width, fX.get(), fG.get(), 1e-6f,
+                                    gY.get(), fRstd.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::rmsNormBackward(rows, width, fX.get(), fG.get(),
+                                     fRstd.get(), gDx.get(), gDx.get(),
+                                     gdG.get(), stream),
+                cudaSuccess);
+      same(rY, gY, "rms norm y");
+      same(rDx, gDx, "rms norm dx");
+      same(rdG, gdG, "rms norm dGamma");
+
+      DeviceBuffer<std::uint16_t> hBias(dBeta0);
+      DeviceBuffer<float> fBias(widen(dBeta0)), fDy(widen(dy));
+      DeviceBuffer<std::uint16_t> hDy(dy);
+      ASSERT_EQ(
+          gpu::halfBiasGrad(type, rows, width, hDy.get(), hBias.get(), stream),
+          cudaSuccess);
+      ASSERT_EQ(gpu::biasGrad(rows, width, fDy.get(), fBias.get(), stream),
+                cudaSuccess);
+      same(hBias, fBias, "bias grad");
+    }
+
+    // Cross-entropy, the gradient over the logits, times a loss scale.
+    const float gradScale = 1024.0f / 3.0f;
+    for (auto [rows, vocab] :
+         {std::pair<int64_t, int64_t>{300, 257}, {40, 50257}}) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocab));
+      const vector<std::uint16_t> logits = bits(random(rows * vocab, -8, 8));
+      vector<std::int32_t> targets = randomIds(rng, rows, vocab);
+      for (int64_t r = 0; r < rows; r += 7)
+        targets[r] = kIgnoreIndex;
+      DeviceBuffer<std::int32_t> dTargets(targets);
+      DeviceBuffer<std::uint16_t> hLogits(logits);
+      DeviceBuffer<float> fLogits(widen(logits)), term(rows), lse(rows),
+          hLoss(1), fLoss(1);
+      DeviceBuffer<int> hCount(1), fCount(1);
+      ASSERT_EQ(gpu::halfCrossEntropy(type, rows, vocab, hLogits.get(),
+                                      dTargets.get(), gradScale, term.get(),
+                                      hCount.get(), hLoss.get(), hLogits.get(),
+                                      stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::crossEntropyForwardBackward(
+                    rows, vocab, fLogits.get(), dTargets.get(), lse.get(),
+                    fCount.get(), fLoss.get(), fLogits.get(), stream),
+                cudaSuccess);
+      sync();
+      vector<float> scaled = fLogits.toHost();
+      for (float &g : scaled)
+        g *= gradScale;
+      EXPECT_EQ(hCount.toHost(), fCount.toHost());
+      EXPECT_EQ(hLoss.toHost(), fLoss.toHost());
+      EXPECT_EQ(hLogits.toHost(), bits(scaled)) << "dLogits";
+    }
+
+    // Embedding lookup with positions.
+    const int64_t batch = 3, seq = 17, hidden = 96, vocab = 50;
+    vector<std::int32_t> ids = randomIds(rng, batch * seq, vocab);
+    const vector<std::uint16_t> wte = bits(random(vocab * hidden)),
+                                wpe = bits(random(seq * hidden));
+    DeviceBuffer<std::int32_t> dIds(ids);
+    DeviceBuffer<std::uint16_t> hWte(wte), hWpe(wpe),
+        hOut(batch * seq * hidden);
+    DeviceBuffer<float> fWte(widen(wte)), fWpe(widen(wpe)),
+        fOut(batch * seq * hidden);
+    ASSERT_EQ(gpu::halfEmbeddingForward(type, batch, seq, hidden, dIds.get(),
+                                        hWte.get(), hWpe.get(), hOut.get(),
+                                        stream),
+              cudaSuccess);
+    ASSERT_EQ(gpu::embeddingForward(batch, seq, hidden, dIds.get(), fWte.get(),
+                                    fWpe.get(), nullptr, 0, fOut.get(), stream),
+              cudaSuccess);
+    same(hOut, fOut, "embedding");
+  }
+}
+
 TEST_F(CudaKernelsTest, CrossEntropy) {
   // A small vocabulary (a warp per row) and GPT-2's (a block per row).
   for (auto [rows, vocab] :

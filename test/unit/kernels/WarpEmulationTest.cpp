@@ -1,26 +1,14 @@
-//===- WarpEmulationTest.cpp - Tensor-core kernels under a CPU warp emulator
-//===//
+//===- WarpEmulationTest.cpp - Tensor-core kernels, emulated --------------===//
 //
 // The tensor-core attention kernels (runtime/kernels/cuda/AttentionMma.cuh)
-// compiled as plain C++ and run on the CPU, so that their index arithmetic
-// (fragment layouts, tiles, masks, staging, the online softmax) is checked
-// on every machine, not only where a GPU is lent. Every CUDA thread of a
-// block is a std::thread; __syncthreads is a barrier over the block, and the
-// warp-wide primitives (__shfl_xor_sync and mma.sync m16n8k16) are barriers
-// over the warp's 32 threads that exchange their registers through memory.
-// The emulated mma follows the PTX ISA's fragment layouts for m16n8k16
-// (lane = 4 g + t):
-//   A: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
-//   B: b0 (k 2t..2t+1, n g)  b1 (k 2t+8.., n g)
-//   C: c0 c1 (g, 2t..2t+1)   c2 c3 (g+8, 2t..2t+1)
-// with the lower-numbered element of a pair in the low 16 bits. What it
-// cannot check is the hardware itself: CudaKernelsTest.AttentionOnTensorCores
+// and the 16-bit element-wise kernels compiled as plain C++ and run on the
+// CPU under WarpEmulation.h, so that their index arithmetic (fragment
+// layouts, tiles, masks, staging, the online softmax) is checked on every
+// machine, not only where a GPU is lent. CudaKernelsTest.AttentionOnTensorCores
 // runs the same kernels on a GPU.
 //
 //===----------------------------------------------------------------------===//
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h> // uint4, make_uint4
 
 #include "KernelTestUtil.h"
@@ -31,170 +19,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-//===--- The emulated CUDA environment
-//-------------------------------------===//
+#include "WarpEmulation.h"
 
-#undef __global__
-#undef __device__
-#undef __shared__
-#undef __launch_bounds__
-#define __global__
-#define __device__
-#define __shared__ static // blocks run one at a time
-#define __launch_bounds__(threads)
-
-namespace emulation {
-
-/// A reusable barrier for `count` threads.
-class Barrier {
-public:
-  explicit Barrier(int count) : count_(count) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    unsigned long generation = generation_;
-    if (++waiting_ == count_) {
-      waiting_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != generation; });
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int count_, waiting_ = 0;
-  unsigned long generation_ = 0;
-};
-
-/// What the 32 lanes of a warp exchange.
-struct Warp {
-  Barrier barrier{32};
-  float shuffled[32];
-  std::uint32_t a[32][4], b[32][2];
-};
-
-struct Dim3 {
-  unsigned x = 0, y = 0, z = 0;
-};
-
-thread_local Warp *warp = nullptr;
-thread_local Barrier *block = nullptr;
-thread_local int lane = 0;
-
-} // namespace emulation
-
-thread_local emulation::Dim3 threadIdx, blockIdx;
-emulation::Dim3 blockDim, gridDim;
-
-inline void __syncthreads() { emulation::block->wait(); }
-
-inline float __shfl_xor_sync(unsigned, float value, int laneMask) {
-  emulation::Warp &w = *emulation::warp;
-  w.shuffled[emulation::lane] = value;
-  w.barrier.wait();
-  float other = w.shuffled[emulation::lane ^ laneMask];
-  w.barrier.wait(); // nobody overwrites `shuffled` before all have read
-  return other;
-}
-
-template <typename T> T min(T a, T b) { return a < b ? a : b; }
-
-template <typename E> float halfBits(std::uint16_t bits);
-template <> float halfBits<__nv_bfloat16>(std::uint16_t bits) {
-  return weft::kernels::bf16ToFloat(weft::kernels::BF16{bits});
-}
-template <> float halfBits<__half>(std::uint16_t bits) {
-  return weft::kernels::f16ToFloat(weft::kernels::F16{bits});
-}
-
-/// c += a * b for the warp's m16n8k16 fragments (fp32 accumulation).
-template <typename E>
-void emulatedMma(float c[4], const std::uint32_t a[4],
-                 const std::uint32_t b[2]) {
-  emulation::Warp &w = *emulation::warp;
-  const int me = emulation::lane;
-  std::copy(a, a + 4, w.a[me]);
-  std::copy(b, b + 2, w.b[me]);
-  w.barrier.wait();
-  auto element = [](std::uint32_t word, int k) {
-    return halfBits<E>(std::uint16_t(k % 2 ? word >> 16 : word & 0xffff));
-  };
-  auto aAt = [&](int row, int k) {
-    int reg = (row >= 8 ? 1 : 0) + (k % 16 >= 8 ? 2 : 0);
-    return element(w.a[(row % 8) * 4 + (k % 8) / 2][reg], k);
-  };
-  auto bAt = [&](int k, int n) {
-    return element(w.b[n * 4 + (k % 8) / 2][k >= 8 ? 1 : 0], k);
-  };
-  const int g = me / 4, t = me % 4;
-  float result[4];
-  for (int r = 0; r < 4; ++r) {
-    int row = g + 8 * (r / 2), col = 2 * t + r % 2;
-    float sum = 0;
-    for (int k = 0; k < 16; ++k)
-      sum += aAt(row, k) * bAt(k, col);
-    result[r] = c[r] + sum;
-  }
-  w.barrier.wait(); // every lane has read every fragment
-  std::copy(result, result + 4, c);
-}
-
-#define WEFT_WARP_EMULATION
 #include "../../../runtime/kernels/cuda/AttentionMma.cuh"
 #include "../../../runtime/kernels/cuda/HalfElementwise.cuh"
-
-namespace emulation {
-
-/// Runs `kernel(args...)` over `blocks` blocks of `threads` threads, one
-/// block after the other.
-template <typename Kernel, typename... Args>
-void launch(unsigned blocks, unsigned threads, Kernel kernel, Args... args) {
-  gridDim.x = blocks;
-  blockDim.x = threads;
-  for (unsigned b = 0; b < blocks; ++b) {
-    Barrier blockBarrier{int(threads)};
-    std::vector<Warp> warps(threads / 32);
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        threadIdx.x = t;
-        blockIdx.x = b;
-        block = &blockBarrier;
-        warp = &warps[t / 32];
-        lane = int(t % 32);
-        kernel(args...);
-      });
-    for (std::thread &thread : pool)
-      thread.join();
-  }
-}
-
-/// Runs an element-wise kernel (no barriers or warp exchanges) over
-/// `items` threads in blocks of 256, one thread after the other.
-template <typename Kernel, typename... Args>
-void launchSerial(std::int64_t items, Kernel kernel, Args... args) {
-  blockDim.x = 256;
-  gridDim.x = unsigned((items + 255) / 256);
-  for (unsigned b = 0; b < gridDim.x; ++b)
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      blockIdx.x = b;
-      threadIdx.x = t;
-      kernel(args...);
-    }
-}
-
-} // namespace emulation
 
 namespace {
 

@@ -952,6 +952,7 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
     halfCall_.constants = &kernel.constants;
     halfCall_.type = half->second;
     halfCall_.stream = s;
+    halfCall_.lossScale = lossScale_;
     halfCall_.scratch = scratchOf(stream);
     halfCall_.reads.clear();
     halfCall_.writes.clear();

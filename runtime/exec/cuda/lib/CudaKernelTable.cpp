@@ -25,7 +25,10 @@ namespace {
 
 int64_t none(const KernelConstants &) { return 0; }
 
-float eps(const CudaKernelCall &k) { return float(k.c("eps_nano") * 1e-9); }
+/// The epsilon constant of a CudaKernelCall or CudaHalfCall.
+template <typename Call> float eps(const Call &k) {
+  return float(k.c("eps_nano") * 1e-9);
+}
 /// The activation constant of a CudaKernelCall or CudaHalfCall.
 template <typename Call> Activation act(const Call &k) {
   return Activation(k.c("act"));
@@ -79,6 +82,10 @@ cudaError_t biasAddHalf(const CudaHalfCall &k) {
   return gpu::halfBiasAdd(k.type, k.c("rows"), k.c("width"), k.reads[0],
                           k.reads[1], k.writes[0], k.stream);
 }
+cudaError_t biasGradHalf(const CudaHalfCall &k) {
+  return gpu::halfBiasGrad(k.type, k.c("rows"), k.c("width"), k.reads[0],
+                           k.writes[0], k.stream);
+}
 cudaError_t residualAddHalf(const CudaHalfCall &k) {
   return gpu::halfResidualAdd(k.type, k.c("n"), k.reads[0], k.reads[1],
                               k.writes[0], k.stream);
@@ -125,6 +132,32 @@ cudaError_t rmsNormBackwardRun(const CudaKernelCall &k) {
                               k.stream);
 }
 
+// 16-bit x, gamma, beta, y, dy, dx and parameter gradients; fp32 statistics.
+float *f32(void *p) { return static_cast<float *>(p); }
+cudaError_t layerNormForwardHalf(const CudaHalfCall &k) {
+  const void *beta = k.c("bias") ? k.reads[2] : nullptr;
+  return gpu::halfLayerNormForward(
+      k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1], beta, eps(k),
+      k.writes[0], f32(k.writes[1]), f32(k.writes[2]), k.stream);
+}
+cudaError_t layerNormBackwardHalf(const CudaHalfCall &k) {
+  void *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+  return gpu::halfLayerNormBackward(k.type, k.c("rows"), k.c("width"),
+                                    k.reads[0], k.reads[1], f32(k.reads[2]),
+                                    f32(k.reads[3]), k.reads[4], k.writes[0],
+                                    k.writes[1], dBeta, k.stream);
+}
+cudaError_t rmsNormForwardHalf(const CudaHalfCall &k) {
+  return gpu::halfRmsNormForward(k.type, k.c("rows"), k.c("width"), k.reads[0],
+                                 k.reads[1], eps(k), k.writes[0],
+                                 f32(k.writes[1]), k.stream);
+}
+cudaError_t rmsNormBackwardHalf(const CudaHalfCall &k) {
+  return gpu::halfRmsNormBackward(k.type, k.c("rows"), k.c("width"), k.reads[0],
+                                  k.reads[1], f32(k.reads[2]), k.reads[3],
+                                  k.writes[0], k.writes[1], k.stream);
+}
+
 //===--- Embedding and rotary --------------------------------------------===//
 
 cudaError_t embeddingForwardRun(const CudaKernelCall &k) {
@@ -132,6 +165,15 @@ cudaError_t embeddingForwardRun(const CudaKernelCall &k) {
   return gpu::embeddingForward(k.c("batch"), k.c("seq"), k.c("hidden"),
                                k.readIndices[0], k.reads[1], wpe, nullptr, 0,
                                k.writes[0], k.stream);
+}
+const std::int32_t *ids(const void *p) {
+  return static_cast<const std::int32_t *>(p);
+}
+cudaError_t embeddingForwardHalf(const CudaHalfCall &k) {
+  const void *wpe = k.c("positions") ? k.reads[2] : nullptr;
+  return gpu::halfEmbeddingForward(k.type, k.c("batch"), k.c("seq"),
+                                   k.c("hidden"), ids(k.reads[0]), k.reads[1],
+                                   wpe, k.writes[0], k.stream);
 }
 cudaError_t embeddingBackwardRun(const CudaKernelCall &k) {
   float *dWpe = k.c("positions") ? k.writes[1] : nullptr;
@@ -216,7 +258,7 @@ cudaError_t attentionBackwardHalf(const CudaHalfCall &k) {
 // The vocabulary-parallel phases: columns at or past `vocab` of the shard
 // starting at word vocab_start are padding (as validColumns in the CPU
 // registry).
-int64_t validColumns(const CudaKernelCall &k) {
+template <typename Call> int64_t validColumns(const Call &k) {
   return std::clamp<int64_t>(k.c("vocab") - k.c("vocab_start"), 0,
                              k.c("vocab_local"));
 }
@@ -282,6 +324,53 @@ cudaError_t crossEntropyShardFinishRun(const CudaKernelCall &k) {
                  });
 }
 
+/// The 16-bit loss kernels fold the gradient's scale (lossScale / grad_div,
+/// as runLoss) into their single rounding; the scratch is laid out as
+/// runLoss's, its first `rows` floats holding per-row terms.
+float gradScale(const CudaHalfCall &k) {
+  return k.lossScale / float(k.c("grad_div"));
+}
+template <typename LossKernel>
+cudaError_t runHalfLoss(const CudaHalfCall &k, LossKernel lossKernel) {
+  int64_t rows = k.c("rows");
+  void *dLogits = k.c("grad") ? k.writes[1] : nullptr;
+  int *validCount = reinterpret_cast<int *>(k.scratch + rows);
+  float *loss = k.scratch + rows + 1;
+  if (cudaError_t rc = lossKernel(k.scratch, validCount, loss, dLogits))
+    return rc;
+  return finishLoss(loss, float(k.c("loss_div")), k.c("accumulate") != 0,
+                    f32(k.writes[0]), k.stream);
+}
+cudaError_t crossEntropyHalf(const CudaHalfCall &k) {
+  return runHalfLoss(
+      k, [&](float *term, int *validCount, float *loss, void *dLogits) {
+        return gpu::halfCrossEntropy(k.type, k.c("rows"), k.c("vocab"),
+                                     k.reads[0], ids(k.reads[1]), gradScale(k),
+                                     term, validCount, loss, dLogits, k.stream);
+      });
+}
+cudaError_t crossEntropyShardMaxHalf(const CudaHalfCall &k) {
+  return gpu::halfCrossEntropyShardMax(k.type, k.c("rows"), k.c("vocab_local"),
+                                       k.reads[0], f32(k.writes[0]),
+                                       validColumns(k), k.stream);
+}
+cudaError_t crossEntropyShardSumsHalf(const CudaHalfCall &k) {
+  return gpu::halfCrossEntropyShardSums(
+      k.type, k.c("rows"), k.c("vocab_local"), k.c("vocab_start"), k.reads[0],
+      ids(k.reads[1]), f32(k.reads[2]), f32(k.writes[0]), f32(k.writes[1]),
+      validColumns(k), k.stream);
+}
+cudaError_t crossEntropyShardFinishHalf(const CudaHalfCall &k) {
+  return runHalfLoss(
+      k, [&](float *lse, int *validCount, float *loss, void *dLogits) {
+        return gpu::halfCrossEntropyShardFinish(
+            k.type, k.c("rows"), k.c("vocab_local"), k.c("vocab_start"),
+            k.reads[0], ids(k.reads[1]), f32(k.reads[2]), f32(k.reads[3]),
+            f32(k.reads[4]), gradScale(k), lse, validCount, loss, dLogits,
+            validColumns(k), k.stream);
+      });
+}
+
 std::vector<CudaKernelEntry> buildTable() {
   std::vector<CudaKernelEntry> table = {
       {"activation_backward", none, activationBackwardRun, 0b11, 0b1, always,
@@ -295,26 +384,41 @@ std::vector<CudaKernelEntry> buildTable() {
       {"attention_forward", none, attentionForwardRun, 0b111, 0b01,
        halfAttention, attentionForwardHalf},
       {"bias_add", none, biasAddRun, 0b11, 0b1, always, biasAddHalf},
-      {"bias_grad", none, biasGradRun},
-      {"cross_entropy", crossEntropyScratch, crossEntropyRun},
+      {"bias_grad", none, biasGradRun, 0b1, 0b1, always, biasGradHalf},
+      // logits (targets) in; (loss) dLogits out.
+      {"cross_entropy", crossEntropyScratch, crossEntropyRun, 0b01, 0b10,
+       always, crossEntropyHalf},
       {"cross_entropy_shard_finish", crossEntropyScratch,
-       crossEntropyShardFinishRun},
-      {"cross_entropy_shard_max", none, crossEntropyShardMaxRun},
-      {"cross_entropy_shard_sums", none, crossEntropyShardSumsRun},
+       crossEntropyShardFinishRun, 0b00001, 0b10, always,
+       crossEntropyShardFinishHalf},
+      {"cross_entropy_shard_max", none, crossEntropyShardMaxRun, 0b1, 0b0,
+       always, crossEntropyShardMaxHalf},
+      {"cross_entropy_shard_sums", none, crossEntropyShardSumsRun, 0b001, 0b00,
+       always, crossEntropyShardSumsHalf},
       {"embedding_backward", none, embeddingBackwardRun},
-      {"embedding_forward", none, embeddingForwardRun},
+      // (ids) wte [wpe] in.
+      {"embedding_forward", none, embeddingForwardRun, 0b110, 0b1, always,
+       embeddingForwardHalf},
       {"gated_backward", none, gatedBackwardRun, 0b111, 0b11, always,
        gatedBackwardHalf},
       {"gated_forward", none, gatedForwardRun, 0b11, 0b1, always,
        gatedForwardHalf},
-      {"layer_norm_backward", none, layerNormBackwardRun},
+      // x gamma (mean rstd) dy in; dx dGamma [dBeta] out.
+      {"layer_norm_backward", none, layerNormBackwardRun, 0b10011, 0b111,
+       always, layerNormBackwardHalf},
       {"position_embedding_backward", none, positionEmbeddingBackwardRun},
       {"position_embedding_forward", none, positionEmbeddingForwardRun},
-      {"layer_norm_forward", none, layerNormForwardRun},
+      // x gamma [beta] in; y (mean rstd) out.
+      {"layer_norm_forward", none, layerNormForwardRun, 0b111, 0b001, always,
+       layerNormForwardHalf},
       {"residual_add", none, residualAddRun, 0b11, 0b1, always,
        residualAddHalf},
-      {"rms_norm_backward", none, rmsNormBackwardRun},
-      {"rms_norm_forward", none, rmsNormForwardRun},
+      // x gamma (rstd) dy in; dx dGamma out.
+      {"rms_norm_backward", none, rmsNormBackwardRun, 0b1011, 0b11, always,
+       rmsNormBackwardHalf},
+      // x gamma in; y (rstd) out.
+      {"rms_norm_forward", none, rmsNormForwardRun, 0b11, 0b01, always,
+       rmsNormForwardHalf},
       {"rotary_backward", none, rotaryBackwardRun},
       {"rotary_forward", none, rotaryForwardRun},
       {"vocab_embedding_backward", none, vocabEmbeddingBackwardRun},

@@ -74,6 +74,7 @@ struct CudaHalfCall {
   kernels::gpu::HalfType type = kernels::gpu::HalfType::BF16;
   float *scratch = nullptr; // scratchFloats(constants) device floats
   cudaStream_t stream = nullptr;
+  float lossScale = 1; // as CudaKernelCall::lossScale
 
   int64_t c(const char *name) const { return constants->at(name); }
 };

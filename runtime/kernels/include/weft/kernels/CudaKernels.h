@@ -146,6 +146,67 @@ cudaError_t halfGatedBackward(HalfType type, Activation act, int64_t n,
                               const void *dOut, void *dGate, void *dUp,
                               cudaStream_t stream);
 
+/// The embedding lookup on 16-bit tables and output (`wpe` nullable), as
+/// embeddingForward without token types or a position offset.
+cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
+                                 int64_t hidden, const std::int32_t *ids,
+                                 const void *wte, const void *wpe, void *result,
+                                 cudaStream_t stream);
+
+/// The norms and the bias gradient on 16-bit storage (`type` for x, gamma,
+/// beta, y, dy, dx and the parameter gradients; mean and rstd fp32): the fp32
+/// kernels' grid and arithmetic on widened values, rounded once per output,
+/// so the results equal the widening path's bit for bit. Parameter gradients
+/// accumulate (g = round(g + sum)).
+cudaError_t halfLayerNormForward(HalfType type, int64_t rows, int64_t width,
+                                 const void *x, const void *gamma,
+                                 const void *beta, float eps, void *y,
+                                 float *mean, float *rstd, cudaStream_t stream);
+cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
+                                  const void *x, const void *gamma,
+                                  const float *mean, const float *rstd,
+                                  const void *dy, void *dx, void *dGamma,
+                                  void *dBeta, cudaStream_t stream);
+cudaError_t halfRmsNormForward(HalfType type, int64_t rows, int64_t width,
+                               const void *x, const void *gamma, float eps,
+                               void *y, float *rstd, cudaStream_t stream);
+cudaError_t halfRmsNormBackward(HalfType type, int64_t rows, int64_t width,
+                                const void *x, const void *gamma,
+                                const float *rstd, const void *dy, void *dx,
+                                void *dGamma, cudaStream_t stream);
+cudaError_t halfBiasGrad(HalfType type, int64_t rows, int64_t width,
+                         const void *dy, void *dBias, cudaStream_t stream);
+
+/// Softmax cross-entropy on 16-bit logits in one pass over each row after
+/// counting the targets: term[rows] (scratch) receives each row's loss,
+/// *validCount and *loss as crossEntropyForwardBackward, and dLogits
+/// (nullable, may alias logits) the gradient times gradScale (the loss scale
+/// over the micro-batch divisor), rounded once: the widening path's bits
+/// (fp32 gradient, scaled, narrowed) without its fp32 copy of the logits.
+cudaError_t halfCrossEntropy(HalfType type, int64_t rows, int64_t vocab,
+                             const void *logits, const std::int32_t *targets,
+                             float gradScale, float *term, int *validCount,
+                             float *loss, void *dLogits, cudaStream_t stream);
+/// The vocabulary-parallel phases on a 16-bit logits shard (gradient times
+/// gradScale, as halfCrossEntropy).
+cudaError_t halfCrossEntropyShardMax(HalfType type, int64_t rows,
+                                     int64_t vocabLocal, const void *logits,
+                                     float *localMax, int64_t validColumns,
+                                     cudaStream_t stream);
+cudaError_t halfCrossEntropyShardSums(HalfType type, int64_t rows,
+                                      int64_t vocabLocal, int64_t vocabStart,
+                                      const void *logits,
+                                      const std::int32_t *targets,
+                                      const float *globalMax, float *sumExp,
+                                      float *targetLogit, int64_t validColumns,
+                                      cudaStream_t stream);
+cudaError_t halfCrossEntropyShardFinish(
+    HalfType type, int64_t rows, int64_t vocabLocal, int64_t vocabStart,
+    const void *logits, const std::int32_t *targets, const float *globalMax,
+    const float *globalSumExp, const float *globalTargetLogit, float gradScale,
+    float *lse, int *validCount, float *loss, void *dLogits,
+    int64_t validColumns, cudaStream_t stream);
+
 /// Fused softmax cross-entropy: lse[rows] receives each row's log-sum-exp,
 /// *validCount the number of non-ignored targets, *loss their mean loss, and
 /// dLogits (nullable, may alias logits) d(mean loss)/d(logits).

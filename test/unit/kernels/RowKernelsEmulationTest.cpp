@@ -1,0 +1,512 @@
+//===- RowKernelsEmulationTest.cpp - Row kernels on the CPU ---------------===//
+//
+// The CUDA row and column kernels (NormKernels.cuh, LossKernels.cuh) and the
+// 16-bit embedding lookup under the warp emulator (WarpEmulation.h), with the
+// launch geometry the CUDA launches use (rowGrid, columnGrid):
+//  - on fp32 storage against the CPU kernels (so their reductions, grid
+//    strides and in-place aliasing are checked without a GPU);
+//  - on bf16 and f16 storage against the widening path (widen, the fp32
+//    kernel, scale, round): equal bit for bit, in place where the backend
+//    aliases (dx over dy, dLogits over logits).
+// Outputs start as NaN (0xffff for 16-bit), so an element a kernel forgets
+// to write fails.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cuda_runtime.h>
+
+#include "KernelTestUtil.h"
+#include "weft/kernels/Common.h"
+#include "weft/kernels/CpuKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "WarpEmulation.h"
+
+#include "../../../runtime/kernels/cuda/HalfElementwise.cuh"
+#include "../../../runtime/kernels/cuda/LossKernels.cuh"
+#include "../../../runtime/kernels/cuda/NormKernels.cuh"
+
+namespace {
+
+using namespace weft::kernels;
+using test::relativeError;
+namespace gpu = weft::kernels::gpu;
+namespace detail = weft::kernels::gpu::detail;
+namespace norm = weft::kernels::gpu::norm;
+namespace loss = weft::kernels::gpu::loss;
+using gpu::storage::F32;
+using gpu::storage::Half16;
+using Bits = std::vector<std::uint16_t>;
+using Floats = std::vector<float>;
+
+constexpr float kNaN = NAN;
+
+//===--- Launches with the CUDA geometry ---------------------------------===//
+
+/// launchRows: a warp per row, or a block of kWide threads per wide row.
+template <int kWide = detail::kBlockSize, typename Kernel, typename... Args>
+void launchRows(std::int64_t rows, std::int64_t width, Kernel warpKernel,
+                Kernel blockKernel, Args... args) {
+  detail::Grid grid = detail::rowGrid(rows, width, kWide);
+  if (grid.blocks > 0)
+    emulation::launch(unsigned(grid.blocks), unsigned(grid.threads),
+                      grid.wide ? blockKernel : warpKernel, args...);
+}
+
+/// launchColumns: tiles of columns per 1024-thread block.
+template <typename Kernel, typename... Args>
+void launchColumns(std::int64_t rows, std::int64_t width, Kernel kernel,
+                   Args... args) {
+  detail::Grid grid = detail::columnGrid(rows, width);
+  if (grid.blocks > 0)
+    emulation::launch(unsigned(grid.blocks), unsigned(grid.threads), kernel,
+                      detail::columnTile(width), args...);
+}
+
+/// A single block of kBlockSize threads (the mean-loss and count kernels).
+template <typename Kernel, typename... Args>
+void launchOneBlock(Kernel kernel, Args... args) {
+  emulation::launch(1, detail::kBlockSize, kernel, args...);
+}
+
+//===--- 16-bit data
+//-------------------------------------------------------===//
+
+struct Half {
+  bool bf16;
+  Half16 storage() const { return {bf16}; }
+  std::uint16_t round(float x) const {
+    return bf16 ? floatToBf16(x).bits : floatToF16(x).bits;
+  }
+  float widen(std::uint16_t b) const {
+    return bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b});
+  }
+  Bits random(std::mt19937_64 &rng, std::size_t n, double lo, double hi) const {
+    Bits out;
+    for (double x : test::randomVector(rng, n, lo, hi))
+      out.push_back(round(float(x)));
+    return out;
+  }
+  Floats widen(const Bits &in) const {
+    Floats out;
+    for (std::uint16_t b : in)
+      out.push_back(widen(b));
+    return out;
+  }
+  Bits narrow(const Floats &in) const {
+    Bits out;
+    for (float x : in)
+      out.push_back(round(x));
+    return out;
+  }
+  std::string name() const { return bf16 ? "bf16" : "f16"; }
+};
+
+Floats randomFloats(std::mt19937_64 &rng, std::size_t n, double lo, double hi) {
+  return test::convert<float>(test::randomVector(rng, n, lo, hi));
+}
+
+struct Shape {
+  std::int64_t rows, width;
+};
+// A warp per row (one column per column-sum block), and a block per row
+// (tiles of 16 columns). Emulated 1024-thread column blocks are slow (each
+// barrier wakes every thread): the shapes are small.
+constexpr Shape kNormShapes[] = {{37, 20}, {3, 1100}};
+
+//===--- Norms and the bias gradient
+//---------------------------------------===//
+
+/// The fp32 kernels of one shape, on float operands (`dx` separate from `dy`).
+struct NormRun {
+  Floats y, mean, rstd, dx, dGamma, dBeta;
+};
+
+template <typename S>
+NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
+                    const typename S::Elem *gamma, const typename S::Elem *beta,
+                    std::vector<typename S::Elem> &y,
+                    std::vector<typename S::Elem> &dyThenDx,
+                    std::vector<typename S::Elem> &dGamma,
+                    std::vector<typename S::Elem> &dBeta) {
+  const std::int64_t rows = shape.rows, width = shape.width;
+  NormRun run;
+  run.mean.assign(std::size_t(rows), kNaN);
+  run.rstd.assign(std::size_t(rows), kNaN);
+  launchRows(rows, width, &norm::layerNormForward<norm::WarpRows, S>,
+             &norm::layerNormForward<norm::BlockRows, S>, s, rows, width, x,
+             gamma, beta, 1e-5f, y.data(), run.mean.data(), run.rstd.data());
+  // As the backend: parameter gradients first, then dx over dy.
+  launchColumns(rows, width, &norm::layerNormParamGrad<S>, s, rows, width, x,
+                static_cast<const float *>(run.mean.data()),
+                static_cast<const float *>(run.rstd.data()),
+                static_cast<const typename S::Elem *>(dyThenDx.data()),
+                dGamma.data(), dBeta.data());
+  launchRows(rows, width, &norm::layerNormInputGrad<norm::WarpRows, S>,
+             &norm::layerNormInputGrad<norm::BlockRows, S>, s, rows, width, x,
+             gamma, static_cast<const float *>(run.mean.data()),
+             static_cast<const float *>(run.rstd.data()),
+             static_cast<const typename S::Elem *>(dyThenDx.data()),
+             dyThenDx.data());
+  return run;
+}
+
+template <typename S>
+NormRun rmsNormOn(S s, const Shape &shape, const typename S::Elem *x,
+                  const typename S::Elem *gamma,
+                  std::vector<typename S::Elem> &y,
+                  std::vector<typename S::Elem> &dyThenDx,
+                  std::vector<typename S::Elem> &dGamma) {
+  const std::int64_t rows = shape.rows, width = shape.width;
+  NormRun run;
+  run.rstd.assign(std::size_t(rows), kNaN);
+  launchRows(rows, width, &norm::rmsNormForward<norm::WarpRows, S>,
+             &norm::rmsNormForward<norm::BlockRows, S>, s, rows, width, x,
+             gamma, 1e-5f, y.data(), run.rstd.data());
+  launchColumns(rows, width, &norm::rmsNormParamGrad<S>, s, rows, width, x,
+                static_cast<const float *>(run.rstd.data()),
+                static_cast<const typename S::Elem *>(dyThenDx.data()),
+                dGamma.data());
+  launchRows(rows, width, &norm::rmsNormInputGrad<norm::WarpRows, S>,
+             &norm::rmsNormInputGrad<norm::BlockRows, S>, s, rows, width, x,
+             gamma, static_cast<const float *>(run.rstd.data()),
+             static_cast<const typename S::Elem *>(dyThenDx.data()),
+             dyThenDx.data());
+  return run;
+}
+
+template <typename S>
+void biasGradOn(S s, const Shape &shape, const typename S::Elem *dy,
+                std::vector<typename S::Elem> &dBias) {
+  launchColumns(shape.rows, shape.width, &norm::biasGrad<S>, s, shape.rows,
+                shape.width, dy, dBias.data());
+}
+
+TEST(RowKernelsEmulation, Fp32NormsAndBiasGradientMatchTheCpuKernels) {
+  std::mt19937_64 rng(11);
+  for (const Shape &shape : kNormShapes) {
+    SCOPED_TRACE("rows " + std::to_string(shape.rows) + " width " +
+                 std::to_string(shape.width));
+    const std::int64_t rows = shape.rows, width = shape.width;
+    const std::size_t n = std::size_t(rows * width), w = std::size_t(width);
+    Floats x = randomFloats(rng, n, -2, 3),
+           gamma = randomFloats(rng, w, 0.5, 1.5),
+           beta = randomFloats(rng, w, -1, 1), dy = randomFloats(rng, n, -1, 1),
+           dGamma0 = randomFloats(rng, w, -1, 1),
+           dBeta0 = randomFloats(rng, w, -1, 1);
+
+    Floats y(n, kNaN), dx = dy, dGamma = dGamma0, dBeta = dBeta0;
+    NormRun got = layerNormOn(F32(), shape, x.data(), gamma.data(), beta.data(),
+                              y, dx, dGamma, dBeta);
+    Floats ey(n), eMean(static_cast<std::size_t>(rows)),
+        eRstd(static_cast<std::size_t>(rows)), edx(n), edGamma = dGamma0,
+                                                       edBeta = dBeta0;
+    cpu::layerNormForward(rows, width, x.data(), gamma.data(), beta.data(),
+                          1e-5f, ey.data(), eMean.data(), eRstd.data());
+    cpu::layerNormBackward(rows, width, x.data(), gamma.data(), eMean.data(),
+                           eRstd.data(), dy.data(), edx.data(), edGamma.data(),
+                           edBeta.data());
+    EXPECT_LT(relativeError(y, ey), 1e-6) << "layer norm y";
+    EXPECT_LT(relativeError(got.mean, eMean), 1e-6);
+    EXPECT_LT(relativeError(got.rstd, eRstd), 1e-6);
+    EXPECT_LT(relativeError(dx, edx), 1e-5) << "layer norm dx";
+    EXPECT_LT(relativeError(dGamma, edGamma), 1e-5);
+    EXPECT_LT(relativeError(dBeta, edBeta), 1e-5);
+
+    y.assign(n, kNaN);
+    dx = dy;
+    dGamma = dGamma0;
+    got = rmsNormOn(F32(), shape, x.data(), gamma.data(), y, dx, dGamma);
+    edGamma = dGamma0;
+    cpu::rmsNormForward(rows, width, x.data(), gamma.data(), 1e-5f, ey.data(),
+                        eRstd.data());
+    cpu::rmsNormBackward(rows, width, x.data(), gamma.data(), eRstd.data(),
+                         dy.data(), edx.data(), edGamma.data());
+    EXPECT_LT(relativeError(y, ey), 1e-6) << "rms norm y";
+    EXPECT_LT(relativeError(got.rstd, eRstd), 1e-6);
+    EXPECT_LT(relativeError(dx, edx), 1e-5) << "rms norm dx";
+    EXPECT_LT(relativeError(dGamma, edGamma), 1e-5);
+
+    Floats dBias = dBeta0, edBias = dBeta0;
+    biasGradOn(F32(), shape, dy.data(), dBias);
+    cpu::biasGrad(rows, width, dy.data(), edBias.data());
+    EXPECT_LT(relativeError(dBias, edBias), 1e-5) << "bias grad";
+  }
+}
+
+TEST(RowKernelsEmulation, HalfNormsAndBiasGradientEqualTheWideningPath) {
+  std::mt19937_64 rng(12);
+  for (Half h : {Half{true}, Half{false}})
+    for (const Shape &shape : kNormShapes) {
+      SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
+                   " width " + std::to_string(shape.width));
+      const std::size_t n = std::size_t(shape.rows * shape.width),
+                        w = std::size_t(shape.width);
+      const Bits x = h.random(rng, n, -2, 3),
+                 gamma = h.random(rng, w, 0.5, 1.5),
+                 beta = h.random(rng, w, -1, 1), dy = h.random(rng, n, -1, 1),
+                 dGamma0 = h.random(rng, w, -1, 1),
+                 dBeta0 = h.random(rng, w, -1, 1);
+      const Floats wx = h.widen(x), wGamma = h.widen(gamma),
+                   wBeta = h.widen(beta);
+
+      // LayerNorm: 16-bit storage against widen, fp32 kernels, narrow.
+      Bits y(n, 0xffff), dx = dy, dGamma = dGamma0, dBeta = dBeta0;
+      NormRun got = layerNormOn(h.storage(), shape, x.data(), gamma.data(),
+                                beta.data(), y, dx, dGamma, dBeta);
+      Floats fy(n, kNaN), fdx = h.widen(dy), fdGamma = h.widen(dGamma0),
+                          fdBeta = h.widen(dBeta0);
+      NormRun ref = layerNormOn(F32(), shape, wx.data(), wGamma.data(),
+                                wBeta.data(), fy, fdx, fdGamma, fdBeta);
+      EXPECT_EQ(y, h.narrow(fy)) << "layer norm y";
+      EXPECT_EQ(got.mean, ref.mean);
+      EXPECT_EQ(got.rstd, ref.rstd);
+      EXPECT_EQ(dx, h.narrow(fdx)) << "layer norm dx";
+      EXPECT_EQ(dGamma, h.narrow(fdGamma)) << "layer norm dGamma";
+      EXPECT_EQ(dBeta, h.narrow(fdBeta)) << "layer norm dBeta";
+
+      // RMSNorm.
+      y.assign(n, 0xffff);
+      dx = dy;
+      dGamma = dGamma0;
+      got =
+          rmsNormOn(h.storage(), shape, x.data(), gamma.data(), y, dx, dGamma);
+      fy.assign(n, kNaN);
+      fdx = h.widen(dy);
+      fdGamma = h.widen(dGamma0);
+      ref = rmsNormOn(F32(), shape, wx.data(), wGamma.data(), fy, fdx, fdGamma);
+      EXPECT_EQ(y, h.narrow(fy)) << "rms norm y";
+      EXPECT_EQ(got.rstd, ref.rstd);
+      EXPECT_EQ(dx, h.narrow(fdx)) << "rms norm dx";
+      EXPECT_EQ(dGamma, h.narrow(fdGamma)) << "rms norm dGamma";
+
+      // Bias gradient, accumulated into a 16-bit gradient.
+      Bits dBias = dBeta0;
+      Floats fdBias = h.widen(dBeta0), wdy = h.widen(dy);
+      biasGradOn(h.storage(), shape, dy.data(), dBias);
+      biasGradOn(F32(), shape, wdy.data(), fdBias);
+      EXPECT_EQ(dBias, h.narrow(fdBias)) << "bias grad";
+    }
+}
+
+//===--- Cross-entropy
+//--------------------------------------------------------===//
+
+/// Targets in [0, vocab) with every fifth row ignored and row 1 on the last
+/// word.
+std::vector<std::int32_t> lossTargets(std::mt19937_64 &rng, std::int64_t rows,
+                                      std::int64_t vocab) {
+  std::vector<std::int32_t> targets =
+      test::randomIds(rng, std::size_t(rows), std::int32_t(vocab));
+  for (std::size_t r = 0; r < targets.size(); r += 5)
+    targets[r] = kIgnoreIndex;
+  if (rows > 1)
+    targets[1] = std::int32_t(vocab - 1);
+  return targets;
+}
+
+/// The fp32 form (crossEntropyForwardBackward): rowLse, meanLoss, logitGrad.
+struct Fp32Loss {
+  float loss = kNaN;
+  int validCount = -1;
+  Floats lse, dLogits;
+};
+Fp32Loss fp32CrossEntropy(std::int64_t rows, std::int64_t vocab,
+                          const Floats &logits,
+                          const std::vector<std::int32_t> &targets) {
+  Fp32Loss out;
+  out.lse.assign(std::size_t(rows), kNaN);
+  out.dLogits.assign(logits.size(), kNaN);
+  launchRows<loss::kLseBlockSize>(rows, vocab,
+                                  &loss::rowLse<loss::WarpRows, F32>,
+                                  &loss::rowLse<loss::LseBlockRows, F32>, F32(),
+                                  rows, vocab, logits.data(), out.lse.data());
+  launchOneBlock(&loss::meanLoss<loss::FullLogitsTerm>, rows, targets.data(),
+                 loss::FullLogitsTerm{out.lse.data(), logits.data(), vocab},
+                 &out.validCount, &out.loss);
+  emulation::launchSerial(
+      rows * vocab, &loss::logitGrad<F32>, F32(), rows, vocab, std::int64_t(0),
+      vocab, logits.data(), targets.data(),
+      static_cast<const float *>(out.lse.data()),
+      static_cast<const int *>(&out.validCount), 1.0f, out.dLogits.data());
+  return out;
+}
+
+constexpr Shape kLossShapes[] = {{9, 300}, {5, 1500}};
+
+TEST(RowKernelsEmulation, Fp32CrossEntropyMatchesTheCpuKernel) {
+  std::mt19937_64 rng(13);
+  for (const Shape &shape : kLossShapes) {
+    SCOPED_TRACE("rows " + std::to_string(shape.rows) + " vocab " +
+                 std::to_string(shape.width));
+    const std::int64_t rows = shape.rows, vocab = shape.width;
+    Floats logits = randomFloats(rng, std::size_t(rows * vocab), -4, 4);
+    std::vector<std::int32_t> targets = lossTargets(rng, rows, vocab);
+    Fp32Loss got = fp32CrossEntropy(rows, vocab, logits, targets);
+    Floats eGrad(logits.size()), eLse(static_cast<std::size_t>(rows));
+    float eLoss = cpu::crossEntropyForwardBackward(
+        rows, vocab, logits.data(), targets.data(), eGrad.data(), eLse.data());
+    EXPECT_NEAR(got.loss, eLoss, 1e-5 * std::abs(eLoss));
+    EXPECT_EQ(got.validCount, cpu::countValidTargets(rows, targets.data()));
+    EXPECT_LT(relativeError(got.lse, eLse), 1e-6);
+    EXPECT_LT(relativeError(got.dLogits, eGrad), 1e-5);
+  }
+}
+
+TEST(RowKernelsEmulation, HalfCrossEntropyEqualsTheWideningPath) {
+  std::mt19937_64 rng(14);
+  const float factor = 1024.0f / 3.0f; // loss scale over grad_div
+  for (Half h : {Half{true}, Half{false}})
+    for (const Shape &shape : kLossShapes)
+      for (bool grad : {true, false}) {
+        SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
+                     " vocab " + std::to_string(shape.width) +
+                     (grad ? "" : " loss only"));
+        const std::int64_t rows = shape.rows, vocab = shape.width;
+        const Bits logits = h.random(rng, std::size_t(rows * vocab), -4, 4);
+        const std::vector<std::int32_t> targets = lossTargets(rng, rows, vocab);
+
+        // The widening path: fp32 form on widened logits, scaled, narrowed.
+        Fp32Loss ref = fp32CrossEntropy(rows, vocab, h.widen(logits), targets);
+        for (float &g : ref.dLogits)
+          g *= factor;
+
+        // halfCrossEntropy, the gradient over the logits in place.
+        Bits inPlace = logits;
+        Floats term(std::size_t(rows), kNaN);
+        int validCount = -1;
+        float lossValue = kNaN;
+        launchOneBlock(&loss::validTargets, rows, targets.data(), &validCount);
+        launchRows<loss::kLseBlockSize>(
+            rows, vocab, &loss::lossRows<loss::WarpRows, Half16>,
+            &loss::lossRows<loss::LseBlockRows, Half16>, h.storage(), rows,
+            vocab, static_cast<const std::uint16_t *>(inPlace.data()),
+            targets.data(), static_cast<const int *>(&validCount), factor,
+            term.data(), grad ? inPlace.data() : nullptr);
+        launchOneBlock(&loss::meanLoss<loss::StoredTerm>, rows, targets.data(),
+                       loss::StoredTerm{term.data()}, &validCount, &lossValue);
+        EXPECT_EQ(validCount, ref.validCount);
+        EXPECT_EQ(lossValue, ref.loss); // the same bits
+        EXPECT_EQ(inPlace, grad ? h.narrow(ref.dLogits) : logits);
+      }
+}
+
+/// The vocabulary-parallel phases on one shard (its own max, sums and target
+/// logit stand in for the all-reduced ones): fp32 against the CPU, 16-bit
+/// against the widening path.
+TEST(RowKernelsEmulation, CrossEntropyShardPhases) {
+  std::mt19937_64 rng(15);
+  const std::int64_t rows = 11, vocabLocal = 160, vocabStart = 150,
+                     validColumns = 150; // 10 columns of padding
+  const float factor = 8.0f;
+  // Targets on both sides of the shard, some ignored.
+  const std::vector<std::int32_t> targets =
+      lossTargets(rng, rows, vocabStart + validColumns);
+  struct Phases {
+    Floats max, sumExp, targetLogit, lse;
+    float loss = kNaN;
+    int validCount = -1;
+  };
+  auto run = [&](auto s, const auto *logits, auto *dLogits, float scale) {
+    using S = decltype(s);
+    Phases p;
+    p.max.assign(std::size_t(rows), kNaN);
+    p.sumExp = p.targetLogit = p.lse = p.max;
+    launchRows(rows, validColumns, &loss::shardMax<loss::WarpRows, S>,
+               &loss::shardMax<loss::BlockRows, S>, s, rows, vocabLocal,
+               validColumns, logits, p.max.data());
+    launchRows(rows, validColumns, &loss::shardSums<loss::WarpRows, S>,
+               &loss::shardSums<loss::BlockRows, S>, s, rows, vocabLocal,
+               vocabStart, validColumns, logits, targets.data(),
+               static_cast<const float *>(p.max.data()), p.sumExp.data(),
+               p.targetLogit.data());
+    emulation::launchSerial(
+        rows, &loss::shardLse, rows, static_cast<const float *>(p.max.data()),
+        static_cast<const float *>(p.sumExp.data()), p.lse.data());
+    launchOneBlock(&loss::meanLoss<loss::TargetLogitTerm>, rows, targets.data(),
+                   loss::TargetLogitTerm{p.lse.data(), p.targetLogit.data()},
+                   &p.validCount, &p.loss);
+    emulation::launchSerial(
+        rows * vocabLocal, &loss::logitGrad<S>, s, rows, vocabLocal, vocabStart,
+        validColumns, logits, targets.data(),
+        static_cast<const float *>(p.lse.data()),
+        static_cast<const int *>(&p.validCount), scale, dLogits);
+    return p;
+  };
+
+  Floats logits = randomFloats(rng, std::size_t(rows * vocabLocal), -4, 4);
+  Floats dLogits(logits.size(), kNaN);
+  Phases got = run(F32(), logits.data(), dLogits.data(), 1.0f);
+  Floats eMax(static_cast<std::size_t>(rows)),
+      eSum(static_cast<std::size_t>(rows)),
+      eTarget(static_cast<std::size_t>(rows)), eGrad(logits.size());
+  cpu::crossEntropyShardMax(rows, vocabLocal, logits.data(), eMax.data(),
+                            validColumns);
+  cpu::crossEntropyShardSums(rows, vocabLocal, vocabStart, logits.data(),
+                             targets.data(), eMax.data(), eSum.data(),
+                             eTarget.data(), validColumns);
+  float eLoss = cpu::crossEntropyShardFinish(
+      rows, vocabLocal, vocabStart, logits.data(), targets.data(), eMax.data(),
+      eSum.data(), eTarget.data(), eGrad.data(), validColumns);
+  EXPECT_EQ(got.max, eMax);
+  EXPECT_LT(relativeError(got.sumExp, eSum), 1e-6);
+  EXPECT_EQ(got.targetLogit, eTarget);
+  EXPECT_NEAR(got.loss, eLoss, 1e-5 * std::abs(eLoss));
+  EXPECT_LT(relativeError(dLogits, eGrad), 1e-5);
+
+  for (Half h : {Half{true}, Half{false}}) {
+    SCOPED_TRACE(h.name());
+    const Bits bits = h.random(rng, std::size_t(rows * vocabLocal), -4, 4);
+    const Floats wide = h.widen(bits);
+    Floats fGrad(wide.size(), kNaN);
+    Phases ref = run(F32(), wide.data(), fGrad.data(), 1.0f);
+    for (float &g : fGrad)
+      g *= factor;
+    Bits inPlace = bits;
+    Phases half =
+        run(h.storage(), static_cast<const std::uint16_t *>(inPlace.data()),
+            inPlace.data(), factor);
+    EXPECT_EQ(half.max, ref.max);
+    EXPECT_EQ(half.sumExp, ref.sumExp);
+    EXPECT_EQ(half.targetLogit, ref.targetLogit);
+    EXPECT_EQ(half.loss, ref.loss);
+    EXPECT_EQ(inPlace, h.narrow(fGrad));
+  }
+}
+
+//===--- Embedding lookup
+//------------------------------------------------------===//
+
+TEST(RowKernelsEmulation, HalfEmbeddingForwardEqualsTheWideningPath) {
+  std::mt19937_64 rng(16);
+  const std::int64_t batch = 3, seq = 7, hidden = 24, vocab = 50;
+  const std::int64_t n = batch * seq * hidden;
+  const std::vector<std::int32_t> ids =
+      test::randomIds(rng, std::size_t(batch * seq), std::int32_t(vocab));
+  for (Half h : {Half{true}, Half{false}})
+    for (bool positions : {true, false}) {
+      SCOPED_TRACE(h.name() + (positions ? " with positions" : ""));
+      const Bits wte = h.random(rng, std::size_t(vocab * hidden), -1, 1),
+                 wpe = h.random(rng, std::size_t(seq * hidden), -1, 1);
+      Bits out(std::size_t(n), 0xffff);
+      emulation::launchSerial(n, &gpu::half::embeddingForward, h.storage(), n,
+                              seq, hidden, ids.data(), wte.data(),
+                              positions ? wpe.data() : nullptr, out.data());
+      const Floats wWte = h.widen(wte), wWpe = h.widen(wpe);
+      Floats expected(static_cast<std::size_t>(n));
+      cpu::embeddingForward(batch, seq, hidden, ids.data(), wWte.data(),
+                            positions ? wWpe.data() : nullptr,
+                            static_cast<const float *>(nullptr), 0,
+                            expected.data());
+      EXPECT_EQ(out, h.narrow(expected));
+    }
+}
+
+} // namespace
