@@ -70,11 +70,12 @@ echo "== weft-run on the GPU (staged by scripts/gpu-e2e.py stage)"
 python3 scripts/gpu-e2e.py check ${WEFT_E2E_ARGS:-} .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt" || status=1
 profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
-  for half in "" --half-kernels; do
-    echo "== where a step's time goes: GPT-2 124M bf16, batch 32, every launch waited for ${half}"
+  for tag in widening fast; do
+    flags=""; [ $tag = fast ] && flags="--half-kernels --gemm-epilogues"
+    echo "== where a step's time goes: GPT-2 124M bf16, batch 32, every launch waited for ($tag: $flags)"
     CUDA_LAUNCH_BLOCKING=1 timeout 90 .gpu/tools/weft-run $profile --data .gpu/e2e/tokens.bin \
-      --steps 2 --backend cuda --no-graph $half --trace "$OUT/profile-trace$half.json" --quiet &&
-      python3 scripts/gpu-e2e.py profile $profile "$OUT/profile-trace$half.json" | tee "$OUT/profile$half.txt" ||
+      --steps 2 --backend cuda --no-graph $flags --trace "$OUT/profile-trace-$tag.json" --quiet &&
+      python3 scripts/gpu-e2e.py profile $profile "$OUT/profile-trace-$tag.json" | tee "$OUT/profile-$tag.txt" ||
       status=1
   done
 fi

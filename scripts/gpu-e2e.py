@@ -164,8 +164,13 @@ def check(args):
                         ("cuda", ["--backend", "cuda"]),
                         ("cuda-nograph", ["--backend", "cuda", "--no-graph"])]
             if case["precision"] != "fp32":
-                # The 16-bit kernels (tensor-core attention) on the same bundle.
+                # The 16-bit kernels (tensor-core attention, norms, loss, ...)
+                # on the same bundle, then with the GEMM bias epilogues too.
                 variants.append(("cuda-half", ["--backend", "cuda", "--half-kernels"]))
+                variants.append(("cuda-fast", ["--backend", "cuda", "--half-kernels",
+                                               "--gemm-epilogues"]))
+            else:
+                variants.append(("cuda-epilogue", ["--backend", "cuda", "--gemm-epilogues"]))
             for tag, extra in variants:
                 runs[tag], text = weft_run(args.tools, bundle, tokens, AGREE_STEPS,
                                            *log(tag), *extra)
@@ -196,7 +201,8 @@ def check(args):
                          f"loss {cpu[0]['loss']:.4f} -> {cpu[-1]['loss']:.4f}"))
         else:
             for tag, extra in (("cuda", []), ("cuda-nograph", ["--no-graph"]),
-                               ("cuda-half", ["--half-kernels"])):
+                               ("cuda-half", ["--half-kernels"]),
+                               ("cuda-fast", ["--half-kernels", "--gemm-epilogues"])):
                 with GpuMemorySampler() as sampler:
                     metrics, text = weft_run(args.tools, bundle, tokens, SPEED_STEPS,
                                              *log(tag), "--backend", "cuda", *extra)

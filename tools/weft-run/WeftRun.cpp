@@ -26,7 +26,7 @@ namespace {
 
 const char *const kUsage =
     "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
-    "                [--no-graph] [--half-kernels]\n"
+    "                [--no-graph] [--half-kernels] [--gemm-epilogues]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
     "                [--watchdog-s SECONDS] [--quiet]\n"
@@ -84,6 +84,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     }
     if (arg == "--half-kernels") {
       cli.session.halfKernels = true;
+      continue;
+    }
+    if (arg == "--gemm-epilogues") {
+      cli.session.gemmEpilogues = true;
       continue;
     }
     if (arg == "--unverified") { // fault-injection tests only

@@ -259,6 +259,7 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
     cuda::CudaBackendOptions cudaOptions;
     cudaOptions.graph = options.graph;
     cudaOptions.halfKernels = options.halfKernels;
+    cudaOptions.gemmEpilogues = options.gemmEpilogues;
     cudaOptions.rank = rank;
     return cuda::makeCudaBackend(cudaOptions); // "no CUDA device: ..."
 #else

@@ -22,6 +22,7 @@
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/Session.h"
+#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/kernels/Common.h"
 
@@ -31,6 +32,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 
 using namespace weft;
@@ -149,6 +151,95 @@ TEST(CudaHost, GemmKeysSeparateWhatChangesTheAlgorithm) {
   bad = key;
   bad.k = 0;
   EXPECT_NE(gemmShapeProblem(bad).find("positive"), std::string::npos);
+}
+
+/// y = W x (m outputs, n tokens, k inputs) then y += bias in place, as a
+/// linear layer lowers.
+struct LinearProgram {
+  plan::Bundle bundle;
+  plan::Program program;
+  int64_t m = 64, n = 48, k = 32;
+  LinearProgram(DType dtype, DType biasType) {
+    program = gemmProgram(dtype, false, false, m, n, k, 0, 0);
+    plan::Buffer bias;
+    bias.id = int64_t(program.buffers.size());
+    bias.name = "bias";
+    bias.region = plan::Region::Persistent;
+    bias.offset = 0;
+    bias.size = m * plan::elementBytes(biasType);
+    bias.dtype = biasType;
+    program.buffers.push_back(bias);
+    program.persistentBytes = 256;
+    bundle.kernels.push_back({0, "bias_add", "", {{"rows", n}, {"width", m}}});
+    plan::Instruction add;
+    add.opcode = Opcode::Kernel;
+    add.kernel = 0;
+    const plan::BufferRange y = program.streams[0].instructions[0].writes[0];
+    add.reads = {y, {bias.id, 0, bias.size}};
+    add.writes = {y};
+    program.streams[0].instructions.push_back(add);
+  }
+  std::vector<plan::Instruction> &instructions() {
+    return program.streams[0].instructions;
+  }
+};
+
+TEST(CudaHost, BiasAddsFoldIntoTheGemmBeforeThem) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    LinearProgram linear(dtype, dtype);
+    std::vector<BiasEpilogue> found =
+        findBiasEpilogues(linear.bundle, linear.program);
+    ASSERT_EQ(found.size(), 1u) << plan::toString(dtype);
+    EXPECT_EQ(found[0].gemm, &linear.instructions()[0]);
+    EXPECT_EQ(found[0].biasAdd, &linear.instructions()[1]);
+    EXPECT_EQ(found[0].bias.buffer, 3);
+  }
+  auto folds = [](LinearProgram &linear) {
+    return findBiasEpilogues(linear.bundle, linear.program).size();
+  };
+  // A bias of another dtype (it would be read as the output's).
+  LinearProgram mixed(DType::BF16, DType::F32);
+  EXPECT_EQ(folds(mixed), 0u);
+  // An event between them: another stream may read y without the bias.
+  LinearProgram evented(DType::BF16, DType::BF16);
+  plan::Instruction record;
+  record.opcode = Opcode::RecordEvent;
+  record.event = 0;
+  evented.instructions().insert(evented.instructions().begin() + 1, record);
+  EXPECT_EQ(folds(evented), 0u);
+  // Not in place, or over another range.
+  LinearProgram copied(DType::BF16, DType::BF16);
+  copied.instructions()[1].writes[0] = copied.instructions()[0].reads[1];
+  EXPECT_EQ(folds(copied), 0u);
+  // A padded output (the bias would broadcast over ldc rows).
+  LinearProgram padded(DType::BF16, DType::BF16);
+  padded.instructions()[0].gemm.ldc = padded.m + 8;
+  EXPECT_EQ(folds(padded), 0u);
+  // A bias over the other dimension (rows and width swapped).
+  LinearProgram swapped(DType::BF16, DType::BF16);
+  swapped.bundle.kernels[0].constants = {{"rows", swapped.m},
+                                         {"width", swapped.n}};
+  EXPECT_EQ(folds(swapped), 0u);
+  // Another kernel after the gemm; the bias_add's suffixed names fold.
+  LinearProgram other(DType::BF16, DType::BF16);
+  other.bundle.kernels[0].name = "residual_add";
+  EXPECT_EQ(folds(other), 0u);
+  other.bundle.kernels[0].name = "bias_add.3";
+  EXPECT_EQ(folds(other), 1u);
+  // The bias_add first: nothing before it to fold into.
+  LinearProgram reversed(DType::BF16, DType::BF16);
+  std::swap(reversed.instructions()[0], reversed.instructions()[1]);
+  EXPECT_EQ(folds(reversed), 0u);
+  // The key keeps fused and plain gemms apart.
+  LinearProgram linear(DType::BF16, DType::BF16);
+  GemmKey key = gemmKeyOf(linear.program, linear.instructions()[0]);
+  GemmKey fused = key;
+  fused.bias = true;
+  EXPECT_FALSE(fused == key);
+  EXPECT_EQ(describe(fused), describe(key) + " +bias");
+  fused.alignBias = 2;
+  EXPECT_EQ(describe(fused), describe(key) + " +bias(align=2)");
+  EXPECT_FALSE(CudaBackendOptions().gemmEpilogues); // until checked on a GPU
 }
 
 TEST(CudaHost, CommunicationBucketsAreRunsOfTwoOrMore) {
@@ -605,6 +696,73 @@ TEST(CudaGpu, CublasLtGemmMatchesCpu) {
     EXPECT_LE(relativeError(got, want), tolerance)
         << plan::toString(c.dtype) << " m=" << c.m << " n=" << c.n
         << " k=" << c.k << " transA=" << c.transA << " transB=" << c.transB;
+  }
+}
+
+/// A gemm + bias_add pair on the CUDA backend with the bias folded into the
+/// cuBLASLt epilogue, against the CPU backend running both instructions.
+TEST(CudaGpu, BiasEpilogueMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    LinearProgram linear(dtype, dtype);
+    const plan::Program &program = linear.program;
+    std::unique_ptr<Backend> cpu = makeCpuBackend();
+    CudaBackendOptions options;
+    options.gemmEpilogues = true;
+    std::unique_ptr<CudaBackend> gpu = makeCudaBackend(options);
+    cpu->prepare(linear.bundle, program);
+    gpu->prepare(linear.bundle, program);
+    EXPECT_EQ(gpu->foldedBiasAdds(), 1) << plan::toString(dtype);
+    std::map<plan::Region, int64_t> sizes = {
+        {plan::Region::Arena, program.arenaBytes},
+        {plan::Region::Persistent, program.persistentBytes}};
+    std::map<plan::Region, std::byte *> onCpu, onGpu;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (auto [region, bytes] : sizes) {
+      onCpu[region] = cpu->allocateRegion(region, bytes);
+      onGpu[region] = gpu->allocateRegion(region, bytes);
+      std::vector<std::byte> host(static_cast<size_t>(bytes));
+      for (const plan::Buffer &b : program.buffers)
+        if (b.region == region)
+          for (int64_t i = 0; i < b.size / plan::elementBytes(dtype); ++i) {
+            float v = kernels::bf16ToFloat(kernels::floatToBf16(dist(rng)));
+            if (dtype == DType::BF16)
+              reinterpret_cast<kernels::BF16 *>(host.data() + b.offset)[i] =
+                  kernels::floatToBf16(v);
+            else
+              reinterpret_cast<float *>(host.data() + b.offset)[i] = v;
+          }
+      std::memcpy(onCpu[region], host.data(), host.size());
+      gpu->copyToDevice(onGpu[region], host.data(), bytes);
+    }
+    auto operands = [&](std::map<plan::Region, std::byte *> &base,
+                        const std::vector<plan::BufferRange> &ranges) {
+      std::vector<Operand> ops;
+      for (const plan::BufferRange &r : ranges) {
+        const plan::Buffer &b = program.buffers[size_t(r.buffer)];
+        ops.push_back({base[b.region] + b.offset + r.offset, r.bytes, b.dtype});
+      }
+      return ops;
+    };
+    StepContext context;
+    for (const plan::Instruction &inst : program.streams[0].instructions) {
+      cpu->execute(inst, 0, operands(onCpu, inst.reads),
+                   operands(onCpu, inst.writes), context);
+      gpu->execute(inst, 0, operands(onGpu, inst.reads),
+                   operands(onGpu, inst.writes), context);
+    }
+    const plan::Buffer &y = program.buffers[2];
+    std::vector<std::byte> out(size_t(y.size));
+    gpu->copyToHost(out.data(), onGpu[plan::Region::Arena] + y.offset, y.size);
+    std::vector<float> want, got;
+    for (int64_t i = 0; i < y.size / plan::elementBytes(dtype); ++i) {
+      want.push_back(toFloat(onCpu[plan::Region::Arena] + y.offset, dtype, i));
+      got.push_back(toFloat(out.data(), dtype, i));
+    }
+    // The CPU rounds the product, then the sum; the epilogue only the sum.
+    EXPECT_LE(relativeError(got, want), dtype == DType::F32 ? 1e-5 : 1e-2)
+        << plan::toString(dtype);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "VmmRegion.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/OperandChecks.h"
+#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/kernels/Common.h"
 #include "weft/kernels/CpuKernels.h"
@@ -37,6 +38,7 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace weft::exec::cuda {
 
@@ -150,6 +152,7 @@ struct GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  bool found = false; // cuBLASLt has an algorithm for the key
 };
 
 /// Per gemm instruction: its plan and host scalars (stable addresses).
@@ -158,6 +161,11 @@ struct PreparedGemm {
   float alpha32 = 1, beta32 = 0;
   double alpha64 = 1, beta64 = 0;
   bool f64 = false;
+  /// With the BIAS epilogue: where the bias vector lives (its region's base
+  /// is known once allocateRegion has run).
+  bool bias = false;
+  plan::Region biasRegion = plan::Region::Persistent;
+  int64_t biasOffset = 0; // bytes into the region
 };
 
 struct ResolvedKernel {
@@ -237,6 +245,9 @@ public:
 
   std::string_view name() const override { return "cuda"; }
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override;
+  int64_t foldedBiasAdds() const override {
+    return int64_t(foldedBiasAdds_.size());
+  }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
   bool hostAddressable() const override { return false; }
@@ -339,6 +350,8 @@ private:
                      const Instruction &inst, const std::string &where);
   void prepareOther(const plan::Program &program, const Instruction &inst,
                     const std::string &where);
+  /// The cached plan of `key`; null when cuBLASLt has no algorithm for it.
+  const GemmPlan *findGemmPlan(const GemmKey &key, const std::string &where);
   const GemmPlan &gemmPlan(const GemmKey &key, const std::string &where);
   void runKernel(const Instruction &inst, int64_t stream,
                  const std::vector<Operand> &reads,
@@ -368,6 +381,7 @@ private:
   int device_ = -1;
   bool prepared_ = false;
   std::vector<void *> regions_; // cudaMalloc'd device regions
+  std::map<plan::Region, std::byte *> regionBase_; // by allocateRegion
   /// Device regions on the driver's virtual memory management, whose chunks
   /// offload can release (VmmRegion.h); preferred where available.
   std::vector<std::unique_ptr<VmmRegion>> vmmRegions_;
@@ -400,6 +414,10 @@ private:
   cublasLtHandle_t lt_ = nullptr;
   std::map<GemmKey, GemmPlan> gemmCache_;
   std::unordered_map<const Instruction *, PreparedGemm> gemms_;
+  /// With gemmEpilogues: the bias_add each gemm may fold (findBiasEpilogues),
+  /// and those it did (execute skips them).
+  std::unordered_map<const Instruction *, BiasEpilogue> biasEpilogues_;
+  std::unordered_set<const Instruction *> foldedBiasAdds_;
   std::vector<ResolvedKernel> kernels_; // by bundle kernel id
   // One device allocation at prepare(): per stream, scratch floats, a
   // cuBLASLt workspace and a double accumulator; then the step scalars.
@@ -504,6 +522,7 @@ std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
           "cudaHostAlloc", what);
     hostRegions_.push_back(data);
     std::memset(data, 0, size_t(std::max<int64_t>(bytes, 1)));
+    regionBase_[region] = static_cast<std::byte *>(data);
     return static_cast<std::byte *>(data);
   }
   // Prefer a region whose physical memory offload can return; WEFT_CUDA_VMM=0
@@ -536,6 +555,7 @@ std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
                    size_t(std::max<int64_t>(bytes, 1))),
         "cudaMemset", what);
   inUse_ += bytes;
+  regionBase_[region] = static_cast<std::byte *>(data);
   return static_cast<std::byte *>(data);
 }
 
@@ -650,6 +670,9 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
           resolveConstants(*resolved.spec, kernel.constants,
                            "kernels[" + std::to_string(kernel.id) + "]");
   }
+  if (options_.gemmEpilogues)
+    for (const BiasEpilogue &epilogue : findBiasEpilogues(bundle, program))
+      biasEpilogues_[epilogue.gemm] = epilogue;
   size_t maxOperands = forEachInstruction(
       program, prefix(), [&](const Instruction &inst, const std::string &at) {
         if (inst.opcode == Opcode::Kernel)
@@ -657,6 +680,10 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
         else
           prepareOther(program, inst, at);
       });
+  if (options_.gemmEpilogues && options_.rank == 0)
+    std::fprintf(stderr,
+                 "weft-run: cuda: %zu of %zu bias adds run as GEMM epilogues\n",
+                 foldedBiasAdds_.size(), biasEpilogues_.size());
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
   call_.readIndices.reserve(maxOperands);
@@ -714,9 +741,18 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
 
 const GemmPlan &DeviceBackend::gemmPlan(const GemmKey &key,
                                         const std::string &where) {
+  const GemmPlan *plan = findGemmPlan(key, where);
+  if (!plan)
+    throw Error(where + ": gemm " + describe(key) +
+                ": cuBLASLt has no algorithm for this shape");
+  return *plan;
+}
+
+const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
+                                            const std::string &where) {
   auto it = gemmCache_.find(key);
   if (it != gemmCache_.end())
-    return it->second;
+    return it->second.found ? &it->second : nullptr;
   std::string what = where + ": gemm " + describe(key);
   cudaDataType_t type = key.dtype == DType::BF16  ? CUDA_R_16BF
                         : key.dtype == DType::F16 ? CUDA_R_16F
@@ -743,6 +779,21 @@ const GemmPlan &DeviceBackend::gemmPlan(const GemmKey &key,
   check(cublasLtMatmulDescSetAttribute(stored.desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                        &opB, sizeof opB),
         "cublasLtMatmulDescSetAttribute", what);
+  if (key.bias) {
+    // The heuristic reads the bias pointer's alignment from its value (it is
+    // not dereferenced); runGemm sets the real one before every call.
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const void *aligned =
+        reinterpret_cast<const void *>(uintptr_t(key.alignBias));
+    check(cublasLtMatmulDescSetAttribute(stored.desc,
+                                         CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                         &epilogue, sizeof epilogue),
+          "cublasLtMatmulDescSetAttribute", what);
+    check(cublasLtMatmulDescSetAttribute(stored.desc,
+                                         CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                         &aligned, sizeof aligned),
+          "cublasLtMatmulDescSetAttribute", what);
+  }
   check(cublasLtMatrixLayoutCreate(&stored.a, type, key.transA ? key.k : key.m,
                                    key.transA ? key.m : key.k, key.lda),
         "cublasLtMatrixLayoutCreate", what);
@@ -780,12 +831,17 @@ const GemmPlan &DeviceBackend::gemmPlan(const GemmKey &key,
                                         stored.c, stored.c, pref, 1, &result,
                                         &returned);
   cublasLtMatmulPreferenceDestroy(pref);
+  // An epilogue cuBLASLt does not offer for the shape is no error: the
+  // caller runs the plain gemm and the bias_add.
+  if (key.bias && (rc == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0))
+    return nullptr;
   check(rc, "cublasLtMatmulAlgoGetHeuristic", what);
   if (returned == 0)
-    throw Error(what + ": cuBLASLt has no algorithm for this shape");
+    return nullptr;
   stored.algo = result.algo;
   stored.workspace = result.workspaceSize;
-  return stored;
+  stored.found = true;
+  return &stored;
 }
 
 void DeviceBackend::prepareOther(const plan::Program &program,
@@ -826,6 +882,21 @@ void DeviceBackend::prepareOther(const plan::Program &program,
     const plan::GemmParams &g = inst.gemm;
     PreparedGemm prepared;
     prepared.plan = &gemmPlan(key, where);
+    if (auto folded = biasEpilogues_.find(&inst);
+        folded != biasEpilogues_.end()) {
+      const plan::BufferRange &bias = folded->second.bias;
+      const plan::Buffer &buffer = program.buffers[size_t(bias.buffer)];
+      GemmKey withBias = key;
+      withBias.bias = true;
+      withBias.alignBias = operandAlignment(buffer.offset + bias.offset);
+      if (const GemmPlan *plan = findGemmPlan(withBias, where)) {
+        prepared.plan = plan;
+        prepared.bias = true;
+        prepared.biasRegion = buffer.region;
+        prepared.biasOffset = buffer.offset + bias.offset;
+        foldedBiasAdds_.insert(folded->second.biasAdd);
+      }
+    }
     prepared.f64 = inst.dtype == DType::F64;
     prepared.alpha32 = float(g.alpha);
     prepared.beta32 = float(g.beta);
@@ -864,7 +935,8 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
   cudaStream_t s = streamOf(stream);
   switch (inst.opcode) {
   case Opcode::Kernel:
-    runKernel(inst, stream, reads, writes);
+    if (!foldedBiasAdds_.count(&inst)) // else the gemm before it added it
+      runKernel(inst, stream, reads, writes);
     return;
   case Opcode::Gemm:
     runGemm(inst, stream, reads, writes);
@@ -1009,6 +1081,14 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
                 ": gemm was not seen by prepare()");
   const PreparedGemm &g = it->second;
   const GemmPlan &plan = *g.plan;
+  if (g.bias) {
+    // The descriptor is shared by the gemms of one key: point it at this
+    // instruction's bias (read when the call is enqueued or captured).
+    const void *bias = regionBase_.at(g.biasRegion) + g.biasOffset;
+    check(cublasLtMatmulDescSetAttribute(
+              plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+          "cublasLtMatmulDescSetAttribute", where(inst, stream));
+  }
   const void *alpha = g.f64 ? static_cast<const void *>(&g.alpha64)
                             : static_cast<const void *>(&g.alpha32);
   const void *beta = g.f64 ? static_cast<const void *>(&g.beta64)

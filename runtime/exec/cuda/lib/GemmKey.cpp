@@ -48,6 +48,10 @@ std::string describe(const GemmKey &key) {
   if (key.alignA != 256 || key.alignB != 256 || key.alignC != 256)
     s += " align=" + std::to_string(key.alignA) + "/" +
          std::to_string(key.alignB) + "/" + std::to_string(key.alignC);
+  if (key.bias)
+    s += " +bias" + (key.alignBias != 256
+                         ? "(align=" + std::to_string(key.alignBias) + ")"
+                         : std::string());
   return s;
 }
 

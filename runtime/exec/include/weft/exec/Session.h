@@ -52,6 +52,9 @@ struct Options {
   /// fp32 (weft-run --half-kernels). Off until those kernels have run on a
   /// GPU (docs/kernels.md).
   bool halfKernels = false;
+  /// Backends that can (CUDA): run a bias_add as the epilogue of the gemm
+  /// before it (weft-run --gemm-epilogues). Off until checked on a GPU.
+  bool gemmEpilogues = false;
 };
 
 /// One checkpoint saved or loaded by this rank.

@@ -44,6 +44,10 @@ struct CudaBackendOptions {
   /// (the tensor-core attention) instead of being widened to fp32 scratch.
   /// Off by default until those kernels have been checked on a GPU.
   bool halfKernels = false;
+  /// A bias_add right after the gemm that produced its input runs as the
+  /// gemm's cuBLASLt BIAS epilogue (GemmEpilogue.h): one pass and one
+  /// rounding fewer. Off by default until checked on a GPU.
+  bool gemmEpilogues = false;
   /// cuBLASLt workspace per plan stream (one allocation at prepare()).
   int64_t gemmWorkspaceBytes = 32 << 20;
   /// World rank, for error messages ("rank R: ...").
@@ -72,6 +76,10 @@ public:
   /// staging load_batch tokens: allocate at load, never in steady state.
   /// stagingBuffer() is this.
   virtual std::byte *pinnedStaging(int64_t bytes) = 0;
+
+  /// How many bias_add instructions prepare() folded into their gemm's
+  /// epilogue (CudaBackendOptions::gemmEpilogues).
+  virtual int64_t foldedBiasAdds() const = 0;
 
   /// NCCL (issue 6): builds the world communicator from an ncclUniqueId that
   /// `broadcastId(bytes, size)` broadcasts from world rank 0 (a no-op for

@@ -29,10 +29,14 @@ struct GemmKey {
   /// assumes 256 unless told, and an algorithm chosen for 256 may reject a
   /// less aligned pointer at launch).
   int alignA = 256, alignB = 256, alignC = 256;
+  /// cuBLASLt's BIAS epilogue (GemmEpilogue.h), with the bias vector's
+  /// alignment.
+  bool bias = false;
+  int alignBias = 256;
 
   auto tie() const {
     return std::tie(dtype, transA, transB, m, n, k, lda, ldb, ldc, betaZero,
-                    alignA, alignB, alignC);
+                    alignA, alignB, alignC, bias, alignBias);
   }
   bool operator<(const GemmKey &o) const { return tie() < o.tie(); }
   bool operator==(const GemmKey &o) const { return tie() == o.tie(); }
@@ -46,7 +50,8 @@ GemmKey gemmKeyOf(const plan::Program &program, const plan::Instruction &inst);
 /// The largest power of two <= 256 dividing `byteOffset` (256 for 0).
 int operandAlignment(int64_t byteOffset);
 
-/// "bf16 NT m=64 n=128 k=32 lda=64 ldb=128 ldc=64 beta=0" (errors, logs).
+/// "bf16 NT m=64 n=128 k=32 lda=64 ldb=128 ldc=64 beta=0" (errors, logs),
+/// " +bias" with the BIAS epilogue.
 std::string describe(const GemmKey &key);
 
 /// Empty when the CUDA backend runs gemms of `dtype` (f32 exact, bf16/f16
