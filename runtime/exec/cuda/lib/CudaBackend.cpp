@@ -917,10 +917,6 @@ void DeviceBackend::prepareOther(const plan::Program &program,
                   std::to_string(inst.writes[0].bytes) + " bytes, needs " +
                   std::to_string(inst.reads[0].bytes));
     break;
-  case Opcode::OptimizerStep:
-    if (isHalfFloat(program.buffers[size_t(inst.reads[1].buffer)].dtype))
-      scratchFloats_ = std::max(scratchFloats_, inst.count);
-    break;
   default:
     break;
   }
@@ -1111,21 +1107,15 @@ void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
   cudaStream_t s = streamOf(stream);
   std::string at = where(inst, stream);
   const Operand &grad = reads[1];
-  const float *g = grad.as<const float>();
-  if (isHalfFloat(grad.dtype)) {
-    float *wide = scratchOf(stream);
-    check(halfToF32(inst.count, grad.as<std::uint16_t>(), storageOf(grad.dtype),
-                    wide, s),
-          "half widening", at);
-    g = wide;
-  }
-  check(adamwFromDevice(stepDevice_, inst.count, g, writes[0].as<float>(),
-                        writes[1].as<float>(), writes[2].as<float>(), s),
-        "adamw", at);
-  if (writes.size() == 4)
-    check(storeParams(inst.count, writes[0].as<float>(), writes[3].data,
-                      storageOf(writes[3].dtype), s),
-          "parameter copy", at);
+  // One pass: a 16-bit gradient is widened in registers and the weights'
+  // low-precision copy (writes[3]) stored beside the update.
+  bool low = writes.size() == 4;
+  check(
+      adamwFromDevice(stepDevice_, inst.count, grad.data, storageOf(grad.dtype),
+                      writes[0].as<float>(), writes[1].as<float>(),
+                      writes[2].as<float>(), low ? writes[3].data : nullptr,
+                      low ? storageOf(writes[3].dtype) : FloatStorage::F32, s),
+      "adamw", at);
 }
 
 void DeviceBackend::refreshHostContext(const StepContext &context) {

@@ -115,19 +115,23 @@ __global__ void clipKernel(int64_t n, void *x, FloatStorage storage,
   store(x, i, storage, load(x, i, storage) * factor);
 }
 
+/// One pass: the gradient widened in registers, AdamW, the weights' 16-bit
+/// copy rounded from the updated fp32 weight (what widening, adamwElement
+/// and a separate narrowing pass give, bit for bit).
 __global__ void adamwKernel(const kernels::AdamWStep *step, int64_t n,
-                            const float *grad, float *param, float *m,
-                            float *v) {
+                            const void *grad, FloatStorage gradStorage,
+                            float *param, float *m, float *v, void *low,
+                            FloatStorage lowStorage) {
   int64_t i = index1d();
-  if (i < n)
-    kernels::adamwElement(*step, grad[i], param[i], m[i], v[i]);
-}
-
-__global__ void storeParamsKernel(int64_t n, const float *in, void *out,
-                                  FloatStorage storage) {
-  int64_t i = index1d();
-  if (i < n)
-    store(out, i, storage, in[i]);
+  if (i >= n)
+    return;
+  float p = param[i], mi = m[i], vi = v[i];
+  kernels::adamwElement(*step, load(grad, i, gradStorage), p, mi, vi);
+  param[i] = p;
+  m[i] = mi;
+  v[i] = vi;
+  if (low)
+    store(low, i, lowStorage, p);
 }
 
 } // namespace
@@ -215,19 +219,13 @@ cudaError_t clipByNorm(int64_t n, void *x, FloatStorage storage,
 }
 
 cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
-                            const float *grad, float *param, float *m, float *v,
-                            cudaStream_t stream) {
+                            const void *grad, FloatStorage gradStorage,
+                            float *param, float *m, float *v, void *low,
+                            FloatStorage lowStorage, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  adamwKernel<<<blocksFor(n), kBlock, 0, stream>>>(step, n, grad, param, m, v);
-  return cudaGetLastError();
-}
-
-cudaError_t storeParams(int64_t n, const float *in, void *out,
-                        FloatStorage storage, cudaStream_t stream) {
-  if (n == 0)
-    return cudaSuccess;
-  storeParamsKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, out, storage);
+  adamwKernel<<<blocksFor(n), kBlock, 0, stream>>>(
+      step, n, grad, gradStorage, param, m, v, low, lowStorage);
   return cudaGetLastError();
 }
 

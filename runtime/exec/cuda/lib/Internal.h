@@ -42,13 +42,14 @@ cudaError_t doubleToFloat(const double *in, float *out, cudaStream_t stream);
 /// x *= maxNorm / sqrt(*sumSq) when maxNorm > 0 and the norm exceeds it.
 cudaError_t clipByNorm(int64_t n, void *x, FloatStorage storage,
                        const float *sumSq, float maxNorm, cudaStream_t stream);
-/// AdamW with the step's scalars read from device memory (graph-safe).
+/// AdamW with the step's scalars read from device memory (graph-safe), in
+/// one pass: the gradient stored as `gradStorage` (widened in registers) and,
+/// when `low` is not null, the updated weights also stored into it as
+/// `lowStorage` (rounded to bf16/f16, or copied as f32).
 cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
-                            const float *grad, float *param, float *m, float *v,
-                            cudaStream_t stream);
-/// out[i] = in[i] rounded to bf16 or f16, or copied as f32 (`storage`).
-cudaError_t storeParams(int64_t n, const float *in, void *out,
-                        FloatStorage storage, cudaStream_t stream);
+                            const void *grad, FloatStorage gradStorage,
+                            float *param, float *m, float *v, void *low,
+                            FloatStorage lowStorage, cudaStream_t stream);
 
 //===--- The kernel table (CudaKernelTable.cpp) --------------------------===//
 
