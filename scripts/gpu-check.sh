@@ -6,7 +6,8 @@
 # Stages: machine facts, the GPU unit tests (staged by scripts/gpu-prepare.sh
 # and carried as .gpu/), weft-run on the GPU (CUDA against CPU backend, GPT-2
 # throughput; scripts/gpu-e2e.py), a one-step profile, the HF cross-check
-# (--tests-only stops after it), GPU ceilings (copy bandwidth, bf16 GEMM), the PyTorch
+# (--tests-only stops after it), GPU ceilings (copy bandwidth, bf16 GEMM), the
+# memory-bound kernels' bandwidth (weft-bench-kernels), the PyTorch
 # GPT-2 baseline (eager and torch.compile), and the Hugging Face parameter
 # counts of every preset (the reference the importer's tests pin).
 set -uo pipefail
@@ -89,6 +90,9 @@ python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || s
 
 echo "== GPU ceilings"
 python3 bench/gpu/ceilings.py | tee "$OUT/ceilings.json" || status=1
+
+echo "== memory-bound kernels against the copy bandwidth (weft-bench-kernels)"
+timeout 120 .gpu/tools/weft-bench-kernels --json "$OUT/kernels.jsonl" | tee "$OUT/kernels.txt" || status=1
 
 echo "== PyTorch GPT-2 baseline"
 sizes=124m,350m,1.5b; [ $QUICK = 1 ] && sizes=124m

@@ -1,0 +1,300 @@
+//===- BenchKernels.cpp - Memory-bound CUDA kernels against the HBM ceiling
+//===//
+//
+// weft-bench-kernels [--json out.jsonl]
+//
+// Times the kernels a bf16 GPT-2 step runs outside the GEMMs, on the 124M
+// model's shapes at batch 32 x 1024 (32,768 tokens), through the launch
+// wrappers the CUDA backend calls (16-bit storage: weft-run --half-kernels),
+// and compares each with a device-to-device copy measured in the same run
+// (issue 6: memory-bound kernels at >= 80% of the measured bandwidth). The
+// bytes counted are the ideal traffic: every operand read or written once
+// (a kernel that reads an operand twice shows it as a lower fraction). The
+// tensor-core attention is reported in TFLOP/s (causal: half the products).
+// Each figure is the median of 10 timed launches after 2 warm-up launches,
+// CUDA events around each; operands are far larger than L2 except where
+// noted. Without a device it says so and exits 0 (nothing to measure).
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/kernels/Attention.h"
+#include "weft/kernels/Common.h"
+#include "weft/kernels/CudaKernels.h"
+#include "weft/kernels/Optimizer.h"
+
+#include "Internal.h" // the backend's one-pass AdamW
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace gpu = weft::kernels::gpu;
+using gpu::HalfType;
+
+void check(cudaError_t rc, const char *what) {
+  if (rc != cudaSuccess) {
+    std::fprintf(stderr, "weft-bench-kernels: %s: %s\n", what,
+                 cudaGetErrorString(rc));
+    std::exit(1);
+  }
+}
+
+/// Device memory of `bytes` bytes, every byte 0x3c (bf16 0.0115, fp32
+/// 0.0115: finite, positive moments; the kernels' cost does not depend on
+/// the values), freed at exit.
+class Buffer {
+public:
+  explicit Buffer(std::size_t bytes) : bytes_(bytes) {
+    check(cudaMalloc(&data_, bytes), "cudaMalloc");
+    check(cudaMemset(data_, 0x3c, bytes), "cudaMemset");
+  }
+  Buffer(const Buffer &) = delete;
+  ~Buffer() { cudaFree(data_); }
+  void *get() const { return data_; }
+  float *f32() const { return static_cast<float *>(data_); }
+  std::size_t bytes() const { return bytes_; }
+
+private:
+  void *data_ = nullptr;
+  std::size_t bytes_;
+};
+
+struct Result {
+  std::string name, shape;
+  double us = 0, bytes = 0, flops = 0;
+};
+
+/// The median time of `launch` in microseconds.
+double timeLaunch(cudaStream_t stream,
+                  const std::function<cudaError_t()> &launch) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < 2; ++i)
+    check(launch(), "warm-up launch");
+  std::vector<double> times;
+  for (int i = 0; i < 10; ++i) {
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    check(launch(), "launch");
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(double(ms) * 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const char *jsonPath = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      jsonPath = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: weft-bench-kernels [--json out.jsonl]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("weft-bench-kernels: no CUDA device: nothing measured\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+
+  // GPT-2 124M, bf16, batch 32 x 1024.
+  const std::int64_t tokens = 32 * 1024, hidden = 768, ffn = 3072,
+                     vocab = 50257, params = 124'439'808;
+  const std::int64_t n = tokens * hidden, nf = tokens * ffn;
+  const HalfType bf = HalfType::BF16;
+  std::vector<Result> results;
+  auto add = [&](const char *name, std::string shape, double bytes,
+                 const std::function<cudaError_t()> &launch, double flops = 0) {
+    Result r{name, std::move(shape), timeLaunch(stream, launch), bytes, flops};
+    results.push_back(r);
+  };
+  auto dims = [](std::int64_t a, std::int64_t b) {
+    return std::to_string(a) + "x" + std::to_string(b);
+  };
+
+  // The ceiling: a 1 GiB device-to-device copy (bytes read + written).
+  {
+    Buffer a(1 << 30), b(1 << 30);
+    add("copy (ceiling)", "1 GiB", 2.0 * double(1 << 30), [&] {
+      return cudaMemcpyAsync(b.get(), a.get(), a.bytes(),
+                             cudaMemcpyDeviceToDevice, stream);
+    });
+  }
+  {
+    Buffer x(n * 2), y(n * 2), out(n * 2), gamma(hidden * 2), beta(hidden * 2),
+        dGamma(hidden * 2), dBeta(hidden * 2), mean(tokens * 4),
+        rstd(tokens * 4);
+    add("residual_add", dims(tokens, hidden), 3.0 * n * 2, [&] {
+      return gpu::halfResidualAdd(bf, n, x.get(), y.get(), out.get(), stream);
+    });
+    add("layer_norm_forward", dims(tokens, hidden), 2.0 * n * 2 + tokens * 8,
+        [&] {
+          return gpu::halfLayerNormForward(
+              bf, tokens, hidden, x.get(), gamma.get(), beta.get(), 1e-5f,
+              out.get(), mean.f32(), rstd.f32(), stream);
+        });
+    // dx over a separate buffer (dy stays the same across launches).
+    add("layer_norm_backward", dims(tokens, hidden), 3.0 * n * 2 + tokens * 8,
+        [&] {
+          return gpu::halfLayerNormBackward(
+              bf, tokens, hidden, x.get(), gamma.get(), mean.f32(), rstd.f32(),
+              y.get(), out.get(), dGamma.get(), dBeta.get(), stream);
+        });
+    add("bias_grad", dims(tokens, hidden), 1.0 * n * 2, [&] {
+      return gpu::halfBiasGrad(bf, tokens, hidden, y.get(), dBeta.get(),
+                               stream);
+    });
+  }
+  {
+    Buffer up(nf * 2), act(nf * 2), grad(nf * 2), bias(ffn * 2);
+    add("bias_add (unfused)", dims(tokens, ffn), 2.0 * nf * 2, [&] {
+      return gpu::halfBiasAdd(bf, tokens, ffn, up.get(), bias.get(), act.get(),
+                              stream);
+    });
+    add("activation_forward gelu", dims(tokens, ffn), 2.0 * nf * 2, [&] {
+      return gpu::halfActivationForward(bf, weft::kernels::Activation::GeluTanh,
+                                        nf, up.get(), act.get(), stream);
+    });
+    add("activation_backward gelu", dims(tokens, ffn), 3.0 * nf * 2, [&] {
+      return gpu::halfActivationBackward(
+          bf, weft::kernels::Activation::GeluTanh, nf, up.get(), act.get(),
+          grad.get(), stream);
+    });
+    add("bias_grad", dims(tokens, ffn), 1.0 * nf * 2, [&] {
+      return gpu::halfBiasGrad(bf, tokens, ffn, grad.get(), bias.get(), stream);
+    });
+  }
+  {
+    // The loss over the logits in place (as the plans alias them).
+    Buffer logits(std::size_t(tokens) * vocab * 2), term(tokens * 4),
+        scalars(64);
+    std::vector<std::int32_t> host(tokens);
+    std::mt19937 rng(3);
+    for (std::int32_t &t : host)
+      t = std::int32_t(rng() % vocab);
+    Buffer targets(tokens * 4);
+    check(cudaMemcpy(targets.get(), host.data(), tokens * 4,
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+    auto *count = static_cast<int *>(scalars.get());
+    float *loss = scalars.f32() + 1;
+    add("cross_entropy (+grad in place)", dims(tokens, vocab),
+        2.0 * double(tokens) * vocab * 2, [&] {
+          return gpu::halfCrossEntropy(
+              bf, tokens, vocab, logits.get(),
+              static_cast<const std::int32_t *>(targets.get()), 1.0f,
+              term.f32(), count, loss, logits.get(), stream);
+        });
+    add("cross_entropy (loss only)", dims(tokens, vocab),
+        1.0 * double(tokens) * vocab * 2, [&] {
+          return gpu::halfCrossEntropy(
+              bf, tokens, vocab, logits.get(),
+              static_cast<const std::int32_t *>(targets.get()), 1.0f,
+              term.f32(), count, loss, nullptr, stream);
+        });
+    Buffer wte(std::size_t(vocab) * hidden * 2), wpe(1024 * hidden * 2),
+        out(n * 2);
+    add("embedding_forward", dims(tokens, hidden), 3.0 * n * 2, [&] {
+      return gpu::halfEmbeddingForward(
+          bf, 32, 1024, hidden,
+          static_cast<const std::int32_t *>(targets.get()), wte.get(),
+          wpe.get(), out.get(), stream);
+    });
+  }
+  {
+    // AdamW over every parameter: bf16 gradient in, fp32 weights and
+    // moments updated, the bf16 weights stored (28 bytes per parameter).
+    Buffer grad(params * 2), master(params * 4), m(params * 4), v(params * 4),
+        low(params * 2), step(256);
+    weft::kernels::AdamWStep s =
+        weft::kernels::makeAdamWStep({6e-4, 0.9, 0.95, 1e-8, 0.1}, 10, 1.0);
+    check(cudaMemcpy(step.get(), &s, sizeof s, cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+    using weft::exec::cuda::FloatStorage;
+    add("adamw (one pass)", std::to_string(params) + " params",
+        28.0 * double(params), [&] {
+          return weft::exec::cuda::adamwFromDevice(
+              static_cast<const weft::kernels::AdamWStep *>(step.get()), params,
+              grad.get(), FloatStorage::BF16, master.f32(), m.f32(), v.f32(),
+              low.get(), FloatStorage::BF16, stream);
+        });
+  }
+  {
+    // Tensor-core attention, causal, 12 heads of 64.
+    weft::kernels::AttentionDims d{32, 1024, 12, 12, 64, true, 0.125};
+    std::int64_t elements = d.batch * d.seq * d.heads * d.headDim,
+                 rows = d.batch * d.heads * d.seq;
+    Buffer q(elements * 2), k(elements * 2), v(elements * 2), out(elements * 2),
+        dOut(elements * 2), dq(elements * 2), dk(elements * 2),
+        dv(elements * 2), lse(rows * 4), delta(rows * 4);
+    // Products: S = QK^T and PV forward (2 each, causal half), backward 5.
+    double forward =
+        4.0 * d.batch * d.heads * double(d.seq) * d.seq * d.headDim / 2;
+    add(
+        "attention_forward (tensor cores)", "b32 h12 s1024 d64", 0,
+        [&] {
+          return gpu::halfAttentionForward(bf, d, q.get(), k.get(), v.get(),
+                                           out.get(), lse.f32(), stream);
+        },
+        forward);
+    add(
+        "attention_backward (tensor cores)", "b32 h12 s1024 d64", 0,
+        [&] {
+          return gpu::halfAttentionBackward(
+              bf, d, q.get(), k.get(), v.get(), out.get(), lse.f32(),
+              dOut.get(), dq.get(), dk.get(), dv.get(), delta.f32(), stream);
+        },
+        2.5 * forward);
+  }
+
+  double ceiling = results[0].bytes / results[0].us * 1e-3; // GB/s
+  std::printf("%s, %d SMs: device-to-device copy %.0f GB/s\n", prop.name,
+              prop.multiProcessorCount, ceiling);
+  std::printf("%-36s %-18s %10s %9s %8s\n", "kernel (bf16)", "shape", "us",
+              "GB/s", "of copy");
+  FILE *json = jsonPath ? std::fopen(jsonPath, "w") : nullptr;
+  for (const Result &r : results) {
+    if (r.flops > 0) {
+      double tflops = r.flops / r.us * 1e-6;
+      std::printf("%-36s %-18s %10.1f %9.1f TFLOP/s\n", r.name.c_str(),
+                  r.shape.c_str(), r.us, tflops);
+    } else {
+      double gbs = r.bytes / r.us * 1e-3;
+      std::printf("%-36s %-18s %10.1f %9.0f %7.0f%%\n", r.name.c_str(),
+                  r.shape.c_str(), r.us, gbs, 100 * gbs / ceiling);
+    }
+    if (json)
+      std::fprintf(json,
+                   "{\"kernel\": \"%s\", \"shape\": \"%s\", \"us\": %.2f, "
+                   "\"bytes\": %.0f, \"flops\": %.0f, \"copy_gb_s\": %.1f, "
+                   "\"gpu\": \"%s\"}\n",
+                   r.name.c_str(), r.shape.c_str(), r.us, r.bytes, r.flops,
+                   ceiling, prop.name);
+  }
+  if (json)
+    std::fclose(json);
+  return 0;
+}
