@@ -13,6 +13,10 @@ const std::uint16_t *in(const void *p) {
   return static_cast<const std::uint16_t *>(p);
 }
 std::uint16_t *out(void *p) { return static_cast<std::uint16_t *>(p); }
+/// Threads of a mapped kernel (half::kPerThread elements each).
+int64_t threadsFor(int64_t n) {
+  return (n + half::kPerThread - 1) / half::kPerThread;
+}
 
 } // namespace
 
@@ -25,36 +29,38 @@ cudaError_t halfBiasAdd(HalfType type, int64_t rows, int64_t width,
 
 cudaError_t halfResidualAdd(HalfType type, int64_t n, const void *a,
                             const void *b, void *sum, cudaStream_t stream) {
-  return detail::launch(n, stream, half::residualAdd, halfStorage(type), n,
-                        in(a), in(b), out(sum));
+  return detail::launch(threadsFor(n), stream, half::residualAdd,
+                        halfStorage(type), n, in(a), in(b), out(sum));
 }
 
 cudaError_t halfActivationForward(HalfType type, Activation act, int64_t n,
                                   const void *x, void *y, cudaStream_t stream) {
-  return detail::launch(n, stream, half::activationForward, halfStorage(type),
-                        act, n, in(x), out(y));
+  return detail::launch(threadsFor(n), stream, half::activationForward,
+                        halfStorage(type), act, n, in(x), out(y));
 }
 
 cudaError_t halfActivationBackward(HalfType type, Activation act, int64_t n,
                                    const void *x, const void *dy, void *dx,
                                    cudaStream_t stream) {
-  return detail::launch(n, stream, half::activationBackward, halfStorage(type),
-                        act, n, in(x), in(dy), out(dx));
+  return detail::launch(threadsFor(n), stream, half::activationBackward,
+                        halfStorage(type), act, n, in(x), in(dy), out(dx));
 }
 
 cudaError_t halfGatedForward(HalfType type, Activation act, int64_t n,
                              const void *gate, const void *up, void *result,
                              cudaStream_t stream) {
-  return detail::launch(n, stream, half::gatedForward, halfStorage(type), act,
-                        n, in(gate), in(up), out(result));
+  return detail::launch(threadsFor(n), stream, half::gatedForward,
+                        halfStorage(type), act, n, in(gate), in(up),
+                        out(result));
 }
 
 cudaError_t halfGatedBackward(HalfType type, Activation act, int64_t n,
                               const void *gate, const void *up,
                               const void *dOut, void *dGate, void *dUp,
                               cudaStream_t stream) {
-  return detail::launch(n, stream, half::gatedBackward, halfStorage(type), act,
-                        n, in(gate), in(up), in(dOut), out(dGate), out(dUp));
+  return detail::launch(threadsFor(n), stream, half::gatedBackward,
+                        halfStorage(type), act, n, in(gate), in(up), in(dOut),
+                        out(dGate), out(dUp));
 }
 
 cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,

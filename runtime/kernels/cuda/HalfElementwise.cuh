@@ -36,34 +36,100 @@ __global__ void biasAdd(Half16 h, std::int64_t n, std::int64_t width,
     h.store(y, i, h.load(x, i) + h.load(bias, i % width));
 }
 
+/// Elements per thread of the mapped kernels below: one 16-byte access per
+/// operand.
+constexpr int kPerThread = 8;
+
+/// The 16-bit operands of a mapped kernel: kIn inputs, kOut outputs.
+template <int kIn, int kOut> struct Operands {
+  const std::uint16_t *in[kIn];
+  std::uint16_t *out[kOut];
+};
+
+/// Calls op(x, y) for each of this thread's kPerThread consecutive elements
+/// (launch ceil(n / kPerThread) threads): x[kIn] the inputs widened, y[kOut]
+/// the results, rounded into the outputs. When every operand is 16-byte
+/// aligned there and the run is whole, each operand moves as one 16-byte
+/// access; otherwise element by element. The values are the same either
+/// way. All of a thread's inputs are read before its outputs are written,
+/// so an output may alias an input.
+template <int kIn, int kOut, typename Op>
+__device__ void mapElements(Half16 h, std::int64_t n,
+                            const Operands<kIn, kOut> &ops, Op op) {
+  std::int64_t first = elementIndex() * kPerThread;
+  if (first >= n)
+    return;
+  std::uintptr_t addressBits = 0;
+  for (int k = 0; k < kIn; ++k)
+    addressBits |= reinterpret_cast<std::uintptr_t>(ops.in[k] + first);
+  for (int k = 0; k < kOut; ++k)
+    addressBits |= reinterpret_cast<std::uintptr_t>(ops.out[k] + first);
+  if (first + kPerThread <= n && addressBits % 16 == 0) {
+    float x[kPerThread][kIn], y[kPerThread][kOut];
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) {
+      uint4 raw = *reinterpret_cast<const uint4 *>(ops.in[k] + first);
+      const auto *bits = reinterpret_cast<const std::uint16_t *>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        x[j][k] = h.widen(bits[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+      op(x[j], y[j]);
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) {
+      uint4 raw;
+      auto *bits = reinterpret_cast<std::uint16_t *>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        bits[j] = h.round(y[j][k]);
+      *reinterpret_cast<uint4 *>(ops.out[k] + first) = raw;
+    }
+    return;
+  }
+  std::int64_t end = first + kPerThread < n ? first + kPerThread : n;
+  for (std::int64_t i = first; i < end; ++i) {
+    float x[kIn], y[kOut];
+    for (int k = 0; k < kIn; ++k)
+      x[k] = h.load(ops.in[k], i);
+    op(x, y);
+    for (int k = 0; k < kOut; ++k)
+      h.store(ops.out[k], i, y[k]);
+  }
+}
+
 __global__ void residualAdd(Half16 h, std::int64_t n, const std::uint16_t *a,
                             const std::uint16_t *b, std::uint16_t *out) {
-  std::int64_t i = elementIndex();
-  if (i < n)
-    h.store(out, i, h.load(a, i) + h.load(b, i));
+  mapElements(h, n, Operands<2, 1>{{a, b}, {out}},
+              [](const float(&x)[2], float(&y)[1]) { y[0] = x[0] + x[1]; });
 }
 
 __global__ void activationForward(Half16 h, Activation act, std::int64_t n,
                                   const std::uint16_t *x, std::uint16_t *y) {
-  std::int64_t i = elementIndex();
-  if (i < n)
-    h.store(y, i, activate(act, h.load(x, i)));
+  mapElements(h, n, Operands<1, 1>{{x}, {y}},
+              [act](const float(&in)[1], float(&out)[1]) {
+                out[0] = activate(act, in[0]);
+              });
 }
 
+/// dx = dy * act'(x) (dx may alias dy).
 __global__ void activationBackward(Half16 h, Activation act, std::int64_t n,
                                    const std::uint16_t *x,
                                    const std::uint16_t *dy, std::uint16_t *dx) {
-  std::int64_t i = elementIndex();
-  if (i < n)
-    h.store(dx, i, h.load(dy, i) * activateDerivative(act, h.load(x, i)));
+  mapElements(h, n, Operands<2, 1>{{x, dy}, {dx}},
+              [act](const float(&in)[2], float(&out)[1]) {
+                out[0] = in[1] * activateDerivative(act, in[0]);
+              });
 }
 
 __global__ void gatedForward(Half16 h, Activation act, std::int64_t n,
                              const std::uint16_t *gate, const std::uint16_t *up,
                              std::uint16_t *out) {
-  std::int64_t i = elementIndex();
-  if (i < n)
-    h.store(out, i, gatedActivate(act, h.load(gate, i), h.load(up, i)));
+  mapElements(h, n, Operands<2, 1>{{gate, up}, {out}},
+              [act](const float(&in)[2], float(&result)[1]) {
+                result[0] = gatedActivate(act, in[0], in[1]);
+              });
 }
 
 __global__ void gatedBackward(Half16 h, Activation act, std::int64_t n,
@@ -71,14 +137,10 @@ __global__ void gatedBackward(Half16 h, Activation act, std::int64_t n,
                               const std::uint16_t *up,
                               const std::uint16_t *dOut, std::uint16_t *dGate,
                               std::uint16_t *dUp) {
-  std::int64_t i = elementIndex();
-  if (i >= n)
-    return;
-  float g, u;
-  gatedActivateBackward(act, h.load(gate, i), h.load(up, i), h.load(dOut, i), g,
-                        u);
-  h.store(dGate, i, g);
-  h.store(dUp, i, u);
+  mapElements(h, n, Operands<3, 2>{{gate, up, dOut}, {dGate, dUp}},
+              [act](const float(&in)[3], float(&out)[2]) {
+                gatedActivateBackward(act, in[0], in[1], in[2], out[0], out[1]);
+              });
 }
 
 /// embeddingRowForward for one element: out[t, c] = wte[ids[t], c] (+ wpe[t

@@ -45,11 +45,17 @@ struct F32 {
 struct Half16 {
   using Elem = std::uint16_t;
   bool bf16;
+  __device__ float widen(std::uint16_t bits) const {
+    return bf16 ? bf16ToFloat(BF16{bits}) : f16ToFloat(F16{bits});
+  }
+  __device__ std::uint16_t round(float v) const {
+    return bf16 ? floatToBf16(v).bits : floatToF16(v).bits;
+  }
   __device__ float load(const std::uint16_t *x, std::int64_t i) const {
-    return bf16 ? bf16ToFloat(BF16{x[i]}) : f16ToFloat(F16{x[i]});
+    return widen(x[i]);
   }
   __device__ void store(std::uint16_t *x, std::int64_t i, float v) const {
-    x[i] = bf16 ? floatToBf16(v).bits : floatToF16(v).bits;
+    x[i] = round(v);
   }
 };
 

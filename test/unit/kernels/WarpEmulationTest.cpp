@@ -131,81 +131,108 @@ TEST(WarpEmulation, TensorCoreAttentionMatchesTheCpuKernels) {
 namespace {
 
 /// The 16-bit element-wise kernels against the widening path on the CPU:
-/// widen, the fp32 CPU kernel, round. Equal bit for bit.
+/// widen, the fp32 CPU kernel, round. Equal bit for bit, on 16-byte aligned
+/// operands (the 8-element vector path, with a scalar tail: 3700 elements)
+/// and on operands one element off (the scalar path throughout).
 TEST(WarpEmulation, HalfElementwiseKernelsEqualTheWideningPath) {
   using weft::kernels::gpu::half::Half16;
   namespace half = weft::kernels::gpu::half;
   std::mt19937_64 rng(7);
-  const std::int64_t rows = 37, width = 100, n = rows * width;
-  for (bool bf16 : {true, false}) {
-    SCOPED_TRACE(bf16 ? "bf16" : "f16");
-    const Half16 h{bf16};
-    auto bits = [&](std::size_t count, double lo, double hi) {
-      std::vector<double> random = test::randomVector(rng, count, lo, hi);
-      std::vector<std::uint16_t> out;
-      for (double x : random)
-        out.push_back(bf16 ? floatToBf16(float(x)).bits
-                           : floatToF16(float(x)).bits);
-      return out;
-    };
-    auto widen = [&](const std::vector<std::uint16_t> &in) {
-      std::vector<float> out;
-      for (std::uint16_t b : in)
-        out.push_back(bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b}));
-      return out;
-    };
-    auto narrow = [&](const std::vector<float> &in) {
-      std::vector<std::uint16_t> out;
-      for (float x : in)
-        out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
-      return out;
-    };
-    const std::size_t count = std::size_t(n);
-    std::vector<std::uint16_t> x = bits(count, -3, 3), y = bits(count, -1, 1),
-                               bias = bits(std::size_t(width), -1, 1);
-    std::vector<float> wx = widen(x), wy = widen(y), wBias = widen(bias);
+  const std::int64_t rows = 37, width = 100;
+  auto threads = [](std::int64_t n) {
+    return (n + half::kPerThread - 1) / half::kPerThread;
+  };
+  for (bool bf16 : {true, false})
+    for (std::int64_t offset : {0, 1}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f16") +
+                   (offset ? " misaligned" : " aligned"));
+      const std::int64_t n = rows * width - offset;
+      const Half16 h{bf16};
+      auto bits = [&](std::size_t count, double lo, double hi) {
+        std::vector<double> random = test::randomVector(rng, count, lo, hi);
+        std::vector<std::uint16_t> out;
+        for (double x : random)
+          out.push_back(bf16 ? floatToBf16(float(x)).bits
+                             : floatToF16(float(x)).bits);
+        return out;
+      };
+      auto widen = [&](const std::uint16_t *in, std::int64_t count) {
+        std::vector<float> out;
+        for (std::int64_t i = 0; i < count; ++i)
+          out.push_back(bf16 ? bf16ToFloat(BF16{in[i]})
+                             : f16ToFloat(F16{in[i]}));
+        return out;
+      };
+      auto narrow = [&](const std::vector<float> &in) {
+        std::vector<std::uint16_t> out;
+        for (float x : in)
+          out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
+        return out;
+      };
+      // The operands start `offset` elements into 16-byte aligned storage.
+      const std::size_t storage = std::size_t(rows * width);
+      std::vector<std::uint16_t> xs = bits(storage, -3, 3),
+                                 ys = bits(storage, -1, 1),
+                                 bias = bits(std::size_t(width), -1, 1);
+      const std::uint16_t *x = xs.data() + offset, *y = ys.data() + offset;
+      std::vector<float> wx = widen(x, n), wy = widen(y, n),
+                         wBias = widen(bias.data(), width);
+      auto result = [&](const std::vector<std::uint16_t> &out) {
+        return std::vector<std::uint16_t>(out.begin() + offset, out.end());
+      };
+      std::vector<float> expected(static_cast<std::size_t>(n));
 
-    // bias_add in place: y = x + bias.
-    std::vector<std::uint16_t> got = x;
-    emulation::launchSerial(n, half::biasAdd, h, n, width, got.data(),
-                            static_cast<const std::uint16_t *>(bias.data()),
-                            got.data());
-    std::vector<float> expected = wx;
-    cpu::biasAdd(rows, width, wBias.data(), expected.data());
-    EXPECT_EQ(got, narrow(expected)) << "bias_add";
+      if (offset == 0) { // bias_add in place: y = x + bias (one row layout)
+        std::vector<std::uint16_t> got = xs;
+        emulation::launchSerial(n, half::biasAdd, h, n, width, got.data(),
+                                static_cast<const std::uint16_t *>(bias.data()),
+                                got.data());
+        expected = wx;
+        cpu::biasAdd(rows, width, wBias.data(), expected.data());
+        EXPECT_EQ(got, narrow(expected)) << "bias_add";
+      }
 
-    std::vector<std::uint16_t> sum(count, 0xffff);
-    emulation::launchSerial(n, half::residualAdd, h, n, x.data(), y.data(),
-                            sum.data());
-    cpu::residualAdd(n, wx.data(), wy.data(), expected.data());
-    EXPECT_EQ(sum, narrow(expected)) << "residual_add";
+      std::vector<std::uint16_t> sum(storage, 0xffff);
+      emulation::launchSerial(threads(n), half::residualAdd, h, n, x, y,
+                              sum.data() + offset);
+      cpu::residualAdd(n, wx.data(), wy.data(), expected.data());
+      EXPECT_EQ(result(sum), narrow(expected)) << "residual_add";
 
-    for (Activation act : {Activation::ReLU, Activation::GeluErf,
-                           Activation::GeluTanh, Activation::SiLU}) {
-      SCOPED_TRACE("activation " + std::to_string(int(act)));
-      std::vector<std::uint16_t> a(count, 0xffff), b(count, 0xffff);
-      emulation::launchSerial(n, half::activationForward, h, act, n, x.data(),
-                              a.data());
-      cpu::activationForward(act, n, wx.data(), expected.data());
-      EXPECT_EQ(a, narrow(expected));
-      emulation::launchSerial(n, half::activationBackward, h, act, n, x.data(),
-                              y.data(), a.data());
-      cpu::activationBackward(act, n, wx.data(), wy.data(), expected.data());
-      EXPECT_EQ(a, narrow(expected));
-      emulation::launchSerial(n, half::gatedForward, h, act, n, x.data(),
-                              y.data(), a.data());
-      cpu::gatedForward(act, n, wx.data(), wy.data(), expected.data());
-      EXPECT_EQ(a, narrow(expected));
-      std::vector<float> expectedUp(count);
-      emulation::launchSerial(n, half::gatedBackward, h, act, n, x.data(),
-                              y.data(), sum.data(), a.data(), b.data());
-      std::vector<float> wSum = widen(sum);
-      cpu::gatedBackward(act, n, wx.data(), wy.data(), wSum.data(),
-                         expected.data(), expectedUp.data());
-      EXPECT_EQ(a, narrow(expected));
-      EXPECT_EQ(b, narrow(expectedUp));
+      for (Activation act : {Activation::ReLU, Activation::GeluErf,
+                             Activation::GeluTanh, Activation::SiLU}) {
+        SCOPED_TRACE("activation " + std::to_string(int(act)));
+        std::vector<std::uint16_t> a(storage, 0xffff), b(storage, 0xffff);
+        emulation::launchSerial(threads(n), half::activationForward, h, act, n,
+                                x, a.data() + offset);
+        cpu::activationForward(act, n, wx.data(), expected.data());
+        EXPECT_EQ(result(a), narrow(expected));
+        emulation::launchSerial(threads(n), half::activationBackward, h, act, n,
+                                x, y, a.data() + offset);
+        cpu::activationBackward(act, n, wx.data(), wy.data(), expected.data());
+        EXPECT_EQ(result(a), narrow(expected));
+        // In place: dx over dy.
+        std::vector<std::uint16_t> inPlace = ys;
+        emulation::launchSerial(
+            threads(n), half::activationBackward, h, act, n, x,
+            static_cast<const std::uint16_t *>(inPlace.data() + offset),
+            inPlace.data() + offset);
+        EXPECT_EQ(result(inPlace), narrow(expected)) << "in place";
+        emulation::launchSerial(threads(n), half::gatedForward, h, act, n, x, y,
+                                a.data() + offset);
+        cpu::gatedForward(act, n, wx.data(), wy.data(), expected.data());
+        EXPECT_EQ(result(a), narrow(expected));
+        std::vector<float> expectedUp(static_cast<std::size_t>(n));
+        emulation::launchSerial(
+            threads(n), half::gatedBackward, h, act, n, x, y,
+            static_cast<const std::uint16_t *>(sum.data() + offset),
+            a.data() + offset, b.data() + offset);
+        std::vector<float> wSum = widen(sum.data() + offset, n);
+        cpu::gatedBackward(act, n, wx.data(), wy.data(), wSum.data(),
+                           expected.data(), expectedUp.data());
+        EXPECT_EQ(result(a), narrow(expected));
+        EXPECT_EQ(result(b), narrow(expectedUp));
+      }
     }
-  }
 }
 
 } // namespace
