@@ -72,4 +72,14 @@ cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
                         seq, hidden, ids, in(wte), in(wpe), out(result));
 }
 
+cudaError_t halfRotary(HalfType type, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t headDim, int64_t positionOffset, float theta,
+                       bool inverse, const void *x, void *y,
+                       cudaStream_t stream) {
+  int64_t pairs = batch * seq * heads * (headDim / 2);
+  return detail::launch(pairs, stream, half::rotary, halfStorage(type), pairs,
+                        seq, heads, headDim, positionOffset, theta, inverse,
+                        in(x), out(y));
+}
+
 } // namespace weft::kernels::gpu

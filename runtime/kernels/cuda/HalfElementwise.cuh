@@ -16,6 +16,7 @@
 
 #include "Rows.cuh"
 #include "weft/kernels/Activations.h"
+#include "weft/kernels/Rotary.h"
 
 #include <cstdint>
 
@@ -157,6 +158,28 @@ __global__ void embeddingForward(Half16 h, std::int64_t n, std::int64_t seq,
   if (wpe)
     v += h.load(wpe, (t % seq) * hidden + c);
   h.store(out, i, v);
+}
+
+/// rotaryRow for one pair (i, i + headDim / 2) of one head vector: `pairs` =
+/// batch * seq * heads * headDim / 2 threads; `inverse` rotates back (the
+/// backward). y may alias x.
+__global__ void rotary(Half16 h, std::int64_t pairs, std::int64_t seq,
+                       std::int64_t heads, std::int64_t headDim,
+                       std::int64_t positionOffset, float theta, bool inverse,
+                       const std::uint16_t *x, std::uint16_t *y) {
+  std::int64_t t = elementIndex();
+  if (t >= pairs)
+    return;
+  std::int64_t half = headDim / 2, row = t / half, i = t % half;
+  std::int64_t pos = (row / heads) % seq + positionOffset;
+  float c, s;
+  rotaryAngle(pos, i, headDim, theta, c, s);
+  if (inverse)
+    s = -s;
+  std::int64_t at = row * headDim + i;
+  float x0 = h.load(x, at), x1 = h.load(x, at + half);
+  h.store(y, at, x0 * c - x1 * s);
+  h.store(y, at + half, x1 * c + x0 * s);
 }
 
 } // namespace weft::kernels::gpu::half

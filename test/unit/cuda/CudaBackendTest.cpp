@@ -323,6 +323,13 @@ TEST(CudaHost, HalfKernelsTakeOneSixteenBitTypeWithFp32Statistics) {
   odd["head_dim"] = 24;
   EXPECT_FALSE(
       takesHalfOperands("attention_forward", odd, {bf, bf, bf}, {bf, f}));
+  EXPECT_TRUE(takesHalfOperands("rotary_forward",
+                                {{"batch", 1},
+                                 {"seq", 2},
+                                 {"heads", 2},
+                                 {"head_dim", 8},
+                                 {"theta", 10000}},
+                                {bf}, {bf}));
   EXPECT_FALSE(takesHalfOperands("embedding_backward",
                                  {{"batch", 1}, {"seq", 2}, {"hidden", 4}},
                                  {DType::I32, bf}, {bf}));

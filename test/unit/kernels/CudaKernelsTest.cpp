@@ -611,6 +611,30 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
                                     fWpe.get(), nullptr, 0, fOut.get(), stream),
               cudaSuccess);
     same(hOut, fOut, "embedding");
+
+    // Rotary forward and backward in place (LLaMA's q and k).
+    const int64_t heads = 4, headDim = 64, n = batch * seq * heads * headDim;
+    const vector<std::uint16_t> q = bits(random(n, -2, 2));
+    DeviceBuffer<std::uint16_t> hQ(q);
+    DeviceBuffer<float> fQ(widen(q));
+    for (bool inverse : {false, true}) {
+      ASSERT_EQ(gpu::halfRotary(type, batch, seq, heads, headDim, 0, 10000.0f,
+                                inverse, hQ.get(), hQ.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(inverse
+                    ? gpu::rotaryBackward(batch, seq, heads, headDim, 0,
+                                          10000.0f, fQ.get(), fQ.get(), stream)
+                    : gpu::rotaryForward(batch, seq, heads, headDim, 0,
+                                         10000.0f, fQ.get(), fQ.get(), stream),
+                cudaSuccess);
+      // The fp32 side keeps its unrounded result: compare, then round it
+      // as the widening path would before the next kernel.
+      same(hQ, fQ, inverse ? "rotary backward" : "rotary forward");
+      vector<float> rounded = widen(bits(fQ.toHost()));
+      ASSERT_EQ(cudaMemcpy(fQ.get(), rounded.data(), rounded.size() * 4,
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
   }
 }
 

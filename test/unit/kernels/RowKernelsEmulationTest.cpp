@@ -509,4 +509,29 @@ TEST(RowKernelsEmulation, HalfEmbeddingForwardEqualsTheWideningPath) {
     }
 }
 
+TEST(RowKernelsEmulation, HalfRotaryEqualsTheWideningPath) {
+  std::mt19937_64 rng(17);
+  const std::int64_t batch = 2, seq = 5, heads = 3, headDim = 16;
+  const std::int64_t n = batch * seq * heads * headDim, pairs = n / 2;
+  for (Half h : {Half{true}, Half{false}})
+    for (bool inverse : {false, true}) {
+      SCOPED_TRACE(h.name() + (inverse ? " backward" : " forward"));
+      const Bits x = h.random(rng, std::size_t(n), -2, 2);
+      Bits inPlace = x; // y over x, as the plans run it
+      emulation::launchSerial(
+          pairs, &gpu::half::rotary, h.storage(), pairs, seq, heads, headDim,
+          std::int64_t(0), 10000.0f, inverse,
+          static_cast<const std::uint16_t *>(inPlace.data()), inPlace.data());
+      const Floats wide = h.widen(x);
+      Floats expected(static_cast<std::size_t>(n));
+      if (inverse)
+        cpu::rotaryBackward(batch, seq, heads, headDim, 0, 10000.0f,
+                            wide.data(), expected.data());
+      else
+        cpu::rotaryForward(batch, seq, heads, headDim, 0, 10000.0f, wide.data(),
+                           expected.data());
+      EXPECT_EQ(inPlace, h.narrow(expected));
+    }
+}
+
 } // namespace

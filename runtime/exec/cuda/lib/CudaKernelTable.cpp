@@ -205,6 +205,11 @@ cudaError_t rotaryForwardRun(const CudaKernelCall &k) {
                             k.c("head_dim"), 0, float(k.c("theta")), k.reads[0],
                             k.writes[0], k.stream);
 }
+template <bool kInverse> cudaError_t rotaryHalf(const CudaHalfCall &k) {
+  return gpu::halfRotary(k.type, k.c("batch"), k.c("seq"), k.c("heads"),
+                         k.c("head_dim"), 0, float(k.c("theta")), kInverse,
+                         k.reads[0], k.writes[0], k.stream);
+}
 cudaError_t rotaryBackwardRun(const CudaKernelCall &k) {
   return gpu::rotaryBackward(k.c("batch"), k.c("seq"), k.c("heads"),
                              k.c("head_dim"), 0, float(k.c("theta")),
@@ -419,8 +424,10 @@ std::vector<CudaKernelEntry> buildTable() {
       // x gamma in; y (rstd) out.
       {"rms_norm_forward", none, rmsNormForwardRun, 0b11, 0b01, always,
        rmsNormForwardHalf},
-      {"rotary_backward", none, rotaryBackwardRun},
-      {"rotary_forward", none, rotaryForwardRun},
+      {"rotary_backward", none, rotaryBackwardRun, 0b1, 0b1, always,
+       rotaryHalf<true>},
+      {"rotary_forward", none, rotaryForwardRun, 0b1, 0b1, always,
+       rotaryHalf<false>},
       {"vocab_embedding_backward", none, vocabEmbeddingBackwardRun},
       {"vocab_embedding_forward", none, vocabEmbeddingForwardRun},
   };

@@ -153,6 +153,13 @@ cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
                                  const void *wte, const void *wpe, void *result,
                                  cudaStream_t stream);
 
+/// rotaryForward (or, with `inverse`, rotaryBackward) on 16-bit storage,
+/// one thread per rotated pair; y may alias x.
+cudaError_t halfRotary(HalfType type, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t headDim, int64_t positionOffset, float theta,
+                       bool inverse, const void *x, void *y,
+                       cudaStream_t stream);
+
 /// The norms and the bias gradient on 16-bit storage (`type` for x, gamma,
 /// beta, y, dy, dx and the parameter gradients; mean and rstd fp32): the fp32
 /// kernels' grid and arithmetic on widened values, rounded once per output,
