@@ -161,11 +161,13 @@ struct PreparedGemm {
   float alpha32 = 1, beta32 = 0;
   double alpha64 = 1, beta64 = 0;
   bool f64 = false;
-  /// With the BIAS epilogue: where the bias vector lives (its region's base
-  /// is known once allocateRegion has run).
-  bool bias = false;
-  plan::Region biasRegion = plan::Region::Persistent;
-  int64_t biasOffset = 0; // bytes into the region
+  /// With an epilogue (GemmEpilogue.h): where its bias, aux matrix and D
+  /// live (the regions' bases are known once allocateRegion has run).
+  std::optional<EpilogueKind> epilogue;
+  struct Place {
+    plan::Region region = plan::Region::Persistent;
+    int64_t offset = 0; // bytes into the region
+  } bias, aux, output;
 };
 
 struct ResolvedKernel {
@@ -245,8 +247,8 @@ public:
 
   std::string_view name() const override { return "cuda"; }
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override;
-  int64_t foldedBiasAdds() const override {
-    return int64_t(foldedBiasAdds_.size());
+  int64_t foldedKernels() const override {
+    return int64_t(foldedKernels_.size());
   }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
@@ -414,10 +416,14 @@ private:
   cublasLtHandle_t lt_ = nullptr;
   std::map<GemmKey, GemmPlan> gemmCache_;
   std::unordered_map<const Instruction *, PreparedGemm> gemms_;
-  /// With gemmEpilogues: the bias_add each gemm may fold (findBiasEpilogues),
+  /// With gemmEpilogues: the kernels each gemm may fold (findGemmEpilogues),
   /// and those it did (execute skips them).
-  std::unordered_map<const Instruction *, BiasEpilogue> biasEpilogues_;
-  std::unordered_set<const Instruction *> foldedBiasAdds_;
+  std::unordered_map<const Instruction *, GemmEpilogue> epilogues_;
+  std::unordered_set<const Instruction *> foldedKernels_;
+  /// A byte of a region, from allocateRegion's base.
+  std::byte *at(const PreparedGemm::Place &place) const {
+    return regionBase_.at(place.region) + place.offset;
+  }
   std::vector<ResolvedKernel> kernels_; // by bundle kernel id
   // One device allocation at prepare(): per stream, scratch floats, a
   // cuBLASLt workspace and a double accumulator; then the step scalars.
@@ -671,8 +677,8 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
                            "kernels[" + std::to_string(kernel.id) + "]");
   }
   if (options_.gemmEpilogues)
-    for (const BiasEpilogue &epilogue : findBiasEpilogues(bundle, program))
-      biasEpilogues_[epilogue.gemm] = epilogue;
+    for (const GemmEpilogue &epilogue : findGemmEpilogues(bundle, program))
+      epilogues_[epilogue.gemm] = epilogue;
   size_t maxOperands = forEachInstruction(
       program, prefix(), [&](const Instruction &inst, const std::string &at) {
         if (inst.opcode == Opcode::Kernel)
@@ -680,10 +686,15 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
         else
           prepareOther(program, inst, at);
       });
-  if (options_.gemmEpilogues && options_.rank == 0)
+  if (options_.gemmEpilogues && options_.rank == 0) {
+    size_t candidates = 0;
+    for (const auto &[gemm, epilogue] : epilogues_)
+      candidates += epilogue.folded.size();
     std::fprintf(stderr,
-                 "weft-run: cuda: %zu of %zu bias adds run as GEMM epilogues\n",
-                 foldedBiasAdds_.size(), biasEpilogues_.size());
+                 "weft-run: cuda: %zu of %zu bias adds and GELU activations "
+                 "run as GEMM epilogues\n",
+                 foldedKernels_.size(), candidates);
+  }
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
   call_.readIndices.reserve(maxOperands);
@@ -779,20 +790,31 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
   check(cublasLtMatmulDescSetAttribute(stored.desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                        &opB, sizeof opB),
         "cublasLtMatmulDescSetAttribute", what);
-  if (key.bias) {
-    // The heuristic reads the bias pointer's alignment from its value (it is
-    // not dereferenced); runGemm sets the real one before every call.
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const void *aligned =
-        reinterpret_cast<const void *>(uintptr_t(key.alignBias));
-    check(cublasLtMatmulDescSetAttribute(stored.desc,
-                                         CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                         &epilogue, sizeof epilogue),
+  if (key.epilogue) {
+    // The heuristic reads the bias and aux pointers' alignment from their
+    // values (they are not dereferenced); runGemm sets the real ones before
+    // every call.
+    EpilogueKind kind = *key.epilogue;
+    cublasLtEpilogue_t epilogue =
+        kind == EpilogueKind::Bias          ? CUBLASLT_EPILOGUE_BIAS
+        : kind == EpilogueKind::GeluAuxBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                            : CUBLASLT_EPILOGUE_DGELU;
+    auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void *value,
+                   size_t bytes) {
+      check(
+          cublasLtMatmulDescSetAttribute(stored.desc, attribute, value, bytes),
           "cublasLtMatmulDescSetAttribute", what);
-    check(cublasLtMatmulDescSetAttribute(stored.desc,
-                                         CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                         &aligned, sizeof aligned),
-          "cublasLtMatmulDescSetAttribute", what);
+    };
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    const void *bias = reinterpret_cast<const void *>(uintptr_t(key.alignBias));
+    const void *aux = reinterpret_cast<const void *>(uintptr_t(key.alignAux));
+    int64_t auxLd = key.m; // aux is packed like D
+    if (kind != EpilogueKind::DGelu)
+      set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (kind != EpilogueKind::Bias) {
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof auxLd);
+    }
   }
   check(cublasLtMatrixLayoutCreate(&stored.a, type, key.transA ? key.k : key.m,
                                    key.transA ? key.m : key.k, key.lda),
@@ -832,8 +854,8 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
                                         &returned);
   cublasLtMatmulPreferenceDestroy(pref);
   // An epilogue cuBLASLt does not offer for the shape is no error: the
-  // caller runs the plain gemm and the bias_add.
-  if (key.bias && (rc == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0))
+  // caller runs the plain gemm and the kernels after it.
+  if (key.epilogue && (rc == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0))
     return nullptr;
   check(rc, "cublasLtMatmulAlgoGetHeuristic", what);
   if (returned == 0)
@@ -882,19 +904,27 @@ void DeviceBackend::prepareOther(const plan::Program &program,
     const plan::GemmParams &g = inst.gemm;
     PreparedGemm prepared;
     prepared.plan = &gemmPlan(key, where);
-    if (auto folded = biasEpilogues_.find(&inst);
-        folded != biasEpilogues_.end()) {
-      const plan::BufferRange &bias = folded->second.bias;
-      const plan::Buffer &buffer = program.buffers[size_t(bias.buffer)];
-      GemmKey withBias = key;
-      withBias.bias = true;
-      withBias.alignBias = operandAlignment(buffer.offset + bias.offset);
-      if (const GemmPlan *plan = findGemmPlan(withBias, where)) {
+    if (auto folds = epilogues_.find(&inst); folds != epilogues_.end()) {
+      const GemmEpilogue &e = folds->second;
+      auto place = [&](const plan::BufferRange &range) {
+        const plan::Buffer &buffer = program.buffers[size_t(range.buffer)];
+        return PreparedGemm::Place{buffer.region, buffer.offset + range.offset};
+      };
+      GemmKey fused = key;
+      fused.epilogue = e.kind;
+      if (e.kind != EpilogueKind::DGelu)
+        fused.alignBias = operandAlignment(place(e.bias).offset);
+      if (e.kind != EpilogueKind::Bias)
+        fused.alignAux = operandAlignment(place(e.aux).offset);
+      fused.alignC =
+          std::min(fused.alignC, operandAlignment(place(e.output).offset));
+      if (const GemmPlan *plan = findGemmPlan(fused, where)) {
         prepared.plan = plan;
-        prepared.bias = true;
-        prepared.biasRegion = buffer.region;
-        prepared.biasOffset = buffer.offset + bias.offset;
-        foldedBiasAdds_.insert(folded->second.biasAdd);
+        prepared.epilogue = e.kind;
+        prepared.bias = place(e.bias);
+        prepared.aux = place(e.aux);
+        prepared.output = place(e.output);
+        foldedKernels_.insert(e.folded.begin(), e.folded.end());
       }
     }
     prepared.f64 = inst.dtype == DType::F64;
@@ -931,7 +961,7 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
   cudaStream_t s = streamOf(stream);
   switch (inst.opcode) {
   case Opcode::Kernel:
-    if (!foldedBiasAdds_.count(&inst)) // else the gemm before it added it
+    if (!foldedKernels_.count(&inst)) // else the gemm before it ran it
       runKernel(inst, stream, reads, writes);
     return;
   case Opcode::Gemm:
@@ -1077,13 +1107,21 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
                 ": gemm was not seen by prepare()");
   const PreparedGemm &g = it->second;
   const GemmPlan &plan = *g.plan;
-  if (g.bias) {
+  void *d = writes[0].data;
+  if (g.epilogue) {
     // The descriptor is shared by the gemms of one key: point it at this
-    // instruction's bias (read when the call is enqueued or captured).
-    const void *bias = regionBase_.at(g.biasRegion) + g.biasOffset;
-    check(cublasLtMatmulDescSetAttribute(
-              plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-          "cublasLtMatmulDescSetAttribute", where(inst, stream));
+    // instruction's bias and aux matrix (read when the call is enqueued or
+    // captured).
+    auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void *ptr) {
+      check(cublasLtMatmulDescSetAttribute(plan.desc, attribute, &ptr,
+                                           sizeof ptr),
+            "cublasLtMatmulDescSetAttribute", where(inst, stream));
+    };
+    if (*g.epilogue != EpilogueKind::DGelu)
+      set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, at(g.bias));
+    if (*g.epilogue != EpilogueKind::Bias)
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, at(g.aux));
+    d = at(g.output);
   }
   const void *alpha = g.f64 ? static_cast<const void *>(&g.alpha64)
                             : static_cast<const void *>(&g.alpha32);
@@ -1091,10 +1129,12 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
                            : static_cast<const void *>(&g.beta32);
   size_t gemmBytes = (size_t(options_.gemmWorkspaceBytes) + 255) / 256 * 256;
   void *workspace = gemmWorkspace_ + size_t(stream) * gemmBytes;
+  // C is the plan's output (read only with beta != 0, then D is C); D the
+  // epilogue's output where it moves it (GeluAuxBias: the activation's).
   check(cublasLtMatmul(lt_, plan.desc, alpha, reads[0].data, plan.a,
-                       reads[1].data, plan.b, beta, writes[0].data, plan.c,
-                       writes[0].data, plan.c, &plan.algo, workspace,
-                       plan.workspace, streamOf(stream)),
+                       reads[1].data, plan.b, beta, writes[0].data, plan.c, d,
+                       plan.c, &plan.algo, workspace, plan.workspace,
+                       streamOf(stream)),
         "cublasLtMatmul", where(inst, stream));
 }
 

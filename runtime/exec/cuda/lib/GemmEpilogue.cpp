@@ -1,6 +1,8 @@
-//===- GemmEpilogue.cpp - Bias adds folded into cuBLASLt GEMMs ------------===//
+//===- GemmEpilogue.cpp - Kernels folded into cuBLASLt GEMMs --------------===//
 
 #include "weft/exec/cuda/GemmEpilogue.h"
+
+#include "weft/kernels/Activations.h"
 
 #include <string_view>
 
@@ -12,54 +14,124 @@ using plan::DType;
 using plan::Instruction;
 using plan::Opcode;
 
-/// The constant `name` of a kernel instruction, or -1.
-int64_t constantOf(const plan::Kernel &kernel, const char *name) {
-  auto it = kernel.constants.find(name);
-  return it == kernel.constants.end() ? -1 : it->second;
-}
+/// Reads a program's instructions and buffers for the matching.
+class Matcher {
+public:
+  Matcher(const plan::Bundle &bundle, const plan::Program &program)
+      : bundle(bundle), program(program) {}
 
-bool folds(const plan::Bundle &bundle, const plan::Program &program,
-           const Instruction &gemm, const Instruction &next) {
-  if (gemm.opcode != Opcode::Gemm || next.opcode != Opcode::Kernel ||
-      next.kernel < 0 || size_t(next.kernel) >= bundle.kernels.size())
-    return false;
-  if (gemm.dtype != DType::BF16 && gemm.dtype != DType::F16 &&
-      gemm.dtype != DType::F32)
-    return false;
-  const plan::Kernel &kernel = bundle.kernels[size_t(next.kernel)];
-  std::string_view name = kernel.name;
-  if (name.substr(0, name.find('.')) != "bias_add")
-    return false;
-  if (gemm.writes.size() != 1 || next.reads.size() != 2 ||
-      next.writes.size() != 1)
-    return false;
-  const plan::BufferRange &y = gemm.writes[0];
-  if (!(next.reads[0] == y) || !(next.writes[0] == y))
-    return false;
-  const plan::GemmParams &g = gemm.gemm;
-  if (g.ldc != g.m || constantOf(kernel, "width") != g.m ||
-      constantOf(kernel, "rows") != g.n)
-    return false;
-  auto dtypeOf = [&](const plan::BufferRange &range) {
+  /// The kernel `inst` runs when its base name (before any ".N") is `name`.
+  const plan::Kernel *kernel(const Instruction &inst,
+                             std::string_view name) const {
+    if (inst.opcode != Opcode::Kernel || inst.kernel < 0 ||
+        size_t(inst.kernel) >= bundle.kernels.size())
+      return nullptr;
+    const plan::Kernel &k = bundle.kernels[size_t(inst.kernel)];
+    std::string_view base = k.name;
+    return base.substr(0, base.find('.')) == name ? &k : nullptr;
+  }
+  static int64_t constant(const plan::Kernel &k, const char *name) {
+    auto it = k.constants.find(name);
+    return it == k.constants.end() ? -1 : it->second;
+  }
+  DType dtype(const plan::BufferRange &range) const {
     return program.buffers[size_t(range.buffer)].dtype;
-  };
-  const plan::BufferRange &bias = next.reads[1];
-  return dtypeOf(y) == gemm.dtype && dtypeOf(bias) == gemm.dtype &&
-         bias.bytes == g.m * plan::elementBytes(gemm.dtype);
-}
+  }
+  /// A range of `like`'s size and dtype.
+  bool sameShape(const plan::BufferRange &range,
+                 const plan::BufferRange &like) const {
+    return range.bytes == like.bytes && dtype(range) == dtype(like);
+  }
+
+  /// A gemm whose packed output has the gemm's dtype.
+  static bool foldableGemm(const Instruction &gemm) {
+    return gemm.opcode == Opcode::Gemm && gemm.writes.size() == 1 &&
+           (gemm.dtype == DType::BF16 || gemm.dtype == DType::F16 ||
+            gemm.dtype == DType::F32) &&
+           gemm.gemm.ldc == gemm.gemm.m;
+  }
+
+  bool biasAdd(const Instruction &gemm, const Instruction &next) const {
+    const plan::Kernel *k = kernel(next, "bias_add");
+    if (!k || next.reads.size() != 2 || next.writes.size() != 1)
+      return false;
+    const plan::GemmParams &g = gemm.gemm;
+    const plan::BufferRange &y = gemm.writes[0], &bias = next.reads[1];
+    return next.reads[0] == y && next.writes[0] == y &&
+           constant(*k, "width") == g.m && constant(*k, "rows") == g.n &&
+           dtype(y) == gemm.dtype && dtype(bias) == gemm.dtype &&
+           bias.bytes == g.m * plan::elementBytes(gemm.dtype);
+  }
+
+  /// A tanh-GELU activation kernel `name` over the gemm's m x n output.
+  const plan::Kernel *gelu(const Instruction &gemm, const Instruction &inst,
+                           std::string_view name) const {
+    const plan::Kernel *k = kernel(inst, name);
+    const plan::GemmParams &g = gemm.gemm;
+    if (!k || constant(*k, "act") != int64_t(kernels::Activation::GeluTanh) ||
+        constant(*k, "n") != g.m * g.n || g.m % 8 != 0)
+      return nullptr;
+    return k;
+  }
+
+  /// activation_forward reading y into another range of y's shape.
+  bool geluForward(const Instruction &gemm, const Instruction &inst) const {
+    const plan::BufferRange &y = gemm.writes[0];
+    return gelu(gemm, inst, "activation_forward") && inst.reads.size() == 1 &&
+           inst.writes.size() == 1 && inst.reads[0] == y &&
+           !(inst.writes[0] == y) && sameShape(inst.writes[0], y);
+  }
+
+  /// activation_backward(x, dy = y) over y in place.
+  bool geluBackward(const Instruction &gemm, const Instruction &inst) const {
+    const plan::BufferRange &y = gemm.writes[0];
+    return gemm.gemm.beta == 0 && gelu(gemm, inst, "activation_backward") &&
+           inst.reads.size() == 2 && inst.writes.size() == 1 &&
+           inst.reads[1] == y && inst.writes[0] == y && !(inst.reads[0] == y) &&
+           sameShape(inst.reads[0], y) && dtype(y) == gemm.dtype;
+  }
+
+private:
+  const plan::Bundle &bundle;
+  const plan::Program &program;
+};
 
 } // namespace
 
-std::vector<BiasEpilogue> findBiasEpilogues(const plan::Bundle &bundle,
+std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
                                             const plan::Program &program) {
-  std::vector<BiasEpilogue> found;
-  for (const plan::Stream &stream : program.streams)
-    for (size_t i = 0; i + 1 < stream.instructions.size(); ++i) {
-      const Instruction &gemm = stream.instructions[i],
-                        &next = stream.instructions[i + 1];
-      if (folds(bundle, program, gemm, next))
-        found.push_back({&gemm, &next, next.reads[1]});
+  Matcher match(bundle, program);
+  std::vector<GemmEpilogue> found;
+  for (const plan::Stream &stream : program.streams) {
+    const std::vector<Instruction> &insts = stream.instructions;
+    for (size_t i = 0; i + 1 < insts.size(); ++i) {
+      const Instruction &gemm = insts[i];
+      if (!Matcher::foldableGemm(gemm))
+        continue;
+      GemmEpilogue e;
+      e.gemm = &gemm;
+      e.output = gemm.writes[0];
+      if (match.biasAdd(gemm, insts[i + 1])) {
+        e.folded = {&insts[i + 1]};
+        e.bias = insts[i + 1].reads[1];
+        if (gemm.gemm.beta == 0 && i + 2 < insts.size() &&
+            match.geluForward(gemm, insts[i + 2])) {
+          e.kind = EpilogueKind::GeluAuxBias;
+          e.folded.push_back(&insts[i + 2]);
+          e.aux = gemm.writes[0];
+          e.output = insts[i + 2].writes[0];
+        }
+      } else if (match.geluBackward(gemm, insts[i + 1])) {
+        e.kind = EpilogueKind::DGelu;
+        e.folded = {&insts[i + 1]};
+        e.aux = insts[i + 1].reads[0];
+        e.output = insts[i + 1].writes[0];
+      } else {
+        continue;
+      }
+      found.push_back(e);
     }
+  }
   return found;
 }
 

@@ -48,10 +48,22 @@ std::string describe(const GemmKey &key) {
   if (key.alignA != 256 || key.alignB != 256 || key.alignC != 256)
     s += " align=" + std::to_string(key.alignA) + "/" +
          std::to_string(key.alignB) + "/" + std::to_string(key.alignC);
-  if (key.bias)
-    s += " +bias" + (key.alignBias != 256
-                         ? "(align=" + std::to_string(key.alignBias) + ")"
-                         : std::string());
+  if (key.epilogue) {
+    switch (*key.epilogue) {
+    case EpilogueKind::Bias:
+      s += " +bias";
+      break;
+    case EpilogueKind::GeluAuxBias:
+      s += " +gelu_aux_bias";
+      break;
+    case EpilogueKind::DGelu:
+      s += " +dgelu";
+      break;
+    }
+    if (key.alignBias != 256 || key.alignAux != 256)
+      s += "(align=" + std::to_string(key.alignBias) + "/" +
+           std::to_string(key.alignAux) + ")";
+  }
   return s;
 }
 

@@ -44,9 +44,10 @@ struct CudaBackendOptions {
   /// (the tensor-core attention) instead of being widened to fp32 scratch.
   /// Off by default until those kernels have been checked on a GPU.
   bool halfKernels = false;
-  /// A bias_add right after the gemm that produced its input runs as the
-  /// gemm's cuBLASLt BIAS epilogue (GemmEpilogue.h): one pass and one
-  /// rounding fewer. Off by default until checked on a GPU.
+  /// A bias_add and a tanh-GELU activation (or its backward) right after
+  /// the gemm that produced their input run as the gemm's cuBLASLt epilogue
+  /// (GemmEpilogue.h): passes and roundings fewer. Off by default until
+  /// checked on a GPU.
   bool gemmEpilogues = false;
   /// cuBLASLt workspace per plan stream (one allocation at prepare()).
   int64_t gemmWorkspaceBytes = 32 << 20;
@@ -77,9 +78,9 @@ public:
   /// stagingBuffer() is this.
   virtual std::byte *pinnedStaging(int64_t bytes) = 0;
 
-  /// How many bias_add instructions prepare() folded into their gemm's
-  /// epilogue (CudaBackendOptions::gemmEpilogues).
-  virtual int64_t foldedBiasAdds() const = 0;
+  /// How many kernel instructions (bias_add, GELU activations) prepare()
+  /// folded into their gemm's epilogue (CudaBackendOptions::gemmEpilogues).
+  virtual int64_t foldedKernels() const = 0;
 
   /// NCCL (issue 6): builds the world communicator from an ncclUniqueId that
   /// `broadcastId(bytes, size)` broadcasts from world rank 0 (a no-op for

@@ -1,11 +1,17 @@
-//===- GemmEpilogue.h - Bias adds folded into cuBLASLt GEMMs ----*- C++ -*-===//
+//===- GemmEpilogue.h - Kernels folded into cuBLASLt GEMMs ------*- C++ -*-===//
 //
 // Host-only, so the matching is tested without a GPU. A linear layer's plan
-// is a gemm writing y followed by a bias_add over y in place; cuBLASLt's BIAS
-// epilogue does both in one call (D = alpha op(A) op(B) + beta C + bias,
-// broadcast over the columns of the column-major D): one pass over y fewer
-// and one rounding of the sum instead of two. The CUDA backend runs such a
-// gemm with the epilogue and skips the bias_add
+// is a gemm writing y followed by a bias_add over y in place, and in an MLP
+// by the activation; its backward is a gemm writing dy followed by the
+// activation's backward over dy. cuBLASLt's epilogues do these in the GEMM's
+// own call (the columns of the column-major D are the plan's rows):
+//   Bias         D = alpha op(A) op(B) + beta C + bias
+//   GeluAuxBias  aux = alpha op(A) op(B) + bias, D = gelu(aux)
+//   DGelu        D = (alpha op(A) op(B)) * gelu'(aux)
+// cuBLASLt's GELU is the tanh approximation (Activation::GeluTanh, GPT-2's
+// "gelu_new"), so only that activation folds. Each saves the folded kernels'
+// passes over the output and rounds once. The CUDA backend runs such a gemm
+// with the epilogue and skips the folded instructions
 // (CudaBackendOptions::gemmEpilogues).
 //
 //===----------------------------------------------------------------------===//
@@ -18,20 +24,35 @@
 
 namespace weft::exec::cuda {
 
-/// A bias_add folded into the gemm right before it.
-struct BiasEpilogue {
+enum class EpilogueKind { Bias, GeluAuxBias, DGelu };
+
+/// A gemm and the instructions right after it on its stream that its
+/// epilogue computes.
+struct GemmEpilogue {
+  EpilogueKind kind = EpilogueKind::Bias;
   const plan::Instruction *gemm = nullptr;
-  const plan::Instruction *biasAdd = nullptr;
-  plan::BufferRange bias; // bias_add's reads[1]: one element per row of D
+  /// bias_add, then activation_forward (GeluAuxBias); activation_backward
+  /// (DGelu).
+  std::vector<const plan::Instruction *> folded;
+  plan::BufferRange bias;   // Bias, GeluAuxBias: one element per row of D
+  plan::BufferRange aux;    // GeluAuxBias: the pre-activation it writes (the
+                            // gemm's output); DGelu: the activation's input
+  plan::BufferRange output; // D: the gemm's output, or the activation's
+                            // (GeluAuxBias)
 };
 
-/// The gemm + bias_add pairs of `program` the BIAS epilogue computes exactly:
-/// the bias_add is the next instruction of the gemm's stream (so no other
-/// stream can observe y in between: that would need an event recorded
-/// between them), reads and writes the gemm's output range in place, its
-/// width is the gemm's m and its rows the gemm's n with D packed (ldc == m),
-/// and y and the bias have the gemm's dtype (bf16, f16 or f32).
-std::vector<BiasEpilogue> findBiasEpilogues(const plan::Bundle &bundle,
+/// The folds of `program` the epilogues compute exactly. The folded
+/// instructions directly follow the gemm on its stream (so no other stream
+/// can observe the output in between: that would need an event recorded
+/// between them). A bias_add reads and writes the gemm's output range in
+/// place, adds a bias of the gemm's dtype along m, with D packed (ldc == m).
+/// A GELU (tanh) activation_forward right after such a bias_add of a gemm
+/// with beta 0 reads that range and writes another of its size: both fold
+/// (GeluAuxBias). A GELU activation_backward right after a gemm with beta 0
+/// reads the gemm's output as dy and writes dx over it (DGelu). The GELU
+/// epilogues need m to be a multiple of 8 (the aux matrix's leading dimension).
+/// Outputs and bias have the gemm's dtype (bf16, f16 or f32).
+std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
                                             const plan::Program &program);
 
 } // namespace weft::exec::cuda

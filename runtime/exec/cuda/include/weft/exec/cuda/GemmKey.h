@@ -11,9 +11,11 @@
 #ifndef WEFT_EXEC_CUDA_GEMMKEY_H
 #define WEFT_EXEC_CUDA_GEMMKEY_H
 
+#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/plan/Bundle.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -29,14 +31,14 @@ struct GemmKey {
   /// assumes 256 unless told, and an algorithm chosen for 256 may reject a
   /// less aligned pointer at launch).
   int alignA = 256, alignB = 256, alignC = 256;
-  /// cuBLASLt's BIAS epilogue (GemmEpilogue.h), with the bias vector's
-  /// alignment.
-  bool bias = false;
-  int alignBias = 256;
+  /// A cuBLASLt epilogue (GemmEpilogue.h), with the alignments of the bias
+  /// vector and the aux matrix it reads or writes.
+  std::optional<EpilogueKind> epilogue;
+  int alignBias = 256, alignAux = 256;
 
   auto tie() const {
     return std::tie(dtype, transA, transB, m, n, k, lda, ldb, ldc, betaZero,
-                    alignA, alignB, alignC, bias, alignBias);
+                    alignA, alignB, alignC, epilogue, alignBias, alignAux);
   }
   bool operator<(const GemmKey &o) const { return tie() < o.tie(); }
   bool operator==(const GemmKey &o) const { return tie() == o.tie(); }
@@ -51,7 +53,7 @@ GemmKey gemmKeyOf(const plan::Program &program, const plan::Instruction &inst);
 int operandAlignment(int64_t byteOffset);
 
 /// "bf16 NT m=64 n=128 k=32 lda=64 ldb=128 ldc=64 beta=0" (errors, logs),
-/// " +bias" with the BIAS epilogue.
+/// then " +bias", " +gelu_aux_bias" or " +dgelu" with an epilogue.
 std::string describe(const GemmKey &key);
 
 /// Empty when the CUDA backend runs gemms of `dtype` (f32 exact, bf16/f16
