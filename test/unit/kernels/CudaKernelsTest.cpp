@@ -395,18 +395,9 @@ TEST_F(CudaKernelsTest, HalfElementwiseEqualsTheWideningPath) {
   for (gpu::HalfType type : {gpu::HalfType::BF16, gpu::HalfType::F16}) {
     bool bf16 = type == gpu::HalfType::BF16;
     SCOPED_TRACE(bf16 ? "bf16" : "f16");
-    auto bits = [&](const vector<float> &values) {
-      vector<std::uint16_t> out;
-      for (float x : values)
-        out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
-      return out;
-    };
-    auto widen = [&](const vector<std::uint16_t> &in) {
-      vector<float> out;
-      for (std::uint16_t b : in)
-        out.push_back(bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b}));
-      return out;
-    };
+    const HalfCodec codec{bf16};
+    auto bits = [&](const vector<float> &v) { return codec.narrow(v); };
+    auto widen = [&](const vector<std::uint16_t> &v) { return codec.widen(v); };
     const vector<std::uint16_t> x = bits(random(n, -3, 3)), y = bits(random(n)),
                                 bias = bits(random(width));
     DeviceBuffer<std::uint16_t> hX(x), hY(y), hBias(bias), hOut(n), hOut2(n);
@@ -473,18 +464,9 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
   for (gpu::HalfType type : {gpu::HalfType::BF16, gpu::HalfType::F16}) {
     bool bf16 = type == gpu::HalfType::BF16;
     SCOPED_TRACE(bf16 ? "bf16" : "f16");
-    auto bits = [&](const vector<float> &values) {
-      vector<std::uint16_t> out;
-      for (float x : values)
-        out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
-      return out;
-    };
-    auto widen = [&](const vector<std::uint16_t> &in) {
-      vector<float> out;
-      for (std::uint16_t b : in)
-        out.push_back(bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b}));
-      return out;
-    };
+    const HalfCodec codec{bf16};
+    auto bits = [&](const vector<float> &v) { return codec.narrow(v); };
+    auto widen = [&](const vector<std::uint16_t> &v) { return codec.widen(v); };
     auto same = [&](const DeviceBuffer<std::uint16_t> &half,
                     const DeviceBuffer<float> &wide, const char *what) {
       sync();

@@ -3,12 +3,14 @@
 #ifndef WEFT_TEST_UNIT_KERNELS_KERNELTESTUTIL_H
 #define WEFT_TEST_UNIT_KERNELS_KERNELTESTUTIL_H
 
+#include "weft/kernels/Common.h"
 #include "weft/kernels/CpuKernels.h"
 
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace weft::kernels::test {
@@ -117,6 +119,43 @@ inline AttentionReference cpuAttention(const AttentionDims &d,
                          r.dv.data());
   return r;
 }
+
+/// bf16 or f16 storage in tests of the 16-bit kernels: rounds floats to bits
+/// and widens bits to floats with the conversions the backends use.
+struct HalfCodec {
+  bool bf16;
+
+  std::uint16_t round(float x) const {
+    return bf16 ? floatToBf16(x).bits : floatToF16(x).bits;
+  }
+  float widen(std::uint16_t bits) const {
+    return bf16 ? bf16ToFloat(BF16{bits}) : f16ToFloat(F16{bits});
+  }
+  std::vector<std::uint16_t> narrow(const std::vector<float> &in) const {
+    std::vector<std::uint16_t> out;
+    for (float x : in)
+      out.push_back(round(x));
+    return out;
+  }
+  std::vector<float> widen(const std::uint16_t *in, std::size_t n) const {
+    std::vector<float> out;
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back(widen(in[i]));
+    return out;
+  }
+  std::vector<float> widen(const std::vector<std::uint16_t> &in) const {
+    return widen(in.data(), in.size());
+  }
+  /// Uniform values in [lo, hi), rounded.
+  std::vector<std::uint16_t> random(std::mt19937_64 &rng, std::size_t n,
+                                    double lo, double hi) const {
+    std::vector<std::uint16_t> out;
+    for (double x : randomVector(rng, n, lo, hi))
+      out.push_back(round(float(x)));
+    return out;
+  }
+  std::string name() const { return bf16 ? "bf16" : "f16"; }
+};
 
 } // namespace weft::kernels::test
 

@@ -79,34 +79,9 @@ void launchOneBlock(Kernel kernel, Args... args) {
 //===--- 16-bit data
 //-------------------------------------------------------===//
 
-struct Half {
-  bool bf16;
+/// The codec plus the kernels' storage type.
+struct Half : test::HalfCodec {
   Half16 storage() const { return {bf16}; }
-  std::uint16_t round(float x) const {
-    return bf16 ? floatToBf16(x).bits : floatToF16(x).bits;
-  }
-  float widen(std::uint16_t b) const {
-    return bf16 ? bf16ToFloat(BF16{b}) : f16ToFloat(F16{b});
-  }
-  Bits random(std::mt19937_64 &rng, std::size_t n, double lo, double hi) const {
-    Bits out;
-    for (double x : test::randomVector(rng, n, lo, hi))
-      out.push_back(round(float(x)));
-    return out;
-  }
-  Floats widen(const Bits &in) const {
-    Floats out;
-    for (std::uint16_t b : in)
-      out.push_back(widen(b));
-    return out;
-  }
-  Bits narrow(const Floats &in) const {
-    Bits out;
-    for (float x : in)
-      out.push_back(round(x));
-    return out;
-  }
-  std::string name() const { return bf16 ? "bf16" : "f16"; }
 };
 
 Floats randomFloats(std::mt19937_64 &rng, std::size_t n, double lo, double hi) {
@@ -243,7 +218,7 @@ TEST(RowKernelsEmulation, Fp32NormsAndBiasGradientMatchTheCpuKernels) {
 
 TEST(RowKernelsEmulation, HalfNormsAndBiasGradientEqualTheWideningPath) {
   std::mt19937_64 rng(12);
-  for (Half h : {Half{true}, Half{false}})
+  for (Half h : {Half{{true}}, Half{{false}}})
     for (const Shape &shape : kNormShapes) {
       SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
                    " width " + std::to_string(shape.width));
@@ -363,7 +338,7 @@ TEST(RowKernelsEmulation, Fp32CrossEntropyMatchesTheCpuKernel) {
 TEST(RowKernelsEmulation, HalfCrossEntropyEqualsTheWideningPath) {
   std::mt19937_64 rng(14);
   const float factor = 1024.0f / 3.0f; // loss scale over grad_div
-  for (Half h : {Half{true}, Half{false}})
+  for (Half h : {Half{{true}}, Half{{false}}})
     for (const Shape &shape : kLossShapes)
       for (bool grad : {true, false}) {
         SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
@@ -461,7 +436,7 @@ TEST(RowKernelsEmulation, CrossEntropyShardPhases) {
   EXPECT_NEAR(got.loss, eLoss, 1e-5 * std::abs(eLoss));
   EXPECT_LT(relativeError(dLogits, eGrad), 1e-5);
 
-  for (Half h : {Half{true}, Half{false}}) {
+  for (Half h : {Half{{true}}, Half{{false}}}) {
     SCOPED_TRACE(h.name());
     const Bits bits = h.random(rng, std::size_t(rows * vocabLocal), -4, 4);
     const Floats wide = h.widen(bits);
@@ -490,7 +465,7 @@ TEST(RowKernelsEmulation, HalfEmbeddingForwardEqualsTheWideningPath) {
   const std::int64_t n = batch * seq * hidden;
   const std::vector<std::int32_t> ids =
       test::randomIds(rng, std::size_t(batch * seq), std::int32_t(vocab));
-  for (Half h : {Half{true}, Half{false}})
+  for (Half h : {Half{{true}}, Half{{false}}})
     for (bool positions : {true, false}) {
       SCOPED_TRACE(h.name() + (positions ? " with positions" : ""));
       const Bits wte = h.random(rng, std::size_t(vocab * hidden), -1, 1),
@@ -513,7 +488,7 @@ TEST(RowKernelsEmulation, HalfRotaryEqualsTheWideningPath) {
   std::mt19937_64 rng(17);
   const std::int64_t batch = 2, seq = 5, heads = 3, headDim = 16;
   const std::int64_t n = batch * seq * heads * headDim, pairs = n / 2;
-  for (Half h : {Half{true}, Half{false}})
+  for (Half h : {Half{{true}}, Half{{false}}})
     for (bool inverse : {false, true}) {
       SCOPED_TRACE(h.name() + (inverse ? " backward" : " forward"));
       const Bits x = h.random(rng, std::size_t(n), -2, 2);

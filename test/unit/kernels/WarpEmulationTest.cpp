@@ -148,35 +148,17 @@ TEST(WarpEmulation, HalfElementwiseKernelsEqualTheWideningPath) {
                    (offset ? " misaligned" : " aligned"));
       const std::int64_t n = rows * width - offset;
       const Half16 h{bf16};
-      auto bits = [&](std::size_t count, double lo, double hi) {
-        std::vector<double> random = test::randomVector(rng, count, lo, hi);
-        std::vector<std::uint16_t> out;
-        for (double x : random)
-          out.push_back(bf16 ? floatToBf16(float(x)).bits
-                             : floatToF16(float(x)).bits);
-        return out;
-      };
-      auto widen = [&](const std::uint16_t *in, std::int64_t count) {
-        std::vector<float> out;
-        for (std::int64_t i = 0; i < count; ++i)
-          out.push_back(bf16 ? bf16ToFloat(BF16{in[i]})
-                             : f16ToFloat(F16{in[i]}));
-        return out;
-      };
-      auto narrow = [&](const std::vector<float> &in) {
-        std::vector<std::uint16_t> out;
-        for (float x : in)
-          out.push_back(bf16 ? floatToBf16(x).bits : floatToF16(x).bits);
-        return out;
-      };
+      const test::HalfCodec codec{bf16};
       // The operands start `offset` elements into 16-byte aligned storage.
       const std::size_t storage = std::size_t(rows * width);
-      std::vector<std::uint16_t> xs = bits(storage, -3, 3),
-                                 ys = bits(storage, -1, 1),
-                                 bias = bits(std::size_t(width), -1, 1);
+      std::vector<std::uint16_t> xs = codec.random(rng, storage, -3, 3),
+                                 ys = codec.random(rng, storage, -1, 1),
+                                 bias = codec.random(rng, std::size_t(width),
+                                                     -1, 1);
       const std::uint16_t *x = xs.data() + offset, *y = ys.data() + offset;
-      std::vector<float> wx = widen(x, n), wy = widen(y, n),
-                         wBias = widen(bias.data(), width);
+      std::vector<float> wx = codec.widen(x, std::size_t(n)),
+                         wy = codec.widen(y, std::size_t(n)),
+                         wBias = codec.widen(bias);
       auto result = [&](const std::vector<std::uint16_t> &out) {
         return std::vector<std::uint16_t>(out.begin() + offset, out.end());
       };
@@ -189,14 +171,14 @@ TEST(WarpEmulation, HalfElementwiseKernelsEqualTheWideningPath) {
                                 got.data());
         expected = wx;
         cpu::biasAdd(rows, width, wBias.data(), expected.data());
-        EXPECT_EQ(got, narrow(expected)) << "bias_add";
+        EXPECT_EQ(got, codec.narrow(expected)) << "bias_add";
       }
 
       std::vector<std::uint16_t> sum(storage, 0xffff);
       emulation::launchSerial(threads(n), half::residualAdd, h, n, x, y,
                               sum.data() + offset);
       cpu::residualAdd(n, wx.data(), wy.data(), expected.data());
-      EXPECT_EQ(result(sum), narrow(expected)) << "residual_add";
+      EXPECT_EQ(result(sum), codec.narrow(expected)) << "residual_add";
 
       for (Activation act : {Activation::ReLU, Activation::GeluErf,
                              Activation::GeluTanh, Activation::SiLU}) {
@@ -205,32 +187,33 @@ TEST(WarpEmulation, HalfElementwiseKernelsEqualTheWideningPath) {
         emulation::launchSerial(threads(n), half::activationForward, h, act, n,
                                 x, a.data() + offset);
         cpu::activationForward(act, n, wx.data(), expected.data());
-        EXPECT_EQ(result(a), narrow(expected));
+        EXPECT_EQ(result(a), codec.narrow(expected));
         emulation::launchSerial(threads(n), half::activationBackward, h, act, n,
                                 x, y, a.data() + offset);
         cpu::activationBackward(act, n, wx.data(), wy.data(), expected.data());
-        EXPECT_EQ(result(a), narrow(expected));
+        EXPECT_EQ(result(a), codec.narrow(expected));
         // In place: dx over dy.
         std::vector<std::uint16_t> inPlace = ys;
         emulation::launchSerial(
             threads(n), half::activationBackward, h, act, n, x,
             static_cast<const std::uint16_t *>(inPlace.data() + offset),
             inPlace.data() + offset);
-        EXPECT_EQ(result(inPlace), narrow(expected)) << "in place";
+        EXPECT_EQ(result(inPlace), codec.narrow(expected)) << "in place";
         emulation::launchSerial(threads(n), half::gatedForward, h, act, n, x, y,
                                 a.data() + offset);
         cpu::gatedForward(act, n, wx.data(), wy.data(), expected.data());
-        EXPECT_EQ(result(a), narrow(expected));
+        EXPECT_EQ(result(a), codec.narrow(expected));
         std::vector<float> expectedUp(static_cast<std::size_t>(n));
         emulation::launchSerial(
             threads(n), half::gatedBackward, h, act, n, x, y,
             static_cast<const std::uint16_t *>(sum.data() + offset),
             a.data() + offset, b.data() + offset);
-        std::vector<float> wSum = widen(sum.data() + offset, n);
+        std::vector<float> wSum =
+            codec.widen(sum.data() + offset, std::size_t(n));
         cpu::gatedBackward(act, n, wx.data(), wy.data(), wSum.data(),
                            expected.data(), expectedUp.data());
-        EXPECT_EQ(result(a), narrow(expected));
-        EXPECT_EQ(result(b), narrow(expectedUp));
+        EXPECT_EQ(result(a), codec.narrow(expected));
+        EXPECT_EQ(result(b), codec.narrow(expectedUp));
       }
     }
 }
