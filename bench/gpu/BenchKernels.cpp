@@ -156,9 +156,18 @@ int main(int argc, char **argv) {
               bf, tokens, hidden, x.get(), gamma.get(), beta.get(), 1e-5f,
               out.get(), mean.f32(), rstd.f32(), stream);
         });
-    // dx over a separate buffer (dy stays the same across launches).
-    add("layer_norm_backward", dims(tokens, hidden), 3.0 * n * 2 + tokens * 8,
-        [&] {
+    // dx over a separate buffer (dy stays the same across launches); the
+    // one-pass kernels the backend runs on 16-bit operands, and the two passes.
+    Buffer scratch(size_t(gpu::normBackwardScratchFloats(tokens, hidden)) * 4);
+    add("layer_norm_backward (one pass)", dims(tokens, hidden),
+        3.0 * n * 2 + tokens * 8, [&] {
+          return gpu::halfLayerNormBackward(bf, tokens, hidden, x.get(),
+                                            gamma.get(), mean.f32(), rstd.f32(),
+                                            y.get(), out.get(), dGamma.get(),
+                                            dBeta.get(), stream, scratch.f32());
+        });
+    add("layer_norm_backward (two passes)", dims(tokens, hidden),
+        3.0 * n * 2 + tokens * 8, [&] {
           return gpu::halfLayerNormBackward(
               bf, tokens, hidden, x.get(), gamma.get(), mean.f32(), rstd.f32(),
               y.get(), out.get(), dGamma.get(), dBeta.get(), stream);

@@ -51,8 +51,7 @@ namespace weft::kernels::gpu::mma {
 constexpr int kWarps = 4, kThreads = kWarps * 32, kBlockRows = 16 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 
-//===--- Storage types and the mma instruction
-//-----------------------------===//
+//===--- Storage types and the mma instruction ----------------------------===//
 
 template <typename E> struct Storage;
 template <> struct Storage<__nv_bfloat16> {

@@ -34,6 +34,19 @@ cudaError_t launch(std::int64_t items, cudaStream_t stream,
   return cudaGetLastError();
 }
 
+/// launchRows with the grid given.
+template <typename... Params, typename... Args>
+cudaError_t launchRowGrid(const Grid &grid, cudaStream_t stream,
+                          void (*warpKernel)(Params...),
+                          void (*blockKernel)(Params...), Args... args) {
+  if (grid.blocks == 0)
+    return cudaSuccess;
+  (grid.wide ? blockKernel
+             : warpKernel)<<<unsigned(grid.blocks), grid.threads, 0, stream>>>(
+      args...);
+  return cudaGetLastError();
+}
+
 /// Launches the row kernel `warpKernel` (instantiated for RowGroup<32>) or,
 /// for rows wider than kWideRow, `blockKernel` (RowGroup<kWideGroup>) with
 /// one group per row up to the grid cap (rowGrid).
@@ -41,13 +54,8 @@ template <int kWideGroup = kBlockSize, typename... Params, typename... Args>
 cudaError_t launchRows(std::int64_t rows, std::int64_t width,
                        cudaStream_t stream, void (*warpKernel)(Params...),
                        void (*blockKernel)(Params...), Args... args) {
-  Grid grid = rowGrid(rows, width, kWideGroup);
-  if (grid.blocks == 0)
-    return cudaSuccess;
-  (grid.wide ? blockKernel
-             : warpKernel)<<<unsigned(grid.blocks), grid.threads, 0, stream>>>(
-      args...);
-  return cudaGetLastError();
+  return launchRowGrid(rowGrid(rows, width, kWideGroup), stream, warpKernel,
+                       blockKernel, args...);
 }
 
 /// Launches a columnSums kernel, whose first parameter is the tile, over

@@ -79,8 +79,7 @@ shardFinishOn(S s, int64_t rows, int64_t vocabLocal, int64_t vocabStart,
 
 } // namespace
 
-//===--- fp32
-//---------------------------------------------------------------===//
+//===--- fp32 -------------------------------------------------------------===//
 
 cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
                                         const float *logits,

@@ -175,6 +175,168 @@ __global__ void __launch_bounds__(G::kThreads)
   }
 }
 
+//===--- One-pass backward ----------------------------------------------===//
+//
+// The input gradient and the parameter gradients' partial sums in one pass
+// over x and dy: each group keeps the partial sums of its columns in
+// registers over its rows; at the end a block adds its warps' sums in warp
+// order and writes them to `partials` ([blocks][2][width]), and
+// normGradSums adds those over the blocks in a fixed order. The grid is
+// fixed (at most kOnePassBlocks blocks, not the device's size), so the
+// partial sums and their order are the same on every GPU. Rows up to
+// kOnePassColumns * group size wide (1024 for a warp, 8192 for a block).
+
+constexpr int kOnePassBlocks = 512;
+constexpr int kOnePassColumns = 32; // per thread
+
+/// The grid of a one-pass launch over `rows` (its blocks are the rows of
+/// the partial sums: [blocks][2][width] floats), and whether rows `width`
+/// wide fit in its registers.
+inline detail::Grid onePassGrid(std::int64_t rows, std::int64_t width) {
+  return detail::rowGrid(rows, width, detail::kBlockSize, kOnePassBlocks);
+}
+inline bool onePassFits(std::int64_t width) {
+  return width <= kOnePassColumns * std::int64_t(detail::kBlockSize);
+}
+
+/// Stores the block's column sums sums[k][i] (column lane() + i * group
+/// size) into partials[blockIdx.x][k]: a block of warps adds them in warp
+/// order in shared memory first (every thread of the block calls this).
+template <typename G, int kSums>
+__device__ void storePartials(const float (&sums)[kSums][kOnePassColumns],
+                              std::int64_t width, float *partials) {
+  float *out = partials + std::int64_t(blockIdx.x) * 2 * width;
+  if constexpr (G::kPerBlock == 1) {
+#pragma unroll
+    for (int i = 0; i < kOnePassColumns; ++i) {
+      std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
+      if (c < width)
+        for (int k = 0; k < kSums; ++k)
+          out[k * width + c] = sums[k][i];
+    }
+  } else {
+    // Warp rows are at most kOnePassColumns * 32 = detail::kWideRow wide.
+    __shared__ float block[kSums][kOnePassColumns * detail::kWarpSize];
+    for (int w = 0; w < G::kPerBlock; ++w) {
+      if (int(threadIdx.x) / G::kSize == w) {
+#pragma unroll
+        for (int i = 0; i < kOnePassColumns; ++i) {
+          std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
+          if (c < width)
+            for (int k = 0; k < kSums; ++k)
+              block[k][c] = w == 0 ? sums[k][i] : block[k][c] + sums[k][i];
+        }
+      }
+      __syncthreads();
+    }
+    for (std::int64_t c = threadIdx.x; c < width; c += G::kThreads)
+      for (int k = 0; k < kSums; ++k)
+        out[k * width + c] = block[k][c];
+  }
+}
+
+/// layerNormRowBackward for the group's rows (dx may alias dy, as in
+/// layerNormInputGrad), and the group's sums of dy xhat and dy per column.
+template <typename G, typename S>
+__global__ void __launch_bounds__(G::kThreads)
+    layerNormBackwardOnePass(S s, std::int64_t rows, std::int64_t width,
+                             const typename S::Elem *x,
+                             const typename S::Elem *gamma, const float *mean,
+                             const float *rstd, const typename S::Elem *dy,
+                             typename S::Elem *dx, float *partials) {
+  float sums[2][kOnePassColumns] = {}; // dy xhat, dy
+  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
+    const typename S::Elem *xr = x + r * width, *dyr = dy + r * width;
+    typename S::Elem *dxr = dx + r * width;
+    float rowMean = mean[r], rowRstd = rstd[r];
+    float sumG = 0, sumGXhat = 0;
+#pragma unroll
+    for (int i = 0; i < kOnePassColumns; ++i) {
+      std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
+      if (c < width) {
+        float d = s.load(dyr, c), xm = s.load(xr, c) - rowMean;
+        float g = d * s.load(gamma, c);
+        sumG += g;
+        sumGXhat += g * xm * rowRstd;
+        sums[0][i] += d * xm * rowRstd;
+        sums[1][i] += d;
+      }
+    }
+    float meanG = G::reduce(sumG, SumOp()) / float(width);
+    float meanGXhat = G::reduce(sumGXhat, SumOp()) / float(width);
+#pragma unroll
+    for (int i = 0; i < kOnePassColumns; ++i) {
+      std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
+      if (c < width) {
+        float xhat = (s.load(xr, c) - rowMean) * rowRstd;
+        s.store(dxr, c,
+                rowRstd * (s.load(dyr, c) * s.load(gamma, c) - meanG -
+                           xhat * meanGXhat));
+      }
+    }
+  }
+  storePartials<G>(sums, width, partials);
+}
+
+/// rmsNormRowBackward for the group's rows (dx may alias dy) and the group's
+/// sums of dy x rstd per column (partials[b][1] unused).
+template <typename G, typename S>
+__global__ void __launch_bounds__(G::kThreads)
+    rmsNormBackwardOnePass(S s, std::int64_t rows, std::int64_t width,
+                           const typename S::Elem *x,
+                           const typename S::Elem *gamma, const float *rstd,
+                           const typename S::Elem *dy, typename S::Elem *dx,
+                           float *partials) {
+  float sums[1][kOnePassColumns] = {}; // dy x rstd
+  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
+    const typename S::Elem *xr = x + r * width, *dyr = dy + r * width;
+    typename S::Elem *dxr = dx + r * width;
+    float rowRstd = rstd[r];
+    float sumGXhat = 0;
+#pragma unroll
+    for (int i = 0; i < kOnePassColumns; ++i) {
+      std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
+      if (c < width) {
+        float d = s.load(dyr, c), xv = s.load(xr, c);
+        sumGXhat += d * s.load(gamma, c) * xv * rowRstd;
+        sums[0][i] += d * xv * rowRstd;
+      }
+    }
+    float meanGXhat = G::reduce(sumGXhat, SumOp()) / float(width);
+#pragma unroll
+    for (int i = 0; i < kOnePassColumns; ++i) {
+      std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
+      if (c < width)
+        s.store(dxr, c,
+                rowRstd * (s.load(dyr, c) * s.load(gamma, c) -
+                           s.load(xr, c) * rowRstd * meanGXhat));
+    }
+  }
+  storePartials<G>(sums, width, partials);
+}
+
+/// dGamma += the blocks' partial sums, and dBeta (nullable) += theirs; a
+/// column sum over the `groups` (blocks) rows of partials (launch over
+/// width).
+template <typename S>
+__global__ void __launch_bounds__(kColumnBlockSize)
+    normGradSums(int tile, S s, std::int64_t groups, std::int64_t width,
+                 const float *partials, typename S::Elem *dGamma,
+                 typename S::Elem *dBeta) {
+  columnSums<2>(
+      groups, width, tile,
+      [=](std::int64_t g, std::int64_t c, float(&sum)[2]) {
+        sum[0] += partials[g * 2 * width + c];
+        if (dBeta)
+          sum[1] += partials[g * 2 * width + width + c];
+      },
+      [=](std::int64_t c, const float(&total)[2]) {
+        s.store(dGamma, c, s.load(dGamma, c) + total[0]);
+        if (dBeta)
+          s.store(dBeta, c, s.load(dBeta, c) + total[1]);
+      });
+}
+
 /// dBias += sum_r dy.
 template <typename S>
 __global__ void __launch_bounds__(kColumnBlockSize)

@@ -36,13 +36,34 @@ layerNormForwardOn(S s, int64_t rows, int64_t width, const typename S::Elem *x,
                     gamma, beta, eps, y, mean, rstd);
 }
 
+/// The one-pass backward (its partial sums in `scratch`), then the partial
+/// sums' column sums into dGamma and dBeta (nullable).
+template <typename S, typename... Params, typename... Args>
+cudaError_t onePass(S s, int64_t rows, int64_t width, float *scratch,
+                    typename S::Elem *dGamma, typename S::Elem *dBeta,
+                    cudaStream_t stream, void (*warpKernel)(Params...),
+                    void (*blockKernel)(Params...), Args... args) {
+  cudaError_t err = detail::launchRowGrid(
+      norm::onePassGrid(rows, width), stream, warpKernel, blockKernel, args...);
+  if (err != cudaSuccess)
+    return err;
+  int64_t groups = norm::onePassGrid(rows, width).blocks;
+  return launchColumns(groups, width, stream, norm::normGradSums<S>, s, groups,
+                       width, static_cast<const float *>(scratch), dGamma,
+                       dBeta);
+}
+
 template <typename S>
-cudaError_t
-layerNormBackwardOn(S s, int64_t rows, int64_t width, const typename S::Elem *x,
-                    const typename S::Elem *gamma, const float *mean,
-                    const float *rstd, const typename S::Elem *dy,
-                    typename S::Elem *dx, typename S::Elem *dGamma,
-                    typename S::Elem *dBeta, cudaStream_t stream) {
+cudaError_t layerNormBackwardOn(
+    S s, int64_t rows, int64_t width, const typename S::Elem *x,
+    const typename S::Elem *gamma, const float *mean, const float *rstd,
+    const typename S::Elem *dy, typename S::Elem *dx, typename S::Elem *dGamma,
+    typename S::Elem *dBeta, float *scratch, cudaStream_t stream) {
+  if (scratch && norm::onePassFits(width))
+    return onePass(s, rows, width, scratch, dGamma, dBeta, stream,
+                   norm::layerNormBackwardOnePass<WarpRows, S>,
+                   norm::layerNormBackwardOnePass<BlockRows, S>, s, rows, width,
+                   x, gamma, mean, rstd, dy, dx, scratch);
   // Parameter gradients first: dx may alias dy.
   cudaError_t err =
       launchColumns(rows, width, stream, norm::layerNormParamGrad<S>, s, rows,
@@ -69,7 +90,14 @@ cudaError_t rmsNormBackwardOn(S s, int64_t rows, int64_t width,
                               const typename S::Elem *x,
                               const typename S::Elem *gamma, const float *rstd,
                               const typename S::Elem *dy, typename S::Elem *dx,
-                              typename S::Elem *dGamma, cudaStream_t stream) {
+                              typename S::Elem *dGamma, float *scratch,
+                              cudaStream_t stream) {
+  if (scratch && norm::onePassFits(width))
+    return onePass(s, rows, width, scratch, dGamma,
+                   static_cast<typename S::Elem *>(nullptr), stream,
+                   norm::rmsNormBackwardOnePass<WarpRows, S>,
+                   norm::rmsNormBackwardOnePass<BlockRows, S>, s, rows, width,
+                   x, gamma, rstd, dy, dx, scratch);
   // Parameter gradient first: dx may alias dy.
   cudaError_t err =
       launchColumns(rows, width, stream, norm::rmsNormParamGrad<S>, s, rows,
@@ -83,8 +111,7 @@ cudaError_t rmsNormBackwardOn(S s, int64_t rows, int64_t width,
 
 } // namespace
 
-//===--- fp32
-//---------------------------------------------------------------===//
+//===--- fp32 ------------------------------------------------------------===//
 
 cudaError_t layerNormForward(int64_t rows, int64_t width, const float *x,
                              const float *gamma, const float *beta, float eps,
@@ -97,10 +124,10 @@ cudaError_t layerNormForward(int64_t rows, int64_t width, const float *x,
 cudaError_t layerNormBackward(int64_t rows, int64_t width, const float *x,
                               const float *gamma, const float *mean,
                               const float *rstd, const float *dy, float *dx,
-                              float *dGamma, float *dBeta,
-                              cudaStream_t stream) {
+                              float *dGamma, float *dBeta, cudaStream_t stream,
+                              float *scratch) {
   return layerNormBackwardOn(storage::F32(), rows, width, x, gamma, mean, rstd,
-                             dy, dx, dGamma, dBeta, stream);
+                             dy, dx, dGamma, dBeta, scratch, stream);
 }
 
 cudaError_t rmsNormForward(int64_t rows, int64_t width, const float *x,
@@ -113,9 +140,15 @@ cudaError_t rmsNormForward(int64_t rows, int64_t width, const float *x,
 cudaError_t rmsNormBackward(int64_t rows, int64_t width, const float *x,
                             const float *gamma, const float *rstd,
                             const float *dy, float *dx, float *dGamma,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, float *scratch) {
   return rmsNormBackwardOn(storage::F32(), rows, width, x, gamma, rstd, dy, dx,
-                           dGamma, stream);
+                           dGamma, scratch, stream);
+}
+
+int64_t normBackwardScratchFloats(int64_t rows, int64_t width) {
+  return norm::onePassFits(width)
+             ? norm::onePassGrid(rows, width).blocks * 2 * width
+             : 0;
 }
 
 cudaError_t biasGrad(int64_t rows, int64_t width, const float *dy, float *dBias,
@@ -139,10 +172,11 @@ cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
                                   const void *x, const void *gamma,
                                   const float *mean, const float *rstd,
                                   const void *dy, void *dx, void *dGamma,
-                                  void *dBeta, cudaStream_t stream) {
+                                  void *dBeta, cudaStream_t stream,
+                                  float *scratch) {
   return layerNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
                              mean, rstd, in(dy), out(dx), out(dGamma),
-                             out(dBeta), stream);
+                             out(dBeta), scratch, stream);
 }
 
 cudaError_t halfRmsNormForward(HalfType type, int64_t rows, int64_t width,
@@ -155,9 +189,10 @@ cudaError_t halfRmsNormForward(HalfType type, int64_t rows, int64_t width,
 cudaError_t halfRmsNormBackward(HalfType type, int64_t rows, int64_t width,
                                 const void *x, const void *gamma,
                                 const float *rstd, const void *dy, void *dx,
-                                void *dGamma, cudaStream_t stream) {
+                                void *dGamma, cudaStream_t stream,
+                                float *scratch) {
   return rmsNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
-                           rstd, in(dy), out(dx), out(dGamma), stream);
+                           rstd, in(dy), out(dx), out(dGamma), scratch, stream);
 }
 
 cudaError_t halfBiasGrad(HalfType type, int64_t rows, int64_t width,

@@ -273,17 +273,18 @@ struct Grid {
   bool wide = false; // a row launch's block-per-row kernel
 };
 
-/// One group per row up to the grid cap: a warp per row (kBlockSize / 32
-/// rows per block) or, for rows wider than kWideRow, a block of kWideGroup
-/// threads per row.
+/// One group per row up to the grid cap (`maxBlocks`; the groups stride over
+/// the rest): a warp per row (kBlockSize / 32 rows per block) or, for rows
+/// wider than kWideRow, a block of kWideGroup threads per row.
 inline Grid rowGrid(std::int64_t rows, std::int64_t width,
-                    int wideGroup = kBlockSize) {
+                    int wideGroup = kBlockSize,
+                    std::int64_t maxBlocks = kMaxBlocks) {
   if (rows == 0)
     return {};
   bool wide = width > kWideRow;
   std::int64_t perBlock = wide ? 1 : kBlockSize / kWarpSize;
   std::int64_t blocks = (rows + perBlock - 1) / perBlock;
-  return {blocks < kMaxBlocks ? blocks : kMaxBlocks,
+  return {blocks < maxBlocks ? blocks : maxBlocks,
           wide ? wideGroup : kBlockSize, wide};
 }
 

@@ -506,8 +506,7 @@ TEST(Executor, SerialMlpMatchesTheReferenceBitForBit) {
   }
 }
 
-//===--- f16 storage (computed in fp32, like bf16)
-//-------------------------===//
+//===--- f16 storage (computed in fp32, like bf16) ------------------------===//
 
 namespace {
 

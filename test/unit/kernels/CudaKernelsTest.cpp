@@ -511,6 +511,27 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       same(hDx, fDx, "layer norm dx");
       same(hdG, fdG, "layer norm dGamma");
       same(hdB, fdB, "layer norm dBeta");
+      // The one-pass backward (the backend's on 16-bit operands): the same dx,
+      // and against the fp32 one-pass kernels bit for bit.
+      DeviceBuffer<float> scratch(
+          size_t(gpu::normBackwardScratchFloats(rows, width)));
+      DeviceBuffer<std::uint16_t> oDx(dy), odG(dGamma0), odB(dBeta0);
+      DeviceBuffer<float> pDx(widen(dy)), pdG(widen(dGamma0)),
+          pdB(widen(dBeta0));
+      ASSERT_EQ(gpu::halfLayerNormBackward(type, rows, width, hX.get(),
+                                           hG.get(), hMean.get(), hRstd.get(),
+                                           oDx.get(), oDx.get(), odG.get(),
+                                           odB.get(), stream, scratch.get()),
+                cudaSuccess);
+      ASSERT_EQ(gpu::layerNormBackward(rows, width, fX.get(), fG.get(),
+                                       fMean.get(), fRstd.get(), pDx.get(),
+                                       pDx.get(), pdG.get(), pdB.get(), stream,
+                                       scratch.get()),
+                cudaSuccess);
+      same(oDx, pDx, "one-pass layer norm dx");
+      same(odG, pdG, "one-pass layer norm dGamma");
+      same(odB, pdB, "one-pass layer norm dBeta");
+      EXPECT_EQ(oDx.toHost(), hDx.toHost()) << "one-pass dx = two-pass dx";
 
       DeviceBuffer<std::uint16_t> rY(n), rDx(dy), rdG(dGamma0);
       DeviceBuffer<float> gY(n), gDx(widen(dy)), gdG(widen(dGamma0));
@@ -531,6 +552,18 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       same(rY, gY, "rms norm y");
       same(rDx, gDx, "rms norm dx");
       same(rdG, gdG, "rms norm dGamma");
+      DeviceBuffer<std::uint16_t> oRDx(dy), oRdG(dGamma0);
+      DeviceBuffer<float> pRDx(widen(dy)), pRdG(widen(dGamma0));
+      ASSERT_EQ(gpu::halfRmsNormBackward(type, rows, width, hX.get(), hG.get(),
+                                         hRstd.get(), oRDx.get(), oRDx.get(),
+                                         oRdG.get(), stream, scratch.get()),
+                cudaSuccess);
+      ASSERT_EQ(gpu::rmsNormBackward(rows, width, fX.get(), fG.get(),
+                                     fRstd.get(), pRDx.get(), pRDx.get(),
+                                     pRdG.get(), stream, scratch.get()),
+                cudaSuccess);
+      same(oRDx, pRDx, "one-pass rms norm dx");
+      same(oRdG, pRdG, "one-pass rms norm dGamma");
 
       DeviceBuffer<std::uint16_t> hBias(dBeta0);
       DeviceBuffer<float> fBias(widen(dBeta0)), fDy(widen(dy));

@@ -76,8 +76,7 @@ void launchOneBlock(Kernel kernel, Args... args) {
   emulation::launch(1, detail::kBlockSize, kernel, args...);
 }
 
-//===--- 16-bit data
-//-------------------------------------------------------===//
+//===--- 16-bit data ------------------------------------------------------===//
 
 /// The codec plus the kernels' storage type.
 struct Half : test::HalfCodec {
@@ -96,21 +95,39 @@ struct Shape {
 // barrier wakes every thread): the shapes are small.
 constexpr Shape kNormShapes[] = {{37, 20}, {3, 1100}};
 
-//===--- Norms and the bias gradient
-//---------------------------------------===//
+//===--- Norms and the bias gradient ----------------------------------===//
 
-/// The fp32 kernels of one shape, on float operands (`dx` separate from `dy`).
+/// A norm's statistics.
 struct NormRun {
-  Floats y, mean, rstd, dx, dGamma, dBeta;
+  Floats mean, rstd;
 };
 
+/// The one-pass backward (norm::*BackwardOnePass, then normGradSums over the
+/// groups' partial sums), as Norms.cu launches it.
+template <typename S, typename Kernel, typename... Args>
+void onePass(S s, std::int64_t rows, std::int64_t width, Kernel warpKernel,
+             Kernel blockKernel, typename S::Elem *dGamma,
+             typename S::Elem *dBeta, Args... args) {
+  detail::Grid grid = norm::onePassGrid(rows, width);
+  std::int64_t groups = grid.blocks;
+  Floats partials(static_cast<std::size_t>(groups * 2 * width), kNaN);
+  emulation::launch(unsigned(grid.blocks), unsigned(grid.threads),
+                    grid.wide ? blockKernel : warpKernel, args...,
+                    partials.data());
+  launchColumns(groups, width, &norm::normGradSums<S>, s, groups, width,
+                static_cast<const float *>(partials.data()), dGamma, dBeta);
+}
+
+/// The forward, then the backward with dx over dy: in one pass or, as
+/// without scratch, parameter gradients first, then dx.
 template <typename S>
 NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
                     const typename S::Elem *gamma, const typename S::Elem *beta,
                     std::vector<typename S::Elem> &y,
                     std::vector<typename S::Elem> &dyThenDx,
                     std::vector<typename S::Elem> &dGamma,
-                    std::vector<typename S::Elem> &dBeta) {
+                    std::vector<typename S::Elem> &dBeta,
+                    bool onePassBackward = false) {
   const std::int64_t rows = shape.rows, width = shape.width;
   NormRun run;
   run.mean.assign(std::size_t(rows), kNaN);
@@ -118,7 +135,16 @@ NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
   launchRows(rows, width, &norm::layerNormForward<norm::WarpRows, S>,
              &norm::layerNormForward<norm::BlockRows, S>, s, rows, width, x,
              gamma, beta, 1e-5f, y.data(), run.mean.data(), run.rstd.data());
-  // As the backend: parameter gradients first, then dx over dy.
+  const auto *dy = static_cast<const typename S::Elem *>(dyThenDx.data());
+  const auto *mean = static_cast<const float *>(run.mean.data()),
+             *rstd = static_cast<const float *>(run.rstd.data());
+  if (onePassBackward) {
+    onePass(s, rows, width, &norm::layerNormBackwardOnePass<norm::WarpRows, S>,
+            &norm::layerNormBackwardOnePass<norm::BlockRows, S>, dGamma.data(),
+            dBeta.data(), s, rows, width, x, gamma, mean, rstd, dy,
+            dyThenDx.data());
+    return run;
+  }
   launchColumns(rows, width, &norm::layerNormParamGrad<S>, s, rows, width, x,
                 static_cast<const float *>(run.mean.data()),
                 static_cast<const float *>(run.rstd.data()),
@@ -134,17 +160,26 @@ NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
 }
 
 template <typename S>
-NormRun rmsNormOn(S s, const Shape &shape, const typename S::Elem *x,
-                  const typename S::Elem *gamma,
-                  std::vector<typename S::Elem> &y,
-                  std::vector<typename S::Elem> &dyThenDx,
-                  std::vector<typename S::Elem> &dGamma) {
+NormRun
+rmsNormOn(S s, const Shape &shape, const typename S::Elem *x,
+          const typename S::Elem *gamma, std::vector<typename S::Elem> &y,
+          std::vector<typename S::Elem> &dyThenDx,
+          std::vector<typename S::Elem> &dGamma, bool onePassBackward = false) {
   const std::int64_t rows = shape.rows, width = shape.width;
   NormRun run;
   run.rstd.assign(std::size_t(rows), kNaN);
   launchRows(rows, width, &norm::rmsNormForward<norm::WarpRows, S>,
              &norm::rmsNormForward<norm::BlockRows, S>, s, rows, width, x,
              gamma, 1e-5f, y.data(), run.rstd.data());
+  if (onePassBackward) {
+    onePass(s, rows, width, &norm::rmsNormBackwardOnePass<norm::WarpRows, S>,
+            &norm::rmsNormBackwardOnePass<norm::BlockRows, S>, dGamma.data(),
+            static_cast<typename S::Elem *>(nullptr), s, rows, width, x, gamma,
+            static_cast<const float *>(run.rstd.data()),
+            static_cast<const typename S::Elem *>(dyThenDx.data()),
+            dyThenDx.data());
+    return run;
+  }
   launchColumns(rows, width, &norm::rmsNormParamGrad<S>, s, rows, width, x,
                 static_cast<const float *>(run.rstd.data()),
                 static_cast<const typename S::Elem *>(dyThenDx.data()),
@@ -166,113 +201,122 @@ void biasGradOn(S s, const Shape &shape, const typename S::Elem *dy,
 
 TEST(RowKernelsEmulation, Fp32NormsAndBiasGradientMatchTheCpuKernels) {
   std::mt19937_64 rng(11);
-  for (const Shape &shape : kNormShapes) {
-    SCOPED_TRACE("rows " + std::to_string(shape.rows) + " width " +
-                 std::to_string(shape.width));
-    const std::int64_t rows = shape.rows, width = shape.width;
-    const std::size_t n = std::size_t(rows * width), w = std::size_t(width);
-    Floats x = randomFloats(rng, n, -2, 3),
-           gamma = randomFloats(rng, w, 0.5, 1.5),
-           beta = randomFloats(rng, w, -1, 1), dy = randomFloats(rng, n, -1, 1),
-           dGamma0 = randomFloats(rng, w, -1, 1),
-           dBeta0 = randomFloats(rng, w, -1, 1);
+  for (bool onePassBackward : {false, true})
+    for (const Shape &shape : kNormShapes) {
+      SCOPED_TRACE("rows " + std::to_string(shape.rows) + " width " +
+                   std::to_string(shape.width) +
+                   (onePassBackward ? " one-pass backward" : ""));
+      const std::int64_t rows = shape.rows, width = shape.width;
+      const std::size_t n = std::size_t(rows * width), w = std::size_t(width);
+      Floats x = randomFloats(rng, n, -2, 3),
+             gamma = randomFloats(rng, w, 0.5, 1.5),
+             beta = randomFloats(rng, w, -1, 1),
+             dy = randomFloats(rng, n, -1, 1),
+             dGamma0 = randomFloats(rng, w, -1, 1),
+             dBeta0 = randomFloats(rng, w, -1, 1);
 
-    Floats y(n, kNaN), dx = dy, dGamma = dGamma0, dBeta = dBeta0;
-    NormRun got = layerNormOn(F32(), shape, x.data(), gamma.data(), beta.data(),
-                              y, dx, dGamma, dBeta);
-    Floats ey(n), eMean(static_cast<std::size_t>(rows)),
-        eRstd(static_cast<std::size_t>(rows)), edx(n), edGamma = dGamma0,
-                                                       edBeta = dBeta0;
-    cpu::layerNormForward(rows, width, x.data(), gamma.data(), beta.data(),
-                          1e-5f, ey.data(), eMean.data(), eRstd.data());
-    cpu::layerNormBackward(rows, width, x.data(), gamma.data(), eMean.data(),
-                           eRstd.data(), dy.data(), edx.data(), edGamma.data(),
-                           edBeta.data());
-    EXPECT_LT(relativeError(y, ey), 1e-6) << "layer norm y";
-    EXPECT_LT(relativeError(got.mean, eMean), 1e-6);
-    EXPECT_LT(relativeError(got.rstd, eRstd), 1e-6);
-    EXPECT_LT(relativeError(dx, edx), 1e-5) << "layer norm dx";
-    EXPECT_LT(relativeError(dGamma, edGamma), 1e-5);
-    EXPECT_LT(relativeError(dBeta, edBeta), 1e-5);
+      Floats y(n, kNaN), dx = dy, dGamma = dGamma0, dBeta = dBeta0;
+      NormRun got =
+          layerNormOn(F32(), shape, x.data(), gamma.data(), beta.data(), y, dx,
+                      dGamma, dBeta, onePassBackward);
+      Floats ey(n), eMean(static_cast<std::size_t>(rows)),
+          eRstd(static_cast<std::size_t>(rows)), edx(n), edGamma = dGamma0,
+                                                         edBeta = dBeta0;
+      cpu::layerNormForward(rows, width, x.data(), gamma.data(), beta.data(),
+                            1e-5f, ey.data(), eMean.data(), eRstd.data());
+      cpu::layerNormBackward(rows, width, x.data(), gamma.data(), eMean.data(),
+                             eRstd.data(), dy.data(), edx.data(),
+                             edGamma.data(), edBeta.data());
+      EXPECT_LT(relativeError(y, ey), 1e-6) << "layer norm y";
+      EXPECT_LT(relativeError(got.mean, eMean), 1e-6);
+      EXPECT_LT(relativeError(got.rstd, eRstd), 1e-6);
+      EXPECT_LT(relativeError(dx, edx), 1e-5) << "layer norm dx";
+      EXPECT_LT(relativeError(dGamma, edGamma), 1e-5);
+      EXPECT_LT(relativeError(dBeta, edBeta), 1e-5);
 
-    y.assign(n, kNaN);
-    dx = dy;
-    dGamma = dGamma0;
-    got = rmsNormOn(F32(), shape, x.data(), gamma.data(), y, dx, dGamma);
-    edGamma = dGamma0;
-    cpu::rmsNormForward(rows, width, x.data(), gamma.data(), 1e-5f, ey.data(),
-                        eRstd.data());
-    cpu::rmsNormBackward(rows, width, x.data(), gamma.data(), eRstd.data(),
-                         dy.data(), edx.data(), edGamma.data());
-    EXPECT_LT(relativeError(y, ey), 1e-6) << "rms norm y";
-    EXPECT_LT(relativeError(got.rstd, eRstd), 1e-6);
-    EXPECT_LT(relativeError(dx, edx), 1e-5) << "rms norm dx";
-    EXPECT_LT(relativeError(dGamma, edGamma), 1e-5);
+      y.assign(n, kNaN);
+      dx = dy;
+      dGamma = dGamma0;
+      got = rmsNormOn(F32(), shape, x.data(), gamma.data(), y, dx, dGamma,
+                      onePassBackward);
+      edGamma = dGamma0;
+      cpu::rmsNormForward(rows, width, x.data(), gamma.data(), 1e-5f, ey.data(),
+                          eRstd.data());
+      cpu::rmsNormBackward(rows, width, x.data(), gamma.data(), eRstd.data(),
+                           dy.data(), edx.data(), edGamma.data());
+      EXPECT_LT(relativeError(y, ey), 1e-6) << "rms norm y";
+      EXPECT_LT(relativeError(got.rstd, eRstd), 1e-6);
+      EXPECT_LT(relativeError(dx, edx), 1e-5) << "rms norm dx";
+      EXPECT_LT(relativeError(dGamma, edGamma), 1e-5);
 
-    Floats dBias = dBeta0, edBias = dBeta0;
-    biasGradOn(F32(), shape, dy.data(), dBias);
-    cpu::biasGrad(rows, width, dy.data(), edBias.data());
-    EXPECT_LT(relativeError(dBias, edBias), 1e-5) << "bias grad";
-  }
+      Floats dBias = dBeta0, edBias = dBeta0;
+      biasGradOn(F32(), shape, dy.data(), dBias);
+      cpu::biasGrad(rows, width, dy.data(), edBias.data());
+      EXPECT_LT(relativeError(dBias, edBias), 1e-5) << "bias grad";
+    }
 }
 
 TEST(RowKernelsEmulation, HalfNormsAndBiasGradientEqualTheWideningPath) {
   std::mt19937_64 rng(12);
-  for (Half h : {Half{{true}}, Half{{false}}})
-    for (const Shape &shape : kNormShapes) {
-      SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
-                   " width " + std::to_string(shape.width));
-      const std::size_t n = std::size_t(shape.rows * shape.width),
-                        w = std::size_t(shape.width);
-      const Bits x = h.random(rng, n, -2, 3),
-                 gamma = h.random(rng, w, 0.5, 1.5),
-                 beta = h.random(rng, w, -1, 1), dy = h.random(rng, n, -1, 1),
-                 dGamma0 = h.random(rng, w, -1, 1),
-                 dBeta0 = h.random(rng, w, -1, 1);
-      const Floats wx = h.widen(x), wGamma = h.widen(gamma),
-                   wBeta = h.widen(beta);
+  for (bool onePassBackward : {false, true})
+    for (Half h : {Half{{true}}, Half{{false}}})
+      for (const Shape &shape : kNormShapes) {
+        SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
+                     " width " + std::to_string(shape.width) +
+                     (onePassBackward ? " one-pass backward" : ""));
+        const std::size_t n = std::size_t(shape.rows * shape.width),
+                          w = std::size_t(shape.width);
+        const Bits x = h.random(rng, n, -2, 3),
+                   gamma = h.random(rng, w, 0.5, 1.5),
+                   beta = h.random(rng, w, -1, 1), dy = h.random(rng, n, -1, 1),
+                   dGamma0 = h.random(rng, w, -1, 1),
+                   dBeta0 = h.random(rng, w, -1, 1);
+        const Floats wx = h.widen(x), wGamma = h.widen(gamma),
+                     wBeta = h.widen(beta);
 
-      // LayerNorm: 16-bit storage against widen, fp32 kernels, narrow.
-      Bits y(n, 0xffff), dx = dy, dGamma = dGamma0, dBeta = dBeta0;
-      NormRun got = layerNormOn(h.storage(), shape, x.data(), gamma.data(),
-                                beta.data(), y, dx, dGamma, dBeta);
-      Floats fy(n, kNaN), fdx = h.widen(dy), fdGamma = h.widen(dGamma0),
-                          fdBeta = h.widen(dBeta0);
-      NormRun ref = layerNormOn(F32(), shape, wx.data(), wGamma.data(),
-                                wBeta.data(), fy, fdx, fdGamma, fdBeta);
-      EXPECT_EQ(y, h.narrow(fy)) << "layer norm y";
-      EXPECT_EQ(got.mean, ref.mean);
-      EXPECT_EQ(got.rstd, ref.rstd);
-      EXPECT_EQ(dx, h.narrow(fdx)) << "layer norm dx";
-      EXPECT_EQ(dGamma, h.narrow(fdGamma)) << "layer norm dGamma";
-      EXPECT_EQ(dBeta, h.narrow(fdBeta)) << "layer norm dBeta";
+        // LayerNorm: 16-bit storage against widen, fp32 kernels, narrow.
+        Bits y(n, 0xffff), dx = dy, dGamma = dGamma0, dBeta = dBeta0;
+        NormRun got =
+            layerNormOn(h.storage(), shape, x.data(), gamma.data(), beta.data(),
+                        y, dx, dGamma, dBeta, onePassBackward);
+        Floats fy(n, kNaN), fdx = h.widen(dy), fdGamma = h.widen(dGamma0),
+                            fdBeta = h.widen(dBeta0);
+        NormRun ref =
+            layerNormOn(F32(), shape, wx.data(), wGamma.data(), wBeta.data(),
+                        fy, fdx, fdGamma, fdBeta, onePassBackward);
+        EXPECT_EQ(y, h.narrow(fy)) << "layer norm y";
+        EXPECT_EQ(got.mean, ref.mean);
+        EXPECT_EQ(got.rstd, ref.rstd);
+        EXPECT_EQ(dx, h.narrow(fdx)) << "layer norm dx";
+        EXPECT_EQ(dGamma, h.narrow(fdGamma)) << "layer norm dGamma";
+        EXPECT_EQ(dBeta, h.narrow(fdBeta)) << "layer norm dBeta";
 
-      // RMSNorm.
-      y.assign(n, 0xffff);
-      dx = dy;
-      dGamma = dGamma0;
-      got =
-          rmsNormOn(h.storage(), shape, x.data(), gamma.data(), y, dx, dGamma);
-      fy.assign(n, kNaN);
-      fdx = h.widen(dy);
-      fdGamma = h.widen(dGamma0);
-      ref = rmsNormOn(F32(), shape, wx.data(), wGamma.data(), fy, fdx, fdGamma);
-      EXPECT_EQ(y, h.narrow(fy)) << "rms norm y";
-      EXPECT_EQ(got.rstd, ref.rstd);
-      EXPECT_EQ(dx, h.narrow(fdx)) << "rms norm dx";
-      EXPECT_EQ(dGamma, h.narrow(fdGamma)) << "rms norm dGamma";
+        // RMSNorm.
+        y.assign(n, 0xffff);
+        dx = dy;
+        dGamma = dGamma0;
+        got = rmsNormOn(h.storage(), shape, x.data(), gamma.data(), y, dx,
+                        dGamma, onePassBackward);
+        fy.assign(n, kNaN);
+        fdx = h.widen(dy);
+        fdGamma = h.widen(dGamma0);
+        ref = rmsNormOn(F32(), shape, wx.data(), wGamma.data(), fy, fdx,
+                        fdGamma, onePassBackward);
+        EXPECT_EQ(y, h.narrow(fy)) << "rms norm y";
+        EXPECT_EQ(got.rstd, ref.rstd);
+        EXPECT_EQ(dx, h.narrow(fdx)) << "rms norm dx";
+        EXPECT_EQ(dGamma, h.narrow(fdGamma)) << "rms norm dGamma";
 
-      // Bias gradient, accumulated into a 16-bit gradient.
-      Bits dBias = dBeta0;
-      Floats fdBias = h.widen(dBeta0), wdy = h.widen(dy);
-      biasGradOn(h.storage(), shape, dy.data(), dBias);
-      biasGradOn(F32(), shape, wdy.data(), fdBias);
-      EXPECT_EQ(dBias, h.narrow(fdBias)) << "bias grad";
-    }
+        // Bias gradient, accumulated into a 16-bit gradient.
+        Bits dBias = dBeta0;
+        Floats fdBias = h.widen(dBeta0), wdy = h.widen(dy);
+        biasGradOn(h.storage(), shape, dy.data(), dBias);
+        biasGradOn(F32(), shape, wdy.data(), fdBias);
+        EXPECT_EQ(dBias, h.narrow(fdBias)) << "bias grad";
+      }
 }
 
-//===--- Cross-entropy
-//--------------------------------------------------------===//
+//===--- Cross-entropy ----------------------------------------------------===//
 
 /// Targets in [0, vocab) with every fifth row ignored and row 1 on the last
 /// word.
@@ -456,8 +500,7 @@ TEST(RowKernelsEmulation, CrossEntropyShardPhases) {
   }
 }
 
-//===--- Embedding lookup
-//------------------------------------------------------===//
+//===--- Embedding lookup -------------------------------------------------===//
 
 TEST(RowKernelsEmulation, HalfEmbeddingForwardEqualsTheWideningPath) {
   std::mt19937_64 rng(16);

@@ -140,12 +140,17 @@ cudaError_t layerNormForwardHalf(const CudaHalfCall &k) {
       k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1], beta, eps(k),
       k.writes[0], f32(k.writes[1]), f32(k.writes[2]), k.stream);
 }
+/// The 16-bit norm backwards run in one pass (the fp32 ones keep the two
+/// passes checked on a GPU until this one is).
+int64_t normBackwardScratch(const KernelConstants &c) {
+  return gpu::normBackwardScratchFloats(c.at("rows"), c.at("width"));
+}
 cudaError_t layerNormBackwardHalf(const CudaHalfCall &k) {
   void *dBeta = k.c("bias") ? k.writes[2] : nullptr;
   return gpu::halfLayerNormBackward(k.type, k.c("rows"), k.c("width"),
                                     k.reads[0], k.reads[1], f32(k.reads[2]),
                                     f32(k.reads[3]), k.reads[4], k.writes[0],
-                                    k.writes[1], dBeta, k.stream);
+                                    k.writes[1], dBeta, k.stream, k.scratch);
 }
 cudaError_t rmsNormForwardHalf(const CudaHalfCall &k) {
   return gpu::halfRmsNormForward(k.type, k.c("rows"), k.c("width"), k.reads[0],
@@ -155,7 +160,8 @@ cudaError_t rmsNormForwardHalf(const CudaHalfCall &k) {
 cudaError_t rmsNormBackwardHalf(const CudaHalfCall &k) {
   return gpu::halfRmsNormBackward(k.type, k.c("rows"), k.c("width"), k.reads[0],
                                   k.reads[1], f32(k.reads[2]), k.reads[3],
-                                  k.writes[0], k.writes[1], k.stream);
+                                  k.writes[0], k.writes[1], k.stream,
+                                  k.scratch);
 }
 
 //===--- Embedding and rotary --------------------------------------------===//
@@ -409,8 +415,8 @@ std::vector<CudaKernelEntry> buildTable() {
       {"gated_forward", none, gatedForwardRun, 0b11, 0b1, always,
        gatedForwardHalf},
       // x gamma (mean rstd) dy in; dx dGamma [dBeta] out.
-      {"layer_norm_backward", none, layerNormBackwardRun, 0b10011, 0b111,
-       always, layerNormBackwardHalf},
+      {"layer_norm_backward", normBackwardScratch, layerNormBackwardRun,
+       0b10011, 0b111, always, layerNormBackwardHalf},
       {"position_embedding_backward", none, positionEmbeddingBackwardRun},
       {"position_embedding_forward", none, positionEmbeddingForwardRun},
       // x gamma [beta] in; y (mean rstd) out.
@@ -419,8 +425,8 @@ std::vector<CudaKernelEntry> buildTable() {
       {"residual_add", none, residualAddRun, 0b11, 0b1, always,
        residualAddHalf},
       // x gamma (rstd) dy in; dx dGamma out.
-      {"rms_norm_backward", none, rmsNormBackwardRun, 0b1011, 0b11, always,
-       rmsNormBackwardHalf},
+      {"rms_norm_backward", normBackwardScratch, rmsNormBackwardRun, 0b1011,
+       0b11, always, rmsNormBackwardHalf},
       // x gamma in; y (rstd) out.
       {"rms_norm_forward", none, rmsNormForwardRun, 0b11, 0b01, always,
        rmsNormForwardHalf},

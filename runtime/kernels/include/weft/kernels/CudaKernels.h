@@ -46,17 +46,25 @@ cudaError_t layerNormForward(int64_t rows, int64_t width, const float *x,
                              const float *gamma, const float *beta, float eps,
                              float *y, float *mean, float *rstd,
                              cudaStream_t stream);
+/// With `scratch` (normBackwardScratchFloats floats) one pass over x and dy
+/// writes dx and per-group partial sums, which a column sum adds into dGamma
+/// and dBeta; without, the parameter gradients' column sums, then dx (two
+/// passes). The same results up to the parameter gradients' summation order.
 cudaError_t layerNormBackward(int64_t rows, int64_t width, const float *x,
                               const float *gamma, const float *mean,
                               const float *rstd, const float *dy, float *dx,
-                              float *dGamma, float *dBeta, cudaStream_t stream);
+                              float *dGamma, float *dBeta, cudaStream_t stream,
+                              float *scratch = nullptr);
 cudaError_t rmsNormForward(int64_t rows, int64_t width, const float *x,
                            const float *gamma, float eps, float *y, float *rstd,
                            cudaStream_t stream);
 cudaError_t rmsNormBackward(int64_t rows, int64_t width, const float *x,
                             const float *gamma, const float *rstd,
                             const float *dy, float *dx, float *dGamma,
-                            cudaStream_t stream);
+                            cudaStream_t stream, float *scratch = nullptr);
+/// The scratch floats of the one-pass norm backward (0: rows this wide run
+/// the two-pass kernels).
+int64_t normBackwardScratchFloats(int64_t rows, int64_t width);
 
 cudaError_t embeddingForward(int64_t batch, int64_t seq, int64_t hidden,
                              const std::int32_t *ids, const float *wte,
@@ -173,14 +181,16 @@ cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
                                   const void *x, const void *gamma,
                                   const float *mean, const float *rstd,
                                   const void *dy, void *dx, void *dGamma,
-                                  void *dBeta, cudaStream_t stream);
+                                  void *dBeta, cudaStream_t stream,
+                                  float *scratch = nullptr);
 cudaError_t halfRmsNormForward(HalfType type, int64_t rows, int64_t width,
                                const void *x, const void *gamma, float eps,
                                void *y, float *rstd, cudaStream_t stream);
 cudaError_t halfRmsNormBackward(HalfType type, int64_t rows, int64_t width,
                                 const void *x, const void *gamma,
                                 const float *rstd, const void *dy, void *dx,
-                                void *dGamma, cudaStream_t stream);
+                                void *dGamma, cudaStream_t stream,
+                                float *scratch = nullptr);
 cudaError_t halfBiasGrad(HalfType type, int64_t rows, int64_t width,
                          const void *dy, void *dBias, cudaStream_t stream);
 
