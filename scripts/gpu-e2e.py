@@ -214,6 +214,10 @@ def check(args):
                 # weft-run's start line: the backend's workspace beside the plan.
                 match = re.search(r"device workspace beyond the plan: ([0-9.]+) MiB", text)
                 workspace = float(match.group(1)) * 2**20 if match else 0.0
+                # Measured by the backend (cudaMemGetInfo, context excluded),
+                # after the steps: the plan-fidelity figure.
+                match = re.search(r"allocated by the run after the steps: ([0-9.]+) MiB", text)
+                allocated = float(match.group(1)) * 2**20 if match else 0.0
                 timed = [m["step_time_s"] for m in metrics[SPEED_WARMUP:]]
                 step = statistics.median(timed)
                 # Host overhead per step (issue 6: < 50 us with graph replay).
@@ -225,7 +229,9 @@ def check(args):
                              f"{tok:,.0f} tok/s, MFU {mfu * 100:.1f}% "
                              f"(predicted {case['predicted_step_s'] * 1e3:.1f} ms), host "
                              f"issue {issue * 1e6:.0f} us + finish {finish * 1e6:.0f} us",
-                             f"GPU mem {sampler.peak_mib / 1024:.2f} GiB, plan "
+                             f"GPU mem {sampler.peak_mib / 1024:.2f} GiB, allocated "
+                             f"{allocated / 2**30:.2f} GiB "
+                             f"({allocated / case['planned_bytes']:.3f}x the plan), plan "
                              f"{case['planned_bytes'] / 2**30:.2f} GiB + workspace "
                              f"{workspace / 2**30:.2f} GiB, loss "
                              f"{metrics[0]['loss']:.3f} -> {metrics[-1]['loss']:.3f}"))
@@ -235,6 +241,7 @@ def check(args):
                            "gpu_mem_peak_mib": sampler.peak_mib,
                            "planned_bytes": case["planned_bytes"],
                            "workspace_bytes": workspace,
+                           "allocated_bytes": allocated,
                            "issue_s": issue, "finish_s": finish,
                            "step_times_s": [m["step_time_s"] for m in metrics],
                            "losses": [m["loss"] for m in metrics]},

@@ -295,6 +295,11 @@ int run(const CliOptions &cli) {
                 "scratch, half-precision operands widened to fp32, GEMM "
                 "workspaces)\n",
                 double(workspace) / (1 << 20));
+  // What the run allocated on the device (CUDA: measured, context excluded).
+  if (int64_t allocated = runtime->session().deviceBytesAllocated();
+      log && allocated >= 0)
+    std::printf("device memory allocated by the run: %.1f MiB per rank\n",
+                double(allocated) / (1 << 20));
   // The step of the newest checkpoint in the directory, so a resumed run
   // that has nothing left to do does not rewrite it.
   int64_t lastSaved = -1;
@@ -431,6 +436,13 @@ int run(const CliOptions &cli) {
       throw weft::exec::Error(cli.metricsPath + ": cannot write");
     if (!cli.tracePath.empty())
       writeTrace(runtime->session(), cli.tracePath);
+    // After the steps: with whatever the libraries and the captured graph
+    // allocated on first use.
+    if (int64_t allocated = runtime->session().deviceBytesAllocated();
+        log && allocated >= 0)
+      std::printf("device memory allocated by the run after the steps: %.1f "
+                  "MiB per rank\n",
+                  double(allocated) / (1 << 20));
   } catch (const std::exception &error) {
     // Peers may be blocked in a collective with this rank: take the job down.
     std::fprintf(stderr, "weft-run: error: %s\n", error.what());

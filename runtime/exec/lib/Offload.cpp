@@ -52,6 +52,9 @@ int64_t Session::deviceBytesInUse() const {
 }
 
 int64_t Session::workspaceBytes() const { return backend_->workspaceBytes(); }
+int64_t Session::deviceBytesAllocated() const {
+  return backend_->deviceBytesAllocated();
+}
 
 void Session::requireResident(const char *what) const {
   std::string step = "step " + std::to_string(completedSteps_ + 1);

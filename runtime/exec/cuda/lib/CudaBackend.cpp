@@ -265,6 +265,12 @@ public:
                     int64_t bytes) override;
   int64_t deviceBytesInUse() const override { return inUse_; }
   int64_t workspaceBytes() const override { return workspaceBytes_; }
+  int64_t deviceBytesAllocated() const override {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess)
+      return -1;
+    return int64_t(freeAtOpen_) - int64_t(free);
+  }
   void prepare(const plan::Bundle &bundle,
                const plan::Program &program) override;
   void execute(const Instruction &inst, int64_t stream,
@@ -406,6 +412,7 @@ private:
   void refreshHostContext(const StepContext &context);
   int64_t inUse_ = 0;
   int64_t workspaceBytes_ = 0; // the prepare() allocation
+  size_t freeAtOpen_ = 0;       // cudaMemGetInfo once the context exists
   std::vector<std::pair<Operand, float *>> widenedCopies_; // per kernel call
   bool vmmFallbackNoted_ = false;
   std::vector<cudaStream_t> streams_;
@@ -503,6 +510,11 @@ void DeviceBackend::open() {
     throw Error(prefix() + "CUDA device " + std::to_string(options_.device) +
                 " does not exist (" + std::to_string(count) + " devices)");
   check(cudaSetDevice(device_), "cudaSetDevice", "opening");
+  // Creates the context; what the device has free after it is the baseline
+  // of deviceBytesAllocated().
+  check(cudaFree(nullptr), "cudaFree", "opening");
+  size_t total = 0;
+  check(cudaMemGetInfo(&freeAtOpen_, &total), "cudaMemGetInfo", "opening");
   check(cublasLtCreate(&lt_), "cublasLtCreate", "opening");
   check(cudaEventCreateWithFlags(&forkEvent_, cudaEventDisableTiming),
         "cudaEventCreate", "opening");

@@ -206,6 +206,11 @@ public:
   /// scratch, half-precision operands widened to fp32, GEMM workspaces): what
   /// the plan's memory does not count yet. 0 on the CPU.
   virtual int64_t workspaceBytes() const { return 0; }
+  /// Device memory allocated since the backend opened the device, however
+  /// allocated (regions, workspace, libraries' buffers; not the driver's
+  /// context, which exists before): what to compare with the plan. -1 where
+  /// not measured (CPU).
+  virtual int64_t deviceBytesAllocated() const { return -1; }
 
   //===--- Instructions --------------------------------------------------===//
 

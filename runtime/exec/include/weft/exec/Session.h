@@ -178,6 +178,8 @@ public:
   int64_t deviceBytesInUse() const;
   /// Backend::workspaceBytes() of this rank.
   int64_t workspaceBytes() const;
+  /// Backend::deviceBytesAllocated() of this rank.
+  int64_t deviceBytesAllocated() const;
 
   /// Collective: writes D/weights-<completedSteps()>: the working parameters
   /// as weightsSnapshotLayout() selects them (under ZeRO, this rank's shard),
