@@ -68,7 +68,8 @@ else
 fi
 
 echo "== weft-run on the GPU (staged by scripts/gpu-e2e.py stage)"
-python3 scripts/gpu-e2e.py check ${WEFT_E2E_ARGS:-} .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt" || status=1
+e2e_args=${WEFT_E2E_ARGS:-}; [ $QUICK = 1 ] && e2e_args="$e2e_args --quick"
+python3 scripts/gpu-e2e.py check $e2e_args .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt" || status=1
 profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
   for tag in widening fast; do

@@ -200,9 +200,12 @@ def check(args):
                          f"grad norm {worst['grad_norm']:.1e} (tol {tolerances['grad_norm']:.0e})",
                          f"loss {cpu[0]['loss']:.4f} -> {cpu[-1]['loss']:.4f}"))
         else:
-            for tag, extra in (("cuda", []), ("cuda-nograph", ["--no-graph"]),
-                               ("cuda-half", ["--half-kernels"]),
-                               ("cuda-fast", ["--half-kernels", "--gemm-epilogues"])):
+            variants = [("cuda", []), ("cuda-nograph", ["--no-graph"]),
+                        ("cuda-half", ["--half-kernels"]),
+                        ("cuda-fast", ["--half-kernels", "--gemm-epilogues"])]
+            if args.quick:  # the default path and the fastest only
+                variants = [variants[0], variants[3]]
+            for tag, extra in variants:
                 with GpuMemorySampler() as sampler:
                     metrics, text = weft_run(args.tools, bundle, tokens, SPEED_STEPS,
                                              *log(tag), "--backend", "cuda", *extra)
@@ -289,6 +292,8 @@ def main():
     c.add_argument("--tools", default=".gpu/tools")
     c.add_argument("dir", nargs="?", default=".gpu/e2e")
     c.add_argument("--only", choices=["agree", "speed"])
+    c.add_argument("--quick", action="store_true",
+                   help="time only the default path and --half-kernels --gemm-epilogues")
     pr = sub.add_parser("profile")
     pr.add_argument("bundle")
     pr.add_argument("trace")
