@@ -412,7 +412,7 @@ private:
   void refreshHostContext(const StepContext &context);
   int64_t inUse_ = 0;
   int64_t workspaceBytes_ = 0; // the prepare() allocation
-  size_t freeAtOpen_ = 0;       // cudaMemGetInfo once the context exists
+  size_t freeAtOpen_ = 0;      // cudaMemGetInfo once the context exists
   std::vector<std::pair<Operand, float *>> widenedCopies_; // per kernel call
   bool vmmFallbackNoted_ = false;
   std::vector<cudaStream_t> streams_;
