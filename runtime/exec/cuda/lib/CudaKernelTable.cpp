@@ -11,10 +11,12 @@
 
 #include "Internal.h"
 #include "weft/exec/cuda/CudaBackend.h"
+#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/kernels/CudaKernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 namespace weft::exec::cuda {
 
@@ -499,6 +501,54 @@ bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
                        const std::vector<plan::DType> &writes) {
   const CudaKernelEntry *entry = findCudaKernel(name);
   return entry && halfPath(*entry, constants, reads, writes).has_value();
+}
+
+std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
+                                           const plan::Program &program) {
+  std::unordered_set<const plan::Instruction *> folded;
+  for (const GemmEpilogue &e : findGemmEpilogues(bundle, program))
+    folded.insert(e.folded.begin(), e.folded.end());
+  auto dtypes = [&](const std::vector<plan::BufferRange> &ranges) {
+    std::vector<plan::DType> types;
+    for (const plan::BufferRange &range : ranges)
+      types.push_back(program.buffers[size_t(range.buffer)].dtype);
+    return types;
+  };
+  std::vector<KernelDispatch> out;
+  for (const plan::Stream &stream : program.streams)
+    for (const plan::Instruction &inst : stream.instructions) {
+      if (inst.opcode != plan::Opcode::Kernel)
+        continue;
+      KernelDispatch d;
+      d.inst = &inst;
+      d.kernel = bundle.kernels.at(size_t(inst.kernel)).name;
+      const CudaKernelEntry *entry = findCudaKernel(d.kernel);
+      const KernelSpec *spec = findKernel(baseName(d.kernel));
+      std::vector<plan::DType> reads = dtypes(inst.reads),
+                               writes = dtypes(inst.writes);
+      auto half = [](plan::DType t) {
+        return t == plan::DType::BF16 || t == plan::DType::F16;
+      };
+      bool sixteen = std::any_of(reads.begin(), reads.end(), half) ||
+                     std::any_of(writes.begin(), writes.end(), half);
+      if (!entry || !spec)
+        d.path = KernelPath::Missing;
+      else if (folded.count(&inst))
+        d.path = KernelPath::Foldable;
+      else if (!sixteen)
+        d.path = KernelPath::Fp32;
+      else
+        d.path =
+            halfPath(*entry,
+                     resolveConstants(
+                         *spec, bundle.kernels[size_t(inst.kernel)].constants,
+                         d.kernel),
+                     reads, writes)
+                ? KernelPath::Half
+                : KernelPath::Widened;
+      out.push_back(std::move(d));
+    }
+  return out;
 }
 
 std::vector<std::string_view> cudaKernelNames() {

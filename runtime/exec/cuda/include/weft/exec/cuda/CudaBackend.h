@@ -63,6 +63,25 @@ std::vector<std::string_view> cudaKernelNames();
 bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
                        const std::vector<plan::DType> &reads,
                        const std::vector<plan::DType> &writes);
+/// How the backend runs one kernel instruction of a program with
+/// CudaBackendOptions::halfKernels and gemmEpilogues on (host-only: whether
+/// cuBLASLt takes a foldable epilogue is known only on a device).
+enum class KernelPath {
+  Fp32,     // fp32 (and i32) operands: the fp32 kernel as they are
+  Half,     // 16-bit operands straight to the kernel's 16-bit twin
+  Widened,  // 16-bit operands widened to fp32 scratch and narrowed back
+  Foldable, // run inside the gemm before it (GemmEpilogue.h)
+  Missing,  // no CUDA entry (prepare() fails)
+};
+struct KernelDispatch {
+  const plan::Instruction *inst = nullptr;
+  std::string kernel; // the bundle's kernel name
+  KernelPath path = KernelPath::Fp32;
+};
+/// Every kernel instruction of `program`, in stream order.
+std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
+                                           const plan::Program &program);
+
 /// Null when `name` (or `base` of `base.suffix`) has a CUDA entry; otherwise
 /// the load-time error prepare() throws for it (naming the kernel).
 /// Host-only: callable without a device.

@@ -1,0 +1,118 @@
+//===- DispatchCheck.cpp - How the CUDA backend runs a bundle's kernels ---===//
+//
+// weft-cuda-dispatch-check [--expect-folded] BUNDLE...
+//
+// For every role of each bundle, how the CUDA backend runs each kernel
+// instruction with --half-kernels and --gemm-epilogues (kernelDispatch,
+// host-only): counted per kernel and path, printed. Exits 1 when a kernel
+// has no CUDA entry, when a 16-bit operand widens in a kernel that has a
+// 16-bit twin (everything but the embedding backwards and the
+// vocabulary-parallel and position embeddings), or, with --expect-folded,
+// when a bias_add or a tanh-GELU activation is not foldable. So a plan
+// whose operand dtypes drift from the table's masks is caught here, not on
+// a lent GPU as a silent slowdown.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/KernelRegistry.h"
+#include "weft/exec/cuda/CudaBackend.h"
+#include "weft/kernels/Activations.h"
+#include "weft/plan/Serialize.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace {
+
+using weft::exec::cuda::KernelPath;
+
+const char *pathName(KernelPath path) {
+  switch (path) {
+  case KernelPath::Fp32:
+    return "fp32";
+  case KernelPath::Half:
+    return "16-bit";
+  case KernelPath::Widened:
+    return "widened";
+  case KernelPath::Foldable:
+    return "gemm epilogue";
+  case KernelPath::Missing:
+    return "MISSING";
+  }
+  return "?";
+}
+
+std::string baseName(const std::string &name) {
+  return name.substr(0, name.find('.'));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool expectFolded = false;
+  int failures = 0, bundles = 0;
+  const std::set<std::string> mayWiden = {
+      "embedding_backward", "vocab_embedding_forward",
+      "vocab_embedding_backward", "position_embedding_forward",
+      "position_embedding_backward"};
+  for (int a = 1; a < argc; ++a) {
+    if (std::strcmp(argv[a], "--expect-folded") == 0) {
+      expectFolded = true;
+      continue;
+    }
+    ++bundles;
+    weft::plan::Bundle bundle;
+    try {
+      bundle = weft::plan::loadBundle(argv[a]);
+    } catch (const std::exception &error) {
+      std::fprintf(stderr, "%s: %s\n", argv[a], error.what());
+      return 2;
+    }
+    for (const weft::plan::Program &program : bundle.programs) {
+      std::map<std::pair<std::string, KernelPath>, int> counts;
+      for (const auto &d : weft::exec::cuda::kernelDispatch(bundle, program)) {
+        std::string base = baseName(d.kernel);
+        ++counts[{base, d.path}];
+        const auto &constants =
+            bundle.kernels[size_t(d.inst->kernel)].constants;
+        auto act = constants.find("act");
+        bool gelu = act != constants.end() &&
+                    act->second == int64_t(weft::kernels::Activation::GeluTanh);
+        const char *problem =
+            d.path == KernelPath::Missing ? "has no CUDA entry"
+            : d.path == KernelPath::Widened && !mayWiden.count(base)
+                ? "widens its 16-bit operands"
+            : expectFolded && d.path != KernelPath::Foldable &&
+                    (base == "bias_add" ||
+                     (gelu && (base == "activation_forward" ||
+                               base == "activation_backward")))
+                ? "is not foldable into its gemm"
+                : nullptr;
+        if (problem) {
+          ++failures;
+          std::printf("FAIL %s role %lld: kernel '%s' (%s) %s\n", argv[a],
+                      (long long)program.role, d.kernel.c_str(),
+                      d.inst->phase.c_str(), problem);
+        }
+      }
+      std::printf("%s role %lld:", argv[a], (long long)program.role);
+      for (const auto &[key, count] : counts)
+        std::printf(" %s %s x%d;", key.first.c_str(), pathName(key.second),
+                    count);
+      std::printf("\n");
+    }
+  }
+  if (bundles == 0) {
+    std::fprintf(
+        stderr,
+        "usage: weft-cuda-dispatch-check [--expect-folded] BUNDLE...\n");
+    return 2;
+  }
+  std::printf("%s\n", failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}

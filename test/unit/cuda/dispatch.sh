@@ -1,0 +1,24 @@
+#!/bin/bash
+# cuda.dispatch (registered by CMakeLists.txt):
+#   dispatch.sh WORK_DIR WEFTC CHECK CLUSTER_DIR
+# Compiles bf16 and fp16 bundles of gpt2-tiny and llama-tiny (serial, and
+# gpt2-tiny with TP 2 for the vocabulary-parallel kernels) and requires every
+# kernel instruction to take a 16-bit twin or fold into its gemm's epilogue
+# (weft-cuda-dispatch-check); the serial GPT-2 plans fold every bias_add and
+# GELU.
+set -u
+work=$1 weftc=$2 check=$3 clusters=$4
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+compile() { # NAME MODEL PRECISION RANKS FLAGS...
+  local name=$1 model=$2 precision=$3 ranks=$4; shift 4
+  "$weftc" compile --model "$model" --cluster "$clusters/cpu-sim-$ranks.json" \
+    --global-batch 4 --seq-len 32 --precision "$precision" --dp 1 \
+    --micro-batch 4 "$@" -o "$name" >/dev/null || fail "weftc compile $name"
+}
+compile gpt2-bf16 gpt2-tiny bf16 1
+compile gpt2-fp16 gpt2-tiny fp16 1 --loss-scale 1024
+compile llama-bf16 llama-tiny bf16 1
+compile gpt2-bf16-tp2 gpt2-tiny bf16 2 --tp 2
+"$check" --expect-folded gpt2-bf16 gpt2-fp16 || fail "serial GPT-2"
+"$check" llama-bf16 gpt2-bf16-tp2 || fail "LLaMA and TP 2"
