@@ -156,6 +156,13 @@ int main(int argc, char **argv) {
               bf, tokens, hidden, x.get(), gamma.get(), beta.get(), 1e-5f,
               out.get(), mean.f32(), rstd.f32(), stream);
         });
+    Buffer sum(n * 2);
+    add("residual_add + layer_norm_forward (fused)", dims(tokens, hidden),
+        4.0 * n * 2 + tokens * 8, [&] {
+          return gpu::halfResidualLayerNormForward(
+              bf, tokens, hidden, x.get(), y.get(), sum.get(), gamma.get(),
+              beta.get(), 1e-5f, out.get(), mean.f32(), rstd.f32(), stream);
+        });
     // dx over a separate buffer (dy stays the same across launches); the
     // one-pass kernels the backend runs on 16-bit operands, and the two passes.
     Buffer scratch(size_t(gpu::normBackwardScratchFloats(tokens, hidden)) * 4);

@@ -26,42 +26,68 @@ using detail::columnSums;
 using detail::GroupRow;
 using detail::kColumnBlockSize;
 using detail::SumOp;
+using detail::SumRow;
 
 /// A warp per row (its row cached), or a block per wide row (streamed).
 using WarpRows = detail::RowGroup<detail::kWarpSize>;
 using BlockRows = detail::RowGroup<detail::kBlockSize>;
 
-/// layerNormRowStats and layerNormRowForward over the group's rows: the mean,
-/// then the biased variance in a second pass (no E[x^2] - E[x]^2
+/// layerNormRowStats and layerNormRowForward over row r as `xr` gives it:
+/// the mean, then the biased variance in a second pass (no E[x^2] - E[x]^2
 /// cancellation), then y. `beta` is nullable.
+template <typename G, typename S, typename Row>
+__device__ void layerNormRow(S s, const Row &xr, std::int64_t r,
+                             std::int64_t width, const typename S::Elem *gamma,
+                             const typename S::Elem *beta, float eps,
+                             typename S::Elem *y, float *mean, float *rstd) {
+  typename S::Elem *yr = y + r * width;
+  float sum = 0;
+  xr.forEach([&](std::int64_t, float v) { sum += v; });
+  float rowMean = G::reduce(sum, SumOp()) / float(width);
+  float sumSq = 0;
+  xr.forEach([&](std::int64_t, float v) {
+    float d = v - rowMean;
+    sumSq += d * d;
+  });
+  float rowRstd =
+      1.0f / math::sqrt(G::reduce(sumSq, SumOp()) / float(width) + eps);
+  xr.forEach([&](std::int64_t c, float v) {
+    float o = (v - rowMean) * rowRstd * s.load(gamma, c);
+    s.store(yr, c, beta ? o + s.load(beta, c) : o);
+  });
+  if (G::lane() == 0) {
+    mean[r] = rowMean;
+    rstd[r] = rowRstd;
+  }
+}
+
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     layerNormForward(S s, std::int64_t rows, std::int64_t width,
                      const typename S::Elem *x, const typename S::Elem *gamma,
                      const typename S::Elem *beta, float eps,
                      typename S::Elem *y, float *mean, float *rstd) {
-  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
-    GroupRow<G, S> xr(s, x + r * width, width);
-    typename S::Elem *yr = y + r * width;
-    float sum = 0;
-    xr.forEach([&](std::int64_t, float v) { sum += v; });
-    float rowMean = G::reduce(sum, SumOp()) / float(width);
-    float sumSq = 0;
-    xr.forEach([&](std::int64_t, float v) {
-      float d = v - rowMean;
-      sumSq += d * d;
-    });
-    float rowRstd =
-        1.0f / math::sqrt(G::reduce(sumSq, SumOp()) / float(width) + eps);
-    xr.forEach([&](std::int64_t c, float v) {
-      float o = (v - rowMean) * rowRstd * s.load(gamma, c);
-      s.store(yr, c, beta ? o + s.load(beta, c) : o);
-    });
-    if (G::lane() == 0) {
-      mean[r] = rowMean;
-      rstd[r] = rowRstd;
-    }
-  }
+  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride())
+    layerNormRow<G>(s, GroupRow<G, S>(s, x + r * width, width), r, width, gamma,
+                    beta, eps, y, mean, rstd);
+}
+
+/// A residual add, sum = a + b, and the LayerNorm over it in one pass (the
+/// plans' residual_add then layer_norm_forward over its output): what the
+/// two kernels give, bit for bit.
+template <typename G, typename S>
+__global__ void __launch_bounds__(G::kThreads)
+    residualLayerNormForward(S s, std::int64_t rows, std::int64_t width,
+                             const typename S::Elem *a,
+                             const typename S::Elem *b, typename S::Elem *sum,
+                             const typename S::Elem *gamma,
+                             const typename S::Elem *beta, float eps,
+                             typename S::Elem *y, float *mean, float *rstd) {
+  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride())
+    layerNormRow<G>(
+        s,
+        SumRow<G, S>(s, a + r * width, b + r * width, sum + r * width, width),
+        r, width, gamma, beta, eps, y, mean, rstd);
 }
 
 /// dGamma += sum_r dy xhat, dBeta (nullable) += sum_r dy.
@@ -115,25 +141,45 @@ __global__ void __launch_bounds__(G::kThreads)
   }
 }
 
-/// rmsNormRowRstd and rmsNormRowForward.
+/// rmsNormRowRstd and rmsNormRowForward over row r as `xr` gives it.
+template <typename G, typename S, typename Row>
+__device__ void rmsNormRow(S s, const Row &xr, std::int64_t r,
+                           std::int64_t width, const typename S::Elem *gamma,
+                           float eps, typename S::Elem *y, float *rstd) {
+  typename S::Elem *yr = y + r * width;
+  float sumSq = 0;
+  xr.forEach([&](std::int64_t, float v) { sumSq += v * v; });
+  float rowRstd =
+      1.0f / math::sqrt(G::reduce(sumSq, SumOp()) / float(width) + eps);
+  xr.forEach([&](std::int64_t c, float v) {
+    s.store(yr, c, v * rowRstd * s.load(gamma, c));
+  });
+  if (G::lane() == 0)
+    rstd[r] = rowRstd;
+}
+
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     rmsNormForward(S s, std::int64_t rows, std::int64_t width,
                    const typename S::Elem *x, const typename S::Elem *gamma,
                    float eps, typename S::Elem *y, float *rstd) {
-  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
-    GroupRow<G, S> xr(s, x + r * width, width);
-    typename S::Elem *yr = y + r * width;
-    float sumSq = 0;
-    xr.forEach([&](std::int64_t, float v) { sumSq += v * v; });
-    float rowRstd =
-        1.0f / math::sqrt(G::reduce(sumSq, SumOp()) / float(width) + eps);
-    xr.forEach([&](std::int64_t c, float v) {
-      s.store(yr, c, v * rowRstd * s.load(gamma, c));
-    });
-    if (G::lane() == 0)
-      rstd[r] = rowRstd;
-  }
+  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride())
+    rmsNormRow<G>(s, GroupRow<G, S>(s, x + r * width, width), r, width, gamma,
+                  eps, y, rstd);
+}
+
+/// sum = a + b and the RMSNorm over it in one pass.
+template <typename G, typename S>
+__global__ void __launch_bounds__(G::kThreads)
+    residualRmsNormForward(S s, std::int64_t rows, std::int64_t width,
+                           const typename S::Elem *a, const typename S::Elem *b,
+                           typename S::Elem *sum, const typename S::Elem *gamma,
+                           float eps, typename S::Elem *y, float *rstd) {
+  for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride())
+    rmsNormRow<G>(
+        s,
+        SumRow<G, S>(s, a + r * width, b + r * width, sum + r * width, width),
+        r, width, gamma, eps, y, rstd);
 }
 
 /// dGamma += sum_r dy x rstd.

@@ -179,6 +179,32 @@ cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
                              out(dBeta), scratch, stream);
 }
 
+cudaError_t halfResidualLayerNormForward(HalfType type, int64_t rows,
+                                         int64_t width, const void *a,
+                                         const void *b, void *sum,
+                                         const void *gamma, const void *beta,
+                                         float eps, void *y, float *mean,
+                                         float *rstd, cudaStream_t stream) {
+  using S = storage::Half16;
+  return launchRows(rows, width, stream,
+                    norm::residualLayerNormForward<WarpRows, S>,
+                    norm::residualLayerNormForward<BlockRows, S>,
+                    halfStorage(type), rows, width, in(a), in(b), out(sum),
+                    in(gamma), in(beta), eps, out(y), mean, rstd);
+}
+
+cudaError_t halfResidualRmsNormForward(HalfType type, int64_t rows,
+                                       int64_t width, const void *a,
+                                       const void *b, void *sum,
+                                       const void *gamma, float eps, void *y,
+                                       float *rstd, cudaStream_t stream) {
+  using S = storage::Half16;
+  return launchRows(
+      rows, width, stream, norm::residualRmsNormForward<WarpRows, S>,
+      norm::residualRmsNormForward<BlockRows, S>, halfStorage(type), rows,
+      width, in(a), in(b), out(sum), in(gamma), eps, out(y), rstd);
+}
+
 cudaError_t halfRmsNormForward(HalfType type, int64_t rows, int64_t width,
                                const void *x, const void *gamma, float eps,
                                void *y, float *rstd, cudaStream_t stream) {

@@ -37,6 +37,8 @@ struct F32 {
   using Elem = float;
   __device__ float load(const float *x, std::int64_t i) const { return x[i]; }
   __device__ void store(float *x, std::int64_t i, float v) const { x[i] = v; }
+  /// What load returns after store(v).
+  __device__ float roundTrip(float v) const { return v; }
 };
 
 /// bf16 or f16 operands: widened exactly on load, rounded to nearest even on
@@ -57,6 +59,7 @@ struct Half16 {
   __device__ void store(std::uint16_t *x, std::int64_t i, float v) const {
     x[i] = round(v);
   }
+  __device__ float roundTrip(float v) const { return widen(round(v)); }
 };
 
 } // namespace storage
@@ -197,6 +200,55 @@ private:
 template <typename G, typename S>
 using GroupRow = std::conditional_t<G::kSize == kWarpSize, CachedRow<S>,
                                     StreamedRow<G::kSize, S>>;
+
+/// The row `sum` = a + b that a residual add writes, as the kernel after it
+/// reads it back: each element rounded to storage and stored once, its
+/// passes seeing what load() of it would give. A warp keeps it in registers
+/// (CachedRow's layout); a block's threads store their columns, then read
+/// back only those (StreamedRow's layout).
+template <typename G, typename S> class SumRow {
+public:
+  using Elem = typename S::Elem;
+  __device__ SumRow(S s, const Elem *a, const Elem *b, Elem *sum,
+                    std::int64_t width)
+      : s(s), sum(sum), width(width) {
+    if constexpr (kCached) {
+#pragma unroll
+      for (int i = 0; i < kPerLane && column(i) < width; ++i)
+        value[i] = add(a, b, column(i));
+    } else {
+      for (std::int64_t c = G::lane(); c < width; c += G::kSize)
+        add(a, b, c);
+    }
+  }
+  /// Calls f(c, sum[c]) for this thread's columns c.
+  template <typename F> __device__ void forEach(F f) const {
+    if constexpr (kCached) {
+#pragma unroll
+      for (int i = 0; i < kPerLane && column(i) < width; ++i)
+        f(column(i), value[i]);
+    } else {
+      for (std::int64_t c = G::lane(); c < width; c += G::kSize)
+        f(c, s.load(sum, c));
+    }
+  }
+
+private:
+  static constexpr bool kCached = G::kSize == kWarpSize;
+  static constexpr int kPerLane = kCached ? 32 : 1;
+  __device__ static std::int64_t column(int i) {
+    return G::lane() + std::int64_t(i) * G::kSize;
+  }
+  __device__ float add(const Elem *a, const Elem *b, std::int64_t c) const {
+    float v = s.roundTrip(s.load(a, c) + s.load(b, c));
+    s.store(sum, c, v);
+    return v;
+  }
+  S s;
+  Elem *sum;
+  std::int64_t width;
+  float value[kPerLane];
+};
 
 //===--- Column sums ------------------------------------------------------===//
 

@@ -41,6 +41,8 @@ const char *pathName(KernelPath path) {
     return "widened";
   case KernelPath::Foldable:
     return "gemm epilogue";
+  case KernelPath::Fused:
+    return "in the norm after it";
   case KernelPath::Missing:
     return "MISSING";
   }

@@ -565,6 +565,38 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       same(oRDx, pRDx, "one-pass rms norm dx");
       same(oRdG, pRdG, "one-pass rms norm dGamma");
 
+      // A residual add and the norm over its sum, fused: the same bits.
+      for (bool rms : {false, true}) {
+        DeviceBuffer<std::uint16_t> addend(dy);
+        DeviceBuffer<std::uint16_t> sum(n), y2(n), fusedSum(x), y3(n);
+        DeviceBuffer<float> mean2(rows), rstd2(rows), mean3(rows), rstd3(rows);
+        ASSERT_EQ(gpu::halfResidualAdd(type, n, hX.get(), addend.get(),
+                                       sum.get(), stream),
+                  cudaSuccess);
+        ASSERT_EQ(rms ? gpu::halfRmsNormForward(type, rows, width, sum.get(),
+                                                hG.get(), 1e-6f, y2.get(),
+                                                rstd2.get(), stream)
+                      : gpu::halfLayerNormForward(
+                            type, rows, width, sum.get(), hG.get(), hB.get(),
+                            1e-5f, y2.get(), mean2.get(), rstd2.get(), stream),
+                  cudaSuccess);
+        // The sum over the first addend, in place.
+        ASSERT_EQ(rms ? gpu::halfResidualRmsNormForward(
+                            type, rows, width, fusedSum.get(), addend.get(),
+                            fusedSum.get(), hG.get(), 1e-6f, y3.get(),
+                            rstd3.get(), stream)
+                      : gpu::halfResidualLayerNormForward(
+                            type, rows, width, fusedSum.get(), addend.get(),
+                            fusedSum.get(), hG.get(), hB.get(), 1e-5f, y3.get(),
+                            mean3.get(), rstd3.get(), stream),
+                  cudaSuccess);
+        sync();
+        EXPECT_EQ(fusedSum.toHost(), sum.toHost()) << "residual sum";
+        EXPECT_EQ(y3.toHost(), y2.toHost())
+            << (rms ? "rms" : "layer") << " norm";
+        EXPECT_EQ(rstd3.toHost(), rstd2.toHost());
+      }
+
       DeviceBuffer<std::uint16_t> hBias(dBeta0);
       DeviceBuffer<float> fBias(widen(dBeta0)), fDy(widen(dy));
       DeviceBuffer<std::uint16_t> hDy(dy);

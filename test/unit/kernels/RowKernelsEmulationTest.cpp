@@ -316,6 +316,69 @@ TEST(RowKernelsEmulation, HalfNormsAndBiasGradientEqualTheWideningPath) {
       }
 }
 
+/// residual_add then the norm over its output, against the fused kernels:
+/// the same sum and outputs bit for bit, the sum over `a` in place.
+TEST(RowKernelsEmulation, HalfResidualNormsEqualTheTwoKernels) {
+  std::mt19937_64 rng(18);
+  for (Half h : {Half{{true}}, Half{{false}}})
+    for (const Shape &shape : kNormShapes) {
+      SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
+                   " width " + std::to_string(shape.width));
+      const std::int64_t rows = shape.rows, width = shape.width,
+                         n = rows * width;
+      const std::size_t count = std::size_t(n), w = std::size_t(width);
+      const Bits a = h.random(rng, count, -2, 2),
+                 b = h.random(rng, count, -1, 1),
+                 gamma = h.random(rng, w, 0.5, 1.5),
+                 beta = h.random(rng, w, -1, 1);
+      const Half16 s = h.storage();
+      for (bool rms : {false, true}) {
+        SCOPED_TRACE(rms ? "rms norm" : "layer norm");
+        // Two kernels: sum into its own buffer, then the norm over it.
+        Bits sum(count, 0xffff), y(count, 0xffff);
+        Floats mean(std::size_t(rows), kNaN), rstd(std::size_t(rows), kNaN);
+        emulation::launchSerial(
+            (n + gpu::half::kPerThread - 1) / gpu::half::kPerThread,
+            &gpu::half::residualAdd, s, n, a.data(), b.data(), sum.data());
+        const std::uint16_t *x = sum.data();
+        if (rms)
+          launchRows(rows, width, &norm::rmsNormForward<norm::WarpRows, Half16>,
+                     &norm::rmsNormForward<norm::BlockRows, Half16>, s, rows,
+                     width, x, gamma.data(), 1e-5f, y.data(), rstd.data());
+        else
+          launchRows(rows, width,
+                     &norm::layerNormForward<norm::WarpRows, Half16>,
+                     &norm::layerNormForward<norm::BlockRows, Half16>, s, rows,
+                     width, x, gamma.data(), beta.data(), 1e-5f, y.data(),
+                     mean.data(), rstd.data());
+        // Fused, the sum over a.
+        Bits fusedSum = a, fusedY(count, 0xffff);
+        Floats fusedMean(std::size_t(rows), kNaN),
+            fusedRstd(std::size_t(rows), kNaN);
+        const std::uint16_t *in = fusedSum.data();
+        if (rms)
+          launchRows(rows, width,
+                     &norm::residualRmsNormForward<norm::WarpRows, Half16>,
+                     &norm::residualRmsNormForward<norm::BlockRows, Half16>, s,
+                     rows, width, in, b.data(), fusedSum.data(), gamma.data(),
+                     1e-5f, fusedY.data(), fusedRstd.data());
+        else
+          launchRows(rows, width,
+                     &norm::residualLayerNormForward<norm::WarpRows, Half16>,
+                     &norm::residualLayerNormForward<norm::BlockRows, Half16>,
+                     s, rows, width, in, b.data(), fusedSum.data(),
+                     gamma.data(), beta.data(), 1e-5f, fusedY.data(),
+                     fusedMean.data(), fusedRstd.data());
+        EXPECT_EQ(fusedSum, sum);
+        EXPECT_EQ(fusedY, y);
+        EXPECT_EQ(fusedRstd, rstd);
+        if (!rms) {
+          EXPECT_EQ(fusedMean, mean);
+        }
+      }
+    }
+}
+
 //===--- Cross-entropy ----------------------------------------------------===//
 
 /// Targets in [0, vocab) with every fifth row ignored and row 1 on the last

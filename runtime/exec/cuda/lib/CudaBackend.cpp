@@ -447,6 +447,16 @@ private:
   /// Kernel instructions that run on their 16-bit operands (halfPath,
   /// decided once by prepareKernel).
   std::unordered_map<const Instruction *, kernels::gpu::HalfType> halfKernels_;
+  /// 16-bit residual adds run inside the norm after them: the adds (their
+  /// operands wait in pendingSum_ for the norm), and the norms with whether
+  /// each is a LayerNorm (else RMSNorm).
+  std::unordered_set<const Instruction *> deferredAdds_;
+  std::unordered_map<const Instruction *, bool> residualNorms_;
+  struct PendingSum {
+    const void *a = nullptr, *b = nullptr;
+    void *sum = nullptr;
+  };
+  std::vector<PendingSum> pendingSum_; // per stream
   float lossScale_ = 1; // training.loss_scale.initial (static only)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graphExec_ = nullptr;
@@ -698,6 +708,17 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
         else
           prepareOther(program, inst, at);
       });
+  if (options_.halfKernels)
+    for (auto [add, norm] : findResidualNorms(bundle, program)) {
+      auto a = halfKernels_.find(add), n = halfKernels_.find(norm);
+      if (a == halfKernels_.end() || n == halfKernels_.end() ||
+          a->second != n->second)
+        continue;
+      deferredAdds_.insert(add);
+      residualNorms_[norm] =
+          bundle.kernels[size_t(norm->kernel)].name.rfind("layer_norm", 0) == 0;
+    }
+  pendingSum_.assign(numStreams, {});
   if (options_.gemmEpilogues && options_.rank == 0) {
     size_t candidates = 0;
     for (const auto &[gemm, epilogue] : epilogues_)
@@ -1057,6 +1078,11 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
             where(inst, stream) + " kernel '" + std::string(kernel.spec->name) +
                 "'");
   };
+  if (deferredAdds_.count(&inst)) { // the norm after it adds
+    pendingSum_[size_t(stream)] = {reads[0].data, reads[1].data,
+                                   writes[0].data};
+    return;
+  }
   auto half = halfKernels_.find(&inst);
   if (half != halfKernels_.end()) { // 16-bit operands as they are
     halfCall_.constants = &kernel.constants;
@@ -1070,6 +1096,13 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
       halfCall_.reads.push_back(operand.data);
     for (const Operand &operand : writes)
       halfCall_.writes.push_back(operand.data);
+    if (auto fused = residualNorms_.find(&inst);
+        fused != residualNorms_.end()) {
+      const PendingSum &p = pendingSum_[size_t(stream)];
+      fail(runResidualNormHalf(halfCall_, fused->second, p.a, p.b, p.sum),
+           "kernel launch");
+      return;
+    }
     fail(kernel.entry->runHalf(halfCall_), "kernel launch");
     return;
   }

@@ -503,6 +503,50 @@ bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
   return entry && halfPath(*entry, constants, reads, writes).has_value();
 }
 
+std::vector<std::pair<const plan::Instruction *, const plan::Instruction *>>
+findResidualNorms(const plan::Bundle &bundle, const plan::Program &program) {
+  auto kernelOf = [&](const plan::Instruction &inst) -> const plan::Kernel * {
+    if (inst.opcode != plan::Opcode::Kernel || inst.kernel < 0 ||
+        size_t(inst.kernel) >= bundle.kernels.size())
+      return nullptr;
+    return &bundle.kernels[size_t(inst.kernel)];
+  };
+  auto constant = [](const plan::Kernel &k, const char *name) -> int64_t {
+    auto it = k.constants.find(name);
+    return it == k.constants.end() ? -1 : it->second;
+  };
+  std::vector<std::pair<const plan::Instruction *, const plan::Instruction *>>
+      found;
+  for (const plan::Stream &stream : program.streams)
+    for (size_t i = 0; i + 1 < stream.instructions.size(); ++i) {
+      const plan::Instruction &add = stream.instructions[i],
+                              &norm = stream.instructions[i + 1];
+      const plan::Kernel *a = kernelOf(add), *n = kernelOf(norm);
+      if (!a || !n || baseName(a->name) != "residual_add" ||
+          (baseName(n->name) != "layer_norm_forward" &&
+           baseName(n->name) != "rms_norm_forward"))
+        continue;
+      if (add.writes.size() == 1 && !norm.reads.empty() &&
+          norm.reads[0] == add.writes[0] &&
+          constant(*a, "n") == constant(*n, "rows") * constant(*n, "width"))
+        found.push_back({&add, &norm});
+    }
+  return found;
+}
+
+cudaError_t runResidualNormHalf(const CudaHalfCall &k, bool layerNorm,
+                                const void *a, const void *b, void *sum) {
+  if (layerNorm) {
+    const void *beta = k.c("bias") ? k.reads[2] : nullptr;
+    return gpu::halfResidualLayerNormForward(
+        k.type, k.c("rows"), k.c("width"), a, b, sum, k.reads[1], beta, eps(k),
+        k.writes[0], f32(k.writes[1]), f32(k.writes[2]), k.stream);
+  }
+  return gpu::halfResidualRmsNormForward(
+      k.type, k.c("rows"), k.c("width"), a, b, sum, k.reads[1], eps(k),
+      k.writes[0], f32(k.writes[1]), k.stream);
+}
+
 std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                                            const plan::Program &program) {
   std::unordered_set<const plan::Instruction *> folded;
@@ -548,6 +592,18 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                 : KernelPath::Widened;
       out.push_back(std::move(d));
     }
+  // A residual add runs inside the norm after it when both take 16 bits.
+  auto pathOf = [&](const plan::Instruction *inst) -> KernelDispatch * {
+    for (KernelDispatch &d : out)
+      if (d.inst == inst)
+        return &d;
+    return nullptr;
+  };
+  for (auto [add, norm] : findResidualNorms(bundle, program)) {
+    KernelDispatch *a = pathOf(add), *n = pathOf(norm);
+    if (a && n && a->path == KernelPath::Half && n->path == KernelPath::Half)
+      a->path = KernelPath::Fused;
+  }
   return out;
 }
 

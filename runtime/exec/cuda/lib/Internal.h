@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace weft::exec::cuda {
@@ -98,6 +99,15 @@ std::optional<kernels::gpu::HalfType>
 halfPath(const CudaKernelEntry &entry, const KernelConstants &constants,
          const std::vector<plan::DType> &reads,
          const std::vector<plan::DType> &writes);
+
+/// The residual_add instructions each directly followed on its stream by a
+/// layer_norm_forward or rms_norm_forward over its output: (add, norm).
+std::vector<std::pair<const plan::Instruction *, const plan::Instruction *>>
+findResidualNorms(const plan::Bundle &bundle, const plan::Program &program);
+/// The norm of `norm` (a layer_norm_forward, else an rms_norm_forward call
+/// on 16-bit operands) over sum = a + b, which it writes too.
+cudaError_t runResidualNormHalf(const CudaHalfCall &norm, bool layerNorm,
+                                const void *a, const void *b, void *sum);
 
 /// The entry for `name` (or `base` of `base.suffix`), or null.
 const CudaKernelEntry *findCudaKernel(std::string_view name);

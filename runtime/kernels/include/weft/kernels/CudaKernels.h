@@ -183,6 +183,20 @@ cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
                                   const void *dy, void *dx, void *dGamma,
                                   void *dBeta, cudaStream_t stream,
                                   float *scratch = nullptr);
+/// A residual add (sum = a + b, which may alias a or b) and the norm over
+/// its output in one pass: halfResidualAdd then halfLayerNormForward (or
+/// halfRmsNormForward) on `sum`, bit for bit, with one read of the sum fewer.
+cudaError_t halfResidualLayerNormForward(HalfType type, int64_t rows,
+                                         int64_t width, const void *a,
+                                         const void *b, void *sum,
+                                         const void *gamma, const void *beta,
+                                         float eps, void *y, float *mean,
+                                         float *rstd, cudaStream_t stream);
+cudaError_t halfResidualRmsNormForward(HalfType type, int64_t rows,
+                                       int64_t width, const void *a,
+                                       const void *b, void *sum,
+                                       const void *gamma, float eps, void *y,
+                                       float *rstd, cudaStream_t stream);
 cudaError_t halfRmsNormForward(HalfType type, int64_t rows, int64_t width,
                                const void *x, const void *gamma, float eps,
                                void *y, float *rstd, cudaStream_t stream);

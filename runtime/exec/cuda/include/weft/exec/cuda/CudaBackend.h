@@ -71,6 +71,7 @@ enum class KernelPath {
   Half,     // 16-bit operands straight to the kernel's 16-bit twin
   Widened,  // 16-bit operands widened to fp32 scratch and narrowed back
   Foldable, // run inside the gemm before it (GemmEpilogue.h)
+  Fused,    // a residual add run inside the 16-bit norm after it
   Missing,  // no CUDA entry (prepare() fails)
 };
 struct KernelDispatch {
