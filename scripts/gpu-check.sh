@@ -32,6 +32,9 @@ trap pack EXIT
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 } 2>&1 | tee "$OUT/machine.txt"
 
+# The staged binaries travel packed (scripts/gpu-prepare.sh).
+[ -f .gpu/bins.tar.xz ] && tar -C .gpu -xJf .gpu/bins.tar.xz
+
 echo "== GPU unit tests (binaries staged by scripts/gpu-prepare.sh)"
 # The staged shared libraries (libmpi, OpenBLAS, ...) the binaries load; the
 # CUDA toolkit libraries (cuBLASLt, NCCL, cudart) come from the machine.
