@@ -1,5 +1,4 @@
-//===- BenchKernels.cpp - Memory-bound CUDA kernels against the HBM ceiling
-//===//
+//===- BenchKernels.cpp - Memory-bound CUDA kernels, HBM ceiling ----------===//
 //
 // weft-bench-kernels [--json out.jsonl]
 //
@@ -11,6 +10,9 @@
 // bytes counted are the ideal traffic: every operand read or written once
 // (a kernel that reads an operand twice shows it as a lower fraction). The
 // tensor-core attention is reported in TFLOP/s (causal: half the products).
+// The rows named "(widening path)" run what the backend does without
+// --half-kernels (widen into fp32 scratch, the fp32 kernel, narrow) on the
+// same data, and the 16-bit kernels' speed is printed as a ratio to them.
 // Each figure is the median of 10 timed launches after 2 warm-up launches,
 // CUDA events around each; operands are far larger than L2 except where
 // noted. Without a device it says so and exits 0 (nothing to measure).
@@ -22,7 +24,7 @@
 #include "weft/kernels/CudaKernels.h"
 #include "weft/kernels/Optimizer.h"
 
-#include "Internal.h" // the backend's one-pass AdamW
+#include "Internal.h" // the backend's AdamW and widening helpers
 
 #include <cuda_runtime_api.h>
 
@@ -32,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -98,6 +101,15 @@ double timeLaunch(cudaStream_t stream,
   return times[times.size() / 2];
 }
 
+/// Runs the launches in order, stopping at the first error.
+cudaError_t
+inOrder(std::initializer_list<std::function<cudaError_t()>> launches) {
+  for (const auto &launch : launches)
+    if (cudaError_t rc = launch())
+      return rc;
+  return cudaSuccess;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -143,10 +155,64 @@ int main(int argc, char **argv) {
                              cudaMemcpyDeviceToDevice, stream);
     });
   }
+  using weft::exec::cuda::FloatStorage;
+  // The widening path (what runs without --half-kernels), in the same run:
+  // 16-bit operands widened into fp32 scratch, the fp32 kernel, the 16-bit
+  // outputs narrowed back.
+  auto widen = [&](const Buffer &from, const Buffer &to, std::int64_t count) {
+    return weft::exec::cuda::halfToF32(
+        count, static_cast<const std::uint16_t *>(from.get()),
+        FloatStorage::BF16, to.f32(), stream);
+  };
+  auto narrow = [&](const Buffer &from, const Buffer &to, std::int64_t count) {
+    return weft::exec::cuda::f32ToHalf(count, from.f32(), FloatStorage::BF16,
+                                       static_cast<std::uint16_t *>(to.get()),
+                                       stream);
+  };
   {
     Buffer x(n * 2), y(n * 2), out(n * 2), gamma(hidden * 2), beta(hidden * 2),
         dGamma(hidden * 2), dBeta(hidden * 2), mean(tokens * 4),
         rstd(tokens * 4);
+    Buffer wx(n * 4), wy(n * 4), wout(n * 4), wGamma(hidden * 4),
+        wBeta(hidden * 4), wdGamma(hidden * 4), wdBeta(hidden * 4);
+    add("residual_add (widening path)", dims(tokens, hidden), 3.0 * n * 2, [&] {
+      return inOrder(
+          {[&] { return widen(x, wx, n); }, [&] { return widen(y, wy, n); },
+           [&] {
+             return gpu::residualAdd(n, wx.f32(), wy.f32(), wout.f32(), stream);
+           },
+           [&] { return narrow(wout, out, n); }});
+    });
+    add("layer_norm_forward (widening path)", dims(tokens, hidden),
+        2.0 * n * 2 + tokens * 8, [&] {
+          return inOrder({[&] { return widen(x, wx, n); },
+                          [&] { return widen(gamma, wGamma, hidden); },
+                          [&] { return widen(beta, wBeta, hidden); },
+                          [&] {
+                            return gpu::layerNormForward(
+                                tokens, hidden, wx.f32(), wGamma.f32(),
+                                wBeta.f32(), 1e-5f, wout.f32(), mean.f32(),
+                                rstd.f32(), stream);
+                          },
+                          [&] { return narrow(wout, out, n); }});
+        });
+    add("layer_norm_backward (widening path)", dims(tokens, hidden),
+        3.0 * n * 2 + tokens * 8, [&] {
+          return inOrder({[&] { return widen(x, wx, n); },
+                          [&] { return widen(gamma, wGamma, hidden); },
+                          [&] { return widen(y, wy, n); },
+                          [&] { return widen(dGamma, wdGamma, hidden); },
+                          [&] { return widen(dBeta, wdBeta, hidden); },
+                          [&] {
+                            return gpu::layerNormBackward(
+                                tokens, hidden, wx.f32(), wGamma.f32(),
+                                mean.f32(), rstd.f32(), wy.f32(), wout.f32(),
+                                wdGamma.f32(), wdBeta.f32(), stream);
+                          },
+                          [&] { return narrow(wout, out, n); },
+                          [&] { return narrow(wdGamma, dGamma, hidden); },
+                          [&] { return narrow(wdBeta, dBeta, hidden); }});
+        });
     add("residual_add", dims(tokens, hidden), 3.0 * n * 2, [&] {
       return gpu::halfResidualAdd(bf, n, x.get(), y.get(), out.get(), stream);
     });
@@ -224,6 +290,22 @@ int main(int argc, char **argv) {
               static_cast<const std::int32_t *>(targets.get()), 1.0f,
               term.f32(), count, loss, logits.get(), stream);
         });
+    {
+      Buffer wide(std::size_t(tokens) * vocab * 4);
+      const std::int64_t elements = tokens * vocab;
+      add("cross_entropy (+grad in place) (widening path)", dims(tokens, vocab),
+          2.0 * double(tokens) * vocab * 2, [&] {
+            return inOrder(
+                {[&] { return widen(logits, wide, elements); },
+                 [&] {
+                   return gpu::crossEntropyForwardBackward(
+                       tokens, vocab, wide.f32(),
+                       static_cast<const std::int32_t *>(targets.get()),
+                       term.f32(), count, loss, wide.f32(), stream);
+                 },
+                 [&] { return narrow(wide, logits, elements); }});
+          });
+    }
     add("cross_entropy (loss only)", dims(tokens, vocab),
         1.0 * double(tokens) * vocab * 2, [&] {
           return gpu::halfCrossEntropy(
@@ -249,7 +331,6 @@ int main(int argc, char **argv) {
         weft::kernels::makeAdamWStep({6e-4, 0.9, 0.95, 1e-8, 0.1}, 10, 1.0);
     check(cudaMemcpy(step.get(), &s, sizeof s, cudaMemcpyHostToDevice),
           "cudaMemcpy");
-    using weft::exec::cuda::FloatStorage;
     add("adamw (one pass)", std::to_string(params) + " params",
         28.0 * double(params), [&] {
           return weft::exec::cuda::adamwFromDevice(
@@ -312,5 +393,20 @@ int main(int argc, char **argv) {
   }
   if (json)
     std::fclose(json);
+  // Each 16-bit kernel against its widening path, measured above.
+  const std::string suffix = " (widening path)";
+  for (const Result &baseline : results) {
+    if (baseline.name.size() <= suffix.size() ||
+        baseline.name.compare(baseline.name.size() - suffix.size(),
+                              suffix.size(), suffix) != 0)
+      continue;
+    std::string twin =
+        baseline.name.substr(0, baseline.name.size() - suffix.size());
+    for (const Result &r : results)
+      if (&r != &baseline &&
+          (r.name == twin || r.name.rfind(twin + " (", 0) == 0))
+        std::printf("%-36s %.2fx the widening path's speed\n", r.name.c_str(),
+                    baseline.us / r.us);
+  }
   return 0;
 }
