@@ -23,8 +23,9 @@ int64_t threadsFor(int64_t n) {
 cudaError_t halfBiasAdd(HalfType type, int64_t rows, int64_t width,
                         const void *x, const void *bias, void *y,
                         cudaStream_t stream) {
-  return detail::launch(rows * width, stream, half::biasAdd, halfStorage(type),
-                        rows * width, width, in(x), in(bias), out(y));
+  return detail::launch(threadsFor(rows * width), stream, half::biasAdd,
+                        halfStorage(type), rows * width, width, in(x), in(bias),
+                        out(y));
 }
 
 cudaError_t halfResidualAdd(HalfType type, int64_t n, const void *a,

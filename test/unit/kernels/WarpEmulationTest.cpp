@@ -152,27 +152,33 @@ TEST(WarpEmulation, HalfElementwiseKernelsEqualTheWideningPath) {
       // The operands start `offset` elements into 16-byte aligned storage.
       const std::size_t storage = std::size_t(rows * width);
       std::vector<std::uint16_t> xs = codec.random(rng, storage, -3, 3),
-                                 ys = codec.random(rng, storage, -1, 1),
-                                 bias = codec.random(rng, std::size_t(width),
-                                                     -1, 1);
+                                 ys = codec.random(rng, storage, -1, 1);
       const std::uint16_t *x = xs.data() + offset, *y = ys.data() + offset;
       std::vector<float> wx = codec.widen(x, std::size_t(n)),
-                         wy = codec.widen(y, std::size_t(n)),
-                         wBias = codec.widen(bias);
+                         wy = codec.widen(y, std::size_t(n));
       auto result = [&](const std::vector<std::uint16_t> &out) {
         return std::vector<std::uint16_t>(out.begin() + offset, out.end());
       };
       std::vector<float> expected(static_cast<std::size_t>(n));
 
-      if (offset == 0) { // bias_add in place: y = x + bias (one row layout)
-        std::vector<std::uint16_t> got = xs;
-        emulation::launchSerial(n, half::biasAdd, h, n, width, got.data(),
-                                static_cast<const std::uint16_t *>(bias.data()),
-                                got.data());
-        expected = wx;
-        cpu::biasAdd(rows, width, wBias.data(), expected.data());
-        EXPECT_EQ(got, codec.narrow(expected)) << "bias_add";
-      }
+      if (offset == 0) // bias_add in place, y = x + bias: rows of 100 (runs
+        // straddle rows, the bias is rarely aligned) and of 96 (vector path)
+        for (std::int64_t biasWidth : {width, std::int64_t(96)}) {
+          SCOPED_TRACE("bias width " + std::to_string(biasWidth));
+          const std::int64_t biasRows = n / biasWidth, m = biasRows * biasWidth;
+          std::vector<std::uint16_t> got = xs,
+                                     b = codec.random(
+                                         rng, std::size_t(biasWidth), -1, 1);
+          emulation::launchSerial(
+              threads(m), half::biasAdd, h, m, biasWidth, got.data(),
+              static_cast<const std::uint16_t *>(b.data()), got.data());
+          std::vector<float> expectedBias =
+                                 codec.widen(xs.data(), std::size_t(m)),
+                             wb = codec.widen(b);
+          cpu::biasAdd(biasRows, biasWidth, wb.data(), expectedBias.data());
+          std::vector<std::uint16_t> head(got.begin(), got.begin() + m);
+          EXPECT_EQ(head, codec.narrow(expectedBias)) << "bias_add";
+        }
 
       std::vector<std::uint16_t> sum(storage, 0xffff);
       emulation::launchSerial(threads(n), half::residualAdd, h, n, x, y,
