@@ -5,14 +5,12 @@
 #include "weft/kernels/CudaKernels.h"
 
 namespace weft::kernels::gpu {
+using detail::halfStorage;
+using detail::in;
+using detail::out;
 
 namespace {
 
-storage::Half16 halfStorage(HalfType type) { return {type == HalfType::BF16}; }
-const std::uint16_t *in(const void *p) {
-  return static_cast<const std::uint16_t *>(p);
-}
-std::uint16_t *out(void *p) { return static_cast<std::uint16_t *>(p); }
 /// Threads of a mapped kernel (half::kPerThread elements each).
 int64_t threadsFor(int64_t n) {
   return (n + half::kPerThread - 1) / half::kPerThread;

@@ -10,12 +10,23 @@
 #define WEFT_KERNELS_CUDA_LAUNCH_CUH
 
 #include "Rows.cuh"
+#include "weft/kernels/CudaKernels.h"
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace weft::kernels::gpu::detail {
+
+/// The 16-bit launch wrappers' operands: the storage type of `type`, and
+/// their untyped pointers as 16-bit words.
+inline storage::Half16 halfStorage(HalfType type) {
+  return {type == HalfType::BF16};
+}
+inline const std::uint16_t *in(const void *p) {
+  return static_cast<const std::uint16_t *>(p);
+}
+inline std::uint16_t *out(void *p) { return static_cast<std::uint16_t *>(p); }
 
 /// Index of this thread in a 1-D launch.
 __device__ inline std::int64_t globalIndex() {

@@ -10,21 +10,18 @@
 #include "weft/kernels/CudaKernels.h"
 
 namespace weft::kernels::gpu {
+using detail::halfStorage;
+using detail::in;
 using detail::kBlockSize;
 using detail::launch;
 using detail::launchRows;
+using detail::out;
 using loss::BlockRows;
 using loss::kLseBlockSize;
 using loss::LseBlockRows;
 using loss::WarpRows;
 
 namespace {
-
-storage::Half16 halfStorage(HalfType type) { return {type == HalfType::BF16}; }
-const std::uint16_t *in(const void *p) {
-  return static_cast<const std::uint16_t *>(p);
-}
-std::uint16_t *out(void *p) { return static_cast<std::uint16_t *>(p); }
 
 template <typename Term>
 cudaError_t meanLoss(int64_t rows, const std::int32_t *targets, Term term,

@@ -12,18 +12,15 @@
 #include "weft/kernels/CudaKernels.h"
 
 namespace weft::kernels::gpu {
+using detail::halfStorage;
+using detail::in;
 using detail::launchColumns;
 using detail::launchRows;
+using detail::out;
 using norm::BlockRows;
 using norm::WarpRows;
 
 namespace {
-
-storage::Half16 halfStorage(HalfType type) { return {type == HalfType::BF16}; }
-const std::uint16_t *in(const void *p) {
-  return static_cast<const std::uint16_t *>(p);
-}
-std::uint16_t *out(void *p) { return static_cast<std::uint16_t *>(p); }
 
 template <typename S>
 cudaError_t
