@@ -49,10 +49,6 @@ const char *pathName(KernelPath path) {
   return "?";
 }
 
-std::string baseName(const std::string &name) {
-  return name.substr(0, name.find('.'));
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -78,7 +74,10 @@ int main(int argc, char **argv) {
     for (const weft::plan::Program &program : bundle.programs) {
       std::map<std::pair<std::string, KernelPath>, int> counts;
       for (const auto &d : weft::exec::cuda::kernelDispatch(bundle, program)) {
-        std::string base = baseName(d.kernel);
+        // The registry kernel `name.N` specializes (the name itself when
+        // it has none: then the path is Missing).
+        const weft::exec::KernelSpec *spec = weft::exec::findKernel(d.kernel);
+        std::string base = spec ? std::string(spec->name) : d.kernel;
         ++counts[{base, d.path}];
         const auto &constants =
             bundle.kernels[size_t(d.inst->kernel)].constants;

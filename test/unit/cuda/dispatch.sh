@@ -5,7 +5,7 @@
 # gpt2-tiny with TP 2 for the vocabulary-parallel kernels) and requires every
 # kernel instruction to take a 16-bit twin or fold into its gemm's epilogue
 # (weft-cuda-dispatch-check); the serial GPT-2 plans fold every bias_add and
-# GELU.
+# GELU, and every plan runs its forward residual adds inside the norms.
 set -u
 work=$1 weftc=$2 check=$3 clusters=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -20,5 +20,14 @@ compile gpt2-bf16 gpt2-tiny bf16 1
 compile gpt2-fp16 gpt2-tiny fp16 1 --loss-scale 1024
 compile llama-bf16 llama-tiny bf16 1
 compile gpt2-bf16-tp2 gpt2-tiny bf16 2 --tp 2
-"$check" --expect-folded gpt2-bf16 gpt2-fp16 || fail "serial GPT-2"
-"$check" llama-bf16 gpt2-bf16-tp2 || fail "LLaMA and TP 2"
+"$check" --expect-folded gpt2-bf16 gpt2-fp16 | tee gpt2.txt
+[ "${PIPESTATUS[0]}" = 0 ] || fail "serial GPT-2"
+"$check" llama-bf16 gpt2-bf16-tp2 | tee others.txt
+[ "${PIPESTATUS[0]}" = 0 ] || fail "LLaMA and TP 2"
+# Both residual adds of each of the two layers run inside the norm after
+# them (the other four add gradients in the backward).
+for bundle in gpt2-bf16 gpt2-fp16 llama-bf16 gpt2-bf16-tp2; do
+  grep -h "^$bundle role 0:" gpt2.txt others.txt |
+    grep -q "residual_add in the norm after it x4;" ||
+    fail "$bundle: residual adds not fused into the norms"
+done

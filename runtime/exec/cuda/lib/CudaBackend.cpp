@@ -709,14 +709,13 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
           prepareOther(program, inst, at);
       });
   if (options_.halfKernels)
-    for (auto [add, norm] : findResidualNorms(bundle, program)) {
-      auto a = halfKernels_.find(add), n = halfKernels_.find(norm);
+    for (const ResidualNorm &pair : findResidualNorms(bundle, program)) {
+      auto a = halfKernels_.find(pair.add), n = halfKernels_.find(pair.norm);
       if (a == halfKernels_.end() || n == halfKernels_.end() ||
           a->second != n->second)
         continue;
-      deferredAdds_.insert(add);
-      residualNorms_[norm] =
-          bundle.kernels[size_t(norm->kernel)].name.rfind("layer_norm", 0) == 0;
+      deferredAdds_.insert(pair.add);
+      residualNorms_[pair.norm] = pair.layerNorm;
     }
   pendingSum_.assign(numStreams, {});
   if (options_.gemmEpilogues && options_.rank == 0) {
@@ -764,16 +763,11 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
     throw Error(where + ": " + cudaKernelMissing(kernel.name));
   int64_t widened = checkKernelOperands(program, inst, *resolved.spec,
                                         resolved.constants, what);
-  auto dtypes = [&](const std::vector<plan::BufferRange> &ranges) {
-    std::vector<DType> types;
-    for (const plan::BufferRange &range : ranges)
-      types.push_back(program.buffers[size_t(range.buffer)].dtype);
-    return types;
-  };
   if (options_.halfKernels)
     if (std::optional<kernels::gpu::HalfType> type =
-            halfPath(*resolved.entry, resolved.constants, dtypes(inst.reads),
-                     dtypes(inst.writes))) {
+            halfPath(*resolved.entry, resolved.constants,
+                     operandTypes(program, inst.reads),
+                     operandTypes(program, inst.writes))) {
       halfKernels_[&inst] = *type;
       widened = 0; // runs on the 16-bit operands themselves
     }

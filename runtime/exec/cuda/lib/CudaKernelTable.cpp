@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace weft::exec::cuda {
@@ -496,42 +497,20 @@ std::optional<gpu::HalfType> halfPath(const CudaKernelEntry &entry,
   return *half == plan::DType::BF16 ? gpu::HalfType::BF16 : gpu::HalfType::F16;
 }
 
+std::vector<plan::DType>
+operandTypes(const plan::Program &program,
+             const std::vector<plan::BufferRange> &ranges) {
+  std::vector<plan::DType> types;
+  for (const plan::BufferRange &range : ranges)
+    types.push_back(program.buffers[size_t(range.buffer)].dtype);
+  return types;
+}
+
 bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
                        const std::vector<plan::DType> &reads,
                        const std::vector<plan::DType> &writes) {
   const CudaKernelEntry *entry = findCudaKernel(name);
   return entry && halfPath(*entry, constants, reads, writes).has_value();
-}
-
-std::vector<std::pair<const plan::Instruction *, const plan::Instruction *>>
-findResidualNorms(const plan::Bundle &bundle, const plan::Program &program) {
-  auto kernelOf = [&](const plan::Instruction &inst) -> const plan::Kernel * {
-    if (inst.opcode != plan::Opcode::Kernel || inst.kernel < 0 ||
-        size_t(inst.kernel) >= bundle.kernels.size())
-      return nullptr;
-    return &bundle.kernels[size_t(inst.kernel)];
-  };
-  auto constant = [](const plan::Kernel &k, const char *name) -> int64_t {
-    auto it = k.constants.find(name);
-    return it == k.constants.end() ? -1 : it->second;
-  };
-  std::vector<std::pair<const plan::Instruction *, const plan::Instruction *>>
-      found;
-  for (const plan::Stream &stream : program.streams)
-    for (size_t i = 0; i + 1 < stream.instructions.size(); ++i) {
-      const plan::Instruction &add = stream.instructions[i],
-                              &norm = stream.instructions[i + 1];
-      const plan::Kernel *a = kernelOf(add), *n = kernelOf(norm);
-      if (!a || !n || baseName(a->name) != "residual_add" ||
-          (baseName(n->name) != "layer_norm_forward" &&
-           baseName(n->name) != "rms_norm_forward"))
-        continue;
-      if (add.writes.size() == 1 && !norm.reads.empty() &&
-          norm.reads[0] == add.writes[0] &&
-          constant(*a, "n") == constant(*n, "rows") * constant(*n, "width"))
-        found.push_back({&add, &norm});
-    }
-  return found;
 }
 
 cudaError_t runResidualNormHalf(const CudaHalfCall &k, bool layerNorm,
@@ -552,12 +531,6 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
   std::unordered_set<const plan::Instruction *> folded;
   for (const GemmEpilogue &e : findGemmEpilogues(bundle, program))
     folded.insert(e.folded.begin(), e.folded.end());
-  auto dtypes = [&](const std::vector<plan::BufferRange> &ranges) {
-    std::vector<plan::DType> types;
-    for (const plan::BufferRange &range : ranges)
-      types.push_back(program.buffers[size_t(range.buffer)].dtype);
-    return types;
-  };
   std::vector<KernelDispatch> out;
   for (const plan::Stream &stream : program.streams)
     for (const plan::Instruction &inst : stream.instructions) {
@@ -568,8 +541,8 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
       d.kernel = bundle.kernels.at(size_t(inst.kernel)).name;
       const CudaKernelEntry *entry = findCudaKernel(d.kernel);
       const KernelSpec *spec = findKernel(baseName(d.kernel));
-      std::vector<plan::DType> reads = dtypes(inst.reads),
-                               writes = dtypes(inst.writes);
+      std::vector<plan::DType> reads = operandTypes(program, inst.reads),
+                               writes = operandTypes(program, inst.writes);
       auto half = [](plan::DType t) {
         return t == plan::DType::BF16 || t == plan::DType::F16;
       };
@@ -593,16 +566,14 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
       out.push_back(std::move(d));
     }
   // A residual add runs inside the norm after it when both take 16 bits.
-  auto pathOf = [&](const plan::Instruction *inst) -> KernelDispatch * {
-    for (KernelDispatch &d : out)
-      if (d.inst == inst)
-        return &d;
-    return nullptr;
-  };
-  for (auto [add, norm] : findResidualNorms(bundle, program)) {
-    KernelDispatch *a = pathOf(add), *n = pathOf(norm);
-    if (a && n && a->path == KernelPath::Half && n->path == KernelPath::Half)
-      a->path = KernelPath::Fused;
+  std::unordered_map<const plan::Instruction *, size_t> index;
+  for (size_t i = 0; i < out.size(); ++i)
+    index[out[i].inst] = i;
+  for (const ResidualNorm &pair : findResidualNorms(bundle, program)) {
+    KernelDispatch &add = out[index.at(pair.add)],
+                   &norm = out[index.at(pair.norm)];
+    if (add.path == KernelPath::Half && norm.path == KernelPath::Half)
+      add.path = KernelPath::Fused;
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include "weft/exec/cuda/GemmEpilogue.h"
 
+#include "weft/exec/KernelRegistry.h"
 #include "weft/kernels/Activations.h"
 
 #include <string_view>
@@ -20,15 +21,16 @@ public:
   Matcher(const plan::Bundle &bundle, const plan::Program &program)
       : bundle(bundle), program(program) {}
 
-  /// The kernel `inst` runs when its base name (before any ".N") is `name`.
+  /// The kernel `inst` runs when it is a specialization of registry kernel
+  /// `name` (findKernel reads `name.N` as `name`).
   const plan::Kernel *kernel(const Instruction &inst,
                              std::string_view name) const {
     if (inst.opcode != Opcode::Kernel || inst.kernel < 0 ||
         size_t(inst.kernel) >= bundle.kernels.size())
       return nullptr;
     const plan::Kernel &k = bundle.kernels[size_t(inst.kernel)];
-    std::string_view base = k.name;
-    return base.substr(0, base.find('.')) == name ? &k : nullptr;
+    const KernelSpec *spec = findKernel(k.name);
+    return spec && spec->name == name ? &k : nullptr;
   }
   static int64_t constant(const plan::Kernel &k, const char *name) {
     auto it = k.constants.find(name);
@@ -97,6 +99,27 @@ private:
 };
 
 } // namespace
+
+std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
+                                            const plan::Program &program) {
+  Matcher match(bundle, program);
+  std::vector<ResidualNorm> found;
+  for (const plan::Stream &stream : program.streams)
+    for (size_t i = 0; i + 1 < stream.instructions.size(); ++i) {
+      const Instruction &add = stream.instructions[i],
+                        &norm = stream.instructions[i + 1];
+      const plan::Kernel *a = match.kernel(add, "residual_add");
+      const plan::Kernel *layerNorm = match.kernel(norm, "layer_norm_forward");
+      const plan::Kernel *n =
+          layerNorm ? layerNorm : match.kernel(norm, "rms_norm_forward");
+      if (a && n && add.writes.size() == 1 && !norm.reads.empty() &&
+          norm.reads[0] == add.writes[0] &&
+          Matcher::constant(*a, "n") ==
+              Matcher::constant(*n, "rows") * Matcher::constant(*n, "width"))
+        found.push_back({&add, &norm, layerNorm != nullptr});
+    }
+  return found;
+}
 
 std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
                                             const plan::Program &program) {

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace weft::exec::cuda {
@@ -100,10 +99,10 @@ halfPath(const CudaKernelEntry &entry, const KernelConstants &constants,
          const std::vector<plan::DType> &reads,
          const std::vector<plan::DType> &writes);
 
-/// The residual_add instructions each directly followed on its stream by a
-/// layer_norm_forward or rms_norm_forward over its output: (add, norm).
-std::vector<std::pair<const plan::Instruction *, const plan::Instruction *>>
-findResidualNorms(const plan::Bundle &bundle, const plan::Program &program);
+/// The dtypes of `ranges`, buffers of `program`.
+std::vector<plan::DType>
+operandTypes(const plan::Program &program,
+             const std::vector<plan::BufferRange> &ranges);
 /// The norm of `norm` (a layer_norm_forward, else an rms_norm_forward call
 /// on 16-bit operands) over sum = a + b, which it writes too.
 cudaError_t runResidualNormHalf(const CudaHalfCall &norm, bool layerNorm,

@@ -1,4 +1,4 @@
-//===- GemmEpilogue.h - Kernels folded into cuBLASLt GEMMs ------*- C++ -*-===//
+//===- GemmEpilogue.h - Kernels run inside a neighbour ----------*- C++ -*-===//
 //
 // Host-only, so the matching is tested without a GPU. A linear layer's plan
 // is a gemm writing y followed by a bias_add over y in place, and in an MLP
@@ -13,6 +13,9 @@
 // passes over the output and rounds once. The CUDA backend runs such a gemm
 // with the epilogue and skips the folded instructions
 // (CudaBackendOptions::gemmEpilogues).
+//
+// Likewise a residual_add right before the norm over its sum runs inside the
+// norm's launch on 16-bit operands (CudaBackendOptions::halfKernels).
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_CUDA_GEMMEPILOGUE_H
@@ -53,6 +56,15 @@ struct GemmEpilogue {
 /// epilogues need m to be a multiple of 8 (the aux matrix's leading dimension).
 /// Outputs and bias have the gemm's dtype (bf16, f16 or f32).
 std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
+                                            const plan::Program &program);
+
+/// A residual_add directly followed on its stream by a layer_norm_forward or
+/// rms_norm_forward over its output.
+struct ResidualNorm {
+  const plan::Instruction *add = nullptr, *norm = nullptr;
+  bool layerNorm = false; // else RMSNorm
+};
+std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
                                             const plan::Program &program);
 
 } // namespace weft::exec::cuda
