@@ -26,7 +26,7 @@ using detail::columnSums;
 using detail::GroupRow;
 using detail::kColumnBlockSize;
 using detail::SumOp;
-using detail::SumRow;
+using detail::sumRow;
 
 /// A warp per row (its row cached), or a block per wide row (streamed).
 using WarpRows = detail::RowGroup<detail::kWarpSize>;
@@ -85,8 +85,7 @@ __global__ void __launch_bounds__(G::kThreads)
                              typename S::Elem *y, float *mean, float *rstd) {
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride())
     layerNormRow<G>(
-        s,
-        SumRow<G, S>(s, a + r * width, b + r * width, sum + r * width, width),
+        s, sumRow<G>(s, a + r * width, b + r * width, sum + r * width, width),
         r, width, gamma, beta, eps, y, mean, rstd);
 }
 
@@ -177,8 +176,7 @@ __global__ void __launch_bounds__(G::kThreads)
                            float eps, typename S::Elem *y, float *rstd) {
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride())
     rmsNormRow<G>(
-        s,
-        SumRow<G, S>(s, a + r * width, b + r * width, sum + r * width, width),
+        s, sumRow<G>(s, a + r * width, b + r * width, sum + r * width, width),
         r, width, gamma, eps, y, rstd);
 }
 

@@ -176,10 +176,13 @@ public:
   static_assert(kWideRow <= kPerLane * kWarpSize, "warp rows must fit");
 
   __device__ CachedRow(S s, const typename S::Elem *row, std::int64_t width)
-      : width(width) {
+      : CachedRow(width, [&](std::int64_t c) { return s.load(row, c); }) {}
+  /// The row as `load(c)` gives it, column by column.
+  template <typename Load>
+  __device__ CachedRow(std::int64_t width, Load load) : width(width) {
 #pragma unroll
     for (int i = 0; i < kPerLane && column(i) < width; ++i)
-      value[i] = s.load(row, column(i));
+      value[i] = load(column(i));
   }
   /// Calls f(c, row[c]) for this lane's columns c; narrow rows stop early.
   template <typename F> __device__ void forEach(F f) const {
@@ -202,53 +205,27 @@ using GroupRow = std::conditional_t<G::kSize == kWarpSize, CachedRow<S>,
                                     StreamedRow<G::kSize, S>>;
 
 /// The row `sum` = a + b that a residual add writes, as the kernel after it
-/// reads it back: each element rounded to storage and stored once, its
+/// reads it back: each element rounded to storage and stored once, the row's
 /// passes seeing what load() of it would give. A warp keeps it in registers
-/// (CachedRow's layout); a block's threads store their columns, then read
-/// back only those (StreamedRow's layout).
-template <typename G, typename S> class SumRow {
-public:
-  using Elem = typename S::Elem;
-  __device__ SumRow(S s, const Elem *a, const Elem *b, Elem *sum,
-                    std::int64_t width)
-      : s(s), sum(sum), width(width) {
-    if constexpr (kCached) {
-#pragma unroll
-      for (int i = 0; i < kPerLane && column(i) < width; ++i)
-        value[i] = add(a, b, column(i));
-    } else {
-      for (std::int64_t c = G::lane(); c < width; c += G::kSize)
-        add(a, b, c);
-    }
-  }
-  /// Calls f(c, sum[c]) for this thread's columns c.
-  template <typename F> __device__ void forEach(F f) const {
-    if constexpr (kCached) {
-#pragma unroll
-      for (int i = 0; i < kPerLane && column(i) < width; ++i)
-        f(column(i), value[i]);
-    } else {
-      for (std::int64_t c = G::lane(); c < width; c += G::kSize)
-        f(c, s.load(sum, c));
-    }
-  }
-
-private:
-  static constexpr bool kCached = G::kSize == kWarpSize;
-  static constexpr int kPerLane = kCached ? 32 : 1;
-  __device__ static std::int64_t column(int i) {
-    return G::lane() + std::int64_t(i) * G::kSize;
-  }
-  __device__ float add(const Elem *a, const Elem *b, std::int64_t c) const {
+/// (a CachedRow); a block's threads store their columns, then stream back
+/// only those (a StreamedRow).
+template <typename G, typename S>
+__device__ GroupRow<G, S> sumRow(S s, const typename S::Elem *a,
+                                 const typename S::Elem *b,
+                                 typename S::Elem *sum, std::int64_t width) {
+  auto add = [&](std::int64_t c) {
     float v = s.roundTrip(s.load(a, c) + s.load(b, c));
     s.store(sum, c, v);
     return v;
+  };
+  if constexpr (G::kSize == kWarpSize) {
+    return CachedRow<S>(width, add);
+  } else {
+    for (std::int64_t c = G::lane(); c < width; c += G::kSize)
+      add(c);
+    return StreamedRow<G::kSize, S>(s, sum, width);
   }
-  S s;
-  Elem *sum;
-  std::int64_t width;
-  float value[kPerLane];
-};
+}
 
 //===--- Column sums ------------------------------------------------------===//
 
