@@ -331,7 +331,8 @@ llvm::Expected<plan::Bundle> BundleBuilder::build() {
 } // namespace
 
 llvm::Error weft::emitBundle(ModuleOp module, llvm::StringRef dir,
-                             mlir::TimingScope timer) {
+                             mlir::TimingScope timer,
+                             const KernelFatbinOptions &fatbins) {
   mlir::TimingScope phase = timer.nest("verify-weftx");
   if (failed(mlir::verify(module)))
     return makeError("the weftx module does not verify");
@@ -347,6 +348,11 @@ llvm::Error weft::emitBundle(ModuleOp module, llvm::StringRef dir,
       if (size_t more = result.diagnostics.size() - 1)
         message += " (and " + std::to_string(more) + " more)";
       return makeError(message);
+    }
+    if (!fatbins.archs.empty()) {
+      phase = timer.nest("nvcc");
+      if (llvm::Error error = addKernelFatbins(*bundle, fatbins))
+        return error;
     }
     phase = timer.nest("write");
     plan::writeBundle(*bundle, dir.str());

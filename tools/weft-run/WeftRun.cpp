@@ -27,6 +27,7 @@ namespace {
 const char *const kUsage =
     "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
     "                [--no-graph] [--half-kernels] [--gemm-epilogues]\n"
+    "                [--generated-kernels] [--kernel-cache DIR|off]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
     "                [--watchdog-s SECONDS] [--quiet]\n"
@@ -90,6 +91,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       cli.session.gemmEpilogues = true;
       continue;
     }
+    if (arg == "--generated-kernels") {
+      cli.session.generatedKernels = true;
+      continue;
+    }
     if (arg == "--unverified") { // fault-injection tests only
       cli.session.verifyPlan = false;
       continue;
@@ -109,6 +114,8 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
         cli.tracePath = value;
       else if (arg == "--checkpoint-dir")
         cli.checkpointDir = value;
+      else if (arg == "--kernel-cache")
+        cli.session.kernelCache = value;
       else if (arg == "--offload-between-steps") {
         try {
           cli.offloadGroups = weft::exec::parseStateGroupList(value);

@@ -171,6 +171,21 @@ cl::opt<bool> verifyEach(
              "(the model and lowering stages always are; the bundle is "
              "verified, IR and plan, before it is written)"),
     cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<std::string> cudaArch(
+    "cuda-arch",
+    cl::desc("Also compile every generated kernel with nvcc into a fatbin in "
+             "the bundle, for these GPU architectures (sm_80,sm_90; the "
+             "last also as PTX). Without it the CUDA backend compiles them "
+             "with NVRTC at load"),
+    cl::value_desc("sm_NN,..."), cl::sub(compileCmd), cl::sub(emitBundleCmd),
+    cl::cat(weftcCategory));
+cl::opt<std::string> nvccPath(
+    "nvcc",
+    cl::desc("The nvcc for --cuda-arch (default: $CUDA_HOME/bin/nvcc, PATH, "
+             "/usr/local/cuda/bin/nvcc)"),
+    cl::value_desc("path"), cl::sub(compileCmd), cl::sub(emitBundleCmd),
+    cl::cat(weftcCategory));
+
 cl::opt<int64_t> stepsPerPlan("steps-per-plan",
                               cl::desc("Optimizer steps per replay (1)"),
                               cl::init(1), cl::sub(compileCmd),
@@ -419,11 +434,33 @@ bool needsMemoryPlan(mlir::ModuleOp module) {
   return missing;
 }
 
+/// --cuda-arch and --nvcc, checked before anything is compiled.
+llvm::Expected<weft::KernelFatbinOptions> fatbinOptions() {
+  weft::KernelFatbinOptions options;
+  if (cudaArch.getNumOccurrences() == 0) {
+    if (nvccPath.getNumOccurrences())
+      return llvm::createStringError("--nvcc needs --cuda-arch");
+    return options;
+  }
+  auto archs = weft::parseCudaArchs(cudaArch);
+  if (!archs)
+    return archs.takeError();
+  auto nvcc = weft::findNvcc(nvccPath);
+  if (!nvcc)
+    return nvcc.takeError();
+  options.archs = std::move(*archs);
+  options.nvcc = std::move(*nvcc);
+  return options;
+}
+
 int runEmitBundle(mlir::MLIRContext &context) {
   if (execInput.empty())
     return fail("emit-bundle: expected a weftx .mlir file");
   if (bundleDir.empty())
     return fail("emit-bundle: -o DIR is required");
+  llvm::Expected<weft::KernelFatbinOptions> fatbins = fatbinOptions();
+  if (!fatbins)
+    return fail("emit-bundle: " + llvm::toString(fatbins.takeError()));
   // Report only the first error, as one line.
   std::string firstError;
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diag) {
@@ -447,7 +484,7 @@ int runEmitBundle(mlir::MLIRContext &context) {
     if (mlir::failed(pm.run(*module)))
       return fail(firstError);
   }
-  if (llvm::Error error = weft::emitBundle(*module, bundleDir))
+  if (llvm::Error error = weft::emitBundle(*module, bundleDir, {}, *fatbins))
     return fail(llvm::Twine(execInput) + ": " +
                 llvm::toString(std::move(error)));
   return 0;
@@ -470,6 +507,10 @@ int runCompile(mlir::MLIRContext &context) {
   }
   if (emitMlir.empty() && bundleDir.empty())
     return fail("compile: -o BUNDLE_DIR is required");
+  // Checked before the (long) lowering: a bad --cuda-arch fails at once.
+  llvm::Expected<weft::KernelFatbinOptions> fatbins = fatbinOptions();
+  if (!fatbins)
+    return fail("compile: " + llvm::toString(fatbins.takeError()));
   if (stepsPerPlan != 1)
     return fail("compile: --steps-per-plan: only 1 is supported");
 
@@ -630,8 +671,8 @@ int runCompile(mlir::MLIRContext &context) {
       return 0;
     }
   }
-  if (llvm::Error error =
-          weft::emitBundle(**module, bundleDir, rootTimer.nest("emit-bundle")))
+  if (llvm::Error error = weft::emitBundle(
+          **module, bundleDir, rootTimer.nest("emit-bundle"), *fatbins))
     return fail("compile: " + llvm::toString(std::move(error)));
   rootTimer.stop();
   llvm::outs() << llvm::formatv(

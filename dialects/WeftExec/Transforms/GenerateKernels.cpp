@@ -1007,11 +1007,19 @@ std::string render(KernelOp kernel, const KernelSpec &spec,
                     words("Versus the registry's host loops: " + k.note + "."));
   os << "//\n// Build: nvcc -std=c++17 -I <weft>/runtime/kernels/include -c "
         "<this file>;\n// the host entry alone compiles as C++17 "
-        "(-x c++).\n\n";
+        "(-x c++); NVRTC compiles the device entries.\n";
+  // One line per phase that the runtime reads to launch a compiled module
+  // (docs/kernels.md, "Loading generated kernels"): entry, grid, block.
+  for (auto [i, phase] : llvm::enumerate(k.phases)) {
+    Geometry g = geometry(phase.items);
+    os << "// weft-launch: " << entry << "_" << i << " grid " << g.gridSize
+       << " block " << g.blockSize << "\n";
+  }
+  os << "\n";
 
   os << "#include \"" << k.header << "\"\n";
   if (!k.workspaces.empty())
-    os << "\n#include <vector>\n";
+    os << "\n#ifndef __CUDACC_RTC__\n#include <vector>\n#endif\n";
   os << "\nusing namespace weft::kernels;\n\nnamespace {\n\n";
   bool anyConstant = false;
   for (const auto &[name, decl] : k.constants) {
@@ -1052,7 +1060,10 @@ std::string render(KernelOp kernel, const KernelSpec &spec,
        << "  if (item < " << phase.items << ")\n"
        << phaseCall(i, params[i], "ws_", "    ") << "}\n\n";
   }
-  os << "extern \"C\" cudaError_t " << entry << "_launch(\n"
+  // NVRTC compiles the device entries only: the launcher and the host
+  // entry need the CUDA runtime and the standard library.
+  os << "#ifndef __CUDACC_RTC__\n"
+     << "extern \"C\" cudaError_t " << entry << "_launch(\n"
      << "    void *const *operands, cudaStream_t stream) {\n"
      << unpackOperands(k);
   for (auto [i, phase] : llvm::enumerate(k.phases)) {
@@ -1064,9 +1075,11 @@ std::string render(KernelOp kernel, const KernelSpec &spec,
        << "  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)\n"
           "    return err;\n";
   }
-  os << "  return cudaSuccess;\n}\n#endif // __CUDACC__\n\n";
+  os << "  return cudaSuccess;\n}\n#endif // __CUDACC_RTC__\n"
+     << "#endif // __CUDACC__\n\n";
 
-  os << "extern \"C\" void " << entry << "_host(void *const *operands) {\n"
+  os << "#ifndef __CUDACC_RTC__\n"
+     << "extern \"C\" void " << entry << "_host(void *const *operands) {\n"
      << unpackOperands(k);
   for (const Workspace &ws : k.workspaces)
     os << "  std::vector<float> " << ws.name << "Storage(" << ws.elements
@@ -1075,7 +1088,7 @@ std::string render(KernelOp kernel, const KernelSpec &spec,
     os << "  for (std::int64_t item = 0; item < " << phase.items
        << "; ++item)\n"
        << phaseCall(i, params[i], "", "    ");
-  os << "}\n";
+  os << "}\n#endif // __CUDACC_RTC__\n";
   return text;
 }
 

@@ -103,6 +103,13 @@ std::optional<Opcode> weft::plan::parseOpcode(std::string_view text) {
   return parse(kOpcodes, text);
 }
 
+std::string weft::plan::kernelFatbinPath(const std::string &source) {
+  std::string path = source;
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".cu") == 0)
+    path.resize(path.size() - 3);
+  return path + ".fatbin";
+}
+
 std::string weft::plan::unsupportedVersionReason(int64_t version) {
   return "version " + std::to_string(version) +
          " is not supported (this build reads version " +

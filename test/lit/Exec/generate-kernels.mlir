@@ -51,7 +51,10 @@ module {
 // CHECK-NEXT: //   writes[1] mean: f32 x 64
 // CHECK-NEXT: //   writes[2] rstd: f32 x 64
 // CHECK:      //   weft_layer_norm_forward_1_0<<<1, 64>>>: 64 items, one thread per row.
-// CHECK:      #include "weft/kernels/Norms.h"
+// CHECK:      // the host entry alone compiles as C++17 (-x c++); NVRTC compiles the device entries.
+// CHECK-NEXT: // weft-launch: weft_layer_norm_forward_1_0 grid 1 block 64
+// CHECK-EMPTY:
+// CHECK-NEXT: #include "weft/kernels/Norms.h"
 // CHECK:      constexpr std::int64_t kWidth = 48;
 // CHECK-NEXT: constexpr float kEps = 9.99999975e-05f;
 // CHECK-EMPTY:
@@ -67,15 +70,19 @@ module {
 // CHECK-NEXT:     float *mean, float *rstd) {
 // CHECK:        if (item < 64)
 // CHECK-NEXT:     phase0(item, x, gamma, y, mean, rstd);
-// CHECK:      extern "C" cudaError_t weft_layer_norm_forward_1_launch(
+// CHECK:      #ifndef __CUDACC_RTC__
+// CHECK-NEXT: extern "C" cudaError_t weft_layer_norm_forward_1_launch(
 // CHECK:        weft_layer_norm_forward_1_0<<<1, 64, 0, stream>>>(x, gamma, y, mean, rstd);
-// CHECK:      #endif // __CUDACC__
-// CHECK:      extern "C" void weft_layer_norm_forward_1_host(void *const *operands) {
+// CHECK:      #endif // __CUDACC_RTC__
+// CHECK-NEXT: #endif // __CUDACC__
+// CHECK:      #ifndef __CUDACC_RTC__
+// CHECK-NEXT: extern "C" void weft_layer_norm_forward_1_host(void *const *operands) {
 // CHECK-NEXT:   const float *x = static_cast<const float *>(operands[0]);
 // CHECK:        float *rstd = static_cast<float *>(operands[4]);
 // CHECK-NEXT:   for (std::int64_t item = 0; item < 64; ++item)
 // CHECK-NEXT:     phase0(item, x, gamma, y, mean, rstd);
 // CHECK-NEXT: }
+// CHECK-NEXT: #endif // __CUDACC_RTC__
 
 // CHECK-LABEL: ==== @attention_backward kernels/attention_backward.cu
 // CHECK:      //   batch = 2, causal = 1 (default), head_dim = 8, heads = 4, kv_heads = 2,
@@ -85,7 +92,14 @@ module {
 // CHECK:      //   delta: f32 x 128 (dOut . out per query row [B, h, S])
 // CHECK:      //   weft_attention_backward_0<<<1, 128>>>: 128 items, one thread per query
 // CHECK:      //   weft_attention_backward_1<<<1, 64>>>: 64 items, one thread per key row
-// CHECK:      #include "weft/kernels/Attention.h"
+// CHECK:      // weft-launch: weft_attention_backward_0 grid 1 block 128
+// CHECK-NEXT: // weft-launch: weft_attention_backward_1 grid 1 block 64
+// CHECK-EMPTY:
+// CHECK-NEXT: #include "weft/kernels/Attention.h"
+// CHECK-EMPTY:
+// CHECK-NEXT: #ifndef __CUDACC_RTC__
+// CHECK-NEXT: #include <vector>
+// CHECK-NEXT: #endif
 // CHECK:      constexpr std::int64_t kKvHeads = 2;
 // CHECK-NEXT: constexpr std::int64_t kHeadDim = 8;
 // CHECK-NEXT: constexpr bool kCausal = true;
@@ -102,6 +116,7 @@ module {
 // CHECK-LABEL: ==== @cross_entropy kernels/cross_entropy.cu
 // CHECK:      //   writes[0] loss: f32 x 1 (+= mean loss / loss_div)
 // CHECK:      //   weft_cross_entropy_2<<<38, 256>>>: 9600 items, one thread per logit:
+// CHECK:      // weft-launch: weft_cross_entropy_2 grid 38 block 256
 // CHECK:      constexpr std::int64_t kLossDiv = 2;
 // CHECK-NEXT: constexpr std::int64_t kGradDiv = 4;
 // CHECK:        loss[0] += part;

@@ -24,6 +24,7 @@
 #include "weft/exec/Session.h"
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
+#include "weft/exec/cuda/GeneratedKernels.h"
 #include "weft/kernels/Activations.h"
 #include "weft/kernels/Common.h"
 
@@ -33,6 +34,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -375,8 +377,10 @@ TEST(CudaHost, DeviceChoiceFollowsTheLocalRank) {
 
 TEST(CudaHost, OptionsDefaults) {
   CudaBackendOptions options;
-  EXPECT_TRUE(options.graph); // --no-graph turns it off
-  EXPECT_FALSE(options.tf32); // fp32 GEMMs are exact fp32
+  EXPECT_TRUE(options.graph);             // --no-graph turns it off
+  EXPECT_FALSE(options.tf32);             // fp32 GEMMs are exact fp32
+  EXPECT_FALSE(options.generatedKernels); // the library kernels are faster
+  EXPECT_EQ(options.kernelCache, "");     // defaultKernelCacheDir()
   EXPECT_EQ(options.device, -1);
   std::printf("built with NCCL: %s, NVTX: %s\n", builtWithNccl() ? "yes" : "no",
               builtWithNvtx() ? "yes" : "no");
@@ -453,6 +457,105 @@ TEST(CudaHost, HalfKernelsTakeOneSixteenBitTypeWithFp32Statistics) {
                                  {bf, f}, {bf}));
   EXPECT_TRUE(takesHalfOperands("gated_backward", {{"n", 8}, {"act", 3}},
                                 {bf, bf, bf}, {bf, bf}));
+}
+
+TEST(CudaHost, LaunchLinesOfGeneratedSources) {
+  std::string source = "// header\n"
+                       "// weft-launch: weft_x_0 grid 3 block 256\n"
+                       "// weft-launch: weft_x_1 grid 1 block 7\n"
+                       "int x;\n";
+  std::vector<GeneratedLaunch> launches = parseLaunches(source, "k.cu");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].entry, "weft_x_0");
+  EXPECT_EQ(launches[0].grid, 3);
+  EXPECT_EQ(launches[0].block, 256);
+  EXPECT_EQ(launches[1].entry, "weft_x_1");
+  EXPECT_EQ(launches[1].block, 7);
+  auto error = [](const std::string &text) {
+    try {
+      parseLaunches(text, "kernels/k.cu");
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error("int x;\n").find("kernels/k.cu: no '// weft-launch:'"),
+            std::string::npos);
+  for (const char *bad :
+       {"// weft-launch: e grid 0 block 1",
+        "// weft-launch: e grid 1 block 2048", "// weft-launch: e grid 1",
+        "// weft-launch: e grid 1 block 2 extra",
+        "// weft-launch: e block 1 grid 1",
+        "// weft-launch: e grid x block 1"}) {
+    std::string why = error(std::string("\n") + bad + "\n");
+    EXPECT_NE(why.find("kernels/k.cu:2: malformed launch line"),
+              std::string::npos)
+        << bad << ": " << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos);
+  }
+}
+
+TEST(CudaHost, NvrtcErrorsNameTheSource) {
+  // NVRTC needs no device. A source that does not compile fails with its
+  // path and NVRTC's first error, and leaves nothing in the cache.
+  std::string cache = ::testing::TempDir() + "weft-nvrtc-test-cache";
+  std::filesystem::remove_all(cache);
+  KernelCompiler compiler(cache);
+  try {
+    compiler.cubin("extern \"C\" __global__ void k() { undeclared(); }\n",
+                   "kernels/broken.cu", 90);
+    ADD_FAILURE() << "a broken source compiled";
+  } catch (const Error &error) {
+    std::string what = error.what();
+    EXPECT_EQ(what.rfind("kernels/broken.cu: NVRTC (sm_90): ", 0), 0u) << what;
+    EXPECT_NE(what.find("undeclared"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  EXPECT_EQ(compiler.compiled(), 0);
+  EXPECT_FALSE(std::filesystem::exists(cache) &&
+               !std::filesystem::is_empty(cache));
+  // A good one compiles once, then comes from the cache.
+  std::string good = "extern \"C\" __global__ void k(float *x) { x[0] = 1; }\n";
+  std::string first = compiler.cubin(good, "kernels/good.cu", 90);
+  std::string second = compiler.cubin(good, "kernels/good.cu", 90);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(first.compare(0, 4,
+                          "\x7f"
+                          "ELF"),
+            0);
+  EXPECT_EQ(compiler.compiled(), 1);
+  EXPECT_EQ(compiler.cacheHits(), 1);
+  // Another architecture is another entry.
+  compiler.cubin(good, "kernels/good.cu", 80);
+  EXPECT_EQ(compiler.compiled(), 2);
+  EXPECT_TRUE(compiler.warnings().empty());
+  std::filesystem::remove_all(cache);
+}
+
+TEST(CudaHost, KernelCacheDirectoryFromTheEnvironment) {
+  auto with = [](const char *cache, const char *xdg, const char *home) {
+    auto set = [](const char *name, const char *value) {
+      if (value)
+        setenv(name, value, 1);
+      else
+        unsetenv(name);
+    };
+    set("WEFT_KERNEL_CACHE", cache);
+    set("XDG_CACHE_HOME", xdg);
+    set("HOME", home);
+    return defaultKernelCacheDir();
+  };
+  const char *home = std::getenv("HOME");
+  std::string savedHome = home ? home : "";
+  EXPECT_EQ(with("/c", "/x", "/h"), "/c");
+  EXPECT_EQ(with("off", "/x", "/h"), "");
+  EXPECT_EQ(with(nullptr, "/x", "/h"), "/x/weft/kernels");
+  EXPECT_EQ(with(nullptr, nullptr, "/h"), "/h/.cache/weft/kernels");
+  EXPECT_EQ(with(nullptr, nullptr, nullptr), "");
+  unsetenv("WEFT_KERNEL_CACHE");
+  unsetenv("XDG_CACHE_HOME");
+  if (home)
+    setenv("HOME", savedHome.c_str(), 1);
 }
 
 TEST(CudaHost, NoDeviceIsOneLine) {

@@ -43,6 +43,8 @@ const char *pathName(KernelPath path) {
     return "gemm epilogue";
   case KernelPath::Fused:
     return "in the norm after it";
+  case KernelPath::Generated:
+    return "generated";
   case KernelPath::Missing:
     return "MISSING";
   }

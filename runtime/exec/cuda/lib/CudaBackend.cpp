@@ -20,6 +20,7 @@
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
+#include "weft/exec/cuda/GeneratedKernels.h"
 #include "weft/kernels/Common.h"
 #include "weft/kernels/CpuKernels.h"
 #include "weft/kernels/Optimizer.h"
@@ -170,10 +171,25 @@ struct PreparedGemm {
   } bias, aux, output;
 };
 
+/// A kernel's generated code loaded on the device: its entries in launch
+/// order (the source's `// weft-launch:` lines).
+struct GeneratedModule {
+  cudaLibrary_t library = nullptr;
+  std::vector<cudaKernel_t> entries;
+  std::vector<GeneratedLaunch> launches;
+  /// writes[gradientWrite] is a loss kernel's gradient, which the generated
+  /// code does not multiply by the (static) loss scale; -1: none.
+  int gradientWrite = -1;
+};
+
 struct ResolvedKernel {
   const KernelSpec *spec = nullptr;
   const CudaKernelEntry *entry = nullptr;
   KernelConstants constants;
+  /// Runs its generated code (CudaBackendOptions::generatedKernels, or no
+  /// library entry); loaded by prepareKernel.
+  bool generated = false;
+  std::unique_ptr<GeneratedModule> module;
 };
 
 /// Host work of one instruction on host-region operands (optimizer offload),
@@ -250,6 +266,7 @@ public:
   int64_t foldedKernels() const override {
     return int64_t(foldedKernels_.size());
   }
+  int64_t generatedKernels() const override { return generatedLaunches_; }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
   bool hostAddressable() const override { return false; }
@@ -358,6 +375,15 @@ private:
                      const Instruction &inst, const std::string &where);
   void prepareOther(const plan::Program &program, const Instruction &inst,
                     const std::string &where);
+  /// Loads `kernel`'s generated code: the bundle's fatbin when it has one
+  /// for this device, else an NVRTC cubin (through the kernel cache).
+  void loadGenerated(const plan::Bundle &bundle, const plan::Kernel &kernel,
+                     ResolvedKernel &resolved, const std::string &where);
+  /// Launches the entries of `kernel`'s generated code on call_'s operands
+  /// (`writes`: the plan's, for the loss-scaled gradient's size).
+  void launchGenerated(const ResolvedKernel &kernel,
+                       const std::vector<Operand> &writes, cudaStream_t stream,
+                       const std::string &where);
   /// The cached plan of `key`; null when cuBLASLt has no algorithm for it.
   const GemmPlan *findGemmPlan(const GemmKey &key, const std::string &where);
   const GemmPlan &gemmPlan(const GemmKey &key, const std::string &where);
@@ -432,6 +458,13 @@ private:
     return regionBase_.at(place.region) + place.offset;
   }
   std::vector<ResolvedKernel> kernels_; // by bundle kernel id
+  /// Generated code: NVRTC through the cache (made on first use), what was
+  /// loaded from where, and the kernel instructions that run it.
+  std::unique_ptr<KernelCompiler> compiler_;
+  int fatbinModules_ = 0;
+  int fatbinMisses_ = 0; // fatbins without code for this device
+  int64_t generatedLaunches_ = 0;
+  std::vector<void *> generatedArgs_, generatedArgAddresses_;
   // One device allocation at prepare(): per stream, scratch floats, a
   // cuBLASLt workspace and a double accumulator; then the step scalars.
   void *workspace_ = nullptr;
@@ -487,6 +520,9 @@ DeviceBackend::~DeviceBackend() {
   }
   if (lt_)
     cublasLtDestroy(lt_);
+  for (ResolvedKernel &kernel : kernels_)
+    if (kernel.module && kernel.module->library)
+      cudaLibraryUnload(kernel.module->library);
   for (cudaEvent_t event : events_)
     cudaEventDestroy(event);
   for (cudaEvent_t event : joinEvents_)
@@ -688,7 +724,8 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
     events_.push_back(event);
   }
 
-  kernels_.assign(bundle.kernels.size(), {});
+  kernels_.clear();
+  kernels_.resize(bundle.kernels.size());
   for (const plan::Kernel &kernel : bundle.kernels) {
     ResolvedKernel &resolved = kernels_[size_t(kernel.id)];
     resolved.spec = findKernel(kernel.name);
@@ -697,8 +734,10 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
       resolved.constants =
           resolveConstants(*resolved.spec, kernel.constants,
                            "kernels[" + std::to_string(kernel.id) + "]");
+    resolved.generated = options_.generatedKernels || !resolved.entry;
   }
-  if (options_.gemmEpilogues)
+  // Generated code replaces the library kernels an epilogue would fold.
+  if (options_.gemmEpilogues && !options_.generatedKernels)
     for (const GemmEpilogue &epilogue : findGemmEpilogues(bundle, program))
       epilogues_[epilogue.gemm] = epilogue;
   size_t maxOperands = forEachInstruction(
@@ -718,6 +757,25 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
       residualNorms_[pair.norm] = pair.layerNorm;
     }
   pendingSum_.assign(numStreams, {});
+  if (compiler_ && options_.rank == 0)
+    for (const std::string &warning : compiler_->warnings())
+      std::fprintf(stderr, "weft-run: warning: cuda: %s\n", warning.c_str());
+  if (generatedLaunches_ > 0 && options_.rank == 0) {
+    std::string rtc;
+    if (compiler_)
+      rtc = ", " + std::to_string(compiler_->compiled()) +
+            " compiled by NVRTC " + nvrtcVersion() + ", " +
+            std::to_string(compiler_->cacheHits()) + " from the cache" +
+            (compiler_->cacheDir().empty() ? std::string(" (no cache)")
+                                           : " in " + compiler_->cacheDir());
+    if (fatbinMisses_)
+      rtc += " (" + std::to_string(fatbinMisses_) +
+             " fatbins had no code for this GPU)";
+    std::fprintf(stderr,
+                 "weft-run: cuda: %lld kernel launches run generated code: "
+                 "%d modules from the bundle's fatbins%s\n",
+                 (long long)generatedLaunches_, fatbinModules_, rtc.c_str());
+  }
   if (options_.gemmEpilogues && options_.rank == 0) {
     size_t candidates = 0;
     for (const auto &[gemm, epilogue] : epilogues_)
@@ -759,10 +817,23 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
   std::string what = where + ": kernel '" + kernel.name + "'";
   if (!resolved.spec)
     throw Error(what + " is not in the kernel registry");
-  if (!resolved.entry)
-    throw Error(where + ": " + cudaKernelMissing(kernel.name));
+  if (!resolved.entry && !hasGeneratedSource(bundle, kernel))
+    throw Error(where + ": " + cudaKernelMissing(kernel.name) +
+                ", and the bundle has no generated source for it");
   int64_t widened = checkKernelOperands(program, inst, *resolved.spec,
                                         resolved.constants, what);
+  if (resolved.generated) {
+    if (!resolved.module)
+      loadGenerated(bundle, kernel, kernels_[size_t(inst.kernel)], what);
+    ++generatedLaunches_;
+    size_t operands = inst.reads.size() + inst.writes.size();
+    if (generatedArgs_.size() < operands) {
+      generatedArgs_.resize(operands);
+      generatedArgAddresses_.resize(operands);
+    }
+    scratchFloats_ = std::max(scratchFloats_, widened);
+    return;
+  }
   if (options_.halfKernels)
     if (std::optional<kernels::gpu::HalfType> type =
             halfPath(*resolved.entry, resolved.constants,
@@ -1108,7 +1179,8 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   call_.readIndices.clear();
   float *scratch = scratchOf(stream);
   call_.scratch = scratch;
-  scratch += (kernel.entry->scratchFloats(kernel.constants) + 63) / 64 * 64;
+  if (!kernel.generated)
+    scratch += (kernel.entry->scratchFloats(kernel.constants) + 63) / 64 * 64;
   WidenedCopies copies(scratch, widenedCopies_);
   auto widen = [&](const Operand &operand) -> float * {
     if (!isHalfFloat(operand.dtype))
@@ -1128,13 +1200,107 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   // Writes are widened too: gradient kernels accumulate into them.
   for (const Operand &operand : writes)
     call_.writes.push_back(widen(operand));
-  fail(kernel.entry->run(call_), "kernel launch");
+  if (kernel.generated)
+    launchGenerated(kernel, writes, s,
+                    where(inst, stream) + " kernel '" +
+                        std::string(kernel.spec->name) + "'");
+  else
+    fail(kernel.entry->run(call_), "kernel launch");
   for (size_t i = 0; i < writes.size(); ++i)
     if (isHalfFloat(writes[i].dtype))
       fail(f32ToHalf(writes[i].elements(), call_.writes[i],
                      storageOf(writes[i].dtype), writes[i].as<std::uint16_t>(),
                      s),
            "half narrowing");
+}
+
+void DeviceBackend::loadGenerated(const plan::Bundle &bundle,
+                                  const plan::Kernel &kernel,
+                                  ResolvedKernel &resolved,
+                                  const std::string &where) {
+  auto source = bundle.files.find(kernel.source);
+  if (source == bundle.files.end())
+    throw Error(where + ": the bundle has no generated source '" +
+                kernel.source + "'");
+  auto module = std::make_unique<GeneratedModule>();
+  module->launches = parseLaunches(source->second, kernel.source);
+  std::string_view name = resolved.spec->name;
+  if ((name == "cross_entropy" || name == "cross_entropy_shard_finish") &&
+      resolved.constants.at("grad"))
+    module->gradientWrite = 1;
+  auto load = [&](const std::string &image) {
+    cudaError_t rc =
+        cudaLibraryLoadData(&module->library, image.data(), nullptr, nullptr, 0,
+                            nullptr, nullptr, 0);
+    if (rc != cudaSuccess) {
+      cudaGetLastError(); // not sticky: clear it
+      module->library = nullptr;
+    }
+    return rc;
+  };
+  // The bundle's fatbin when it has code this device runs (weftc compile
+  // --cuda-arch); otherwise NVRTC for this device's architecture.
+  auto fatbin = bundle.files.find(plan::kernelFatbinPath(kernel.source));
+  bool fromFatbin =
+      fatbin != bundle.files.end() && load(fatbin->second) == cudaSuccess;
+  fatbinMisses_ += fatbin != bundle.files.end() && !fromFatbin;
+  if (fromFatbin) {
+    ++fatbinModules_;
+  } else {
+    int major = 0, minor = 0;
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                 device_),
+          "cudaDeviceGetAttribute", where);
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                                 device_),
+          "cudaDeviceGetAttribute", where);
+    if (!compiler_)
+      compiler_ = std::make_unique<KernelCompiler>(
+          options_.kernelCache.empty()    ? defaultKernelCacheDir()
+          : options_.kernelCache == "off" ? std::string()
+                                          : options_.kernelCache);
+    std::string cubin =
+        compiler_->cubin(source->second, kernel.source, major * 10 + minor);
+    check(load(cubin), "cudaLibraryLoadData", where + " (NVRTC cubin)");
+  }
+  for (const GeneratedLaunch &launch : module->launches) {
+    cudaKernel_t entry = nullptr;
+    check(cudaLibraryGetKernel(&entry, module->library, launch.entry.c_str()),
+          "cudaLibraryGetKernel", where + " entry '" + launch.entry + "'");
+    module->entries.push_back(entry);
+  }
+  resolved.module = std::move(module);
+}
+
+void DeviceBackend::launchGenerated(const ResolvedKernel &kernel,
+                                    const std::vector<Operand> &writes,
+                                    cudaStream_t stream,
+                                    const std::string &where) {
+  // The entries take the launch's reads then writes: fp32 (widened) or
+  // i32 pointers, as the registry's signature orders them.
+  size_t n = 0;
+  for (size_t i = 0; i < call_.reads.size(); ++i)
+    generatedArgs_[n++] = call_.reads[i]
+                              ? static_cast<void *>(call_.reads[i])
+                              : const_cast<int32_t *>(call_.readIndices[i]);
+  for (float *write : call_.writes)
+    generatedArgs_[n++] = write;
+  for (size_t i = 0; i < n; ++i)
+    generatedArgAddresses_[i] = &generatedArgs_[i];
+  const GeneratedModule &module = *kernel.module;
+  for (size_t i = 0; i < module.entries.size(); ++i) {
+    const GeneratedLaunch &launch = module.launches[i];
+    check(cudaLaunchKernel(reinterpret_cast<const void *>(module.entries[i]),
+                           dim3(unsigned(launch.grid)),
+                           dim3(unsigned(launch.block)),
+                           generatedArgAddresses_.data(), 0, stream),
+          "cudaLaunchKernel", where + " entry '" + launch.entry + "'");
+  }
+  if (module.gradientWrite >= 0 && lossScale_ != 1) {
+    size_t g = size_t(module.gradientWrite);
+    check(scale(writes.at(g).elements(), call_.writes[g], lossScale_, stream),
+          "loss scale", where);
+  }
 }
 
 void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,

@@ -10,8 +10,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.h"
+#include "weft/exec/Error.h"
 #include "weft/exec/cuda/CudaBackend.h"
 #include "weft/exec/cuda/GemmEpilogue.h"
+#include "weft/exec/cuda/GeneratedKernels.h"
 #include "weft/kernels/CudaKernels.h"
 
 #include <algorithm>
@@ -548,8 +550,13 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
       };
       bool sixteen = std::any_of(reads.begin(), reads.end(), half) ||
                      std::any_of(writes.begin(), writes.end(), half);
-      if (!entry || !spec)
+      if (!spec)
         d.path = KernelPath::Missing;
+      else if (!entry)
+        d.path =
+            hasGeneratedSource(bundle, bundle.kernels.at(size_t(inst.kernel)))
+                ? KernelPath::Generated
+                : KernelPath::Missing;
       else if (folded.count(&inst))
         d.path = KernelPath::Foldable;
       else if (!sixteen)
@@ -576,6 +583,19 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
       add.path = KernelPath::Fused;
   }
   return out;
+}
+
+bool hasGeneratedSource(const plan::Bundle &bundle,
+                        const plan::Kernel &kernel) {
+  auto source = bundle.files.find(kernel.source);
+  if (source == bundle.files.end())
+    return false;
+  try {
+    parseLaunches(source->second, kernel.source);
+    return true;
+  } catch (const Error &) {
+    return false;
+  }
 }
 
 std::vector<std::string_view> cudaKernelNames() {

@@ -108,6 +108,10 @@ operandTypes(const plan::Program &program,
 cudaError_t runResidualNormHalf(const CudaHalfCall &norm, bool layerNorm,
                                 const void *a, const void *b, void *sum);
 
+/// Whether the bundle holds `kernel`'s generated source with launch lines
+/// (GeneratedKernels.h). Host-only.
+bool hasGeneratedSource(const plan::Bundle &bundle, const plan::Kernel &kernel);
+
 /// The entry for `name` (or `base` of `base.suffix`), or null.
 const CudaKernelEntry *findCudaKernel(std::string_view name);
 const std::vector<CudaKernelEntry> &cudaKernelTable();

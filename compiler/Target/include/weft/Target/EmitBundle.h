@@ -9,6 +9,8 @@
 #ifndef WEFT_TARGET_EMITBUNDLE_H
 #define WEFT_TARGET_EMITBUNDLE_H
 
+#include "weft/Target/KernelFatbins.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringRef.h"
@@ -18,10 +20,12 @@ namespace weft {
 
 /// Translate `module` (weftx, every buffer placed) to a plan bundle, verify it
 /// with the plan verifier and write it to `dir`. Nothing is written unless the
-/// bundle verifies. Errors are one line. `timer` (optional) times the
-/// translation, verification and writing separately.
+/// bundle verifies (and, with `fatbins.archs`, every kernel compiles). Errors
+/// are one line. `timer` (optional) times the translation, verification,
+/// nvcc and writing separately.
 llvm::Error emitBundle(mlir::ModuleOp module, llvm::StringRef dir,
-                       mlir::TimingScope timer = {});
+                       mlir::TimingScope timer = {},
+                       const KernelFatbinOptions &fatbins = {});
 
 } // namespace weft
 

@@ -55,6 +55,12 @@ struct Options {
   /// Backends that can (CUDA): run a bias_add as the epilogue of the gemm
   /// before it (weft-run --gemm-epilogues). Off until checked on a GPU.
   bool gemmEpilogues = false;
+  /// Backends that can (CUDA): run the bundle's generated kernels instead of
+  /// the library ones (weft-run --generated-kernels; docs/kernels.md,
+  /// "Loading generated kernels"), NVRTC's cubins cached in `kernelCache`
+  /// (empty: the default directory; "off": none).
+  bool generatedKernels = false;
+  std::string kernelCache;
 };
 
 /// One checkpoint saved or loaded by this rank.

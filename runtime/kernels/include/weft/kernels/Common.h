@@ -11,9 +11,23 @@
 #ifndef WEFT_KERNELS_COMMON_H
 #define WEFT_KERNELS_COMMON_H
 
+#ifdef __CUDACC_RTC__
+// NVRTC (generated kernels compiled at load, docs/kernels.md) has no C++
+// standard headers; device code needs only the fixed-width integers and
+// HUGE_VAL (its math functions are built in).
+namespace std {
+using int32_t = int;
+using int64_t = long long;
+using uint16_t = unsigned short;
+using uint32_t = unsigned int;
+using uint64_t = unsigned long long;
+} // namespace std
+#define HUGE_VAL (__longlong_as_double(0x7ff0000000000000LL))
+#else
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#endif
 
 #ifdef __CUDACC__
 #define WEFT_HD __host__ __device__

@@ -29,6 +29,11 @@ inline constexpr int64_t kFormatVersion = 5;
 /// supported (this build reads version 5)".
 std::string unsupportedVersionReason(int64_t version);
 
+/// The optional side file beside a kernel's generated source that holds it
+/// compiled by nvcc (`weftc compile --cuda-arch`): "kernels/x.cu" ->
+/// "kernels/x.fatbin".
+std::string kernelFatbinPath(const std::string &source);
+
 enum class DType { F32, F16, BF16, F64, I32, I64, U16, U8 };
 /// Persistent and Arena are device memory; Host is the rank's host memory
 /// (pinned on a GPU), live for the whole run like Persistent.

@@ -49,6 +49,16 @@ struct CudaBackendOptions {
   /// (GemmEpilogue.h): passes and roundings fewer. Off by default until
   /// checked on a GPU.
   bool gemmEpilogues = false;
+  /// Registry kernels run the bundle's generated code (weft-generate-kernels:
+  /// its fatbin where `weftc compile --cuda-arch` wrote one for this device,
+  /// else NVRTC at load) instead of the library kernels; bf16/f16 operands
+  /// are widened to fp32 around them. A kernel the library lacks runs its
+  /// generated code either way. Takes precedence over halfKernels and
+  /// gemmEpilogues for the kernels it runs.
+  bool generatedKernels = false;
+  /// Where NVRTC's cubins are cached: empty picks defaultKernelCacheDir()
+  /// (GeneratedKernels.h), "off" disables the cache.
+  std::string kernelCache;
   /// cuBLASLt workspace per plan stream (one allocation at prepare()).
   int64_t gemmWorkspaceBytes = 32 << 20;
   /// World rank, for error messages ("rank R: ...").
@@ -67,19 +77,21 @@ bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
 /// CudaBackendOptions::halfKernels and gemmEpilogues on (host-only: whether
 /// cuBLASLt takes a foldable epilogue is known only on a device).
 enum class KernelPath {
-  Fp32,     // fp32 (and i32) operands: the fp32 kernel as they are
-  Half,     // 16-bit operands straight to the kernel's 16-bit twin
-  Widened,  // 16-bit operands widened to fp32 scratch and narrowed back
-  Foldable, // run inside the gemm before it (GemmEpilogue.h)
-  Fused,    // a residual add run inside the 16-bit norm after it
-  Missing,  // no CUDA entry (prepare() fails)
+  Fp32,      // fp32 (and i32) operands: the fp32 kernel as they are
+  Half,      // 16-bit operands straight to the kernel's 16-bit twin
+  Widened,   // 16-bit operands widened to fp32 scratch and narrowed back
+  Foldable,  // run inside the gemm before it (GemmEpilogue.h)
+  Fused,     // a residual add run inside the 16-bit norm after it
+  Generated, // no library entry: the bundle's generated code
+  Missing,   // neither a library entry nor a generated source (prepare() fails)
 };
 struct KernelDispatch {
   const plan::Instruction *inst = nullptr;
   std::string kernel; // the bundle's kernel name
   KernelPath path = KernelPath::Fp32;
 };
-/// Every kernel instruction of `program`, in stream order.
+/// Every kernel instruction of `program`, in stream order (as without
+/// CudaBackendOptions::generatedKernels).
 std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                                            const plan::Program &program);
 
@@ -101,6 +113,8 @@ public:
   /// How many kernel instructions (bias_add, GELU activations) prepare()
   /// folded into their gemm's epilogue (CudaBackendOptions::gemmEpilogues).
   virtual int64_t foldedKernels() const = 0;
+  /// How many kernel instructions run generated code (prepare()'s answer).
+  virtual int64_t generatedKernels() const = 0;
 
   /// NCCL (issue 6): builds the world communicator from an ncclUniqueId that
   /// `broadcastId(bytes, size)` broadcasts from world rank 0 (a no-op for
