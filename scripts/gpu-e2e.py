@@ -43,8 +43,11 @@ TINY = ["--cluster", os.path.join(ROOT, "test/lit/weftc/Inputs/cpu-sim-1.json"),
         "--warmup-steps", "2", "--decay-steps", "20", "--dp", "1"]
 # name -> (kind, weftc compile arguments)
 CASES = {
+    # Its generated kernels are also compiled ahead for the H100/H200 (a
+    # fatbin per kernel); the other bundles' go through NVRTC at load.
     "gpt2-tiny-fp32": ("agree", ["--model", "gpt2-tiny", "--micro-batch", "4",
-                                 "--precision", "fp32"] + TINY),
+                                 "--precision", "fp32", "--cuda-arch", "sm_90"]
+                       + TINY),
     "gpt2-tiny-fp32-accum2": ("agree", ["--model", "gpt2-tiny", "--micro-batch",
                                         "2", "--precision", "fp32"] + TINY),
     "llama-tiny-fp32": ("agree", ["--model", "llama-tiny", "--micro-batch", "4",
@@ -62,6 +65,11 @@ CASES = {
                                      "h100-1gpu", "--global-batch", "16",
                                      "--micro-batch", "16", "--seq-len", "1024",
                                      "--precision", "bf16"]),
+    # Timed only without --quick (the 1.5B baseline of gpu-check.sh likewise).
+    "gpt2-1.5b-bf16-b8": ("speed-full", ["--model", "gpt2-xl", "--cluster",
+                                         "h100-1gpu", "--global-batch", "8",
+                                         "--micro-batch", "8", "--seq-len", "1024",
+                                         "--precision", "bf16"]),
 }
 AGREE_STEPS, SPEED_STEPS, SPEED_WARMUP = 12, 20, 5
 
@@ -83,6 +91,7 @@ def stage(args):
             capture_output=True, text=True).stdout)
         role = summary["roles"][0]
         cases[name] = {"kind": kind, "precision": summary["training"]["precision"],
+                       "fatbins": "--cuda-arch" in flags,
                        "tokens_per_step": summary["training"]["global_batch"] *
                        summary["training"]["seq_len"],
                        "predicted_step_s": summary["prediction"]["step_time_s"],
@@ -146,7 +155,9 @@ def check(args):
     os.makedirs(out, exist_ok=True)
     failed, rows = 0, []
     for name, case in cases.items():
-        if args.only and case["kind"] != args.only:
+        kind = "speed" if case["kind"] == "speed-full" else case["kind"]
+        if (args.only and kind != args.only) or \
+                (args.quick and case["kind"] == "speed-full"):
             continue
         bundle = os.path.join(args.dir, name)
         log = lambda tag: (os.path.join(out, f"{name}.{tag}.jsonl"),
@@ -171,11 +182,26 @@ def check(args):
                                                "--gemm-epilogues"]))
             else:
                 variants.append(("cuda-epilogue", ["--backend", "cuda", "--gemm-epilogues"]))
+            # The bundle's generated kernels instead of the library's (its
+            # fatbins, else NVRTC through a kernel cache in $OUT).
+            variants.append(("cuda-generated", [
+                "--backend", "cuda", "--generated-kernels", "--kernel-cache",
+                os.path.join(out, "kernel-cache")]))
             for tag, extra in variants:
                 runs[tag], text = weft_run(args.tools, bundle, tokens, AGREE_STEPS,
                                            *log(tag), *extra)
                 if runs[tag] is None:
                     print(f"FAIL {name} {tag}: {text}")
+                elif tag == "cuda-generated":
+                    # "... run generated code: F modules from the bundle's
+                    # fatbins, C compiled by NVRTC ..., H from the cache ..."
+                    match = re.search(r"run generated code: (\d+) modules from the "
+                                      r"bundle's fatbins(.*)", text)
+                    print(f"{name} {tag}: {match.group(0) if match else 'no generated-code line'}")
+                    if not match or (case["fatbins"] and int(match.group(1)) == 0):
+                        print(f"FAIL {name} {tag}: the generated code was not "
+                              f"loaded {'from the fatbins' if case['fatbins'] else ''}")
+                        runs[tag] = None
             if any(r is None for r in runs.values()):
                 failed += 1
                 rows.append((name, "run failed", "", ""))
@@ -293,7 +319,8 @@ def main():
     c.add_argument("dir", nargs="?", default=".gpu/e2e")
     c.add_argument("--only", choices=["agree", "speed"])
     c.add_argument("--quick", action="store_true",
-                   help="time only the default path and --half-kernels --gemm-epilogues")
+                   help="time only the default path and --half-kernels --gemm-epilogues, "
+                        "and not the 1.5B bundle")
     pr = sub.add_parser("profile")
     pr.add_argument("bundle")
     pr.add_argument("trace")
