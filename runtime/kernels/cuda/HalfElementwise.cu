@@ -1,5 +1,6 @@
 //===- HalfElementwise.cu - Launches of the 16-bit element-wise kernels ---===//
 
+#include "EmbeddingKernels.cuh"
 #include "HalfElementwise.cuh"
 #include "Launch.cuh"
 #include "weft/kernels/CudaKernels.h"
@@ -69,6 +70,38 @@ cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
   int64_t n = batch * seq * hidden;
   return detail::launch(n, stream, half::embeddingForward, halfStorage(type), n,
                         seq, hidden, ids, in(wte), in(wpe), out(result));
+}
+
+int64_t embeddingBackwardScratchInts(int64_t vocab, int64_t tokens) {
+  return embedding::scratchInts(vocab, tokens);
+}
+
+cudaError_t halfEmbeddingBackward(HalfType type, int64_t batch, int64_t seq,
+                                  int64_t hidden, int64_t vocab,
+                                  const std::int32_t *ids, const void *dOut,
+                                  void *dWte, void *dWpe, std::int32_t *scratch,
+                                  cudaStream_t stream) {
+  int64_t tokens = batch * seq;
+  if (tokens == 0)
+    return cudaSuccess;
+  std::int32_t *starts = scratch, *cursor = scratch + vocab + 1,
+               *order = cursor + vocab;
+  embedding::sortTokens<<<1, embedding::kSortThreads, 0, stream>>>(
+      tokens, vocab, ids, starts, cursor, order);
+  if (cudaError_t rc = cudaGetLastError())
+    return rc;
+  // A warp per table row.
+  int64_t rowsPerBlock = detail::kBlockSize / detail::kWarpSize;
+  unsigned blocks = unsigned((vocab + rowsPerBlock - 1) / rowsPerBlock);
+  embedding::tokenRows<<<blocks, detail::kBlockSize, 0, stream>>>(
+      halfStorage(type), vocab, hidden, starts, order, in(dOut), out(dWte));
+  if (cudaError_t rc = cudaGetLastError())
+    return rc;
+  if (!dWpe)
+    return cudaSuccess;
+  return detail::launch(
+      seq * hidden, stream, embedding::positionRows<storage::Half16>,
+      halfStorage(type), batch, seq, hidden, in(dOut), out(dWpe));
 }
 
 cudaError_t halfRotary(HalfType type, int64_t batch, int64_t seq, int64_t heads,

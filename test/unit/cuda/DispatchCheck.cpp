@@ -57,9 +57,8 @@ int main(int argc, char **argv) {
   bool expectFolded = false;
   int failures = 0, bundles = 0;
   const std::set<std::string> mayWiden = {
-      "embedding_backward", "vocab_embedding_forward",
-      "vocab_embedding_backward", "position_embedding_forward",
-      "position_embedding_backward"};
+      "vocab_embedding_forward", "vocab_embedding_backward",
+      "position_embedding_forward", "position_embedding_backward"};
   for (int a = 1; a < argc; ++a) {
     if (std::strcmp(argv[a], "--expect-folded") == 0) {
       expectFolded = true;

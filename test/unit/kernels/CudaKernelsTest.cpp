@@ -659,6 +659,29 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
               cudaSuccess);
     same(hOut, fOut, "embedding");
 
+    // Its backward accumulates without atomics, in token order: the CPU
+    // kernel's result on the widened operands, bit for bit (the fp32 GPU
+    // kernel's atomics add in another order per run).
+    {
+      const vector<std::uint16_t> dOut = bits(random(batch * seq * hidden)),
+                                  dWte0 = bits(random(vocab * hidden)),
+                                  dWpe0 = bits(random(seq * hidden));
+      DeviceBuffer<std::uint16_t> hDOut(dOut), hDWte(dWte0), hDWpe(dWpe0);
+      DeviceBuffer<std::int32_t> scratch(
+          gpu::embeddingBackwardScratchInts(vocab, batch * seq));
+      ASSERT_EQ(gpu::halfEmbeddingBackward(type, batch, seq, hidden, vocab,
+                                           dIds.get(), hDOut.get(), hDWte.get(),
+                                           hDWpe.get(), scratch.get(), stream),
+                cudaSuccess);
+      vector<float> cWte = widen(dWte0), cWpe = widen(dWpe0);
+      const vector<float> cOut = widen(dOut);
+      cpu::embeddingBackward(batch, seq, hidden, ids.data(), cOut.data(), 0,
+                             cWte.data(), cWpe.data(),
+                             static_cast<float *>(nullptr));
+      EXPECT_EQ(hDWte.toHost(), bits(cWte)) << "embedding backward, table";
+      EXPECT_EQ(hDWpe.toHost(), bits(cWpe)) << "embedding backward, positions";
+    }
+
     // Rotary forward and backward in place (LLaMA's q and k).
     const int64_t heads = 4, headDim = 64, n = batch * seq * heads * headDim;
     const vector<std::uint16_t> q = bits(random(n, -2, 2));

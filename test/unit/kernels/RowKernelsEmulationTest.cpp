@@ -29,6 +29,7 @@
 
 #include "WarpEmulation.h"
 
+#include "../../../runtime/kernels/cuda/EmbeddingKernels.cuh"
 #include "../../../runtime/kernels/cuda/HalfElementwise.cuh"
 #include "../../../runtime/kernels/cuda/LossKernels.cuh"
 #include "../../../runtime/kernels/cuda/NormKernels.cuh"
@@ -587,6 +588,89 @@ TEST(RowKernelsEmulation, HalfEmbeddingForwardEqualsTheWideningPath) {
                             static_cast<const float *>(nullptr), 0,
                             expected.data());
       EXPECT_EQ(out, h.narrow(expected));
+    }
+}
+
+TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
+  // The sort's chunks are 1024 tokens: 2100 tokens take three, with ids
+  // repeated within and across chunks (a vocabulary of 37: ~57 each; one
+  // id used only once, one never, one out of range and skipped).
+  std::mt19937_64 rng(18);
+  const std::int64_t batch = 30, seq = 70, hidden = 40, vocab = 37;
+  const std::int64_t tokens = batch * seq;
+  std::vector<std::int32_t> ids =
+      test::randomIds(rng, std::size_t(tokens), std::int32_t(vocab - 2));
+  ids[5] = std::int32_t(vocab - 1); // the only token of the last id
+  ids[1500] = std::int32_t(vocab);  // out of range: adds nothing
+  namespace emb = gpu::embedding;
+  std::vector<std::int32_t> scratch(
+      std::size_t(emb::scratchInts(vocab, tokens)), -7);
+  std::int32_t *starts = scratch.data(), *cursor = starts + vocab + 1,
+               *order = cursor + vocab;
+  for (Half h : {Half{{true}}, Half{{false}}})
+    for (bool positions : {true, false}) {
+      SCOPED_TRACE(h.name() + (positions ? " with positions" : ""));
+      // Magnitudes over 2^-12 .. 2^8, so that fp32 sums round and their
+      // order shows in the bits (of values within [-1, 1] they are exact).
+      Bits dOut = h.random(rng, std::size_t(tokens * hidden), -1, 1);
+      std::uniform_int_distribution<int> exponent(-12, 8);
+      for (std::uint16_t &bits : dOut)
+        bits = h.round(std::ldexp(h.widen(bits), exponent(rng)));
+      // At position 3 the first two sequences cancel (+-2^14) and the rest
+      // is tiny: in batch order the tiny part survives, in another not.
+      for (std::int64_t b = 0; b < batch; ++b)
+        for (std::int64_t c = 0; c < hidden; ++c) {
+          std::uint16_t &bits = dOut[std::size_t((b * seq + 3) * hidden + c)];
+          bits = h.round(b == 0   ? 16384.f
+                         : b == 1 ? -16384.f
+                                  : std::ldexp(h.widen(bits), -12));
+        }
+      // Accumulates into gradients that are not zero.
+      Bits dWte = h.random(rng, std::size_t(vocab * hidden), -1, 1),
+           dWpe = h.random(rng, std::size_t(seq * hidden), -1, 1);
+      for (std::int64_t c = 0; c < hidden; ++c) {
+        std::uint16_t &bits = dWpe[std::size_t(3 * hidden + c)];
+        bits = h.round(std::ldexp(h.widen(bits), -12));
+      }
+      Floats wWte = h.widen(dWte), wWpe = h.widen(dWpe);
+      emulation::launch(1, emb::kSortThreads, &emb::sortTokens, tokens, vocab,
+                        ids.data(), starts, cursor, order);
+      // The stable sort itself: ids ascending, tokens ascending within one.
+      ASSERT_EQ(starts[vocab], tokens - 1);
+      for (std::int64_t v = 0; v < vocab; ++v)
+        for (std::int32_t k = starts[v]; k < starts[v + 1]; ++k) {
+          ASSERT_EQ(ids[std::size_t(order[k])], v);
+          if (k > starts[v]) {
+            ASSERT_LT(order[k - 1], order[k]);
+          }
+        }
+      EXPECT_EQ(starts[vocab - 1] + 1, starts[vocab]); // the single token
+      EXPECT_EQ(starts[vocab - 2], starts[vocab - 1]); // the unused id
+      const std::int64_t rowsPerBlock = 256 / 32;
+      emulation::launch(unsigned((vocab + rowsPerBlock - 1) / rowsPerBlock),
+                        256, &emb::tokenRows<gpu::storage::Half16>, h.storage(),
+                        vocab, hidden, starts, order, dOut.data(), dWte.data());
+      if (positions)
+        emulation::launchSerial(
+            seq * hidden, &emb::positionRows<gpu::storage::Half16>, h.storage(),
+            batch, seq, hidden, dOut.data(), dWpe.data());
+      // The CPU kernel on the widened operands, token by token in order,
+      // narrowed: bit for bit. (It has no bounds check: the out-of-range
+      // token's row goes to a scratch table.)
+      const Bits dWpeBefore = dWpe;
+      const Floats wOut = h.widen(dOut);
+      Floats ignored(static_cast<std::size_t>(hidden));
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        bool inRange = ids[std::size_t(t)] < vocab;
+        std::int32_t id = inRange ? ids[std::size_t(t)] : 0;
+        cpu::embeddingBackward(std::int64_t(1), std::int64_t(1), hidden, &id,
+                               wOut.data() + t * hidden, t % seq,
+                               inRange ? wWte.data() : ignored.data(),
+                               positions ? wWpe.data() : nullptr,
+                               static_cast<float *>(nullptr));
+      }
+      EXPECT_EQ(dWte, h.narrow(wWte));
+      EXPECT_EQ(dWpe, positions ? h.narrow(wWpe) : dWpeBefore);
     }
 }
 

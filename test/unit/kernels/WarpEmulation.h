@@ -122,6 +122,13 @@ inline emulation::Dim3 blockDim, gridDim;
 
 inline void __syncthreads() { emulation::block->wait(); }
 
+/// Fibers switch only at barriers, so an integer add is atomic as it is.
+inline int atomicAdd(int *address, int value) {
+  int old = *address;
+  *address = old + value;
+  return old;
+}
+
 template <typename T> T __shfl_xor_sync(unsigned, T value, int laneMask) {
   return emulation::exchange(value, [&](int me) { return me ^ laneMask; });
 }

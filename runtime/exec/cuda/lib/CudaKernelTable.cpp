@@ -192,6 +192,19 @@ cudaError_t embeddingBackwardRun(const CudaKernelCall &k) {
                                 k.readIndices[0], k.reads[1], 0, k.writes[0],
                                 dWpe, nullptr, k.stream);
 }
+// The 16-bit backward sorts the tokens by id in its scratch (no atomics:
+// the CPU backend's sums, bit for bit).
+int64_t embeddingBackwardScratch(const KernelConstants &c) {
+  return gpu::embeddingBackwardScratchInts(c.at("vocab"),
+                                           c.at("batch") * c.at("seq"));
+}
+cudaError_t embeddingBackwardHalf(const CudaHalfCall &k) {
+  void *dWpe = k.c("positions") ? k.writes[1] : nullptr;
+  return gpu::halfEmbeddingBackward(
+      k.type, k.c("batch"), k.c("seq"), k.c("hidden"), k.c("vocab"),
+      ids(k.reads[0]), k.reads[1], k.writes[0], dWpe,
+      reinterpret_cast<std::int32_t *>(k.scratch), k.stream);
+}
 cudaError_t vocabEmbeddingForwardRun(const CudaKernelCall &k) {
   return gpu::vocabEmbeddingForward(
       k.c("batch"), k.c("seq"), k.c("hidden"), k.c("vocab_start"),
@@ -411,7 +424,9 @@ std::vector<CudaKernelEntry> buildTable() {
        always, crossEntropyShardMaxHalf},
       {"cross_entropy_shard_sums", none, crossEntropyShardSumsRun, 0b001, 0b00,
        always, crossEntropyShardSumsHalf},
-      {"embedding_backward", none, embeddingBackwardRun},
+      // ids dOut in; dWte [dWpe] out.
+      {"embedding_backward", embeddingBackwardScratch, embeddingBackwardRun,
+       0b10, 0b11, always, embeddingBackwardHalf},
       // (ids) wte [wpe] in.
       {"embedding_forward", none, embeddingForwardRun, 0b110, 0b1, always,
        embeddingForwardHalf},

@@ -161,6 +161,20 @@ cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
                                  const void *wte, const void *wpe, void *result,
                                  cudaStream_t stream);
 
+/// Device ints of scratch halfEmbeddingBackward needs.
+std::int64_t embeddingBackwardScratchInts(std::int64_t vocab,
+                                          std::int64_t tokens);
+/// embeddingBackward on 16-bit dOut and tables (`dWpe` nullable), without
+/// atomics: each table row adds its tokens in token order, as the CPU kernel
+/// does, so the result is the CPU backend's bit for bit (EmbeddingKernels.cuh).
+/// Ids outside [0, vocab) add nothing. `scratch`:
+/// embeddingBackwardScratchInts ints.
+cudaError_t halfEmbeddingBackward(HalfType type, int64_t batch, int64_t seq,
+                                  int64_t hidden, int64_t vocab,
+                                  const std::int32_t *ids, const void *dOut,
+                                  void *dWte, void *dWpe, std::int32_t *scratch,
+                                  cudaStream_t stream);
+
 /// rotaryForward (or, with `inverse`, rotaryBackward) on 16-bit storage,
 /// one thread per rotated pair; y may alias x.
 cudaError_t halfRotary(HalfType type, int64_t batch, int64_t seq, int64_t heads,
