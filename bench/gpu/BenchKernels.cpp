@@ -321,6 +321,36 @@ int main(int argc, char **argv) {
           static_cast<const std::int32_t *>(targets.get()), wte.get(),
           wpe.get(), out.get(), stream);
     });
+    // Its backward (dOut = `out`): sorted, no atomics, against the widening
+    // path's fp32 atomics. Bytes: dOut, and the two tables read and written.
+    const std::int64_t table = vocab * hidden, positions = 1024 * hidden;
+    Buffer dWte(std::size_t(table) * 2), dWpe(std::size_t(positions) * 2),
+        scratch(std::size_t(gpu::embeddingBackwardScratchInts(vocab, tokens)) *
+                4);
+    const double backwardBytes = 2.0 * n + 4.0 * (table + positions);
+    const auto *ids = static_cast<const std::int32_t *>(targets.get());
+    add("embedding_backward", dims(tokens, hidden), backwardBytes, [&] {
+      return gpu::halfEmbeddingBackward(
+          bf, 32, 1024, hidden, vocab, ids, out.get(), dWte.get(), dWpe.get(),
+          static_cast<std::int32_t *>(scratch.get()), stream);
+    });
+    {
+      Buffer wOut(n * 4), wWte(std::size_t(table) * 4),
+          wWpe(std::size_t(positions) * 4);
+      add("embedding_backward (widening path)", dims(tokens, hidden),
+          backwardBytes, [&] {
+            return inOrder({[&] { return widen(out, wOut, n); },
+                            [&] { return widen(dWte, wWte, table); },
+                            [&] { return widen(dWpe, wWpe, positions); },
+                            [&] {
+                              return gpu::embeddingBackward(
+                                  32, 1024, hidden, ids, wOut.f32(), 0,
+                                  wWte.f32(), wWpe.f32(), nullptr, stream);
+                            },
+                            [&] { return narrow(wWte, dWte, table); },
+                            [&] { return narrow(wWpe, dWpe, positions); }});
+          });
+    }
   }
   {
     // AdamW over every parameter: bf16 gradient in, fp32 weights and

@@ -7,17 +7,18 @@
 // on every run (the fp32 kernel scatters with atomicAdd: another order per
 // run).
 //
-//  1. sortTokens (one block): a stable counting sort of the token indices by
-//     id: a histogram, its exclusive scan (`starts`, V + 1 entries) and a
-//     scatter chunk by chunk in which each token's place among the equal ids
-//     before it is counted, not raced for;
-//  2. tokenRows: one warp per table row, its lanes over the columns, adding
-//     the row's tokens in sorted (= token) order;
+//  1. sortChunks: a block per chunk of kChunk tokens sorts the chunk's keys
+//     (id << 32 | token index) in shared memory (bitonic), so each id's tokens
+//     are a run of ascending token indices in every chunk, and counts the
+//     tokens of each id (integer atomics: order-independent);
+//  2. tokenRows: a warp per (table row with tokens, 256 columns): its lanes
+//     find the row's run in 32 chunks at a time (binary search), then add the
+//     runs chunk by chunk, i.e. in token order, 8 columns per lane;
 //  3. positionRows: one thread per (position, column), adding the batch's
 //     tokens at that position in order.
 //
-// Scratch: embeddingBackwardScratchInts(V, N) ints. Ids outside [0, V) add
-// nothing. In a header so that WarpEmulationTests can run it on the CPU.
+// Scratch: scratchInts(V, N) ints. Ids outside [0, V) add nothing. In a header
+// so that WarpEmulationTests can run it on the CPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,103 +31,120 @@
 
 namespace weft::kernels::gpu::embedding {
 
-/// Threads of the sorting block.
-constexpr int kSortThreads = 1024;
+/// Tokens per sorted chunk (the threads of a sortChunks block).
+constexpr int kChunk = 1024;
+/// Columns per lane of a tokenRows warp, and per warp.
+constexpr int kColumnsPerLane = 8;
+constexpr int kColumnsPerWarp = kColumnsPerLane * detail::kWarpSize;
+/// The key of no token (padding, ids out of range): after every real one.
+constexpr std::uint64_t kNoToken = ~std::uint64_t(0);
 
-/// Scratch ints of one backward: starts (V + 1), the per-id cursor (V) and
-/// the sorted token indices (N).
+__host__ __device__ inline std::int64_t chunks(std::int64_t tokens) {
+  return (tokens + kChunk - 1) / kChunk;
+}
+/// Scratch ints of one backward: the sorted chunks' keys (2 ints each, first;
+/// one int more to align them to 8 bytes) and the count of each id.
 inline std::int64_t scratchInts(std::int64_t vocab, std::int64_t tokens) {
-  return 2 * vocab + 1 + tokens;
+  return 1 + 2 * chunks(tokens) * kChunk + vocab;
 }
 
-/// Step 1, one block of kSortThreads: `order` holds the token indices sorted
-/// by id, stably; tokens of id v are order[starts[v] .. starts[v + 1]).
-__global__ void __launch_bounds__(kSortThreads)
-    sortTokens(std::int64_t tokens, std::int64_t vocab, const std::int32_t *ids,
-               std::int32_t *starts, std::int32_t *cursor,
-               std::int32_t *order) {
-  __shared__ std::int32_t chunk[kSortThreads];
-  __shared__ std::int32_t total;
-  const int tid = int(threadIdx.x), threads = int(blockDim.x);
-  for (std::int64_t v = tid; v <= vocab; v += threads) {
-    starts[v] = 0;
-    if (v < vocab)
-      cursor[v] = 0;
-  }
+/// Step 1, chunks(tokens) blocks of kChunk threads, `counts` zeroed: sorted
+/// holds each chunk's keys in ascending order; counts[v] the tokens of id v.
+__global__ void __launch_bounds__(kChunk)
+    sortChunks(std::int64_t tokens, std::int64_t vocab, const std::int32_t *ids,
+               std::uint64_t *sorted, std::int32_t *counts) {
+  __shared__ std::uint64_t keys[kChunk];
+  const int tid = int(threadIdx.x);
+  const std::int64_t t = std::int64_t(blockIdx.x) * kChunk + tid;
+  std::int32_t id = t < tokens ? ids[t] : -1;
+  bool valid = id >= 0 && id < vocab;
+  if (valid)
+    atomicAdd(&counts[id], 1);
+  keys[tid] = valid ? std::uint64_t(id) << 32 | std::uint64_t(t) : kNoToken;
   __syncthreads();
-  for (std::int64_t t = tid; t < tokens; t += threads)
-    if (ids[t] >= 0 && ids[t] < vocab)
-      atomicAdd(&starts[ids[t]], 1); // integer counts: order-independent
-  __syncthreads();
-  // Exclusive scan of the counts, a chunk of `threads` ids at a time
-  // (Hillis-Steele within the chunk).
-  if (tid == 0)
-    total = 0;
-  for (std::int64_t base = 0; base < vocab; base += threads) {
-    std::int64_t v = base + tid;
-    std::int32_t count = v < vocab ? starts[v] : 0;
-    chunk[tid] = count;
-    __syncthreads();
-    for (int offset = 1; offset < threads; offset *= 2) {
-      std::int32_t add = tid >= offset ? chunk[tid - offset] : 0;
-      __syncthreads();
-      chunk[tid] += add;
+  for (int k = 2; k <= kChunk; k *= 2)
+    for (int j = k / 2; j > 0; j /= 2) {
+      int partner = tid ^ j;
+      if (partner > tid) {
+        std::uint64_t a = keys[tid], b = keys[partner];
+        if ((a > b) == ((tid & k) == 0)) {
+          keys[tid] = b;
+          keys[partner] = a;
+        }
+      }
       __syncthreads();
     }
-    if (v < vocab)
-      starts[v] = total + chunk[tid] - count;
-    __syncthreads();
-    if (tid == threads - 1)
-      total += chunk[tid];
-    __syncthreads();
+  sorted[t] = keys[tid];
+}
+
+/// The first index in sorted[0, kChunk) whose key is at least `key`.
+__device__ inline int lowerBound(const std::uint64_t *sorted,
+                                 std::uint64_t key) {
+  int lo = 0, hi = kChunk;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (sorted[mid] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  if (tid == 0)
-    starts[vocab] = total;
-  // Stable scatter: a token's place is its id's start, the tokens of that id
-  // in earlier chunks (cursor) and those before it in this chunk.
-  for (std::int64_t base = 0; base < tokens; base += threads) {
-    std::int64_t t = base + tid;
-    std::int32_t id = t < tokens ? ids[t] : -1;
-    if (id >= vocab)
-      id = -1;
-    chunk[tid] = id;
-    __syncthreads();
-    int rank = 0;
-    bool last = id >= 0;
-    if (id >= 0) {
-      for (int j = 0; j < tid; ++j)
-        rank += chunk[j] == id;
-      for (int j = tid + 1; j < threads && last; ++j)
-        last = chunk[j] != id;
-      order[starts[id] + cursor[id] + rank] = std::int32_t(t);
-    }
-    __syncthreads(); // every cursor read before the last one moves it
-    if (last)
-      cursor[id] += rank + 1;
-    __syncthreads();
-  }
+  return lo;
 }
 
 /// Step 2: dTable[v, :] += the rows of dOut of v's tokens, in token order; a
-/// warp per table row (rows without tokens return at once).
+/// warp per (row, kColumnsPerWarp columns): vocab * columnBlocks warps, rows
+/// without tokens returning at once.
 template <typename S>
-__global__ void tokenRows(S s, std::int64_t vocab, std::int64_t hidden,
-                          const std::int32_t *starts, const std::int32_t *order,
-                          const typename S::Elem *dOut,
-                          typename S::Elem *dTable) {
-  std::int64_t row =
+__global__ void
+tokenRows(S s, std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
+          const std::int32_t *counts, const std::uint64_t *sorted,
+          const typename S::Elem *dOut, typename S::Elem *dTable) {
+  const std::int64_t warp =
       (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / detail::kWarpSize;
-  int lane = int(threadIdx.x) % detail::kWarpSize;
-  if (row >= vocab)
+  const int lane = int(threadIdx.x) % detail::kWarpSize;
+  const std::int64_t columnBlocks =
+      (hidden + kColumnsPerWarp - 1) / kColumnsPerWarp;
+  const std::int64_t row = warp / columnBlocks;
+  if (row >= vocab || counts[row] == 0)
     return;
-  std::int32_t begin = starts[row], end = starts[row + 1];
-  if (begin == end)
-    return;
-  for (std::int64_t c = lane; c < hidden; c += detail::kWarpSize) {
-    float acc = s.load(dTable, row * hidden + c);
-    for (std::int32_t k = begin; k < end; ++k)
-      acc += s.load(dOut, std::int64_t(order[k]) * hidden + c);
-    s.store(dTable, row * hidden + c, acc);
+  const std::int64_t first = (warp % columnBlocks) * kColumnsPerWarp + lane;
+  float acc[kColumnsPerLane];
+#pragma unroll
+  for (int i = 0; i < kColumnsPerLane; ++i) {
+    std::int64_t c = first + i * detail::kWarpSize;
+    acc[i] = c < hidden ? s.load(dTable, row * hidden + c) : 0.0f;
+  }
+  const std::uint64_t key = std::uint64_t(row) << 32;
+  const std::uint64_t next = std::uint64_t(row + 1) << 32;
+  const std::int64_t numChunks = chunks(tokens);
+  for (std::int64_t base = 0; base < numChunks; base += detail::kWarpSize) {
+    // Lane k finds the row's run in chunk base + k.
+    int lo = 0, hi = 0;
+    if (base + lane < numChunks) {
+      const std::uint64_t *chunk = sorted + (base + lane) * kChunk;
+      lo = lowerBound(chunk, key);
+      hi = lowerBound(chunk, next);
+    }
+    for (int k = 0; k < detail::kWarpSize && base + k < numChunks; ++k) {
+      int begin = __shfl_sync(0xffffffffu, lo, k);
+      int end = __shfl_sync(0xffffffffu, hi, k);
+      const std::uint64_t *chunk = sorted + (base + k) * kChunk;
+      for (int j = begin; j < end; ++j) {
+        std::int64_t t = std::int64_t(chunk[j] & 0xffffffffu);
+#pragma unroll
+        for (int i = 0; i < kColumnsPerLane; ++i) {
+          std::int64_t c = first + i * detail::kWarpSize;
+          if (c < hidden)
+            acc[i] += s.load(dOut, t * hidden + c);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kColumnsPerLane; ++i) {
+    std::int64_t c = first + i * detail::kWarpSize;
+    if (c < hidden)
+      s.store(dTable, row * hidden + c, acc[i]);
   }
 }
 

@@ -84,17 +84,28 @@ cudaError_t halfEmbeddingBackward(HalfType type, int64_t batch, int64_t seq,
   int64_t tokens = batch * seq;
   if (tokens == 0)
     return cudaSuccess;
-  std::int32_t *starts = scratch, *cursor = scratch + vocab + 1,
-               *order = cursor + vocab;
-  embedding::sortTokens<<<1, embedding::kSortThreads, 0, stream>>>(
-      tokens, vocab, ids, starts, cursor, order);
+  // The keys are 8-byte words: skip an int of a 4-byte aligned scratch.
+  if (reinterpret_cast<std::uintptr_t>(scratch) % 8)
+    ++scratch;
+  auto *sorted = reinterpret_cast<std::uint64_t *>(scratch);
+  std::int32_t *counts =
+      scratch + 2 * embedding::chunks(tokens) * embedding::kChunk;
+  if (cudaError_t rc = cudaMemsetAsync(
+          counts, 0, size_t(vocab) * sizeof(std::int32_t), stream))
+    return rc;
+  embedding::sortChunks<<<unsigned(embedding::chunks(tokens)),
+                          embedding::kChunk, 0, stream>>>(tokens, vocab, ids,
+                                                          sorted, counts);
   if (cudaError_t rc = cudaGetLastError())
     return rc;
-  // A warp per table row.
-  int64_t rowsPerBlock = detail::kBlockSize / detail::kWarpSize;
-  unsigned blocks = unsigned((vocab + rowsPerBlock - 1) / rowsPerBlock);
+  int64_t columnBlocks =
+      (hidden + embedding::kColumnsPerWarp - 1) / embedding::kColumnsPerWarp;
+  int64_t warpsPerBlock = detail::kBlockSize / detail::kWarpSize;
+  unsigned blocks =
+      unsigned((vocab * columnBlocks + warpsPerBlock - 1) / warpsPerBlock);
   embedding::tokenRows<<<blocks, detail::kBlockSize, 0, stream>>>(
-      halfStorage(type), vocab, hidden, starts, order, in(dOut), out(dWte));
+      halfStorage(type), tokens, vocab, hidden, counts, sorted, in(dOut),
+      out(dWte));
   if (cudaError_t rc = cudaGetLastError())
     return rc;
   if (!dWpe)

@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -592,21 +593,23 @@ TEST(RowKernelsEmulation, HalfEmbeddingForwardEqualsTheWideningPath) {
 }
 
 TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
-  // The sort's chunks are 1024 tokens: 2100 tokens take three, with ids
-  // repeated within and across chunks (a vocabulary of 37: ~57 each; one
-  // id used only once, one never, one out of range and skipped).
+  // Chunks of 1024 tokens: 33873 tokens take 34, more than a warp's lanes
+  // search at once, with ids repeated within and across chunks (a
+  // vocabulary of 37: ~970 each; one id used only once, one never, one out
+  // of range and skipped); 264 columns take two column blocks of a warp.
   std::mt19937_64 rng(18);
-  const std::int64_t batch = 30, seq = 70, hidden = 40, vocab = 37;
+  const std::int64_t batch = 7, seq = 4839, hidden = 264, vocab = 37;
   const std::int64_t tokens = batch * seq;
   std::vector<std::int32_t> ids =
       test::randomIds(rng, std::size_t(tokens), std::int32_t(vocab - 2));
   ids[5] = std::int32_t(vocab - 1); // the only token of the last id
-  ids[1500] = std::int32_t(vocab);  // out of range: adds nothing
+  ids[15000] = std::int32_t(vocab); // out of range: adds nothing
   namespace emb = gpu::embedding;
   std::vector<std::int32_t> scratch(
       std::size_t(emb::scratchInts(vocab, tokens)), -7);
-  std::int32_t *starts = scratch.data(), *cursor = starts + vocab + 1,
-               *order = cursor + vocab;
+  // Keys first (the vector's data is 8-byte aligned), then the counts.
+  auto *sorted = reinterpret_cast<std::uint64_t *>(scratch.data());
+  std::int32_t *counts = scratch.data() + 2 * emb::chunks(tokens) * emb::kChunk;
   for (Half h : {Half{{true}}, Half{{false}}})
     for (bool positions : {true, false}) {
       SCOPED_TRACE(h.name() + (positions ? " with positions" : ""));
@@ -633,23 +636,38 @@ TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
         bits = h.round(std::ldexp(h.widen(bits), -12));
       }
       Floats wWte = h.widen(dWte), wWpe = h.widen(dWpe);
-      emulation::launch(1, emb::kSortThreads, &emb::sortTokens, tokens, vocab,
-                        ids.data(), starts, cursor, order);
-      // The stable sort itself: ids ascending, tokens ascending within one.
-      ASSERT_EQ(starts[vocab], tokens - 1);
-      for (std::int64_t v = 0; v < vocab; ++v)
-        for (std::int32_t k = starts[v]; k < starts[v + 1]; ++k) {
-          ASSERT_EQ(ids[std::size_t(order[k])], v);
-          if (k > starts[v]) {
-            ASSERT_LT(order[k - 1], order[k]);
-          }
-        }
-      EXPECT_EQ(starts[vocab - 1] + 1, starts[vocab]); // the single token
-      EXPECT_EQ(starts[vocab - 2], starts[vocab - 1]); // the unused id
-      const std::int64_t rowsPerBlock = 256 / 32;
-      emulation::launch(unsigned((vocab + rowsPerBlock - 1) / rowsPerBlock),
-                        256, &emb::tokenRows<gpu::storage::Half16>, h.storage(),
-                        vocab, hidden, starts, order, dOut.data(), dWte.data());
+      const Bits dWpeBefore = dWpe;
+      std::fill(counts, counts + vocab, 0);
+      emulation::launch(unsigned(emb::chunks(tokens)), emb::kChunk,
+                        &emb::sortChunks, tokens, vocab, ids.data(), sorted,
+                        counts);
+      // Each chunk sorted by (id, token), out-of-range and padding last; the
+      // counts those of the ids.
+      std::vector<std::int32_t> expectedCounts(std::size_t(vocab), 0);
+      for (std::int32_t id : ids)
+        if (id < vocab)
+          ++expectedCounts[std::size_t(id)];
+      ASSERT_EQ(std::vector<std::int32_t>(counts, counts + vocab),
+                expectedCounts);
+      for (std::int64_t c = 0; c < emb::chunks(tokens); ++c) {
+        std::vector<std::uint64_t> expected;
+        for (std::int64_t t = c * emb::kChunk; t < (c + 1) * emb::kChunk; ++t)
+          expected.push_back(t < tokens && ids[std::size_t(t)] < vocab
+                                 ? std::uint64_t(ids[std::size_t(t)]) << 32 |
+                                       std::uint64_t(t)
+                                 : emb::kNoToken);
+        std::sort(expected.begin(), expected.end());
+        ASSERT_EQ(std::vector<std::uint64_t>(sorted + c * emb::kChunk,
+                                             sorted + (c + 1) * emb::kChunk),
+                  expected)
+            << "chunk " << c;
+      }
+      const std::int64_t columnBlocks =
+          (hidden + emb::kColumnsPerWarp - 1) / emb::kColumnsPerWarp;
+      emulation::launch(unsigned((vocab * columnBlocks + 7) / 8), 256,
+                        &emb::tokenRows<gpu::storage::Half16>, h.storage(),
+                        tokens, vocab, hidden, counts, sorted, dOut.data(),
+                        dWte.data());
       if (positions)
         emulation::launchSerial(
             seq * hidden, &emb::positionRows<gpu::storage::Half16>, h.storage(),
@@ -657,7 +675,6 @@ TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
       // The CPU kernel on the widened operands, token by token in order,
       // narrowed: bit for bit. (It has no bounds check: the out-of-range
       // token's row goes to a scratch table.)
-      const Bits dWpeBefore = dWpe;
       const Floats wOut = h.widen(dOut);
       Floats ignored(static_cast<std::size_t>(hidden));
       for (std::int64_t t = 0; t < tokens; ++t) {
