@@ -279,19 +279,38 @@ __device__ void storePartials(const float (&sums)[kSums][kOnePassColumns],
   }
 }
 
+/// Stores element c of dx's row, and with `sumRow` (nullable) also the
+/// residual add after the norm, sum = dx + addend, from the stored dx as the
+/// add would read it back: the two kernels' results, with one pass over dx
+/// fewer.
+template <typename S>
+__device__ void storeInputGrad(S s, typename S::Elem *dxr, std::int64_t c,
+                               float v, const typename S::Elem *addendRow,
+                               typename S::Elem *sumRow) {
+  s.store(dxr, c, v);
+  if (sumRow)
+    s.store(sumRow, c, s.roundTrip(v) + s.load(addendRow, c));
+}
+
 /// layerNormRowBackward for the group's rows (dx may alias dy, as in
-/// layerNormInputGrad), and the group's sums of dy xhat and dy per column.
+/// layerNormInputGrad), and the group's sums of dy xhat and dy per column;
+/// with `sum` (nullable) also sum = dx + addend (storeInputGrad; sum may alias
+/// addend).
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     layerNormBackwardOnePass(S s, std::int64_t rows, std::int64_t width,
                              const typename S::Elem *x,
                              const typename S::Elem *gamma, const float *mean,
                              const float *rstd, const typename S::Elem *dy,
-                             typename S::Elem *dx, float *partials) {
+                             typename S::Elem *dx, float *partials,
+                             const typename S::Elem *addend,
+                             typename S::Elem *sum) {
   float sums[2][kOnePassColumns] = {}; // dy xhat, dy
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
     const typename S::Elem *xr = x + r * width, *dyr = dy + r * width;
     typename S::Elem *dxr = dx + r * width;
+    const typename S::Elem *addendRow = sum ? addend + r * width : nullptr;
+    typename S::Elem *sumRow = sum ? sum + r * width : nullptr;
     float rowMean = mean[r], rowRstd = rstd[r];
     float sumG = 0, sumGXhat = 0;
 #pragma unroll
@@ -313,9 +332,10 @@ __global__ void __launch_bounds__(G::kThreads)
       std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
       if (c < width) {
         float xhat = (s.load(xr, c) - rowMean) * rowRstd;
-        s.store(dxr, c,
-                rowRstd * (s.load(dyr, c) * s.load(gamma, c) - meanG -
-                           xhat * meanGXhat));
+        storeInputGrad(s, dxr, c,
+                       rowRstd * (s.load(dyr, c) * s.load(gamma, c) - meanG -
+                                  xhat * meanGXhat),
+                       addendRow, sumRow);
       }
     }
   }
@@ -323,18 +343,22 @@ __global__ void __launch_bounds__(G::kThreads)
 }
 
 /// rmsNormRowBackward for the group's rows (dx may alias dy) and the group's
-/// sums of dy x rstd per column (partials[b][1] unused).
+/// sums of dy x rstd per column (partials[b][1] unused); with `sum` also sum
+/// = dx + addend, as layerNormBackwardOnePass.
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     rmsNormBackwardOnePass(S s, std::int64_t rows, std::int64_t width,
                            const typename S::Elem *x,
                            const typename S::Elem *gamma, const float *rstd,
                            const typename S::Elem *dy, typename S::Elem *dx,
-                           float *partials) {
+                           float *partials, const typename S::Elem *addend,
+                           typename S::Elem *sum) {
   float sums[1][kOnePassColumns] = {}; // dy x rstd
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
     const typename S::Elem *xr = x + r * width, *dyr = dy + r * width;
     typename S::Elem *dxr = dx + r * width;
+    const typename S::Elem *addendRow = sum ? addend + r * width : nullptr;
+    typename S::Elem *sumRow = sum ? sum + r * width : nullptr;
     float rowRstd = rstd[r];
     float sumGXhat = 0;
 #pragma unroll
@@ -351,9 +375,10 @@ __global__ void __launch_bounds__(G::kThreads)
     for (int i = 0; i < kOnePassColumns; ++i) {
       std::int64_t c = G::lane() + std::int64_t(i) * G::kSize;
       if (c < width)
-        s.store(dxr, c,
-                rowRstd * (s.load(dyr, c) * s.load(gamma, c) -
-                           s.load(xr, c) * rowRstd * meanGXhat));
+        storeInputGrad(s, dxr, c,
+                       rowRstd * (s.load(dyr, c) * s.load(gamma, c) -
+                                  s.load(xr, c) * rowRstd * meanGXhat),
+                       addendRow, sumRow);
     }
   }
   storePartials<G>(sums, width, partials);

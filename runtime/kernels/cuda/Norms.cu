@@ -50,17 +50,19 @@ cudaError_t onePass(S s, int64_t rows, int64_t width, float *scratch,
                        dBeta);
 }
 
+/// The backward; with `sum` (one-pass only) also sum = dx + addend.
 template <typename S>
 cudaError_t layerNormBackwardOn(
     S s, int64_t rows, int64_t width, const typename S::Elem *x,
     const typename S::Elem *gamma, const float *mean, const float *rstd,
     const typename S::Elem *dy, typename S::Elem *dx, typename S::Elem *dGamma,
-    typename S::Elem *dBeta, float *scratch, cudaStream_t stream) {
+    typename S::Elem *dBeta, float *scratch, cudaStream_t stream,
+    const typename S::Elem *addend = nullptr, typename S::Elem *sum = nullptr) {
   if (scratch && norm::onePassFits(width))
     return onePass(s, rows, width, scratch, dGamma, dBeta, stream,
                    norm::layerNormBackwardOnePass<WarpRows, S>,
                    norm::layerNormBackwardOnePass<BlockRows, S>, s, rows, width,
-                   x, gamma, mean, rstd, dy, dx, scratch);
+                   x, gamma, mean, rstd, dy, dx, scratch, addend, sum);
   // Parameter gradients first: dx may alias dy.
   cudaError_t err =
       launchColumns(rows, width, stream, norm::layerNormParamGrad<S>, s, rows,
@@ -82,19 +84,21 @@ rmsNormForwardOn(S s, int64_t rows, int64_t width, const typename S::Elem *x,
                     gamma, eps, y, rstd);
 }
 
+/// The backward; with `sum` (one-pass only) also sum = dx + addend.
 template <typename S>
-cudaError_t rmsNormBackwardOn(S s, int64_t rows, int64_t width,
-                              const typename S::Elem *x,
-                              const typename S::Elem *gamma, const float *rstd,
-                              const typename S::Elem *dy, typename S::Elem *dx,
-                              typename S::Elem *dGamma, float *scratch,
-                              cudaStream_t stream) {
+cudaError_t
+rmsNormBackwardOn(S s, int64_t rows, int64_t width, const typename S::Elem *x,
+                  const typename S::Elem *gamma, const float *rstd,
+                  const typename S::Elem *dy, typename S::Elem *dx,
+                  typename S::Elem *dGamma, float *scratch, cudaStream_t stream,
+                  const typename S::Elem *addend = nullptr,
+                  typename S::Elem *sum = nullptr) {
   if (scratch && norm::onePassFits(width))
     return onePass(s, rows, width, scratch, dGamma,
                    static_cast<typename S::Elem *>(nullptr), stream,
                    norm::rmsNormBackwardOnePass<WarpRows, S>,
                    norm::rmsNormBackwardOnePass<BlockRows, S>, s, rows, width,
-                   x, gamma, rstd, dy, dx, scratch);
+                   x, gamma, rstd, dy, dx, scratch, addend, sum);
   // Parameter gradient first: dx may alias dy.
   cudaError_t err =
       launchColumns(rows, width, stream, norm::rmsNormParamGrad<S>, s, rows,
@@ -174,6 +178,40 @@ cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
   return layerNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
                              mean, rstd, in(dy), out(dx), out(dGamma),
                              out(dBeta), scratch, stream);
+}
+
+cudaError_t halfLayerNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
+                                     const void *x, const void *gamma,
+                                     const float *mean, const float *rstd,
+                                     const void *dy, void *dx, void *dGamma,
+                                     void *dBeta, const void *addend, void *sum,
+                                     cudaStream_t stream, float *scratch) {
+  if (!scratch || !norm::onePassFits(width)) { // two kernels
+    cudaError_t err =
+        halfLayerNormBackward(type, rows, width, x, gamma, mean, rstd, dy, dx,
+                              dGamma, dBeta, stream, scratch);
+    return err ? err
+               : halfResidualAdd(type, rows * width, dx, addend, sum, stream);
+  }
+  return layerNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
+                             mean, rstd, in(dy), out(dx), out(dGamma),
+                             out(dBeta), scratch, stream, in(addend), out(sum));
+}
+
+cudaError_t halfRmsNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
+                                   const void *x, const void *gamma,
+                                   const float *rstd, const void *dy, void *dx,
+                                   void *dGamma, const void *addend, void *sum,
+                                   cudaStream_t stream, float *scratch) {
+  if (!scratch || !norm::onePassFits(width)) { // two kernels
+    cudaError_t err = halfRmsNormBackward(type, rows, width, x, gamma, rstd, dy,
+                                          dx, dGamma, stream, scratch);
+    return err ? err
+               : halfResidualAdd(type, rows * width, dx, addend, sum, stream);
+  }
+  return rmsNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
+                           rstd, in(dy), out(dx), out(dGamma), scratch, stream,
+                           in(addend), out(sum));
 }
 
 cudaError_t halfResidualLayerNormForward(HalfType type, int64_t rows,

@@ -330,6 +330,86 @@ TEST(CudaHost, BiasAddsAndGeluFoldIntoTheGemmBeforeThem) {
   EXPECT_FALSE(CudaBackendOptions().gemmEpilogues); // until checked on a GPU
 }
 
+TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
+  // dx = layer_norm_backward(...); sum = residual_add(other, dx).
+  auto build = [](plan::Bundle &bundle, plan::Program &program) {
+    program = {};
+    program.streams.resize(1);
+    bundle.kernels.clear();
+    auto buffer = [&](int64_t bytes, DType type) {
+      plan::Buffer b;
+      b.id = int64_t(program.buffers.size());
+      b.region = plan::Region::Arena;
+      b.offset = program.arenaBytes;
+      b.size = bytes;
+      b.dtype = type;
+      program.arenaBytes += (bytes + 255) / 256 * 256;
+      program.buffers.push_back(b);
+      return plan::BufferRange{b.id, 0, bytes};
+    };
+    const DType bf = DType::BF16, f = DType::F32;
+    plan::BufferRange x = buffer(64, bf), gamma = buffer(16, bf),
+                      mean = buffer(16, f), rstd = buffer(16, f),
+                      dx = buffer(64, bf), dGamma = buffer(16, bf),
+                      dBeta = buffer(16, bf), other = buffer(64, bf),
+                      sum = buffer(64, bf);
+    auto kernel = [&](const char *name, std::map<std::string, int64_t> c,
+                      std::vector<plan::BufferRange> reads,
+                      std::vector<plan::BufferRange> writes) {
+      int64_t id = int64_t(bundle.kernels.size());
+      bundle.kernels.push_back({id, name, "", std::move(c)});
+      plan::Instruction inst;
+      inst.opcode = Opcode::Kernel;
+      inst.kernel = id;
+      inst.reads = std::move(reads);
+      inst.writes = std::move(writes);
+      program.streams[0].instructions.push_back(inst);
+    };
+    kernel("layer_norm_backward", {{"rows", 4}, {"width", 8}, {"bias", 1}},
+           {x, gamma, mean, rstd, dx}, {dx, dGamma, dBeta});
+    kernel("residual_add", {{"n", 32}}, {other, dx}, {sum});
+  };
+  plan::Bundle bundle;
+  plan::Program program;
+  build(bundle, program);
+  // (build() replaces the program: no reference to its instructions.)
+  auto insts = [&]() -> std::vector<plan::Instruction> & {
+    return program.streams[0].instructions;
+  };
+  std::vector<NormBackwardAdd> found = findNormBackwardAdds(bundle, program);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].norm, &insts()[0]);
+  EXPECT_EQ(found[0].add, &insts()[1]);
+  EXPECT_TRUE(found[0].layerNorm);
+  EXPECT_EQ(found[0].addend, 0); // reads[1] is dx
+  // dx first: the addend is reads[1]; RMSNorm's backward too.
+  std::swap(insts()[1].reads[0], insts()[1].reads[1]);
+  found = findNormBackwardAdds(bundle, program);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].addend, 1);
+  bundle.kernels[0].name = "rms_norm_backward.2";
+  found = findNormBackwardAdds(bundle, program);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_FALSE(found[0].layerNorm);
+  // Not fused: dx + dx, another range than dx, an add over another size,
+  // something between them, or the add first.
+  auto none = [&](const std::function<void()> &change) {
+    build(bundle, program);
+    change();
+    return findNormBackwardAdds(bundle, program).empty();
+  };
+  EXPECT_TRUE(none([&] { insts()[1].reads[0] = insts()[1].reads[1]; }));
+  EXPECT_TRUE(none([&] { insts()[1].reads[1] = insts()[0].reads[0]; }));
+  EXPECT_TRUE(none([&] { bundle.kernels[1].constants["n"] = 16; }));
+  EXPECT_TRUE(none([&] {
+    plan::Instruction record;
+    record.opcode = Opcode::RecordEvent;
+    record.event = 0;
+    insts().insert(insts().begin() + 1, record);
+  }));
+  EXPECT_TRUE(none([&] { std::swap(insts()[0], insts()[1]); }));
+}
+
 TEST(CudaHost, CommunicationBucketsAreRunsOfTwoOrMore) {
   plan::Stream stream;
   auto add = [&](Opcode op) {

@@ -42,7 +42,7 @@ const char *pathName(KernelPath path) {
   case KernelPath::Foldable:
     return "gemm epilogue";
   case KernelPath::Fused:
-    return "in the norm after it";
+    return "in the norm next to it";
   case KernelPath::Generated:
     return "generated";
   case KernelPath::Missing:

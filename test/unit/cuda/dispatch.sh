@@ -5,7 +5,8 @@
 # gpt2-tiny with TP 2 for the vocabulary-parallel kernels) and requires every
 # kernel instruction to take a 16-bit twin or fold into its gemm's epilogue
 # (weft-cuda-dispatch-check); the serial GPT-2 plans fold every bias_add and
-# GELU, and every plan runs its forward residual adds inside the norms.
+# GELU, and every plan runs its residual adds inside the norms: the forward's
+# inside the norm after them, the backward's inside the norm backward before.
 set -u
 work=$1 weftc=$2 check=$3 clusters=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -24,10 +25,11 @@ compile gpt2-bf16-tp2 gpt2-tiny bf16 2 --tp 2
 [ "${PIPESTATUS[0]}" = 0 ] || fail "serial GPT-2"
 "$check" llama-bf16 gpt2-bf16-tp2 | tee others.txt
 [ "${PIPESTATUS[0]}" = 0 ] || fail "LLaMA and TP 2"
-# Both residual adds of each of the two layers run inside the norm after
-# them (the other four add gradients in the backward).
+# All eight residual adds of the two layers run inside a norm: the forward's
+# two per layer inside the norm after them, the backward's two per layer
+# inside the norm backward before them.
 for bundle in gpt2-bf16 gpt2-fp16 llama-bf16 gpt2-bf16-tp2; do
   grep -h "^$bundle role 0:" gpt2.txt others.txt |
-    grep -q "residual_add in the norm after it x4;" ||
+    grep -q "residual_add in the norm next to it x8;" ||
     fail "$bundle: residual adds not fused into the norms"
 done

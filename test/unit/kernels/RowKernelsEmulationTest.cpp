@@ -105,17 +105,19 @@ struct NormRun {
 };
 
 /// The one-pass backward (norm::*BackwardOnePass, then normGradSums over the
-/// groups' partial sums), as Norms.cu launches it.
+/// groups' partial sums), as Norms.cu launches it; with `sum` it also writes
+/// sum = dx + addend.
 template <typename S, typename Kernel, typename... Args>
 void onePass(S s, std::int64_t rows, std::int64_t width, Kernel warpKernel,
              Kernel blockKernel, typename S::Elem *dGamma,
-             typename S::Elem *dBeta, Args... args) {
+             typename S::Elem *dBeta, const typename S::Elem *addend,
+             typename S::Elem *sum, Args... args) {
   detail::Grid grid = norm::onePassGrid(rows, width);
   std::int64_t groups = grid.blocks;
   Floats partials(static_cast<std::size_t>(groups * 2 * width), kNaN);
   emulation::launch(unsigned(grid.blocks), unsigned(grid.threads),
                     grid.wide ? blockKernel : warpKernel, args...,
-                    partials.data());
+                    partials.data(), addend, sum);
   launchColumns(groups, width, &norm::normGradSums<S>, s, groups, width,
                 static_cast<const float *>(partials.data()), dGamma, dBeta);
 }
@@ -129,7 +131,9 @@ NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
                     std::vector<typename S::Elem> &dyThenDx,
                     std::vector<typename S::Elem> &dGamma,
                     std::vector<typename S::Elem> &dBeta,
-                    bool onePassBackward = false) {
+                    bool onePassBackward = false,
+                    const typename S::Elem *addend = nullptr,
+                    typename S::Elem *sum = nullptr) {
   const std::int64_t rows = shape.rows, width = shape.width;
   NormRun run;
   run.mean.assign(std::size_t(rows), kNaN);
@@ -143,7 +147,7 @@ NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
   if (onePassBackward) {
     onePass(s, rows, width, &norm::layerNormBackwardOnePass<norm::WarpRows, S>,
             &norm::layerNormBackwardOnePass<norm::BlockRows, S>, dGamma.data(),
-            dBeta.data(), s, rows, width, x, gamma, mean, rstd, dy,
+            dBeta.data(), addend, sum, s, rows, width, x, gamma, mean, rstd, dy,
             dyThenDx.data());
     return run;
   }
@@ -166,7 +170,9 @@ NormRun
 rmsNormOn(S s, const Shape &shape, const typename S::Elem *x,
           const typename S::Elem *gamma, std::vector<typename S::Elem> &y,
           std::vector<typename S::Elem> &dyThenDx,
-          std::vector<typename S::Elem> &dGamma, bool onePassBackward = false) {
+          std::vector<typename S::Elem> &dGamma, bool onePassBackward = false,
+          const typename S::Elem *addend = nullptr,
+          typename S::Elem *sum = nullptr) {
   const std::int64_t rows = shape.rows, width = shape.width;
   NormRun run;
   run.rstd.assign(std::size_t(rows), kNaN);
@@ -176,8 +182,8 @@ rmsNormOn(S s, const Shape &shape, const typename S::Elem *x,
   if (onePassBackward) {
     onePass(s, rows, width, &norm::rmsNormBackwardOnePass<norm::WarpRows, S>,
             &norm::rmsNormBackwardOnePass<norm::BlockRows, S>, dGamma.data(),
-            static_cast<typename S::Elem *>(nullptr), s, rows, width, x, gamma,
-            static_cast<const float *>(run.rstd.data()),
+            static_cast<typename S::Elem *>(nullptr), addend, sum, s, rows,
+            width, x, gamma, static_cast<const float *>(run.rstd.data()),
             static_cast<const typename S::Elem *>(dyThenDx.data()),
             dyThenDx.data());
     return run;
@@ -376,6 +382,67 @@ TEST(RowKernelsEmulation, HalfResidualNormsEqualTheTwoKernels) {
         EXPECT_EQ(fusedRstd, rstd);
         if (!rms) {
           EXPECT_EQ(fusedMean, mean);
+        }
+      }
+    }
+}
+
+TEST(RowKernelsEmulation, HalfNormBackwardAddsEqualTheTwoKernels) {
+  // A norm's one-pass backward, then the residual add over its dx (two
+  // kernels), against the backward adding as it stores dx: the same dx,
+  // parameter gradients and sum, bit for bit; the sum once into its own
+  // buffer, once over the addend.
+  std::mt19937_64 rng(19);
+  for (Half h : {Half{{true}}, Half{{false}}})
+    for (const Shape &shape : kNormShapes) {
+      SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
+                   " width " + std::to_string(shape.width));
+      const std::int64_t n = shape.rows * shape.width;
+      const std::size_t count = std::size_t(n), w = std::size_t(shape.width);
+      const Bits x = h.random(rng, count, -2, 3),
+                 gamma = h.random(rng, w, 0.5, 1.5),
+                 beta = h.random(rng, w, -1, 1),
+                 dy = h.random(rng, count, -1, 1),
+                 addend = h.random(rng, count, -1, 1),
+                 dGamma0 = h.random(rng, w, -1, 1),
+                 dBeta0 = h.random(rng, w, -1, 1);
+      const Half16 s = h.storage();
+      for (bool rms : {false, true}) {
+        const bool inPlace = rms; // both placements, at half the cost
+        {
+          SCOPED_TRACE(std::string(rms ? "rms norm" : "layer norm") +
+                       (inPlace ? ", sum over the addend" : ""));
+          auto run = [&](bool fused, Bits &dx, Bits &dGamma, Bits &dBeta,
+                         Bits &sum) {
+            Bits y(count, 0xffff);
+            Bits target = inPlace ? addend : Bits(count, 0xffff);
+            const std::uint16_t *add = inPlace ? target.data() : addend.data();
+            dx = dy;
+            dGamma = dGamma0;
+            dBeta = dBeta0;
+            if (rms)
+              rmsNormOn(s, shape, x.data(), gamma.data(), y, dx, dGamma, true,
+                        fused ? add : nullptr, fused ? target.data() : nullptr);
+            else
+              layerNormOn(s, shape, x.data(), gamma.data(), beta.data(), y, dx,
+                          dGamma, dBeta, true, fused ? add : nullptr,
+                          fused ? target.data() : nullptr);
+            if (!fused)
+              emulation::launchSerial(
+                  (n + gpu::half::kPerThread - 1) / gpu::half::kPerThread,
+                  &gpu::half::residualAdd, s, n,
+                  static_cast<const std::uint16_t *>(dx.data()), add,
+                  target.data());
+            sum = target;
+          };
+          Bits dx, dGamma, dBeta, sum, fDx, fDGamma, fDBeta, fSum;
+          run(false, dx, dGamma, dBeta, sum);
+          run(true, fDx, fDGamma, fDBeta, fSum);
+          EXPECT_EQ(fDx, dx);
+          EXPECT_EQ(fSum, sum);
+          EXPECT_EQ(fDGamma, dGamma);
+          EXPECT_EQ(fDBeta, dBeta);
+          EXPECT_NE(sum, dx); // the add did add
         }
       }
     }

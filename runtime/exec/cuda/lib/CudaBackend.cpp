@@ -490,6 +490,16 @@ private:
     void *sum = nullptr;
   };
   std::vector<PendingSum> pendingSum_; // per stream
+  /// 16-bit norm backwards whose residual add right after them runs in their
+  /// launch: the norms (their call waits in pendingNorm_ for the add), and
+  /// the adds with the norm's kind and which of their reads is the addend.
+  std::unordered_set<const Instruction *> deferredNorms_;
+  struct NormAdd {
+    bool layerNorm = false;
+    int addend = 0;
+  };
+  std::unordered_map<const Instruction *, NormAdd> normAdds_;
+  std::vector<CudaHalfCall> pendingNorm_; // per stream
   float lossScale_ = 1; // training.loss_scale.initial (static only)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graphExec_ = nullptr;
@@ -747,16 +757,25 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
         else
           prepareOther(program, inst, at);
       });
-  if (options_.halfKernels)
-    for (const ResidualNorm &pair : findResidualNorms(bundle, program)) {
-      auto a = halfKernels_.find(pair.add), n = halfKernels_.find(pair.norm);
-      if (a == halfKernels_.end() || n == halfKernels_.end() ||
-          a->second != n->second)
-        continue;
+  // Residual adds run inside the 16-bit norm after them (forward) or before
+  // them (backward) when both take the same 16-bit type.
+  auto sameHalfType = [&](const Instruction *a, const Instruction *b) {
+    auto x = halfKernels_.find(a), y = halfKernels_.find(b);
+    return x != halfKernels_.end() && y != halfKernels_.end() &&
+           x->second == y->second;
+  };
+  for (const ResidualNorm &pair : findResidualNorms(bundle, program))
+    if (sameHalfType(pair.add, pair.norm)) {
       deferredAdds_.insert(pair.add);
       residualNorms_[pair.norm] = pair.layerNorm;
     }
+  for (const NormBackwardAdd &pair : findNormBackwardAdds(bundle, program))
+    if (sameHalfType(pair.norm, pair.add)) {
+      deferredNorms_.insert(pair.norm);
+      normAdds_[pair.add] = {pair.layerNorm, pair.addend};
+    }
   pendingSum_.assign(numStreams, {});
+  pendingNorm_.assign(numStreams, {});
   if (compiler_ && options_.rank == 0)
     for (const std::string &warning : compiler_->warnings())
       std::fprintf(stderr, "weft-run: warning: cuda: %s\n", warning.c_str());
@@ -1165,6 +1184,18 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
         fused != residualNorms_.end()) {
       const PendingSum &p = pendingSum_[size_t(stream)];
       fail(runResidualNormHalf(halfCall_, fused->second, p.a, p.b, p.sum),
+           "kernel launch");
+      return;
+    }
+    if (deferredNorms_.count(&inst)) { // the add after it runs it
+      pendingNorm_[size_t(stream)] = halfCall_;
+      return;
+    }
+    if (auto add = normAdds_.find(&inst); add != normAdds_.end()) {
+      fail(runNormBackwardAddHalf(pendingNorm_[size_t(stream)],
+                                  add->second.layerNorm,
+                                  halfCall_.reads[size_t(add->second.addend)],
+                                  halfCall_.writes[0]),
            "kernel launch");
       return;
     }

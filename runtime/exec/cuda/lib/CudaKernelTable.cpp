@@ -543,6 +543,21 @@ cudaError_t runResidualNormHalf(const CudaHalfCall &k, bool layerNorm,
       k.writes[0], f32(k.writes[1]), k.stream);
 }
 
+cudaError_t runNormBackwardAddHalf(const CudaHalfCall &k, bool layerNorm,
+                                   const void *addend, void *sum) {
+  if (layerNorm) {
+    void *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+    return gpu::halfLayerNormBackwardAdd(
+        k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+        f32(k.reads[2]), f32(k.reads[3]), k.reads[4], k.writes[0], k.writes[1],
+        dBeta, addend, sum, k.stream, k.scratch);
+  }
+  return gpu::halfRmsNormBackwardAdd(k.type, k.c("rows"), k.c("width"),
+                                     k.reads[0], k.reads[1], f32(k.reads[2]),
+                                     k.reads[3], k.writes[0], k.writes[1],
+                                     addend, sum, k.stream, k.scratch);
+}
+
 std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                                            const plan::Program &program) {
   std::unordered_set<const plan::Instruction *> folded;
@@ -592,6 +607,13 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
   for (size_t i = 0; i < out.size(); ++i)
     index[out[i].inst] = i;
   for (const ResidualNorm &pair : findResidualNorms(bundle, program)) {
+    KernelDispatch &add = out[index.at(pair.add)],
+                   &norm = out[index.at(pair.norm)];
+    if (add.path == KernelPath::Half && norm.path == KernelPath::Half)
+      add.path = KernelPath::Fused;
+  }
+  // And one after a norm's backward over its input gradient.
+  for (const NormBackwardAdd &pair : findNormBackwardAdds(bundle, program)) {
     KernelDispatch &add = out[index.at(pair.add)],
                    &norm = out[index.at(pair.norm)];
     if (add.path == KernelPath::Half && norm.path == KernelPath::Half)

@@ -121,6 +121,31 @@ std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
   return found;
 }
 
+std::vector<NormBackwardAdd>
+findNormBackwardAdds(const plan::Bundle &bundle, const plan::Program &program) {
+  Matcher match(bundle, program);
+  std::vector<NormBackwardAdd> found;
+  for (const plan::Stream &stream : program.streams)
+    for (size_t i = 0; i + 1 < stream.instructions.size(); ++i) {
+      const Instruction &norm = stream.instructions[i],
+                        &add = stream.instructions[i + 1];
+      const plan::Kernel *layerNorm = match.kernel(norm, "layer_norm_backward");
+      const plan::Kernel *n =
+          layerNorm ? layerNorm : match.kernel(norm, "rms_norm_backward");
+      const plan::Kernel *a = match.kernel(add, "residual_add");
+      if (!n || !a || norm.writes.empty() || add.reads.size() != 2 ||
+          add.writes.size() != 1 ||
+          Matcher::constant(*a, "n") !=
+              Matcher::constant(*n, "rows") * Matcher::constant(*n, "width"))
+        continue;
+      bool first = add.reads[0] == norm.writes[0],
+           second = add.reads[1] == norm.writes[0];
+      if (first != second) // dx + dx adds nothing the norm could fold
+        found.push_back({&norm, &add, layerNorm != nullptr, first ? 1 : 0});
+    }
+  return found;
+}
+
 std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
                                             const plan::Program &program) {
   Matcher match(bundle, program);

@@ -107,6 +107,10 @@ operandTypes(const plan::Program &program,
 /// on 16-bit operands) over sum = a + b, which it writes too.
 cudaError_t runResidualNormHalf(const CudaHalfCall &norm, bool layerNorm,
                                 const void *a, const void *b, void *sum);
+/// The backward of `norm` (a layer_norm_backward, else an rms_norm_backward
+/// call on 16-bit operands) and sum = its dx + addend in one pass.
+cudaError_t runNormBackwardAddHalf(const CudaHalfCall &norm, bool layerNorm,
+                                   const void *addend, void *sum);
 
 /// Whether the bundle holds `kernel`'s generated source with launch lines
 /// (GeneratedKernels.h). Host-only.

@@ -81,7 +81,7 @@ enum class KernelPath {
   Half,      // 16-bit operands straight to the kernel's 16-bit twin
   Widened,   // 16-bit operands widened to fp32 scratch and narrowed back
   Foldable,  // run inside the gemm before it (GemmEpilogue.h)
-  Fused,     // a residual add run inside the 16-bit norm after it
+  Fused,     // a residual add run inside the 16-bit norm (backward) next to it
   Generated, // no library entry: the bundle's generated code
   Missing,   // neither a library entry nor a generated source (prepare() fails)
 };

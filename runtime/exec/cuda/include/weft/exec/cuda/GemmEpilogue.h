@@ -67,6 +67,17 @@ struct ResidualNorm {
 std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
                                             const plan::Program &program);
 
+/// A layer_norm_backward or rms_norm_backward directly followed on its stream
+/// by a residual_add of its input gradient (writes[0], exactly one of the
+/// add's two reads) and another gradient, reads[addend].
+struct NormBackwardAdd {
+  const plan::Instruction *norm = nullptr, *add = nullptr;
+  bool layerNorm = false; // else RMSNorm
+  int addend = 0;
+};
+std::vector<NormBackwardAdd> findNormBackwardAdds(const plan::Bundle &bundle,
+                                                  const plan::Program &program);
+
 } // namespace weft::exec::cuda
 
 #endif // WEFT_EXEC_CUDA_GEMMEPILOGUE_H
