@@ -161,6 +161,21 @@ TEST(CudaHost, GemmKeysSeparateWhatChangesTheAlgorithm) {
 /// y += bias in place (Tail::Bias), then an MLP's act = gelu(y)
 /// (Tail::GeluForward); or, as the MLP's backward, dy = W x then
 /// dy *= gelu'(pre) in place (Tail::GeluBackward).
+/// Appends kernel `name` (no source) and its launch at the end of stream 0.
+void appendKernel(plan::Bundle &bundle, plan::Program &program,
+                  const char *name, std::map<std::string, int64_t> constants,
+                  std::vector<plan::BufferRange> reads,
+                  std::vector<plan::BufferRange> writes) {
+  int64_t id = int64_t(bundle.kernels.size());
+  bundle.kernels.push_back({id, name, "", std::move(constants)});
+  plan::Instruction inst;
+  inst.opcode = Opcode::Kernel;
+  inst.kernel = id;
+  inst.reads = std::move(reads);
+  inst.writes = std::move(writes);
+  program.streams[0].instructions.push_back(inst);
+}
+
 struct LinearProgram {
   enum class Tail { Bias, GeluForward, GeluBackward };
   plan::Bundle bundle;
@@ -187,14 +202,8 @@ struct LinearProgram {
     auto kernel = [&](const char *name, std::map<std::string, int64_t> c,
                       std::vector<plan::BufferRange> reads,
                       std::vector<plan::BufferRange> writes) {
-      int64_t id = int64_t(bundle.kernels.size());
-      bundle.kernels.push_back({id, name, "", std::move(c)});
-      plan::Instruction inst;
-      inst.opcode = Opcode::Kernel;
-      inst.kernel = id;
-      inst.reads = std::move(reads);
-      inst.writes = std::move(writes);
-      program.streams[0].instructions.push_back(inst);
+      appendKernel(bundle, program, name, std::move(c), std::move(reads),
+                   std::move(writes));
     };
     const int64_t gelu = int64_t(kernels::Activation::GeluTanh);
     if (tail == Tail::GeluBackward) {
@@ -356,14 +365,8 @@ TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
     auto kernel = [&](const char *name, std::map<std::string, int64_t> c,
                       std::vector<plan::BufferRange> reads,
                       std::vector<plan::BufferRange> writes) {
-      int64_t id = int64_t(bundle.kernels.size());
-      bundle.kernels.push_back({id, name, "", std::move(c)});
-      plan::Instruction inst;
-      inst.opcode = Opcode::Kernel;
-      inst.kernel = id;
-      inst.reads = std::move(reads);
-      inst.writes = std::move(writes);
-      program.streams[0].instructions.push_back(inst);
+      appendKernel(bundle, program, name, std::move(c), std::move(reads),
+                   std::move(writes));
     };
     kernel("layer_norm_backward", {{"rows", 4}, {"width", 8}, {"bias", 1}},
            {x, gamma, mean, rstd, dx}, {dx, dGamma, dBeta});
