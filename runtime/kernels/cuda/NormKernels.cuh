@@ -279,15 +279,16 @@ __device__ void storePartials(const float (&sums)[kSums][kOnePassColumns],
   }
 }
 
-/// Stores element c of dx's row, and with `sumRow` (nullable) also the
-/// residual add after the norm, sum = dx + addend, from the stored dx as the
-/// add would read it back: the two kernels' results, with one pass over dx
-/// fewer.
+/// Stores element c of dx's row (unless dxr is null: only the add reads dx),
+/// and with `sumRow` (nullable) also the residual add after the norm, sum =
+/// dx + addend, from dx as the add would read it back: the two kernels'
+/// results, with one pass over dx fewer (two without dx).
 template <typename S>
 __device__ void storeInputGrad(S s, typename S::Elem *dxr, std::int64_t c,
                                float v, const typename S::Elem *addendRow,
                                typename S::Elem *sumRow) {
-  s.store(dxr, c, v);
+  if (dxr)
+    s.store(dxr, c, v);
   if (sumRow)
     s.store(sumRow, c, s.roundTrip(v) + s.load(addendRow, c));
 }
@@ -295,7 +296,7 @@ __device__ void storeInputGrad(S s, typename S::Elem *dxr, std::int64_t c,
 /// layerNormRowBackward for the group's rows (dx may alias dy, as in
 /// layerNormInputGrad), and the group's sums of dy xhat and dy per column;
 /// with `sum` (nullable) also sum = dx + addend (storeInputGrad; sum may alias
-/// addend).
+/// addend; dx null with `sum`: dx is not stored).
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     layerNormBackwardOnePass(S s, std::int64_t rows, std::int64_t width,
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(G::kThreads)
   float sums[2][kOnePassColumns] = {}; // dy xhat, dy
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
     const typename S::Elem *xr = x + r * width, *dyr = dy + r * width;
-    typename S::Elem *dxr = dx + r * width;
+    typename S::Elem *dxr = dx ? dx + r * width : nullptr;
     const typename S::Elem *addendRow = sum ? addend + r * width : nullptr;
     typename S::Elem *sumRow = sum ? sum + r * width : nullptr;
     float rowMean = mean[r], rowRstd = rstd[r];
@@ -356,7 +357,7 @@ __global__ void __launch_bounds__(G::kThreads)
   float sums[1][kOnePassColumns] = {}; // dy x rstd
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
     const typename S::Elem *xr = x + r * width, *dyr = dy + r * width;
-    typename S::Elem *dxr = dx + r * width;
+    typename S::Elem *dxr = dx ? dx + r * width : nullptr;
     const typename S::Elem *addendRow = sum ? addend + r * width : nullptr;
     typename S::Elem *sumRow = sum ? sum + r * width : nullptr;
     float rowRstd = rstd[r];

@@ -185,7 +185,8 @@ cudaError_t halfLayerNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                      const float *mean, const float *rstd,
                                      const void *dy, void *dx, void *dGamma,
                                      void *dBeta, const void *addend, void *sum,
-                                     cudaStream_t stream, float *scratch) {
+                                     bool storeDx, cudaStream_t stream,
+                                     float *scratch) {
   if (!scratch || !norm::onePassFits(width)) { // two kernels
     cudaError_t err =
         halfLayerNormBackward(type, rows, width, x, gamma, mean, rstd, dy, dx,
@@ -194,15 +195,17 @@ cudaError_t halfLayerNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                : halfResidualAdd(type, rows * width, dx, addend, sum, stream);
   }
   return layerNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
-                             mean, rstd, in(dy), out(dx), out(dGamma),
-                             out(dBeta), scratch, stream, in(addend), out(sum));
+                             mean, rstd, in(dy), storeDx ? out(dx) : nullptr,
+                             out(dGamma), out(dBeta), scratch, stream,
+                             in(addend), out(sum));
 }
 
 cudaError_t halfRmsNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                    const void *x, const void *gamma,
                                    const float *rstd, const void *dy, void *dx,
                                    void *dGamma, const void *addend, void *sum,
-                                   cudaStream_t stream, float *scratch) {
+                                   bool storeDx, cudaStream_t stream,
+                                   float *scratch) {
   if (!scratch || !norm::onePassFits(width)) { // two kernels
     cudaError_t err = halfRmsNormBackward(type, rows, width, x, gamma, rstd, dy,
                                           dx, dGamma, stream, scratch);
@@ -210,8 +213,8 @@ cudaError_t halfRmsNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                : halfResidualAdd(type, rows * width, dx, addend, sum, stream);
   }
   return rmsNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
-                           rstd, in(dy), out(dx), out(dGamma), scratch, stream,
-                           in(addend), out(sum));
+                           rstd, in(dy), storeDx ? out(dx) : nullptr,
+                           out(dGamma), scratch, stream, in(addend), out(sum));
 }
 
 cudaError_t halfResidualLayerNormForward(HalfType type, int64_t rows,

@@ -385,6 +385,23 @@ TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
   EXPECT_EQ(found[0].add, &insts()[1]);
   EXPECT_TRUE(found[0].layerNorm);
   EXPECT_EQ(found[0].addend, 0); // reads[1] is dx
+  // Only the norm (dy over dx) and the add read dx: the fused launch need
+  // not store it; unless another instruction reads it, or it persists.
+  EXPECT_TRUE(found[0].dxUnread);
+  plan::Instruction copy;
+  copy.opcode = Opcode::Copy;
+  copy.reads = {insts()[0].writes[0]};
+  copy.writes = {insts()[1].reads[0]};
+  program.streams.push_back({});
+  program.streams.back().instructions.push_back(copy);
+  found = findNormBackwardAdds(bundle, program);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_FALSE(found[0].dxUnread);
+  program.streams.pop_back();
+  program.buffers[size_t(insts()[0].writes[0].buffer)].region =
+      plan::Region::Persistent;
+  EXPECT_FALSE(findNormBackwardAdds(bundle, program)[0].dxUnread);
+  build(bundle, program);
   // dx first: the addend is reads[1]; RMSNorm's backward too.
   std::swap(insts()[1].reads[0], insts()[1].reads[1]);
   found = findNormBackwardAdds(bundle, program);

@@ -16,6 +16,7 @@
 
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/cuda/CudaBackend.h"
+#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/kernels/Activations.h"
 #include "weft/plan/Serialize.h"
 
@@ -106,7 +107,13 @@ int main(int argc, char **argv) {
       for (const auto &[key, count] : counts)
         std::printf(" %s %s x%d;", key.first.c_str(), pathName(key.second),
                     count);
-      std::printf("\n");
+      // Of the adds after a norm's backward, those whose dx only the add
+      // reads (the fused launch does not store it).
+      int unread = 0;
+      for (const auto &pair :
+           weft::exec::cuda::findNormBackwardAdds(bundle, program))
+        unread += pair.dxUnread;
+      std::printf(" norm backward dx unread x%d;\n", unread);
     }
   }
   if (bundles == 0) {

@@ -27,9 +27,12 @@ compile gpt2-bf16-tp2 gpt2-tiny bf16 2 --tp 2
 [ "${PIPESTATUS[0]}" = 0 ] || fail "LLaMA and TP 2"
 # All eight residual adds of the two layers run inside a norm: the forward's
 # two per layer inside the norm after them, the backward's two per layer
-# inside the norm backward before them.
+# inside the norm backward before them, which then need not store the dx that
+# only the add reads.
 for bundle in gpt2-bf16 gpt2-fp16 llama-bf16 gpt2-bf16-tp2; do
-  grep -h "^$bundle role 0:" gpt2.txt others.txt |
-    grep -q "residual_add in the norm next to it x8;" ||
+  line=$(grep -h "^$bundle role 0:" gpt2.txt others.txt)
+  grep -q "residual_add in the norm next to it x8;" <<<"$line" ||
     fail "$bundle: residual adds not fused into the norms"
+  grep -q "norm backward dx unread x4;" <<<"$line" ||
+    fail "$bundle: the norm backwards' dx is read by more than the add"
 done

@@ -533,20 +533,21 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       same(odB, pdB, "one-pass layer norm dBeta");
       EXPECT_EQ(oDx.toHost(), hDx.toHost()) << "one-pass dx = two-pass dx";
       // With the residual add after it (sum = dx + addend, over the addend)
-      // in the same pass: the one-pass results and the add's, bit for bit.
-      {
+      // in the same pass: the one-pass results and the add's, bit for bit;
+      // without storing dx, the same sum and dx (over dy) left as it was.
+      for (bool storeDx : {true, false}) {
         const vector<std::uint16_t> addend = bits(random(n));
         DeviceBuffer<std::uint16_t> aDx(dy), adG(dGamma0), adB(dBeta0),
             aSum(addend), want(addend);
         ASSERT_EQ(gpu::halfLayerNormBackwardAdd(
                       type, rows, width, hX.get(), hG.get(), hMean.get(),
                       hRstd.get(), aDx.get(), aDx.get(), adG.get(), adB.get(),
-                      aSum.get(), aSum.get(), stream, scratch.get()),
+                      aSum.get(), aSum.get(), storeDx, stream, scratch.get()),
                   cudaSuccess);
         ASSERT_EQ(gpu::halfResidualAdd(type, n, oDx.get(), want.get(),
                                        want.get(), stream),
                   cudaSuccess);
-        EXPECT_EQ(aDx.toHost(), oDx.toHost()) << "fused add: dx";
+        EXPECT_EQ(aDx.toHost(), storeDx ? oDx.toHost() : dy) << "fused add: dx";
         EXPECT_EQ(adG.toHost(), odG.toHost()) << "fused add: dGamma";
         EXPECT_EQ(adB.toHost(), odB.toHost()) << "fused add: dBeta";
         EXPECT_EQ(aSum.toHost(), want.toHost()) << "fused add: sum";

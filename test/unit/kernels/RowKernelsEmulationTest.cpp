@@ -133,7 +133,7 @@ NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
                     std::vector<typename S::Elem> &dBeta,
                     bool onePassBackward = false,
                     const typename S::Elem *addend = nullptr,
-                    typename S::Elem *sum = nullptr) {
+                    typename S::Elem *sum = nullptr, bool storeDx = true) {
   const std::int64_t rows = shape.rows, width = shape.width;
   NormRun run;
   run.mean.assign(std::size_t(rows), kNaN);
@@ -148,7 +148,7 @@ NormRun layerNormOn(S s, const Shape &shape, const typename S::Elem *x,
     onePass(s, rows, width, &norm::layerNormBackwardOnePass<norm::WarpRows, S>,
             &norm::layerNormBackwardOnePass<norm::BlockRows, S>, dGamma.data(),
             dBeta.data(), addend, sum, s, rows, width, x, gamma, mean, rstd, dy,
-            dyThenDx.data());
+            storeDx ? dyThenDx.data() : nullptr);
     return run;
   }
   launchColumns(rows, width, &norm::layerNormParamGrad<S>, s, rows, width, x,
@@ -172,7 +172,7 @@ rmsNormOn(S s, const Shape &shape, const typename S::Elem *x,
           std::vector<typename S::Elem> &dyThenDx,
           std::vector<typename S::Elem> &dGamma, bool onePassBackward = false,
           const typename S::Elem *addend = nullptr,
-          typename S::Elem *sum = nullptr) {
+          typename S::Elem *sum = nullptr, bool storeDx = true) {
   const std::int64_t rows = shape.rows, width = shape.width;
   NormRun run;
   run.rstd.assign(std::size_t(rows), kNaN);
@@ -185,7 +185,7 @@ rmsNormOn(S s, const Shape &shape, const typename S::Elem *x,
             static_cast<typename S::Elem *>(nullptr), addend, sum, s, rows,
             width, x, gamma, static_cast<const float *>(run.rstd.data()),
             static_cast<const typename S::Elem *>(dyThenDx.data()),
-            dyThenDx.data());
+            storeDx ? dyThenDx.data() : nullptr);
     return run;
   }
   launchColumns(rows, width, &norm::rmsNormParamGrad<S>, s, rows, width, x,
@@ -412,8 +412,8 @@ TEST(RowKernelsEmulation, HalfNormBackwardAddsEqualTheTwoKernels) {
         {
           SCOPED_TRACE(std::string(rms ? "rms norm" : "layer norm") +
                        (inPlace ? ", sum over the addend" : ""));
-          auto run = [&](bool fused, Bits &dx, Bits &dGamma, Bits &dBeta,
-                         Bits &sum) {
+          auto run = [&](bool fused, bool storeDx, Bits &dx, Bits &dGamma,
+                         Bits &dBeta, Bits &sum) {
             Bits y(count, 0xffff);
             Bits target = inPlace ? addend : Bits(count, 0xffff);
             const std::uint16_t *add = inPlace ? target.data() : addend.data();
@@ -422,11 +422,12 @@ TEST(RowKernelsEmulation, HalfNormBackwardAddsEqualTheTwoKernels) {
             dBeta = dBeta0;
             if (rms)
               rmsNormOn(s, shape, x.data(), gamma.data(), y, dx, dGamma, true,
-                        fused ? add : nullptr, fused ? target.data() : nullptr);
+                        fused ? add : nullptr, fused ? target.data() : nullptr,
+                        storeDx);
             else
               layerNormOn(s, shape, x.data(), gamma.data(), beta.data(), y, dx,
                           dGamma, dBeta, true, fused ? add : nullptr,
-                          fused ? target.data() : nullptr);
+                          fused ? target.data() : nullptr, storeDx);
             if (!fused)
               emulation::launchSerial(
                   (n + gpu::half::kPerThread - 1) / gpu::half::kPerThread,
@@ -436,13 +437,18 @@ TEST(RowKernelsEmulation, HalfNormBackwardAddsEqualTheTwoKernels) {
             sum = target;
           };
           Bits dx, dGamma, dBeta, sum, fDx, fDGamma, fDBeta, fSum;
-          run(false, dx, dGamma, dBeta, sum);
-          run(true, fDx, fDGamma, fDBeta, fSum);
+          run(false, true, dx, dGamma, dBeta, sum);
+          run(true, true, fDx, fDGamma, fDBeta, fSum);
           EXPECT_EQ(fDx, dx);
           EXPECT_EQ(fSum, sum);
           EXPECT_EQ(fDGamma, dGamma);
           EXPECT_EQ(fDBeta, dBeta);
           EXPECT_NE(sum, dx); // the add did add
+          // Without storing dx (only the add reads it): dx stays dy.
+          run(true, false, fDx, fDGamma, fDBeta, fSum);
+          EXPECT_EQ(fDx, dy);
+          EXPECT_EQ(fSum, sum);
+          EXPECT_EQ(fDGamma, dGamma);
         }
       }
     }

@@ -497,6 +497,7 @@ private:
   struct NormAdd {
     bool layerNorm = false;
     int addend = 0;
+    bool storeDx = true; // false: only the add reads the norm's dx
   };
   std::unordered_map<const Instruction *, NormAdd> normAdds_;
   std::vector<CudaHalfCall> pendingNorm_; // per stream
@@ -772,7 +773,7 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   for (const NormBackwardAdd &pair : findNormBackwardAdds(bundle, program))
     if (sameHalfType(pair.norm, pair.add)) {
       deferredNorms_.insert(pair.norm);
-      normAdds_[pair.add] = {pair.layerNorm, pair.addend};
+      normAdds_[pair.add] = {pair.layerNorm, pair.addend, !pair.dxUnread};
     }
   pendingSum_.assign(numStreams, {});
   pendingNorm_.assign(numStreams, {});
@@ -1195,7 +1196,7 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
       fail(runNormBackwardAddHalf(pendingNorm_[size_t(stream)],
                                   add->second.layerNorm,
                                   halfCall_.reads[size_t(add->second.addend)],
-                                  halfCall_.writes[0]),
+                                  halfCall_.writes[0], add->second.storeDx),
            "kernel launch");
       return;
     }

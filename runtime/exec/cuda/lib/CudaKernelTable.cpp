@@ -544,18 +544,19 @@ cudaError_t runResidualNormHalf(const CudaHalfCall &k, bool layerNorm,
 }
 
 cudaError_t runNormBackwardAddHalf(const CudaHalfCall &k, bool layerNorm,
-                                   const void *addend, void *sum) {
+                                   const void *addend, void *sum,
+                                   bool storeDx) {
   if (layerNorm) {
     void *dBeta = k.c("bias") ? k.writes[2] : nullptr;
     return gpu::halfLayerNormBackwardAdd(
         k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
         f32(k.reads[2]), f32(k.reads[3]), k.reads[4], k.writes[0], k.writes[1],
-        dBeta, addend, sum, k.stream, k.scratch);
+        dBeta, addend, sum, storeDx, k.stream, k.scratch);
   }
   return gpu::halfRmsNormBackwardAdd(k.type, k.c("rows"), k.c("width"),
                                      k.reads[0], k.reads[1], f32(k.reads[2]),
                                      k.reads[3], k.writes[0], k.writes[1],
-                                     addend, sum, k.stream, k.scratch);
+                                     addend, sum, storeDx, k.stream, k.scratch);
 }
 
 std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,

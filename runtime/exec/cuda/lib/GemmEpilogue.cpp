@@ -6,6 +6,8 @@
 #include "weft/kernels/Activations.h"
 
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 namespace weft::exec::cuda {
 
@@ -141,8 +143,28 @@ findNormBackwardAdds(const plan::Bundle &bundle, const plan::Program &program) {
       bool first = add.reads[0] == norm.writes[0],
            second = add.reads[1] == norm.writes[0];
       if (first != second) // dx + dx adds nothing the norm could fold
-        found.push_back({&norm, &add, layerNorm != nullptr, first ? 1 : 0});
+        found.push_back(
+            {&norm, &add, layerNorm != nullptr, first ? 1 : 0, false});
     }
+  // Which dx nothing else reads: one pass over every read of the program.
+  std::unordered_map<int64_t, std::vector<NormBackwardAdd *>> byBuffer;
+  for (NormBackwardAdd &pair : found) {
+    const plan::BufferRange &dx = pair.norm->writes[0];
+    pair.dxUnread =
+        program.buffers[size_t(dx.buffer)].region == plan::Region::Arena;
+    byBuffer[dx.buffer].push_back(&pair);
+  }
+  for (const plan::Stream &stream : program.streams)
+    for (const Instruction &inst : stream.instructions)
+      for (const plan::BufferRange &read : inst.reads) {
+        auto it = byBuffer.find(read.buffer);
+        if (it == byBuffer.end())
+          continue;
+        for (NormBackwardAdd *pair : it->second)
+          if (&inst != pair->norm && &inst != pair->add &&
+              read.overlaps(pair->norm->writes[0]))
+            pair->dxUnread = false;
+      }
   return found;
 }
 

@@ -108,9 +108,10 @@ operandTypes(const plan::Program &program,
 cudaError_t runResidualNormHalf(const CudaHalfCall &norm, bool layerNorm,
                                 const void *a, const void *b, void *sum);
 /// The backward of `norm` (a layer_norm_backward, else an rms_norm_backward
-/// call on 16-bit operands) and sum = its dx + addend in one pass.
+/// call on 16-bit operands) and sum = its dx + addend in one pass, dx stored
+/// only with `storeDx`.
 cudaError_t runNormBackwardAddHalf(const CudaHalfCall &norm, bool layerNorm,
-                                   const void *addend, void *sum);
+                                   const void *addend, void *sum, bool storeDx);
 
 /// Whether the bundle holds `kernel`'s generated source with launch lines
 /// (GeneratedKernels.h). Host-only.

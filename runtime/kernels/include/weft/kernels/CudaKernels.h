@@ -222,19 +222,22 @@ cudaError_t halfRmsNormBackward(HalfType type, int64_t rows, int64_t width,
 /// A norm's backward and the residual add after it over its input gradient
 /// (sum = dx + addend; sum may alias addend) in one pass:
 /// halfLayerNormBackward (or halfRmsNormBackward) then halfResidualAdd, bit
-/// for bit, without reading dx back. Two launches when the one-pass backward
-/// does not apply (no scratch, or rows too wide).
+/// for bit, without reading dx back, and without storing it unless `storeDx`.
+/// Two launches (dx stored) when the one-pass backward does not apply (no
+/// scratch, or rows too wide).
 cudaError_t halfLayerNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                      const void *x, const void *gamma,
                                      const float *mean, const float *rstd,
                                      const void *dy, void *dx, void *dGamma,
                                      void *dBeta, const void *addend, void *sum,
-                                     cudaStream_t stream, float *scratch);
+                                     bool storeDx, cudaStream_t stream,
+                                     float *scratch);
 cudaError_t halfRmsNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                    const void *x, const void *gamma,
                                    const float *rstd, const void *dy, void *dx,
                                    void *dGamma, const void *addend, void *sum,
-                                   cudaStream_t stream, float *scratch);
+                                   bool storeDx, cudaStream_t stream,
+                                   float *scratch);
 cudaError_t halfBiasGrad(HalfType type, int64_t rows, int64_t width,
                          const void *dy, void *dBias, cudaStream_t stream);
 

@@ -74,6 +74,9 @@ struct NormBackwardAdd {
   const plan::Instruction *norm = nullptr, *add = nullptr;
   bool layerNorm = false; // else RMSNorm
   int addend = 0;
+  /// dx is an arena range no instruction but the add (and the norm, where dx
+  /// is over dy) reads: the fused launch need not store it.
+  bool dxUnread = false;
 };
 std::vector<NormBackwardAdd> findNormBackwardAdds(const plan::Bundle &bundle,
                                                   const plan::Program &program);
