@@ -245,6 +245,31 @@ int main(int argc, char **argv) {
               bf, tokens, hidden, x.get(), gamma.get(), mean.f32(), rstd.f32(),
               y.get(), out.get(), dGamma.get(), dBeta.get(), stream);
         });
+    // The backward's residual add after it (sum = dx + x, into `sum`): two
+    // kernels against the fused launch, which with dx read by the add alone
+    // (the plans' case) does not store dx. Bytes: x, dy, the addend and the
+    // sum.
+    add("layer_norm_backward + residual_add (two kernels)",
+        dims(tokens, hidden), 4.0 * n * 2 + tokens * 8, [&] {
+          return inOrder({[&] {
+                            return gpu::halfLayerNormBackward(
+                                bf, tokens, hidden, x.get(), gamma.get(),
+                                mean.f32(), rstd.f32(), y.get(), out.get(),
+                                dGamma.get(), dBeta.get(), stream,
+                                scratch.f32());
+                          },
+                          [&] {
+                            return gpu::halfResidualAdd(
+                                bf, n, out.get(), x.get(), sum.get(), stream);
+                          }});
+        });
+    add("layer_norm_backward + residual_add (fused)", dims(tokens, hidden),
+        4.0 * n * 2 + tokens * 8, [&] {
+          return gpu::halfLayerNormBackwardAdd(
+              bf, tokens, hidden, x.get(), gamma.get(), mean.f32(), rstd.f32(),
+              y.get(), out.get(), dGamma.get(), dBeta.get(), x.get(), sum.get(),
+              /*storeDx=*/false, stream, scratch.f32());
+        });
     add("bias_grad", dims(tokens, hidden), 1.0 * n * 2, [&] {
       return gpu::halfBiasGrad(bf, tokens, hidden, y.get(), dBeta.get(),
                                stream);
@@ -437,6 +462,16 @@ int main(int argc, char **argv) {
           (r.name == twin || r.name.rfind(twin + " (", 0) == 0))
         std::printf("%-36s %.2fx the widening path's speed\n", r.name.c_str(),
                     baseline.us / r.us);
+  }
+  // Fused launches against the kernels they replace.
+  for (const Result &fused : results) {
+    size_t at = fused.name.rfind(" (fused)");
+    if (at == std::string::npos)
+      continue;
+    for (const Result &r : results)
+      if (r.name == fused.name.substr(0, at) + " (two kernels)")
+        std::printf("%-36s %.2fx the two kernels' speed\n", fused.name.c_str(),
+                    r.us / fused.us);
   }
   return 0;
 }
