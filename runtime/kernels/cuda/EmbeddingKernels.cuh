@@ -49,14 +49,16 @@ inline std::int64_t scratchInts(std::int64_t vocab, std::int64_t tokens) {
 }
 
 /// Step 1, chunks(tokens) blocks of kChunk threads, `counts` zeroed: sorted
-/// holds each chunk's keys in ascending order; counts[v] the tokens of id v.
+/// holds each chunk's keys in ascending order; counts[v] the tokens of id
+/// firstId + v (a vocabulary shard's rows: ids outside it add nothing).
 __global__ void __launch_bounds__(kChunk)
-    sortChunks(std::int64_t tokens, std::int64_t vocab, const std::int32_t *ids,
-               std::uint64_t *sorted, std::int32_t *counts) {
+    sortChunks(std::int64_t tokens, std::int64_t vocab, std::int64_t firstId,
+               const std::int32_t *ids, std::uint64_t *sorted,
+               std::int32_t *counts) {
   __shared__ std::uint64_t keys[kChunk];
   const int tid = int(threadIdx.x);
   const std::int64_t t = std::int64_t(blockIdx.x) * kChunk + tid;
-  std::int32_t id = t < tokens ? ids[t] : -1;
+  std::int64_t id = t < tokens ? std::int64_t(ids[t]) - firstId : -1;
   bool valid = id >= 0 && id < vocab;
   if (valid)
     atomicAdd(&counts[id], 1);

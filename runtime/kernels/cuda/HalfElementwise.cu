@@ -76,11 +76,44 @@ int64_t embeddingBackwardScratchInts(int64_t vocab, int64_t tokens) {
   return embedding::scratchInts(vocab, tokens);
 }
 
-cudaError_t halfEmbeddingBackward(HalfType type, int64_t batch, int64_t seq,
-                                  int64_t hidden, int64_t vocab,
-                                  const std::int32_t *ids, const void *dOut,
-                                  void *dWte, void *dWpe, std::int32_t *scratch,
-                                  cudaStream_t stream) {
+cudaError_t halfVocabEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
+                                      int64_t hidden, int64_t vocabStart,
+                                      int64_t shardRows,
+                                      const std::int32_t *ids,
+                                      const void *table, void *result,
+                                      cudaStream_t stream) {
+  int64_t n = batch * seq * hidden;
+  return detail::launch(n, stream, half::vocabEmbeddingForward,
+                        halfStorage(type), n, hidden, vocabStart, shardRows,
+                        ids, in(table), out(result));
+}
+
+cudaError_t halfPositionEmbeddingForward(HalfType type, int64_t batch,
+                                         int64_t seq, int64_t hidden,
+                                         const void *x, const void *wpe,
+                                         void *result, cudaStream_t stream) {
+  int64_t n = batch * seq * hidden;
+  return detail::launch(n, stream, half::positionEmbeddingForward,
+                        halfStorage(type), n, seq, hidden, in(x), in(wpe),
+                        out(result));
+}
+
+cudaError_t halfPositionEmbeddingBackward(HalfType type, int64_t batch,
+                                          int64_t seq, int64_t hidden,
+                                          const void *dOut, void *dWpe,
+                                          cudaStream_t stream) {
+  return detail::launch(
+      seq * hidden, stream, embedding::positionRows<storage::Half16>,
+      halfStorage(type), batch, seq, hidden, in(dOut), out(dWpe));
+}
+
+cudaError_t halfVocabEmbeddingBackward(HalfType type, int64_t batch,
+                                       int64_t seq, int64_t hidden,
+                                       int64_t vocabStart, int64_t shardRows,
+                                       const std::int32_t *ids,
+                                       const void *dOut, void *dTable,
+                                       std::int32_t *scratch,
+                                       cudaStream_t stream) {
   int64_t tokens = batch * seq;
   if (tokens == 0)
     return cudaSuccess;
@@ -91,28 +124,35 @@ cudaError_t halfEmbeddingBackward(HalfType type, int64_t batch, int64_t seq,
   std::int32_t *counts =
       scratch + 2 * embedding::chunks(tokens) * embedding::kChunk;
   if (cudaError_t rc = cudaMemsetAsync(
-          counts, 0, size_t(vocab) * sizeof(std::int32_t), stream))
+          counts, 0, size_t(shardRows) * sizeof(std::int32_t), stream))
     return rc;
   embedding::sortChunks<<<unsigned(embedding::chunks(tokens)),
-                          embedding::kChunk, 0, stream>>>(tokens, vocab, ids,
-                                                          sorted, counts);
+                          embedding::kChunk, 0, stream>>>(
+      tokens, shardRows, vocabStart, ids, sorted, counts);
   if (cudaError_t rc = cudaGetLastError())
     return rc;
   int64_t columnBlocks =
       (hidden + embedding::kColumnsPerWarp - 1) / embedding::kColumnsPerWarp;
   int64_t warpsPerBlock = detail::kBlockSize / detail::kWarpSize;
   unsigned blocks =
-      unsigned((vocab * columnBlocks + warpsPerBlock - 1) / warpsPerBlock);
+      unsigned((shardRows * columnBlocks + warpsPerBlock - 1) / warpsPerBlock);
   embedding::tokenRows<<<blocks, detail::kBlockSize, 0, stream>>>(
-      halfStorage(type), tokens, vocab, hidden, counts, sorted, in(dOut),
-      out(dWte));
-  if (cudaError_t rc = cudaGetLastError())
+      halfStorage(type), tokens, shardRows, hidden, counts, sorted, in(dOut),
+      out(dTable));
+  return cudaGetLastError();
+}
+
+cudaError_t halfEmbeddingBackward(HalfType type, int64_t batch, int64_t seq,
+                                  int64_t hidden, int64_t vocab,
+                                  const std::int32_t *ids, const void *dOut,
+                                  void *dWte, void *dWpe, std::int32_t *scratch,
+                                  cudaStream_t stream) {
+  cudaError_t rc = halfVocabEmbeddingBackward(
+      type, batch, seq, hidden, 0, vocab, ids, dOut, dWte, scratch, stream);
+  if (rc != cudaSuccess || !dWpe)
     return rc;
-  if (!dWpe)
-    return cudaSuccess;
-  return detail::launch(
-      seq * hidden, stream, embedding::positionRows<storage::Half16>,
-      halfStorage(type), batch, seq, hidden, in(dOut), out(dWpe));
+  return halfPositionEmbeddingBackward(type, batch, seq, hidden, dOut, dWpe,
+                                       stream);
 }
 
 cudaError_t halfRotary(HalfType type, int64_t batch, int64_t seq, int64_t heads,

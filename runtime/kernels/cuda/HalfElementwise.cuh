@@ -183,6 +183,36 @@ __global__ void embeddingForward(Half16 h, std::int64_t n, std::int64_t seq,
   h.store(out, i, v);
 }
 
+/// vocabEmbeddingRowForward for one element: out[t, c] = table[ids[t] -
+/// vocabStart, c] for a token of the shard's rows, else 0.
+__global__ void
+vocabEmbeddingForward(Half16 h, std::int64_t n, std::int64_t hidden,
+                      std::int64_t vocabStart, std::int64_t shardRows,
+                      const std::int32_t *ids, const std::uint16_t *table,
+                      std::uint16_t *out) {
+  std::int64_t i = elementIndex();
+  if (i >= n)
+    return;
+  std::int64_t t = i / hidden, c = i % hidden;
+  std::int64_t local = std::int64_t(ids[t]) - vocabStart;
+  bool owned = local >= 0 && local < shardRows;
+  h.store(out, i, owned ? h.load(table, local * hidden + c) : 0.0f);
+}
+
+/// positionEmbeddingRowForward for one element: out[t, c] = x[t, c] +
+/// wpe[t % seq, c] (out may alias x).
+__global__ void positionEmbeddingForward(Half16 h, std::int64_t n,
+                                         std::int64_t seq, std::int64_t hidden,
+                                         const std::uint16_t *x,
+                                         const std::uint16_t *wpe,
+                                         std::uint16_t *out) {
+  std::int64_t i = elementIndex();
+  if (i >= n)
+    return;
+  std::int64_t t = i / hidden, c = i % hidden;
+  h.store(out, i, h.load(x, i) + h.load(wpe, (t % seq) * hidden + c));
+}
+
 /// rotaryRow for one pair (i, i + headDim / 2) of one head vector: `pairs` =
 /// batch * seq * heads * headDim / 2 threads; `inverse` rotates back (the
 /// backward). y may alias x.

@@ -520,21 +520,21 @@ TEST(CudaHost, HalfKernelsTakeOneSixteenBitTypeWithFp32Statistics) {
                                  {"head_dim", 8},
                                  {"theta", 10000}},
                                 {bf}, {bf}));
-  // The embedding backward (sorted, no atomics); the vocabulary-parallel
-  // one still widens.
+  // The embedding backwards (sorted, no atomics), the vocabulary-parallel
+  // one too; not with the dOut of another 16-bit type.
   EXPECT_TRUE(takesHalfOperands("embedding_backward",
                                 {{"batch", 1}, {"seq", 2}, {"hidden", 4}},
                                 {DType::I32, bf}, {bf}));
   EXPECT_FALSE(takesHalfOperands("embedding_backward",
                                  {{"batch", 1}, {"seq", 2}, {"hidden", 4}},
                                  {DType::I32, DType::F16}, {bf}));
-  EXPECT_FALSE(takesHalfOperands("vocab_embedding_backward",
-                                 {{"batch", 1},
-                                  {"seq", 2},
-                                  {"hidden", 4},
-                                  {"vocab_local", 3},
-                                  {"vocab_start", 0}},
-                                 {DType::I32, bf}, {bf}));
+  EXPECT_TRUE(takesHalfOperands("vocab_embedding_backward",
+                                {{"batch", 1},
+                                 {"seq", 2},
+                                 {"hidden", 4},
+                                 {"vocab_local", 3},
+                                 {"vocab_start", 0}},
+                                {DType::I32, bf}, {bf}));
   EXPECT_FALSE(takesHalfOperands("no_such_kernel", {}, {bf}, {bf}));
   // Norms, the bias gradient, the loss and the lookup: 16-bit tensors and
   // parameter gradients, fp32 statistics, i32 ids and targets.

@@ -5,9 +5,8 @@
 // For every role of each bundle, how the CUDA backend runs each kernel
 // instruction with --half-kernels and --gemm-epilogues (kernelDispatch,
 // host-only): counted per kernel and path, printed. Exits 1 when a kernel
-// has no CUDA entry, when a 16-bit operand widens in a kernel that has a
-// 16-bit twin (everything but the embedding backwards and the
-// vocabulary-parallel and position embeddings), or, with --expect-folded,
+// has no CUDA entry, when a 16-bit operand widens (every kernel has a
+// 16-bit twin), or, with --expect-folded,
 // when a bias_add or a tanh-GELU activation is not foldable. So a plan
 // whose operand dtypes drift from the table's masks is caught here, not on
 // a lent GPU as a silent slowdown.
@@ -24,7 +23,6 @@
 #include <cstring>
 #include <exception>
 #include <map>
-#include <set>
 #include <string>
 #include <utility>
 
@@ -57,9 +55,6 @@ const char *pathName(KernelPath path) {
 int main(int argc, char **argv) {
   bool expectFolded = false;
   int failures = 0, bundles = 0;
-  const std::set<std::string> mayWiden = {
-      "vocab_embedding_forward", "vocab_embedding_backward",
-      "position_embedding_forward", "position_embedding_backward"};
   for (int a = 1; a < argc; ++a) {
     if (std::strcmp(argv[a], "--expect-folded") == 0) {
       expectFolded = true;
@@ -88,8 +83,8 @@ int main(int argc, char **argv) {
                     act->second == int64_t(weft::kernels::Activation::GeluTanh);
         const char *problem =
             d.path == KernelPath::Missing ? "has no CUDA entry"
-            : d.path == KernelPath::Widened && !mayWiden.count(base)
-                ? "widens its 16-bit operands"
+            // Every kernel a bf16/f16 plan runs has a 16-bit twin.
+            : d.path == KernelPath::Widened ? "widens its 16-bit operands"
             : expectFolded && d.path != KernelPath::Foldable &&
                     (base == "bias_add" ||
                      (gelu && (base == "activation_forward" ||

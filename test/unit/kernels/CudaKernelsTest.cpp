@@ -700,6 +700,49 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
                              static_cast<float *>(nullptr));
       EXPECT_EQ(hDWte.toHost(), bits(cWte)) << "embedding backward, table";
       EXPECT_EQ(hDWpe.toHost(), bits(cWpe)) << "embedding backward, positions";
+
+      // The tensor-parallel lookups over a shard [20, 40) of the vocabulary
+      // and the position rows, forward and backward, against the CPU kernels.
+      const int64_t start = 20, rows = 20, n = batch * seq * hidden;
+      const vector<std::uint16_t> shard = bits(random(rows * hidden)),
+                                  dShard0 = bits(random(rows * hidden));
+      DeviceBuffer<std::uint16_t> hShard(shard), hLookup(n), hPlus(n),
+          hDShard(dShard0), hDPos(dWpe0);
+      DeviceBuffer<std::int32_t> shardScratch(
+          gpu::embeddingBackwardScratchInts(rows, batch * seq));
+      ASSERT_EQ(gpu::halfVocabEmbeddingForward(type, batch, seq, hidden, start,
+                                               rows, dIds.get(), hShard.get(),
+                                               hLookup.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::halfPositionEmbeddingForward(type, batch, seq, hidden,
+                                                  hLookup.get(), hWpe.get(),
+                                                  hPlus.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::halfVocabEmbeddingBackward(
+                    type, batch, seq, hidden, start, rows, dIds.get(),
+                    hDOut.get(), hDShard.get(), shardScratch.get(), stream),
+                cudaSuccess);
+      ASSERT_EQ(gpu::halfPositionEmbeddingBackward(
+                    type, batch, seq, hidden, hDOut.get(), hDPos.get(), stream),
+                cudaSuccess);
+      vector<float> cLookup(n), cPlus(n), cShard = widen(dShard0),
+                                          cPos = widen(dWpe0);
+      const vector<float> wShard = widen(shard);
+      cpu::vocabEmbeddingForward(batch, seq, hidden, start, rows, ids.data(),
+                                 wShard.data(), cLookup.data());
+      const vector<float> lookupRounded = widen(bits(cLookup));
+      const vector<float> wWpe = widen(wpe);
+      cpu::positionEmbeddingForward(batch, seq, hidden, int64_t(0),
+                                    lookupRounded.data(), wWpe.data(),
+                                    cPlus.data());
+      cpu::vocabEmbeddingBackward(batch, seq, hidden, start, rows, ids.data(),
+                                  cOut.data(), cShard.data());
+      cpu::positionEmbeddingBackward(batch, seq, hidden, int64_t(0),
+                                     cOut.data(), cPos.data());
+      EXPECT_EQ(hLookup.toHost(), bits(cLookup)) << "vocab-parallel lookup";
+      EXPECT_EQ(hPlus.toHost(), bits(cPlus)) << "position rows added";
+      EXPECT_EQ(hDShard.toHost(), bits(cShard)) << "vocab-parallel backward";
+      EXPECT_EQ(hDPos.toHost(), bits(cPos)) << "position backward";
     }
 
     // Rotary forward and backward in place (LLaMA's q and k).

@@ -712,8 +712,8 @@ TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
       const Bits dWpeBefore = dWpe;
       std::fill(counts, counts + vocab, 0);
       emulation::launch(unsigned(emb::chunks(tokens)), emb::kChunk,
-                        &emb::sortChunks, tokens, vocab, ids.data(), sorted,
-                        counts);
+                        &emb::sortChunks, tokens, vocab, std::int64_t(0),
+                        ids.data(), sorted, counts);
       // Each chunk sorted by (id, token), out-of-range and padding last; the
       // counts those of the ids.
       std::vector<std::int32_t> expectedCounts(std::size_t(vocab), 0);
@@ -762,6 +762,72 @@ TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
       EXPECT_EQ(dWte, h.narrow(wWte));
       EXPECT_EQ(dWpe, positions ? h.narrow(wWpe) : dWpeBefore);
     }
+}
+
+TEST(RowKernelsEmulation, HalfTensorParallelEmbeddingsEqualTheCpuKernels) {
+  // A vocabulary shard [10, 25) of 40 ids: the lookup (zeros for the tokens
+  // it does not own) and its backward (the sorted, atomics-free one over the
+  // shard's rows), the position rows added after the reduced lookup, and
+  // their backward; against the CPU kernels on the widened operands.
+  std::mt19937_64 rng(20);
+  const std::int64_t batch = 3, seq = 700, hidden = 40, vocab = 40, start = 10,
+                     rows = 15, tokens = batch * seq, n = tokens * hidden;
+  const std::vector<std::int32_t> ids =
+      test::randomIds(rng, std::size_t(tokens), std::int32_t(vocab));
+  namespace emb = gpu::embedding;
+  for (Half h : {Half{{true}}, Half{{false}}}) {
+    SCOPED_TRACE(h.name());
+    const Bits table = h.random(rng, std::size_t(rows * hidden), -1, 1),
+               x = h.random(rng, std::size_t(n), -1, 1),
+               wpe = h.random(rng, std::size_t(seq * hidden), -1, 1);
+    Bits dOut = h.random(rng, std::size_t(n), -1, 1);
+    std::uniform_int_distribution<int> exponent(-12, 8); // sums that round
+    for (std::uint16_t &bits : dOut)
+      bits = h.round(std::ldexp(h.widen(bits), exponent(rng)));
+    // Forwards.
+    Bits out(std::size_t(n), 0xffff), sum(std::size_t(n), 0xffff);
+    emulation::launchSerial(n, &gpu::half::vocabEmbeddingForward, h.storage(),
+                            n, hidden, start, rows, ids.data(), table.data(),
+                            out.data());
+    emulation::launchSerial(n, &gpu::half::positionEmbeddingForward,
+                            h.storage(), n, seq, hidden, x.data(), wpe.data(),
+                            sum.data());
+    Floats wOut(static_cast<std::size_t>(n)), wSum(static_cast<std::size_t>(n));
+    const Floats wTable = h.widen(table), wX = h.widen(x), wWpe = h.widen(wpe);
+    cpu::vocabEmbeddingForward(batch, seq, hidden, start, rows, ids.data(),
+                               wTable.data(), wOut.data());
+    cpu::positionEmbeddingForward(batch, seq, hidden, std::int64_t(0),
+                                  wX.data(), wWpe.data(), wSum.data());
+    EXPECT_EQ(out, h.narrow(wOut));
+    EXPECT_EQ(sum, h.narrow(wSum));
+    // Backwards, accumulating into gradients that are not zero.
+    Bits dTable = h.random(rng, std::size_t(rows * hidden), -1, 1),
+         dWpe = h.random(rng, std::size_t(seq * hidden), -1, 1);
+    Floats wDTable = h.widen(dTable), wDWpe = h.widen(dWpe);
+    std::vector<std::int32_t> scratch(
+        std::size_t(emb::scratchInts(rows, tokens)), -7);
+    auto *sorted = reinterpret_cast<std::uint64_t *>(scratch.data());
+    std::int32_t *counts =
+        scratch.data() + 2 * emb::chunks(tokens) * emb::kChunk;
+    std::fill(counts, counts + rows, 0);
+    emulation::launch(unsigned(emb::chunks(tokens)), emb::kChunk,
+                      &emb::sortChunks, tokens, rows, start, ids.data(), sorted,
+                      counts);
+    emulation::launch(unsigned((rows + 7) / 8), 256,
+                      &emb::tokenRows<gpu::storage::Half16>, h.storage(),
+                      tokens, rows, hidden, counts, sorted, dOut.data(),
+                      dTable.data());
+    emulation::launchSerial(
+        seq * hidden, &emb::positionRows<gpu::storage::Half16>, h.storage(),
+        batch, seq, hidden, dOut.data(), dWpe.data());
+    const Floats wDOut = h.widen(dOut);
+    cpu::vocabEmbeddingBackward(batch, seq, hidden, start, rows, ids.data(),
+                                wDOut.data(), wDTable.data());
+    cpu::positionEmbeddingBackward(batch, seq, hidden, std::int64_t(0),
+                                   wDOut.data(), wDWpe.data());
+    EXPECT_EQ(dTable, h.narrow(wDTable));
+    EXPECT_EQ(dWpe, h.narrow(wDWpe));
+  }
 }
 
 TEST(RowKernelsEmulation, HalfRotaryEqualsTheWideningPath) {

@@ -205,6 +205,33 @@ cudaError_t embeddingBackwardHalf(const CudaHalfCall &k) {
       ids(k.reads[0]), k.reads[1], k.writes[0], dWpe,
       reinterpret_cast<std::int32_t *>(k.scratch), k.stream);
 }
+// The tensor-parallel lookups on 16-bit storage; the vocabulary shard's
+// backward sorts its tokens as embedding_backward does.
+cudaError_t vocabEmbeddingForwardHalf(const CudaHalfCall &k) {
+  return gpu::halfVocabEmbeddingForward(
+      k.type, k.c("batch"), k.c("seq"), k.c("hidden"), k.c("vocab_start"),
+      k.c("vocab_local"), ids(k.reads[0]), k.reads[1], k.writes[0], k.stream);
+}
+int64_t vocabEmbeddingBackwardScratch(const KernelConstants &c) {
+  return gpu::embeddingBackwardScratchInts(c.at("vocab_local"),
+                                           c.at("batch") * c.at("seq"));
+}
+cudaError_t vocabEmbeddingBackwardHalf(const CudaHalfCall &k) {
+  return gpu::halfVocabEmbeddingBackward(
+      k.type, k.c("batch"), k.c("seq"), k.c("hidden"), k.c("vocab_start"),
+      k.c("vocab_local"), ids(k.reads[0]), k.reads[1], k.writes[0],
+      reinterpret_cast<std::int32_t *>(k.scratch), k.stream);
+}
+cudaError_t positionEmbeddingForwardHalf(const CudaHalfCall &k) {
+  return gpu::halfPositionEmbeddingForward(k.type, k.c("batch"), k.c("seq"),
+                                           k.c("hidden"), k.reads[0],
+                                           k.reads[1], k.writes[0], k.stream);
+}
+cudaError_t positionEmbeddingBackwardHalf(const CudaHalfCall &k) {
+  return gpu::halfPositionEmbeddingBackward(k.type, k.c("batch"), k.c("seq"),
+                                            k.c("hidden"), k.reads[0],
+                                            k.writes[0], k.stream);
+}
 cudaError_t vocabEmbeddingForwardRun(const CudaKernelCall &k) {
   return gpu::vocabEmbeddingForward(
       k.c("batch"), k.c("seq"), k.c("hidden"), k.c("vocab_start"),
@@ -437,8 +464,11 @@ std::vector<CudaKernelEntry> buildTable() {
       // x gamma (mean rstd) dy in; dx dGamma [dBeta] out.
       {"layer_norm_backward", normBackwardScratch, layerNormBackwardRun,
        0b10011, 0b111, always, layerNormBackwardHalf},
-      {"position_embedding_backward", none, positionEmbeddingBackwardRun},
-      {"position_embedding_forward", none, positionEmbeddingForwardRun},
+      // dOut in; dWpe out. x wpe in; out out.
+      {"position_embedding_backward", none, positionEmbeddingBackwardRun, 0b1,
+       0b1, always, positionEmbeddingBackwardHalf},
+      {"position_embedding_forward", none, positionEmbeddingForwardRun, 0b11,
+       0b1, always, positionEmbeddingForwardHalf},
       // x gamma [beta] in; y (mean rstd) out.
       {"layer_norm_forward", none, layerNormForwardRun, 0b111, 0b001, always,
        layerNormForwardHalf},
@@ -454,8 +484,12 @@ std::vector<CudaKernelEntry> buildTable() {
        rotaryHalf<true>},
       {"rotary_forward", none, rotaryForwardRun, 0b1, 0b1, always,
        rotaryHalf<false>},
-      {"vocab_embedding_backward", none, vocabEmbeddingBackwardRun},
-      {"vocab_embedding_forward", none, vocabEmbeddingForwardRun},
+      // ids dOut in; dTable out. ids table in; out out.
+      {"vocab_embedding_backward", vocabEmbeddingBackwardScratch,
+       vocabEmbeddingBackwardRun, 0b10, 0b1, always,
+       vocabEmbeddingBackwardHalf},
+      {"vocab_embedding_forward", none, vocabEmbeddingForwardRun, 0b10, 0b1,
+       always, vocabEmbeddingForwardHalf},
   };
   std::sort(table.begin(), table.end(),
             [](const CudaKernelEntry &a, const CudaKernelEntry &b) {

@@ -161,6 +161,32 @@ cudaError_t halfEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
                                  const void *wte, const void *wpe, void *result,
                                  cudaStream_t stream);
 
+/// The tensor-parallel lookups on 16-bit storage, one thread per element:
+/// vocabEmbeddingForward (zeros for tokens outside the shard's rows) and
+/// positionEmbeddingForward (out may alias x).
+cudaError_t halfVocabEmbeddingForward(HalfType type, int64_t batch, int64_t seq,
+                                      int64_t hidden, int64_t vocabStart,
+                                      int64_t shardRows,
+                                      const std::int32_t *ids,
+                                      const void *table, void *result,
+                                      cudaStream_t stream);
+cudaError_t halfPositionEmbeddingForward(HalfType type, int64_t batch,
+                                         int64_t seq, int64_t hidden,
+                                         const void *x, const void *wpe,
+                                         void *result, cudaStream_t stream);
+/// Their backwards, deterministic as halfEmbeddingBackward (whose two halves
+/// they are): the shard's rows from the tokens it owns (`scratch`:
+/// embeddingBackwardScratchInts(shardRows, batch * seq) ints), and the
+/// position rows summed over the batch in order.
+cudaError_t halfVocabEmbeddingBackward(
+    HalfType type, int64_t batch, int64_t seq, int64_t hidden,
+    int64_t vocabStart, int64_t shardRows, const std::int32_t *ids,
+    const void *dOut, void *dTable, std::int32_t *scratch, cudaStream_t stream);
+cudaError_t halfPositionEmbeddingBackward(HalfType type, int64_t batch,
+                                          int64_t seq, int64_t hidden,
+                                          const void *dOut, void *dWpe,
+                                          cudaStream_t stream);
+
 /// Device ints of scratch halfEmbeddingBackward needs.
 std::int64_t embeddingBackwardScratchInts(std::int64_t vocab,
                                           std::int64_t tokens);
