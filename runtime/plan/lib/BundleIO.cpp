@@ -35,9 +35,10 @@ void fsyncPath(const std::string &path, int flags) {
     throw Error(path + ": fsync failed: " + reason);
 }
 
-/// Write to a temporary name beside `path`, fsync, rename over `path`, fsync
-/// the directory: readers see the old file or the new one, never a prefix.
-void writeFileAtomic(const std::string &path, const std::string &contents) {
+} // namespace
+
+void weft::plan::writeFileAtomic(const std::string &path,
+                                 const std::string &contents) {
   std::string temp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -70,7 +71,7 @@ void writeFileAtomic(const std::string &path, const std::string &contents) {
   fsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
 }
 
-std::optional<std::string> readFile(const std::string &path) {
+std::optional<std::string> weft::plan::readFile(const std::string &path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in)
     return std::nullopt;
@@ -88,6 +89,8 @@ std::optional<std::string> readFile(const std::string &path) {
     return std::nullopt;
   return contents;
 }
+
+namespace {
 
 /// The side files listed in the manifest, read from `dir`.
 std::map<std::string, std::string> readSideFiles(const json &manifest,

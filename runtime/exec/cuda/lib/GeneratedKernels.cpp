@@ -3,17 +3,16 @@
 
 #include "weft/exec/Error.h"
 #include "weft/kernels/KernelHeaderText.h"
+#include "weft/plan/Error.h"
+#include "weft/plan/Serialize.h"
 #include "weft/plan/Sha256.h"
 
 #include <nvrtc.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <sstream>
-#include <unistd.h>
 
 namespace weft::exec::cuda {
 
@@ -77,55 +76,13 @@ std::string cubinOfEntry(const std::string &text) {
   return cubin;
 }
 
-bool readFile(const fs::path &path, std::string &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::ostringstream text;
-  text << in.rdbuf();
-  out = text.str();
-  return bool(in) || in.eof();
-}
-
-/// Writes `text` to `path` through a temporary file in the same directory
-/// renamed over it; an error message, or empty.
-std::string writeAtomically(const fs::path &path, const std::string &text) {
-  fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return "cannot create " + tmp.string() + ": " + std::strerror(errno);
-    out.write(text.data(), std::streamsize(text.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      return "cannot write " + tmp.string();
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return "cannot rename into " + path.string();
-  }
-  return {};
-}
-
 std::string compileWithNvrtc(std::string_view source, const std::string &path,
                              int arch) {
-  const std::vector<kernels::EmbeddedHeader> &headers =
-      kernels::kernelHeaders();
-  std::vector<std::string> texts, names;
-  for (const kernels::EmbeddedHeader &header : headers) {
-    texts.emplace_back(header.text);
-    names.emplace_back(header.path);
-  }
+  // The embedded headers are string literals: NUL-terminated.
   std::vector<const char *> textPtrs, namePtrs;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    textPtrs.push_back(texts[i].c_str());
-    namePtrs.push_back(names[i].c_str());
+  for (const kernels::EmbeddedHeader &header : kernels::kernelHeaders()) {
+    textPtrs.push_back(header.text.data());
+    namePtrs.push_back(header.path.data());
   }
   std::string sourceText(source);
   nvrtcProgram program = nullptr;
@@ -228,9 +185,8 @@ std::string KernelCompiler::cubin(std::string_view source,
   fs::path entry;
   if (useCache) {
     entry = fs::path(cacheDir_) / (cacheKey(source, arch) + ".cubin");
-    std::string text;
-    if (readFile(entry, text)) {
-      std::string cubin = cubinOfEntry(text);
+    if (std::optional<std::string> text = plan::readFile(entry.string())) {
+      std::string cubin = cubinOfEntry(*text);
       if (!cubin.empty()) {
         ++cacheHits_;
         return cubin;
@@ -244,10 +200,17 @@ std::string KernelCompiler::cubin(std::string_view source,
   if (useCache) {
     std::error_code ec;
     fs::create_directories(cacheDir_, ec);
-    std::string error =
-        ec ? "cannot create " + cacheDir_ + ": " + ec.message()
-           : writeAtomically(entry, std::string(kCacheMagic) +
-                                        plan::sha256Hex(cubin) + "\n" + cubin);
+    std::string error;
+    if (ec)
+      error = "cannot create " + cacheDir_ + ": " + ec.message();
+    else
+      try {
+        plan::writeFileAtomic(entry.string(), std::string(kCacheMagic) +
+                                                  plan::sha256Hex(cubin) +
+                                                  "\n" + cubin);
+      } catch (const plan::Error &failure) {
+        error = failure.what();
+      }
     if (!error.empty()) {
       cacheBroken_ = true;
       warnings_.push_back("kernel cache: " + error +

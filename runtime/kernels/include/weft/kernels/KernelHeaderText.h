@@ -15,6 +15,8 @@
 
 namespace weft::kernels {
 
+/// Both views are of string literals, so data() is NUL-terminated (NVRTC
+/// takes C strings).
 struct EmbeddedHeader {
   std::string_view path; // as included: "weft/kernels/Norms.h"
   std::string_view text;

@@ -15,6 +15,7 @@
 #include "weft/plan/Bundle.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,13 @@ std::string contentHash(const nlohmann::json &manifest,
                         const std::map<std::string, std::string> &files);
 /// contentHash(toJson(bundle), bundle.files) without building the tree.
 std::string contentHash(const Bundle &bundle);
+
+/// Writes `contents` to a temporary name beside `path`, fsyncs it, renames it
+/// over `path` and fsyncs the directory: readers see the old file or the new
+/// one, never a prefix. Throws Error naming the file and the reason.
+void writeFileAtomic(const std::string &path, const std::string &contents);
+/// The bytes of file `path`, or nullopt when it cannot be read.
+std::optional<std::string> readFile(const std::string &path);
 
 /// Write `bundle` into directory `dir` (created if missing). Throws Error if
 /// the bundle is structurally invalid or a file cannot be written.
