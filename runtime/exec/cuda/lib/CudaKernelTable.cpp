@@ -11,6 +11,7 @@
 
 #include "Internal.h"
 #include "weft/exec/Error.h"
+#include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/CudaBackend.h"
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
@@ -610,11 +611,8 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
       const KernelSpec *spec = findKernel(baseName(d.kernel));
       std::vector<plan::DType> reads = operandTypes(program, inst.reads),
                                writes = operandTypes(program, inst.writes);
-      auto half = [](plan::DType t) {
-        return t == plan::DType::BF16 || t == plan::DType::F16;
-      };
-      bool sixteen = std::any_of(reads.begin(), reads.end(), half) ||
-                     std::any_of(writes.begin(), writes.end(), half);
+      bool sixteen = std::any_of(reads.begin(), reads.end(), isHalfFloat) ||
+                     std::any_of(writes.begin(), writes.end(), isHalfFloat);
       if (!spec)
         d.path = KernelPath::Missing;
       else if (!entry)
@@ -637,23 +635,22 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                 : KernelPath::Widened;
       out.push_back(std::move(d));
     }
-  // A residual add runs inside the norm after it when both take 16 bits.
+  // A residual add runs inside the norm after it, or the norm backward
+  // before it, when both take 16 bits.
   std::unordered_map<const plan::Instruction *, size_t> index;
   for (size_t i = 0; i < out.size(); ++i)
     index[out[i].inst] = i;
-  for (const ResidualNorm &pair : findResidualNorms(bundle, program)) {
-    KernelDispatch &add = out[index.at(pair.add)],
-                   &norm = out[index.at(pair.norm)];
+  auto fuse = [&](const plan::Instruction *addInst,
+                  const plan::Instruction *normInst) {
+    KernelDispatch &add = out[index.at(addInst)],
+                   &norm = out[index.at(normInst)];
     if (add.path == KernelPath::Half && norm.path == KernelPath::Half)
       add.path = KernelPath::Fused;
-  }
-  // And one after a norm's backward over its input gradient.
-  for (const NormBackwardAdd &pair : findNormBackwardAdds(bundle, program)) {
-    KernelDispatch &add = out[index.at(pair.add)],
-                   &norm = out[index.at(pair.norm)];
-    if (add.path == KernelPath::Half && norm.path == KernelPath::Half)
-      add.path = KernelPath::Fused;
-  }
+  };
+  for (const ResidualNorm &pair : findResidualNorms(bundle, program))
+    fuse(pair.add, pair.norm);
+  for (const NormBackwardAdd &pair : findNormBackwardAdds(bundle, program))
+    fuse(pair.add, pair.norm);
   return out;
 }
 

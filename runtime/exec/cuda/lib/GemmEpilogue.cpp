@@ -3,8 +3,10 @@
 #include "weft/exec/cuda/GemmEpilogue.h"
 
 #include "weft/exec/KernelRegistry.h"
+#include "weft/exec/OperandChecks.h"
 #include "weft/kernels/Activations.h"
 
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -50,9 +52,26 @@ public:
   /// A gemm whose packed output has the gemm's dtype.
   static bool foldableGemm(const Instruction &gemm) {
     return gemm.opcode == Opcode::Gemm && gemm.writes.size() == 1 &&
-           (gemm.dtype == DType::BF16 || gemm.dtype == DType::F16 ||
-            gemm.dtype == DType::F32) &&
-           gemm.gemm.ldc == gemm.gemm.m;
+           isFloatStorage(gemm.dtype) && gemm.gemm.ldc == gemm.gemm.m;
+  }
+
+  /// The layer_norm_`pass` or rms_norm_`pass` kernel `inst` runs (pass:
+  /// "forward" or "backward"), with whether it is the LayerNorm.
+  const plan::Kernel *norm(const Instruction &inst, const std::string &pass,
+                           bool &layerNorm) const {
+    const plan::Kernel *k = kernel(inst, "layer_norm_" + pass);
+    layerNorm = k != nullptr;
+    return k ? k : kernel(inst, "rms_norm_" + pass);
+  }
+  /// The residual_add `inst` runs when it adds two ranges of a norm's size.
+  const plan::Kernel *residualAdd(const Instruction &inst,
+                                  const plan::Kernel &norm) const {
+    const plan::Kernel *k = kernel(inst, "residual_add");
+    return k && inst.reads.size() == 2 && inst.writes.size() == 1 &&
+                   constant(*k, "n") ==
+                       constant(norm, "rows") * constant(norm, "width")
+               ? k
+               : nullptr;
   }
 
   bool biasAdd(const Instruction &gemm, const Instruction &next) const {
@@ -110,15 +129,11 @@ std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
     for (size_t i = 0; i + 1 < stream.instructions.size(); ++i) {
       const Instruction &add = stream.instructions[i],
                         &norm = stream.instructions[i + 1];
-      const plan::Kernel *a = match.kernel(add, "residual_add");
-      const plan::Kernel *layerNorm = match.kernel(norm, "layer_norm_forward");
-      const plan::Kernel *n =
-          layerNorm ? layerNorm : match.kernel(norm, "rms_norm_forward");
-      if (a && n && add.writes.size() == 1 && !norm.reads.empty() &&
-          norm.reads[0] == add.writes[0] &&
-          Matcher::constant(*a, "n") ==
-              Matcher::constant(*n, "rows") * Matcher::constant(*n, "width"))
-        found.push_back({&add, &norm, layerNorm != nullptr});
+      bool layerNorm = false;
+      const plan::Kernel *n = match.norm(norm, "forward", layerNorm);
+      if (n && match.residualAdd(add, *n) && !norm.reads.empty() &&
+          norm.reads[0] == add.writes[0])
+        found.push_back({&add, &norm, layerNorm});
     }
   return found;
 }
@@ -131,20 +146,14 @@ findNormBackwardAdds(const plan::Bundle &bundle, const plan::Program &program) {
     for (size_t i = 0; i + 1 < stream.instructions.size(); ++i) {
       const Instruction &norm = stream.instructions[i],
                         &add = stream.instructions[i + 1];
-      const plan::Kernel *layerNorm = match.kernel(norm, "layer_norm_backward");
-      const plan::Kernel *n =
-          layerNorm ? layerNorm : match.kernel(norm, "rms_norm_backward");
-      const plan::Kernel *a = match.kernel(add, "residual_add");
-      if (!n || !a || norm.writes.empty() || add.reads.size() != 2 ||
-          add.writes.size() != 1 ||
-          Matcher::constant(*a, "n") !=
-              Matcher::constant(*n, "rows") * Matcher::constant(*n, "width"))
+      bool layerNorm = false;
+      const plan::Kernel *n = match.norm(norm, "backward", layerNorm);
+      if (!n || !match.residualAdd(add, *n) || norm.writes.empty())
         continue;
       bool first = add.reads[0] == norm.writes[0],
            second = add.reads[1] == norm.writes[0];
       if (first != second) // dx + dx adds nothing the norm could fold
-        found.push_back(
-            {&norm, &add, layerNorm != nullptr, first ? 1 : 0, false});
+        found.push_back({&norm, &add, layerNorm, first ? 1 : 0, false});
     }
   // Which dx nothing else reads: one pass over every read of the program.
   std::unordered_map<int64_t, std::vector<NormBackwardAdd *>> byBuffer;
@@ -182,7 +191,7 @@ std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
       e.gemm = &gemm;
       e.output = gemm.writes[0];
       if (match.biasAdd(gemm, insts[i + 1])) {
-        e.folded = {&insts[i + 1]};
+        e.folded.push_back(&insts[i + 1]);
         e.bias = insts[i + 1].reads[1];
         if (gemm.gemm.beta == 0 && i + 2 < insts.size() &&
             match.geluForward(gemm, insts[i + 2])) {
@@ -193,7 +202,7 @@ std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
         }
       } else if (match.geluBackward(gemm, insts[i + 1])) {
         e.kind = EpilogueKind::DGelu;
-        e.folded = {&insts[i + 1]};
+        e.folded.push_back(&insts[i + 1]);
         e.aux = insts[i + 1].reads[0];
         e.output = insts[i + 1].writes[0];
       } else {
