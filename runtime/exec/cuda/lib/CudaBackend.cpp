@@ -380,10 +380,11 @@ private:
   void loadGenerated(const plan::Bundle &bundle, const plan::Kernel &kernel,
                      ResolvedKernel &resolved, const std::string &where);
   /// Launches the entries of `kernel`'s generated code on call_'s operands
-  /// (`writes`: the plan's, for the loss-scaled gradient's size).
-  void launchGenerated(const ResolvedKernel &kernel,
-                       const std::vector<Operand> &writes, cudaStream_t stream,
-                       const std::string &where);
+  /// (`writes`: the plan's, for the loss-scaled gradient's size); the first
+  /// failure.
+  cudaError_t launchGenerated(const ResolvedKernel &kernel,
+                              const std::vector<Operand> &writes,
+                              cudaStream_t stream);
   /// The cached plan of `key`; null when cuBLASLt has no algorithm for it.
   const GemmPlan *findGemmPlan(const GemmKey &key, const std::string &where);
   const GemmPlan &gemmPlan(const GemmKey &key, const std::string &where);
@@ -461,6 +462,7 @@ private:
   /// Generated code: NVRTC through the cache (made on first use), what was
   /// loaded from where, and the kernel instructions that run it.
   std::unique_ptr<KernelCompiler> compiler_;
+  int rtcArch_ = 0; // the device's sm_XY, as XY, for NVRTC
   int fatbinModules_ = 0;
   int fatbinMisses_ = 0; // fatbins without code for this device
   int64_t generatedLaunches_ = 0;
@@ -1233,9 +1235,7 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   for (const Operand &operand : writes)
     call_.writes.push_back(widen(operand));
   if (kernel.generated)
-    launchGenerated(kernel, writes, s,
-                    where(inst, stream) + " kernel '" +
-                        std::string(kernel.spec->name) + "'");
+    fail(launchGenerated(kernel, writes, s), "generated kernel launch");
   else
     fail(kernel.entry->run(call_), "kernel launch");
   for (size_t i = 0; i < writes.size(); ++i)
@@ -1279,20 +1279,22 @@ void DeviceBackend::loadGenerated(const plan::Bundle &bundle,
   if (fromFatbin) {
     ++fatbinModules_;
   } else {
-    int major = 0, minor = 0;
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                 device_),
-          "cudaDeviceGetAttribute", where);
-    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
-                                 device_),
-          "cudaDeviceGetAttribute", where);
-    if (!compiler_)
+    if (!compiler_) {
+      int major = 0, minor = 0;
+      check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                   device_),
+            "cudaDeviceGetAttribute", where);
+      check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                                   device_),
+            "cudaDeviceGetAttribute", where);
+      rtcArch_ = major * 10 + minor;
       compiler_ = std::make_unique<KernelCompiler>(
           options_.kernelCache.empty()    ? defaultKernelCacheDir()
           : options_.kernelCache == "off" ? std::string()
                                           : options_.kernelCache);
+    }
     std::string cubin =
-        compiler_->cubin(source->second, kernel.source, major * 10 + minor);
+        compiler_->cubin(source->second, kernel.source, rtcArch_);
     check(load(cubin), "cudaLibraryLoadData", where + " (NVRTC cubin)");
   }
   for (const GeneratedLaunch &launch : module->launches) {
@@ -1304,10 +1306,9 @@ void DeviceBackend::loadGenerated(const plan::Bundle &bundle,
   resolved.module = std::move(module);
 }
 
-void DeviceBackend::launchGenerated(const ResolvedKernel &kernel,
-                                    const std::vector<Operand> &writes,
-                                    cudaStream_t stream,
-                                    const std::string &where) {
+cudaError_t DeviceBackend::launchGenerated(const ResolvedKernel &kernel,
+                                           const std::vector<Operand> &writes,
+                                           cudaStream_t stream) {
   // The entries take the launch's reads then writes: fp32 (widened) or
   // i32 pointers, as the registry's signature orders them.
   size_t n = 0;
@@ -1322,17 +1323,16 @@ void DeviceBackend::launchGenerated(const ResolvedKernel &kernel,
   const GeneratedModule &module = *kernel.module;
   for (size_t i = 0; i < module.entries.size(); ++i) {
     const GeneratedLaunch &launch = module.launches[i];
-    check(cudaLaunchKernel(reinterpret_cast<const void *>(module.entries[i]),
-                           dim3(unsigned(launch.grid)),
-                           dim3(unsigned(launch.block)),
-                           generatedArgAddresses_.data(), 0, stream),
-          "cudaLaunchKernel", where + " entry '" + launch.entry + "'");
+    if (cudaError_t rc = cudaLaunchKernel(
+            reinterpret_cast<const void *>(module.entries[i]),
+            dim3(unsigned(launch.grid)), dim3(unsigned(launch.block)),
+            generatedArgAddresses_.data(), 0, stream))
+      return rc;
   }
-  if (module.gradientWrite >= 0 && lossScale_ != 1) {
-    size_t g = size_t(module.gradientWrite);
-    check(scale(writes.at(g).elements(), call_.writes[g], lossScale_, stream),
-          "loss scale", where);
-  }
+  if (module.gradientWrite < 0 || lossScale_ == 1)
+    return cudaSuccess;
+  size_t g = size_t(module.gradientWrite);
+  return scale(writes.at(g).elements(), call_.writes[g], lossScale_, stream);
 }
 
 void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
