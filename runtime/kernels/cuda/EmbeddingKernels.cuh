@@ -47,6 +47,26 @@ __host__ __device__ inline std::int64_t chunks(std::int64_t tokens) {
 inline std::int64_t scratchInts(std::int64_t vocab, std::int64_t tokens) {
   return 1 + 2 * chunks(tokens) * kChunk + vocab;
 }
+/// Where the keys and counts lie in scratchInts ints at `scratch` (4-byte
+/// aligned: one int is skipped when the keys would not be 8-byte aligned).
+struct Scratch {
+  std::uint64_t *sorted;
+  std::int32_t *counts;
+};
+inline Scratch scratchLayout(std::int32_t *scratch, std::int64_t tokens) {
+  if (reinterpret_cast<std::uintptr_t>(scratch) % 8)
+    ++scratch;
+  return {reinterpret_cast<std::uint64_t *>(scratch),
+          scratch + 2 * chunks(tokens) * kChunk};
+}
+/// The blocks of detail::kBlockSize threads a tokenRows launch over `rows`
+/// table rows `hidden` wide takes (a warp per row and kColumnsPerWarp
+/// columns).
+inline unsigned tokenRowBlocks(std::int64_t rows, std::int64_t hidden) {
+  std::int64_t columnBlocks = (hidden + kColumnsPerWarp - 1) / kColumnsPerWarp;
+  std::int64_t warpsPerBlock = detail::kBlockSize / detail::kWarpSize;
+  return unsigned((rows * columnBlocks + warpsPerBlock - 1) / warpsPerBlock);
+}
 
 /// Step 1, chunks(tokens) blocks of kChunk threads, `counts` zeroed: sorted
 /// holds each chunk's keys in ascending order; counts[v] the tokens of id

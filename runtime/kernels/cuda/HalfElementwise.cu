@@ -117,28 +117,19 @@ cudaError_t halfVocabEmbeddingBackward(HalfType type, int64_t batch,
   int64_t tokens = batch * seq;
   if (tokens == 0)
     return cudaSuccess;
-  // The keys are 8-byte words: skip an int of a 4-byte aligned scratch.
-  if (reinterpret_cast<std::uintptr_t>(scratch) % 8)
-    ++scratch;
-  auto *sorted = reinterpret_cast<std::uint64_t *>(scratch);
-  std::int32_t *counts =
-      scratch + 2 * embedding::chunks(tokens) * embedding::kChunk;
+  embedding::Scratch layout = embedding::scratchLayout(scratch, tokens);
   if (cudaError_t rc = cudaMemsetAsync(
-          counts, 0, size_t(shardRows) * sizeof(std::int32_t), stream))
+          layout.counts, 0, size_t(shardRows) * sizeof(std::int32_t), stream))
     return rc;
   embedding::sortChunks<<<unsigned(embedding::chunks(tokens)),
                           embedding::kChunk, 0, stream>>>(
-      tokens, shardRows, vocabStart, ids, sorted, counts);
+      tokens, shardRows, vocabStart, ids, layout.sorted, layout.counts);
   if (cudaError_t rc = cudaGetLastError())
     return rc;
-  int64_t columnBlocks =
-      (hidden + embedding::kColumnsPerWarp - 1) / embedding::kColumnsPerWarp;
-  int64_t warpsPerBlock = detail::kBlockSize / detail::kWarpSize;
-  unsigned blocks =
-      unsigned((shardRows * columnBlocks + warpsPerBlock - 1) / warpsPerBlock);
-  embedding::tokenRows<<<blocks, detail::kBlockSize, 0, stream>>>(
-      halfStorage(type), tokens, shardRows, hidden, counts, sorted, in(dOut),
-      out(dTable));
+  embedding::tokenRows<<<embedding::tokenRowBlocks(shardRows, hidden),
+                         detail::kBlockSize, 0, stream>>>(
+      halfStorage(type), tokens, shardRows, hidden, layout.counts,
+      layout.sorted, in(dOut), out(dTable));
   return cudaGetLastError();
 }
 

@@ -665,6 +665,30 @@ TEST(RowKernelsEmulation, HalfEmbeddingForwardEqualsTheWideningPath) {
     }
 }
 
+/// halfVocabEmbeddingBackward as HalfElementwise.cu launches it, the counts
+/// zeroed on the host: sortChunks, then tokenRows into dTable (`rows` rows
+/// from id `firstId`). The sorted keys and counts stay in `scratch`.
+gpu::embedding::Scratch
+sortedRowsBackward(Half h, std::int64_t tokens, std::int64_t rows,
+                   std::int64_t firstId, std::int64_t hidden,
+                   const std::vector<std::int32_t> &ids, const Bits &dOut,
+                   Bits &dTable, std::vector<std::int32_t> &scratch) {
+  namespace emb = gpu::embedding;
+  scratch.assign(std::size_t(emb::scratchInts(rows, tokens)), -7);
+  emb::Scratch layout = emb::scratchLayout(scratch.data(), tokens);
+  std::fill(layout.counts, layout.counts + rows, 0);
+  emulation::launch(unsigned(emb::chunks(tokens)), emb::kChunk,
+                    &emb::sortChunks, tokens, rows, firstId, ids.data(),
+                    layout.sorted, layout.counts);
+  emulation::launch(emb::tokenRowBlocks(rows, hidden), 256,
+                    &emb::tokenRows<gpu::storage::Half16>, h.storage(), tokens,
+                    rows, hidden,
+                    static_cast<const std::int32_t *>(layout.counts),
+                    static_cast<const std::uint64_t *>(layout.sorted),
+                    dOut.data(), dTable.data());
+  return layout;
+}
+
 TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
   // Chunks of 1024 tokens: 33873 tokens take 34, more than a warp's lanes
   // search at once, with ids repeated within and across chunks (a
@@ -678,11 +702,7 @@ TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
   ids[5] = std::int32_t(vocab - 1); // the only token of the last id
   ids[15000] = std::int32_t(vocab); // out of range: adds nothing
   namespace emb = gpu::embedding;
-  std::vector<std::int32_t> scratch(
-      std::size_t(emb::scratchInts(vocab, tokens)), -7);
-  // Keys first (the vector's data is 8-byte aligned), then the counts.
-  auto *sorted = reinterpret_cast<std::uint64_t *>(scratch.data());
-  std::int32_t *counts = scratch.data() + 2 * emb::chunks(tokens) * emb::kChunk;
+  std::vector<std::int32_t> scratch;
   for (Half h : {Half{{true}}, Half{{false}}})
     for (bool positions : {true, false}) {
       SCOPED_TRACE(h.name() + (positions ? " with positions" : ""));
@@ -710,10 +730,8 @@ TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
       }
       Floats wWte = h.widen(dWte), wWpe = h.widen(dWpe);
       const Bits dWpeBefore = dWpe;
-      std::fill(counts, counts + vocab, 0);
-      emulation::launch(unsigned(emb::chunks(tokens)), emb::kChunk,
-                        &emb::sortChunks, tokens, vocab, std::int64_t(0),
-                        ids.data(), sorted, counts);
+      const auto [sorted, counts] = sortedRowsBackward(
+          h, tokens, vocab, 0, hidden, ids, dOut, dWte, scratch);
       // Each chunk sorted by (id, token), out-of-range and padding last; the
       // counts those of the ids.
       std::vector<std::int32_t> expectedCounts(std::size_t(vocab), 0);
@@ -735,12 +753,6 @@ TEST(RowKernelsEmulation, HalfEmbeddingBackwardEqualsTheCpuKernel) {
                   expected)
             << "chunk " << c;
       }
-      const std::int64_t columnBlocks =
-          (hidden + emb::kColumnsPerWarp - 1) / emb::kColumnsPerWarp;
-      emulation::launch(unsigned((vocab * columnBlocks + 7) / 8), 256,
-                        &emb::tokenRows<gpu::storage::Half16>, h.storage(),
-                        tokens, vocab, hidden, counts, sorted, dOut.data(),
-                        dWte.data());
       if (positions)
         emulation::launchSerial(
             seq * hidden, &emb::positionRows<gpu::storage::Half16>, h.storage(),
@@ -804,19 +816,9 @@ TEST(RowKernelsEmulation, HalfTensorParallelEmbeddingsEqualTheCpuKernels) {
     Bits dTable = h.random(rng, std::size_t(rows * hidden), -1, 1),
          dWpe = h.random(rng, std::size_t(seq * hidden), -1, 1);
     Floats wDTable = h.widen(dTable), wDWpe = h.widen(dWpe);
-    std::vector<std::int32_t> scratch(
-        std::size_t(emb::scratchInts(rows, tokens)), -7);
-    auto *sorted = reinterpret_cast<std::uint64_t *>(scratch.data());
-    std::int32_t *counts =
-        scratch.data() + 2 * emb::chunks(tokens) * emb::kChunk;
-    std::fill(counts, counts + rows, 0);
-    emulation::launch(unsigned(emb::chunks(tokens)), emb::kChunk,
-                      &emb::sortChunks, tokens, rows, start, ids.data(), sorted,
-                      counts);
-    emulation::launch(unsigned((rows + 7) / 8), 256,
-                      &emb::tokenRows<gpu::storage::Half16>, h.storage(),
-                      tokens, rows, hidden, counts, sorted, dOut.data(),
-                      dTable.data());
+    std::vector<std::int32_t> scratch;
+    sortedRowsBackward(h, tokens, rows, start, hidden, ids, dOut, dTable,
+                       scratch);
     emulation::launchSerial(
         seq * hidden, &emb::positionRows<gpu::storage::Half16>, h.storage(),
         batch, seq, hidden, dOut.data(), dWpe.data());
