@@ -144,6 +144,14 @@ def weft_run(tools, bundle, tokens, steps, metrics, log, *extra):
     return [json.loads(line) for line in open(metrics)], text
 
 
+def cudnn_line(text):
+    """weft-run's line on cuDNN attention: how many kernels run on it, or
+    why none does."""
+    match = re.search(r"weft-run: cuda: (warning: no cuDNN attention.*|"
+                      r"\d+ of \d+ 16-bit attention kernels run on cuDNN.*)", text)
+    return match.group(1) if match else "no cuDNN attention line"
+
+
 def relative(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
@@ -180,6 +188,9 @@ def check(args):
                 variants.append(("cuda-half", ["--backend", "cuda", "--half-kernels"]))
                 variants.append(("cuda-fast", ["--backend", "cuda", "--half-kernels",
                                                "--gemm-epilogues"]))
+                # ... and cuDNN's fused attention instead of Weft's.
+                variants.append(("cuda-cudnn", ["--backend", "cuda", "--half-kernels",
+                                                "--gemm-epilogues", "--cudnn-attention"]))
             else:
                 variants.append(("cuda-epilogue", ["--backend", "cuda", "--gemm-epilogues"]))
             # The bundle's generated kernels instead of the library's (its
@@ -202,6 +213,8 @@ def check(args):
                         print(f"FAIL {name} {tag}: the generated code was not "
                               f"loaded {'from the fatbins' if case['fatbins'] else ''}")
                         runs[tag] = None
+                elif tag == "cuda-cudnn":
+                    print(f"{name} {tag}: {cudnn_line(text)}")
             if any(r is None for r in runs.values()):
                 failed += 1
                 rows.append((name, "run failed", "", ""))
@@ -228,9 +241,12 @@ def check(args):
         else:
             variants = [("cuda", []), ("cuda-nograph", ["--no-graph"]),
                         ("cuda-half", ["--half-kernels"]),
-                        ("cuda-fast", ["--half-kernels", "--gemm-epilogues"])]
-            if args.quick:  # the default path and the fastest only
-                variants = [v for v in variants if v[0] in ("cuda", "cuda-fast")]
+                        ("cuda-fast", ["--half-kernels", "--gemm-epilogues"]),
+                        ("cuda-cudnn", ["--half-kernels", "--gemm-epilogues",
+                                        "--cudnn-attention"])]
+            if args.quick:  # the default path and the fastest ones only
+                variants = [v for v in variants
+                            if v[0] in ("cuda", "cuda-fast", "cuda-cudnn")]
             for tag, extra in variants:
                 with GpuMemorySampler() as sampler:
                     metrics, text = weft_run(args.tools, bundle, tokens, SPEED_STEPS,
@@ -240,6 +256,8 @@ def check(args):
                     failed += 1
                     rows.append((f"{name} {tag}", "run failed", "", ""))
                     continue
+                if tag == "cuda-cudnn":
+                    print(f"{name} {tag}: {cudnn_line(text)}")
                 # weft-run's start line: the backend's workspace beside the plan.
                 match = re.search(r"device workspace beyond the plan: ([0-9.]+) MiB", text)
                 workspace = float(match.group(1)) * 2**20 if match else 0.0

@@ -9,7 +9,9 @@
 // (issue 6: memory-bound kernels at >= 80% of the measured bandwidth). The
 // bytes counted are the ideal traffic: every operand read or written once
 // (a kernel that reads an operand twice shows it as a lower fraction). The
-// tensor-core attention is reported in TFLOP/s (causal: half the products).
+// tensor-core attention is reported in TFLOP/s (causal: half the products),
+// and cuDNN's fused attention on the same operands beside it where libcudnn
+// loads (weft-run --cudnn-attention).
 // The rows named "(widening path)" run what the backend does without
 // --half-kernels (widen into fp32 scratch, the fp32 kernel, narrow) on the
 // same data, and the 16-bit kernels' speed is printed as a ratio to them.
@@ -19,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/exec/cuda/CudnnAttention.h"
 #include "weft/kernels/Attention.h"
 #include "weft/kernels/Common.h"
 #include "weft/kernels/CudaKernels.h"
@@ -138,7 +141,7 @@ int main(int argc, char **argv) {
   const std::int64_t n = tokens * hidden, nf = tokens * ffn;
   const HalfType bf = HalfType::BF16;
   std::vector<Result> results;
-  auto add = [&](const char *name, std::string shape, double bytes,
+  auto add = [&](std::string name, std::string shape, double bytes,
                  const std::function<cudaError_t()> &launch, double flops = 0) {
     Result r{name, std::move(shape), timeLaunch(stream, launch), bytes, flops};
     results.push_back(r);
@@ -420,6 +423,47 @@ int main(int argc, char **argv) {
               dOut.get(), dq.get(), dk.get(), dv.get(), delta.f32(), stream);
         },
         2.5 * forward);
+    // The same on cuDNN's fused attention (weft-run --cudnn-attention).
+    std::string why;
+    auto cudnn = weft::exec::cuda::CudnnAttention::open(why);
+    const weft::exec::cuda::CudnnAttentionGraph *fwd = nullptr, *bwd = nullptr;
+    if (cudnn && (fwd = cudnn->prepare(false, bf, d, why)))
+      bwd = cudnn->prepare(true, bf, d, why);
+    if (bwd) {
+      using weft::exec::cuda::CudnnAttention;
+      Buffer workspace(std::size_t(
+          std::max<std::int64_t>({CudnnAttention::workspaceBytes(*fwd),
+                                  CudnnAttention::workspaceBytes(*bwd), 256})));
+      auto run = [&](const weft::exec::cuda::CudnnAttentionGraph &graph,
+                     std::vector<void *> reads, std::vector<void *> writes) {
+        std::string error =
+            cudnn->run(graph, reads, writes, workspace.get(), stream);
+        if (error.empty())
+          return cudaSuccess;
+        std::fprintf(stderr, "cuDNN attention: %s\n", error.c_str());
+        return cudaErrorUnknown;
+      };
+      add(
+          "attention_forward (cuDNN " + cudnn->version() + ")",
+          "b32 h12 s1024 d64", 0,
+          [&] {
+            return run(*fwd, {q.get(), k.get(), v.get()},
+                       {out.get(), lse.get()});
+          },
+          forward);
+      add(
+          "attention_backward (cuDNN " + cudnn->version() + ")",
+          "b32 h12 s1024 d64", 0,
+          [&] {
+            return run(
+                *bwd,
+                {q.get(), k.get(), v.get(), out.get(), lse.get(), dOut.get()},
+                {dq.get(), dk.get(), dv.get()});
+          },
+          2.5 * forward);
+    } else {
+      std::printf("cuDNN attention not timed: %s\n", why.c_str());
+    }
   }
 
   double ceiling = results[0].bytes / results[0].us * 1e-3; // GB/s

@@ -27,6 +27,7 @@ namespace {
 const char *const kUsage =
     "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
     "                [--no-graph] [--half-kernels] [--gemm-epilogues]\n"
+    "                [--cudnn-attention]\n"
     "                [--generated-kernels] [--kernel-cache DIR|off]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
@@ -89,6 +90,11 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     }
     if (arg == "--gemm-epilogues") {
       cli.session.gemmEpilogues = true;
+      continue;
+    }
+    if (arg == "--cudnn-attention") { // cuDNN takes the 16-bit operands
+      cli.session.cudnnAttention = true;
+      cli.session.halfKernels = true;
       continue;
     }
     if (arg == "--generated-kernels") {

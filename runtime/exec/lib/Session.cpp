@@ -260,6 +260,7 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
     cudaOptions.graph = options.graph;
     cudaOptions.halfKernels = options.halfKernels;
     cudaOptions.gemmEpilogues = options.gemmEpilogues;
+    cudaOptions.cudnnAttention = options.cudnnAttention;
     cudaOptions.generatedKernels = options.generatedKernels;
     cudaOptions.kernelCache = options.kernelCache;
     cudaOptions.rank = rank;

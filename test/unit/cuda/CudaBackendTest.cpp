@@ -22,6 +22,7 @@
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/Session.h"
+#include "weft/exec/cuda/CudnnAttention.h"
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
@@ -685,6 +686,46 @@ TEST(CudaHost, NoDeviceIsOneLine) {
     std::printf("%s\n", problem.c_str());
   } else {
     EXPECT_GT(cudaDeviceCount(), 0);
+  }
+}
+
+// cuDNN's fused attention: which shapes it is offered, and a one-line reason
+// whenever it cannot be opened (no device, no libcudnn, or a build without
+// the frontend), so the backend can say why it keeps its own kernels.
+TEST(CudaHost, CudnnAttentionSaysWhyNot) {
+  EXPECT_FALSE(CudaBackendOptions().cudnnAttention); // until checked on a GPU
+  auto dims = [](int64_t heads, int64_t kvHeads, int64_t headDim) {
+    return kernels::AttentionDims{2, 128, heads, kvHeads, headDim, true, 0.125};
+  };
+  EXPECT_EQ(cudnnAttentionUnsupported(dims(12, 12, 64)), ""); // GPT-2
+  EXPECT_EQ(cudnnAttentionUnsupported(dims(32, 8, 128)), ""); // LLaMA GQA
+  EXPECT_EQ(cudnnAttentionUnsupported(dims(4, 2, 16)), "");
+  EXPECT_NE(cudnnAttentionUnsupported(dims(4, 4, 4)).find("head dim 4"),
+            std::string::npos);
+  EXPECT_NE(cudnnAttentionUnsupported(dims(4, 4, 136)).find("head dim 136"),
+            std::string::npos);
+  EXPECT_NE(cudnnAttentionUnsupported(dims(4, 4, 60)).find("head dim 60"),
+            std::string::npos);
+  EXPECT_NE(cudnnAttentionUnsupported(dims(12, 5, 64)).find("12 query heads"),
+            std::string::npos);
+  kernels::AttentionDims empty = dims(12, 12, 64);
+  empty.batch = 0;
+  EXPECT_EQ(cudnnAttentionUnsupported(empty), "no rows");
+
+  std::string why;
+  std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::open(why);
+  std::printf("built with cuDNN: %s; %s\n", builtWithCudnn() ? "yes" : "no",
+              cudnn ? ("cuDNN " + cudnn->version()).c_str()
+                    : ("not available: " + why).c_str());
+  if (!builtWithCudnn() || !cudaDeviceProblem().empty()) {
+    EXPECT_EQ(cudnn, nullptr);
+  }
+  if (cudnn) {
+    EXPECT_EQ(why, "");
+    EXPECT_EQ(cudnn->version().rfind("9.", 0), 0u) << cudnn->version();
+  } else {
+    EXPECT_NE(why, "");
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
   }
 }
 

@@ -18,6 +18,7 @@
 #include "VmmRegion.h"
 #include "weft/exec/Error.h"
 #include "weft/exec/OperandChecks.h"
+#include "weft/exec/cuda/CudnnAttention.h"
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
@@ -37,6 +38,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -267,6 +269,9 @@ public:
     return int64_t(foldedKernels_.size());
   }
   int64_t generatedKernels() const override { return generatedLaunches_; }
+  int64_t cudnnAttentionKernels() const override {
+    return int64_t(cudnnKernels_.size());
+  }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
   bool hostAddressable() const override { return false; }
@@ -482,6 +487,17 @@ private:
   /// Kernel instructions that run on their 16-bit operands (halfPath,
   /// decided once by prepareKernel).
   std::unordered_map<const Instruction *, kernels::gpu::HalfType> halfKernels_;
+  /// With cudnnAttention: cuDNN (opened by the first attention kernel; why
+  /// not, once it failed) and the 16-bit attention kernels it runs.
+  std::unique_ptr<CudnnAttention> cudnn_;
+  std::string cudnnUnavailable_;
+  std::set<std::string> cudnnRefusals_; // reasons warned about
+  std::unordered_map<const Instruction *, const CudnnAttentionGraph *>
+      cudnnKernels_;
+  int64_t cudnnCandidates_ = 0;
+  void prepareCudnnAttention(const ResolvedKernel &kernel,
+                             const Instruction &inst, int64_t &scratchFloats,
+                             const std::string &what);
   /// 16-bit residual adds run inside the norm after them: the adds (their
   /// operands wait in pendingSum_ for the norm), and the norms with whether
   /// each is a LayerNorm (else RMSNorm).
@@ -798,6 +814,19 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
                  "%d modules from the bundle's fatbins%s\n",
                  (long long)generatedLaunches_, fatbinModules_, rtc.c_str());
   }
+  if (options_.cudnnAttention && options_.rank == 0) {
+    if (cudnn_)
+      std::fprintf(stderr,
+                   "weft-run: cuda: %zu of %lld 16-bit attention kernels run "
+                   "on cuDNN %s\n",
+                   cudnnKernels_.size(), (long long)cudnnCandidates_,
+                   cudnn_->version().c_str());
+    else if (!cudnnUnavailable_.empty())
+      std::fprintf(stderr,
+                   "weft-run: cuda: warning: no cuDNN attention (%s); Weft's "
+                   "attention kernels run instead\n",
+                   cudnnUnavailable_.c_str());
+  }
   if (options_.gemmEpilogues && options_.rank == 0) {
     size_t candidates = 0;
     for (const auto &[gemm, epilogue] : epilogues_)
@@ -865,9 +894,41 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
       widened = 0; // runs on the 16-bit operands themselves
     }
   // Kernel scratch first (kept 4-float aligned), then widened operands.
-  int64_t scratch =
-      (resolved.entry->scratchFloats(resolved.constants) + 63) / 64 * 64;
+  int64_t kernelScratch = resolved.entry->scratchFloats(resolved.constants);
+  if (options_.cudnnAttention && halfKernels_.count(&inst))
+    prepareCudnnAttention(resolved, inst, kernelScratch, what);
+  int64_t scratch = (kernelScratch + 63) / 64 * 64;
   scratchFloats_ = std::max(scratchFloats_, scratch + widened);
+}
+
+void DeviceBackend::prepareCudnnAttention(const ResolvedKernel &kernel,
+                                          const Instruction &inst,
+                                          int64_t &scratchFloats,
+                                          const std::string &what) {
+  std::string_view name = kernel.spec->name;
+  bool backward = name == "attention_backward";
+  if (!backward && name != "attention_forward")
+    return;
+  ++cudnnCandidates_;
+  if (!cudnn_ && cudnnUnavailable_.empty())
+    cudnn_ = CudnnAttention::open(cudnnUnavailable_);
+  if (!cudnn_)
+    return;
+  std::string why;
+  const CudnnAttentionGraph *graph = cudnn_->prepare(
+      backward, halfKernels_.at(&inst), attentionDims(kernel.constants), why);
+  if (!graph) {
+    if (options_.rank == 0 && cudnnRefusals_.insert(why).second)
+      std::fprintf(stderr,
+                   "weft-run: cuda: warning: %s: cuDNN cannot run it (%s); "
+                   "Weft's kernel does (for every kernel of this shape)\n",
+                   what.c_str(), why.c_str());
+    return;
+  }
+  cudnnKernels_[&inst] = graph;
+  // cuDNN's workspace is the kernel's scratch (256-byte aligned per stream).
+  int64_t bytes = CudnnAttention::workspaceBytes(*graph);
+  scratchFloats = std::max(scratchFloats, (bytes + 3) / 4);
 }
 
 const GemmPlan &DeviceBackend::gemmPlan(const GemmKey &key,
@@ -1200,6 +1261,24 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
                                   halfCall_.reads[size_t(add->second.addend)],
                                   halfCall_.writes[0], add->second.storeDx),
            "kernel launch");
+      return;
+    }
+    auto graph = cudnnKernels_.find(&inst);
+    auto aligned = [](const void *p) {
+      return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+    };
+    // cuDNN reads and writes 16-byte vectors: an operand off that alignment
+    // (none in planned arenas) runs Weft's kernel.
+    if (graph != cudnnKernels_.end() &&
+        std::all_of(halfCall_.reads.begin(), halfCall_.reads.end(), aligned) &&
+        std::all_of(halfCall_.writes.begin(), halfCall_.writes.end(),
+                    aligned)) {
+      std::string error = cudnn_->run(*graph->second, halfCall_.reads,
+                                      halfCall_.writes, halfCall_.scratch, s);
+      if (!error.empty())
+        throw Error(prefix() + where(inst, stream) + " kernel '" +
+                    std::string(kernel.spec->name) +
+                    "': cuDNN attention failed: " + error);
       return;
     }
     fail(kernel.entry->runHalf(halfCall_), "kernel launch");

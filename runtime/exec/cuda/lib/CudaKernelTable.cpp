@@ -27,6 +27,18 @@ namespace weft::exec::cuda {
 namespace gpu = weft::kernels::gpu;
 using kernels::Activation;
 
+kernels::AttentionDims attentionDims(const KernelConstants &c) {
+  kernels::AttentionDims dims;
+  dims.batch = c.at("batch");
+  dims.seq = c.at("seq");
+  dims.heads = c.at("heads");
+  dims.kvHeads = c.at("kv_heads");
+  dims.headDim = c.at("head_dim");
+  dims.causal = c.at("causal") != 0;
+  dims.scale = 1.0 / std::sqrt(double(dims.headDim));
+  return dims;
+}
+
 namespace {
 
 int64_t none(const KernelConstants &) { return 0; }
@@ -270,17 +282,6 @@ cudaError_t rotaryBackwardRun(const CudaKernelCall &k) {
 
 //===--- Attention -------------------------------------------------------===//
 
-kernels::AttentionDims attentionDims(const KernelConstants &c) {
-  kernels::AttentionDims dims;
-  dims.batch = c.at("batch");
-  dims.seq = c.at("seq");
-  dims.heads = c.at("heads");
-  dims.kvHeads = c.at("kv_heads");
-  dims.headDim = c.at("head_dim");
-  dims.causal = c.at("causal") != 0;
-  dims.scale = 1.0 / std::sqrt(double(dims.headDim));
-  return dims;
-}
 cudaError_t attentionForwardRun(const CudaKernelCall &k) {
   return gpu::attentionForward(attentionDims(*k.constants), k.reads[0],
                                k.reads[1], k.reads[2], k.writes[0], k.writes[1],

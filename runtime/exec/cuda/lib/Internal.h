@@ -3,6 +3,7 @@
 #define WEFT_EXEC_CUDA_INTERNAL_H
 
 #include "weft/exec/KernelRegistry.h"
+#include "weft/kernels/Attention.h"
 #include "weft/kernels/CudaKernels.h"
 #include "weft/kernels/Optimizer.h"
 #include "weft/plan/Bundle.h"
@@ -116,6 +117,9 @@ cudaError_t runNormBackwardAddHalf(const CudaHalfCall &norm, bool layerNorm,
 /// Whether the bundle holds `kernel`'s generated source with launch lines
 /// (GeneratedKernels.h). Host-only.
 bool hasGeneratedSource(const plan::Bundle &bundle, const plan::Kernel &kernel);
+
+/// The dims of an attention_forward/attention_backward kernel's constants.
+kernels::AttentionDims attentionDims(const KernelConstants &constants);
 
 /// The entry for `name` (or `base` of `base.suffix`), or null.
 const CudaKernelEntry *findCudaKernel(std::string_view name);

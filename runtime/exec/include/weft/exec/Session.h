@@ -55,6 +55,11 @@ struct Options {
   /// Backends that can (CUDA): run a bias_add as the epilogue of the gemm
   /// before it (weft-run --gemm-epilogues). Off until checked on a GPU.
   bool gemmEpilogues = false;
+  /// Backends that can (CUDA): run the 16-bit attention kernels on cuDNN's
+  /// fused attention where libcudnn is there and takes their shape
+  /// (weft-run --cudnn-attention, which implies --half-kernels). Off until
+  /// checked on a GPU.
+  bool cudnnAttention = false;
   /// Backends that can (CUDA): run the bundle's generated kernels instead of
   /// the library ones (weft-run --generated-kernels; docs/kernels.md,
   /// "Loading generated kernels"), NVRTC's cubins cached in `kernelCache`

@@ -56,6 +56,12 @@ struct CudaBackendOptions {
   /// generated code either way. Takes precedence over halfKernels and
   /// gemmEpilogues for the kernels it runs.
   bool generatedKernels = false;
+  /// With halfKernels, the 16-bit attention kernels run on cuDNN's fused
+  /// flash attention (libcudnn loaded at run time, deterministic backward)
+  /// where cuDNN takes their shape; the others, and all of them without
+  /// libcudnn, keep the tensor-core kernels (a warning says why). Off by
+  /// default until checked on a GPU.
+  bool cudnnAttention = false;
   /// Where NVRTC's cubins are cached: empty picks defaultKernelCacheDir()
   /// (GeneratedKernels.h), "off" disables the cache.
   std::string kernelCache;
@@ -115,6 +121,9 @@ public:
   virtual int64_t foldedKernels() const = 0;
   /// How many kernel instructions run generated code (prepare()'s answer).
   virtual int64_t generatedKernels() const = 0;
+  /// How many attention kernel instructions run on cuDNN (prepare()'s
+  /// answer; CudaBackendOptions::cudnnAttention).
+  virtual int64_t cudnnAttentionKernels() const = 0;
 
   /// NCCL (issue 6): builds the world communicator from an ncclUniqueId that
   /// `broadcastId(bytes, size)` broadcasts from world rank 0 (a no-op for
@@ -136,6 +145,9 @@ std::unique_ptr<CudaBackend> makeCudaBackend(const CudaBackendOptions &options);
 bool builtWithNccl();
 /// Whether the library was built with NVTX ranges.
 bool builtWithNvtx();
+/// Whether the library was built with the cuDNN frontend (cuDNN attention;
+/// libcudnn itself is loaded at run time).
+bool builtWithCudnn();
 
 /// The device `options.device` resolves to for `deviceCount` devices, from
 /// the node-local rank variables of the environment (host-only; tested).

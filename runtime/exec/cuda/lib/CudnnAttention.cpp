@@ -1,0 +1,289 @@
+//===- CudnnAttention.cpp - cuDNN's fused attention -----------------------===//
+//
+// The frontend's sdpa graphs over Weft's attention layouts. Built with
+// NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING (libcudnn is dlopen'ed here, its
+// symbols looked up by the frontend) and CUDNN_FRONTEND_SKIP_JSON_LIB.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/exec/cuda/CudnnAttention.h"
+#include "weft/exec/cuda/CudaBackend.h"
+
+#include <iterator>
+#include <map>
+#include <tuple>
+
+#if WEFT_HAVE_CUDNN
+#include <cudnn_frontend.h>
+#include <dlfcn.h>
+
+// The library handle the frontend's dynamic loading looks its symbols up in.
+namespace cudnn_frontend {
+void *cudnn_dlhandle = nullptr;
+} // namespace cudnn_frontend
+#endif
+
+namespace weft::exec::cuda {
+
+using kernels::AttentionDims;
+using kernels::gpu::HalfType;
+
+bool builtWithCudnn() {
+#if WEFT_HAVE_CUDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string cudnnAttentionUnsupported(const AttentionDims &d) {
+  if (d.headDim < 8 || d.headDim > 128 || d.headDim % 8 != 0)
+    return "head dim " + std::to_string(d.headDim) +
+           " (cuDNN's fused attention takes 8..128 in steps of 8)";
+  if (d.kvHeads <= 0 || d.heads % d.kvHeads != 0)
+    return std::to_string(d.heads) + " query heads over " +
+           std::to_string(d.kvHeads) + " key/value heads";
+  if (d.batch <= 0 || d.seq <= 0)
+    return "no rows";
+  return {};
+}
+
+#if WEFT_HAVE_CUDNN
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+// Tensor uids: the variant pack maps them to the kernel's operands.
+enum Uid : int64_t { Q = 1, K, V, O, Stats, DO, DQ, DK, DV };
+
+using Key = std::tuple<bool, HalfType, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, bool, double>;
+
+Key keyOf(bool backward, HalfType type, const AttentionDims &d) {
+  return {backward,  type,      d.batch,  d.seq,  d.heads,
+          d.kvHeads, d.headDim, d.causal, d.scale};
+}
+
+/// Dims and strides of a [batch, seq, heads, headDim] operand as cuDNN's
+/// [batch, heads, seq, headDim].
+std::pair<std::vector<int64_t>, std::vector<int64_t>>
+bshd(const AttentionDims &d, int64_t heads) {
+  return {{d.batch, heads, d.seq, d.headDim},
+          {d.seq * heads * d.headDim, d.headDim, heads * d.headDim, 1}};
+}
+
+} // namespace
+
+struct CudnnAttentionGraph {
+  fe::graph::Graph graph;
+  bool backward = false;
+  int64_t workspace = 0;
+};
+
+struct CudnnAttention::Impl {
+  cudnnHandle_t handle = nullptr;
+  std::map<Key, std::unique_ptr<CudnnAttentionGraph>> graphs;
+  std::map<Key, std::string> refused;       // cuDNN's reasons, asked once
+  std::unordered_map<int64_t, void *> pack; // reused by run()
+
+  ~Impl() {
+    if (handle)
+      (void)fe::detail::destroy_handle(handle);
+    // The library stays loaded: the frontend caches symbols from it.
+  }
+};
+
+std::unique_ptr<CudnnAttention> CudnnAttention::open(std::string &why) {
+  if (!fe::cudnn_dlhandle) {
+    for (const char *name : {"libcudnn.so.9", "libcudnn.so"})
+      if ((fe::cudnn_dlhandle = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+        break;
+    if (!fe::cudnn_dlhandle) {
+      const char *error = dlerror();
+      why = std::string("cannot load libcudnn.so.9: ") +
+            (error ? error : "not found");
+      return nullptr;
+    }
+  }
+  auto impl = std::make_unique<Impl>();
+  try {
+    if (size_t v = fe::detail::get_backend_version(); v < 90000) {
+      why = "cuDNN " + fe::detail::get_backend_version_string() +
+            " is older than 9.0";
+      return nullptr;
+    }
+    if (cudnnStatus_t rc = fe::detail::create_handle(&impl->handle);
+        rc != CUDNN_STATUS_SUCCESS) {
+      impl->handle = nullptr;
+      why = std::string("cudnnCreate: ") + fe::detail::get_error_string(rc);
+      return nullptr;
+    }
+  } catch (const std::exception &e) {
+    why = e.what();
+    return nullptr;
+  }
+  return std::unique_ptr<CudnnAttention>(new CudnnAttention(std::move(impl)));
+}
+
+std::string CudnnAttention::version() const {
+  return fe::detail::get_backend_version_string();
+}
+
+const CudnnAttentionGraph *CudnnAttention::prepare(bool backward, HalfType type,
+                                                   const AttentionDims &d,
+                                                   std::string &why) {
+  if (std::string unsupported = cudnnAttentionUnsupported(d);
+      !unsupported.empty()) {
+    why = unsupported;
+    return nullptr;
+  }
+  Key key = keyOf(backward, type, d);
+  if (auto it = impl_->graphs.find(key); it != impl_->graphs.end())
+    return it->second.get();
+  if (auto it = impl_->refused.find(key); it != impl_->refused.end()) {
+    why = it->second;
+    return nullptr;
+  }
+  auto built = std::make_unique<CudnnAttentionGraph>();
+  built->backward = backward;
+  fe::graph::Graph &g = built->graph;
+  g.set_io_data_type(type == HalfType::BF16 ? fe::DataType_t::BFLOAT16
+                                            : fe::DataType_t::HALF)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto tensor = [&](const char *name, Uid uid, int64_t heads) {
+    auto [dim, stride] = bshd(d, heads);
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim(dim)
+                        .set_stride(stride));
+  };
+  auto output = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t,
+                    Uid uid, int64_t heads) {
+    auto [dim, stride] = bshd(d, heads);
+    t->set_output(true).set_uid(uid).set_dim(dim).set_stride(stride);
+  };
+  std::vector<int64_t> statDim = {d.batch, d.heads, d.seq, 1},
+                       statStride = {d.heads * d.seq, d.seq, 1, 1};
+  auto q = tensor("q", Q, d.heads), k = tensor("k", K, d.kvHeads),
+       v = tensor("v", V, d.kvHeads);
+  float scale = float(d.scale);
+  if (!backward) {
+    auto options = fe::graph::SDPA_attributes()
+                       .set_name("attention_forward")
+                       .set_generate_stats(true)
+                       .set_causal_mask(d.causal)
+                       .set_attn_scale(scale);
+    auto [o, stats] = g.sdpa(q, k, v, options);
+    output(o, O, d.heads);
+    stats->set_output(true)
+        .set_uid(Stats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim(statDim)
+        .set_stride(statStride);
+  } else {
+    auto o = tensor("out", O, d.heads), dO = tensor("dOut", DO, d.heads);
+    auto stats = g.tensor(fe::graph::Tensor_attributes()
+                              .set_name("lse")
+                              .set_uid(Stats)
+                              .set_data_type(fe::DataType_t::FLOAT)
+                              .set_dim(statDim)
+                              .set_stride(statStride));
+    auto options = fe::graph::SDPA_backward_attributes()
+                       .set_name("attention_backward")
+                       .set_causal_mask(d.causal)
+                       .set_attn_scale(scale)
+                       .set_deterministic_algorithm(true);
+    auto [dQ, dK, dV] = g.sdpa_backward(q, k, v, o, dO, stats, options);
+    output(dQ, DQ, d.heads);
+    output(dK, DK, d.kvHeads);
+    output(dV, DV, d.kvHeads);
+  }
+  try {
+    fe::error_t status = g.build(impl_->handle, {fe::HeurMode_t::A});
+    if (status.is_good())
+      status = g.get_workspace_size(built->workspace);
+    if (!status.is_good())
+      why = status.get_message();
+  } catch (const std::exception &e) {
+    why = e.what();
+  }
+  if (!why.empty()) {
+    impl_->refused[key] = why;
+    return nullptr;
+  }
+  return (impl_->graphs[key] = std::move(built)).get();
+}
+
+int64_t CudnnAttention::workspaceBytes(const CudnnAttentionGraph &graph) {
+  return graph.workspace;
+}
+
+std::string CudnnAttention::run(const CudnnAttentionGraph &graph,
+                                const std::vector<void *> &reads,
+                                const std::vector<void *> &writes,
+                                void *workspace, cudaStream_t stream) {
+  static constexpr Uid forwardReads[] = {Q, K, V}, forwardWrites[] = {O, Stats},
+                       backwardReads[] = {Q, K, V, O, Stats, DO},
+                       backwardWrites[] = {DQ, DK, DV};
+  auto &pack = impl_->pack;
+  pack.clear();
+  auto bind = [&](const auto &uids, const std::vector<void *> &operands) {
+    if (operands.size() != std::size(uids))
+      return false;
+    for (size_t i = 0; i < operands.size(); ++i)
+      pack[uids[i]] = operands[i];
+    return true;
+  };
+  bool bound = graph.backward
+                   ? bind(backwardReads, reads) && bind(backwardWrites, writes)
+                   : bind(forwardReads, reads) && bind(forwardWrites, writes);
+  if (!bound)
+    return "wrong operand count for cuDNN attention";
+  try {
+    if (cudnnStatus_t rc = fe::detail::set_stream(impl_->handle, stream);
+        rc != CUDNN_STATUS_SUCCESS)
+      return std::string("cudnnSetStream: ") + fe::detail::get_error_string(rc);
+    fe::error_t status = graph.graph.execute(impl_->handle, pack, workspace);
+    return status.is_good() ? std::string() : status.get_message();
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+}
+
+#else // !WEFT_HAVE_CUDNN
+
+struct CudnnAttentionGraph {};
+struct CudnnAttention::Impl {};
+
+std::unique_ptr<CudnnAttention> CudnnAttention::open(std::string &why) {
+  why = "built without the cuDNN frontend (scripts/install-deps.sh fetches "
+        "it)";
+  return nullptr;
+}
+std::string CudnnAttention::version() const { return {}; }
+const CudnnAttentionGraph *CudnnAttention::prepare(bool, HalfType,
+                                                   const AttentionDims &,
+                                                   std::string &why) {
+  why = "built without cuDNN";
+  return nullptr;
+}
+int64_t CudnnAttention::workspaceBytes(const CudnnAttentionGraph &) {
+  return 0;
+}
+std::string CudnnAttention::run(const CudnnAttentionGraph &,
+                                const std::vector<void *> &,
+                                const std::vector<void *> &, void *,
+                                cudaStream_t) {
+  return "built without cuDNN";
+}
+
+#endif // WEFT_HAVE_CUDNN
+
+CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+CudnnAttention::~CudnnAttention() = default;
+
+} // namespace weft::exec::cuda
