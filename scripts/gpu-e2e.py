@@ -17,7 +17,8 @@ headers) and this machine has no GPU:
         must agree within the precision's tolerance (fp32 1e-4 relative,
         half precision 1e-2 for the loss and 5e-2 for the gradient norm: issue
         6), and the loss must fall;
-      * throughput cases: `--backend cuda` alone (and --no-graph), the median
+      * throughput cases (GPT-2 with the baseline's 50304-word vocabulary,
+        THROUGHPUT_MODELS): `--backend cuda` alone (and --no-graph), the median
         step time of the steps after warm-up, tokens/s and MFU against the
         planner's prediction, and the GPU memory nvidia-smi saw against the
         plan.
@@ -57,21 +58,42 @@ CASES = {
     "llama-tiny-bf16": ("agree", ["--model", "llama-tiny", "--micro-batch", "4",
                                   "--precision", "bf16"] + TINY),
     # Also profiled with CUDA_LAUNCH_BLOCKING=1 (gpu-check.sh, profile below).
-    "gpt2-124m-bf16-b32": ("speed", ["--model", "gpt2", "--cluster", "h100-1gpu",
+    "gpt2-124m-bf16-b32": ("speed", ["--model", "@gpt2-124m", "--cluster", "h100-1gpu",
                                      "--global-batch", "32", "--micro-batch",
                                      "32", "--seq-len", "1024", "--precision",
                                      "bf16"]),
-    "gpt2-350m-bf16-b16": ("speed", ["--model", "gpt2-medium", "--cluster",
+    "gpt2-350m-bf16-b16": ("speed", ["--model", "@gpt2-350m", "--cluster",
                                      "h100-1gpu", "--global-batch", "16",
                                      "--micro-batch", "16", "--seq-len", "1024",
                                      "--precision", "bf16"]),
     # Timed only without --quick (the 1.5B baseline of gpu-check.sh likewise).
-    "gpt2-1.5b-bf16-b8": ("speed-full", ["--model", "gpt2-xl", "--cluster",
+    "gpt2-1.5b-bf16-b8": ("speed-full", ["--model", "@gpt2-1.5b", "--cluster",
                                          "h100-1gpu", "--global-batch", "8",
                                          "--micro-batch", "8", "--seq-len", "1024",
                                          "--precision", "bf16"]),
 }
 AGREE_STEPS, SPEED_STEPS, SPEED_WARMUP = 12, 20, 5
+# The throughput models ("@name" above): GPT-2 as bench/gpu/torch_gpt2_baseline.py
+# (nanoGPT) trains it, with the vocabulary padded to 50304 words (a multiple of
+# 128: 16-byte aligned rows for the LM head's GEMMs), so Weft and PyTorch time
+# the same model. (n_embd, n_layer, n_head.)
+THROUGHPUT_MODELS = {"gpt2-124m": (768, 12, 12), "gpt2-350m": (1024, 24, 16),
+                     "gpt2-1.5b": (1600, 48, 25)}
+NANOGPT_VOCAB = 50304
+
+
+def throughput_config(name, out):
+    """Writes the Hugging Face config.json of throughput model `name`."""
+    n_embd, n_layer, n_head = THROUGHPUT_MODELS[name]
+    path = os.path.join(out, "configs", f"{name}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    json.dump({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+               "vocab_size": NANOGPT_VOCAB, "n_positions": 1024, "n_embd": n_embd,
+               "n_layer": n_layer, "n_head": n_head, "n_inner": None,
+               "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05,
+               "initializer_range": 0.02, "tie_word_embeddings": True},
+              open(path, "w"), indent=1)
+    return path
 
 
 def stage(args):
@@ -84,6 +106,8 @@ def stage(args):
     cases = {}
     for name, (kind, flags) in CASES.items():
         bundle = os.path.join(args.out, name)
+        flags = [throughput_config(f[1:], args.out) if f.startswith("@") else f
+                 for f in flags]
         subprocess.run([tool("weftc"), "compile"] + flags + ["-o", bundle],
                        check=True, stdout=subprocess.DEVNULL)
         summary = json.loads(subprocess.run(

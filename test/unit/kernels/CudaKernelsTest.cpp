@@ -23,6 +23,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 
 using namespace weft::kernels;
@@ -63,6 +64,12 @@ private:
   T *data = nullptr;
   std::size_t size;
 };
+
+/// Elements of q (out, dOut), of k (v), and of the statistics (lse).
+std::tuple<int64_t, int64_t, int64_t> attentionSizes(const AttentionDims &d) {
+  return {d.batch * d.seq * d.heads * d.headDim,
+          d.batch * d.seq * d.kvHeads * d.headDim, d.batch * d.heads * d.seq};
+}
 
 /// One 16-bit attention implementation's operands: q k v dOut in, out lse dq
 /// dk dv out, all at `offset` elements into their allocations.
@@ -298,9 +305,7 @@ TEST_F(CudaKernelsTest, Attention) {
       AttentionDims d =
           test::scaledAttentionDims(shape.batch, shape.seq, shape.heads,
                                     shape.kvHeads, shape.headDim, causal);
-      const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
-      const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
-      const int64_t stats = d.batch * d.heads * d.seq;
+      const auto [qSize, kvSize, stats] = attentionSizes(d);
       vector<float> q = random(qSize, -2, 2), k = random(kvSize, -2, 2),
                     v = random(kvSize), dOut = random(qSize);
       DeviceBuffer<float> dQ(q), dK(k), dV(v), dDOut(dOut), out(qSize),
@@ -342,9 +347,7 @@ void CudaKernelsTest::checkHalfAttention(
   AttentionDims d =
       test::scaledAttentionDims(shape.batch, shape.seq, shape.heads,
                                 shape.kvHeads, shape.headDim, causal);
-  const int64_t qSize = d.batch * d.seq * d.heads * d.headDim;
-  const int64_t kvSize = d.batch * d.seq * d.kvHeads * d.headDim;
-  const int64_t stats = d.batch * d.heads * d.seq;
+  const auto [qSize, kvSize, stats] = attentionSizes(d);
   const HalfCodec codec{bf16};
   // Random values rounded to storage; `bits` holds them at `offset`.
   const std::size_t o = std::size_t(shape.offset);
