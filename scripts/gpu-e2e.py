@@ -57,6 +57,9 @@ CASES = {
                                  "--precision", "bf16"] + TINY),
     "llama-tiny-bf16": ("agree", ["--model", "llama-tiny", "--micro-batch", "4",
                                   "--precision", "bf16"] + TINY),
+    # A 263-word vocabulary: the logits' rows padded to 264 (aligned GEMMs).
+    "gpt2-odd-bf16": ("agree", ["--model", "gpt2-odd", "--micro-batch", "4",
+                                "--precision", "bf16"] + TINY),
     # Also profiled with CUDA_LAUNCH_BLOCKING=1 (gpu-check.sh, profile below).
     "gpt2-124m-bf16-b32": ("speed", ["--model", "@gpt2-124m", "--cluster", "h100-1gpu",
                                      "--global-batch", "32", "--micro-batch",

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Hugging Face transformers as an independent reference (registered by
 # CMakeLists.txt):  hf-crosscheck.sh WORK_DIR BUILD_DIR
-# Stages gpt2-tiny and llama-tiny (fp32), gpt2-tiny (bf16) and llama-tiny
-# (fp16) with scripts/hf-crosscheck.py (weftc compile, weft-run, weft-export)
+# Stages gpt2-tiny and llama-tiny (fp32), gpt2-tiny (bf16), llama-tiny
+# (fp16) and gpt2-odd (fp32; 263 words: padded logits rows) with scripts/hf-crosscheck.py (weftc compile, weft-run, weft-export)
 # and has transformers compute the losses of steps 1 and 8 from the exported
 # weights in fp64, and train the 8 steps with torch's AdamW against every
 # step's loss (docs/runtime.md, "Export"). Needs torch and transformers

@@ -355,17 +355,52 @@ LogicalResult RoleScheduler::lowerMlp(MLPOp op) {
   return success();
 }
 
+bool RoleScheduler::onlyTheLossReads(Value logits) {
+  auto lossOnly = [](Operation *user) {
+    return isa<CrossEntropyOp, CrossEntropyGradOp>(user);
+  };
+  for (Operation *user : logits.getUsers()) {
+    if (lossOnly(user))
+      continue;
+    auto save = dyn_cast<SaveOp>(user);
+    if (!save)
+      return false;
+    WalkResult read = currentFunction->getParentOfType<ModuleOp>().walk(
+        [&](RestoreOp restore) {
+          bool same = restore.getForward() == currentFunction.getName() &&
+                      restore.getSlot() == save.getSlot();
+          return same && !llvm::all_of(restore->getUsers(), lossOnly)
+                     ? WalkResult::interrupt()
+                     : WalkResult::advance();
+        });
+    if (read.wasInterrupted())
+      return false;
+  }
+  return true;
+}
+
+/// Elements the rows of padded logits are aligned to: 16 bytes of 16-bit
+/// logits, which the GEMMs' fast (TMA) kernels need for every row.
+constexpr int64_t kLogitsRowAlign = 8;
+
 LogicalResult RoleScheduler::lowerLmHead(LMHeadOp op) {
   // Under TP the weight holds this rank's vocabulary rows: local logits.
   auto weight = cast<RankedTensorType>(op.getWeight().getType());
   int64_t vocab = weight.getShape()[0], hidden = weight.getShape()[1];
-  Slice logits = activation("logits", rows() * vocab);
+  // Rows padded to an aligned stride where only the fused loss reads them
+  // (it skips the padding) and no bias is added over them.
+  int64_t stride = !op.getBias() && onlyTheLossReads(op.getResult())
+                       ? llvm::alignTo(vocab, kLogitsRowAlign)
+                       : vocab;
+  Slice logits = activation("logits", rows() * stride);
   gemm(false, true, rows(), vocab, hidden, lookup(op.getInput()), hidden,
-       lookup(op.getWeight()), hidden, logits, vocab, false);
+       lookup(op.getWeight()), hidden, logits, stride, false);
   if (Value bias = op.getBias())
     launch("bias_add", {{"rows", rows()}, {"width", vocab}},
            {logits, lookup(bias)}, {logits});
   values[op.getResult()] = logits;
+  if (stride != vocab)
+    paddedLogits[{logits.buffer.str(), logits.offset}] = stride;
   return success();
 }
 
@@ -719,10 +754,11 @@ LogicalResult RoleScheduler::lowerLmHeadGrad(LMHeadGradOp op) {
   auto weight = cast<RankedTensorType>(op.getWeight().getType());
   int64_t vocab = weight.getShape()[0], hidden = weight.getShape()[1];
   Slice dy = lookup(op.getGrad());
+  int64_t ld = logitsRowStride(dy, vocab);
   Slice dx = activation("lm_head.grad", rows() * hidden);
-  gemm(false, false, rows(), hidden, vocab, dy, vocab, lookup(op.getWeight()),
+  gemm(false, false, rows(), hidden, vocab, dy, ld, lookup(op.getWeight()),
        hidden, dx, hidden, false);
-  gemm(true, false, vocab, hidden, rows(), dy, vocab, lookup(op.getInput()),
+  gemm(true, false, vocab, hidden, rows(), dy, ld, lookup(op.getInput()),
        hidden, *gradOf(op.getWeight()), hidden, true);
   if (Value bias = op.getBias())
     launch("bias_grad", {{"rows", rows()}, {"width", vocab}}, {dy},
@@ -775,19 +811,26 @@ LogicalResult RoleScheduler::lowerCrossEntropyGrad(CrossEntropyGradOp op) {
   if (failed(checkLossGradient(op)))
     return failure();
   int64_t vocab = width(op.getLogits());
+  // Padded logits: rows `stride` apart, the words in the first `vocab`.
+  int64_t stride = logitsRowStride(lookup(op.getLogits()), vocab);
+  SmallVector<std::pair<StringRef, int64_t>> constants = {
+      {"rows", rows()},
+      {"vocab", stride},
+      {"loss_div", par.gradAccum},
+      {"grad_div", par.gradAccum * par.dp},
+      {"accumulate", 1},
+      {"grad", 1}};
+  if (stride != vocab)
+    constants.push_back({"valid", vocab});
   // One fused kernel per micro-batch adds this micro-batch's share of the
   // step loss to `loss` and writes the logit gradient scaled so that the DP
   // sum of the accumulated gradients is the global-batch mean.
-  Slice dlogits = logitsGradient(op.getLogits(), rows() * vocab);
-  launch("cross_entropy",
-         {{"rows", rows()},
-          {"vocab", vocab},
-          {"loss_div", par.gradAccum},
-          {"grad_div", par.gradAccum * par.dp},
-          {"accumulate", 1},
-          {"grad", 1}},
+  Slice dlogits = logitsGradient(op.getLogits(), rows() * stride);
+  launch("cross_entropy", constants,
          {lookup(op.getLogits()), lookup(op.getLabels())}, {loss, dlogits});
   values[op.getResult(0)] = dlogits;
+  if (stride != vocab)
+    paddedLogits[{dlogits.buffer.str(), dlogits.offset}] = stride;
   return success();
 }
 

@@ -342,6 +342,9 @@ private:
   template <typename AttentionLikeOp>
   LogicalResult lowerAttention(AttentionLikeOp op);
   LogicalResult lowerMlp(MLPOp op);
+  /// Whether only the fused loss (cross_entropy, its grad) reads `logits`,
+  /// here or in a backward function that restores them.
+  bool onlyTheLossReads(Value logits);
   LogicalResult lowerLmHead(LMHeadOp op);
   LogicalResult lowerAddF(arith::AddFOp op);
   LogicalResult lowerBiasAdd(BiasAddOp op);
@@ -455,6 +458,15 @@ private:
   std::map<std::tuple<std::string, int64_t, int64_t>, std::pair<Slice, bool>>
       saved;
   llvm::DenseMap<Value, Slice> values;
+  /// Logits (and their gradient over them) stored with rows padded past the
+  /// vocabulary (lowerLmHead): (buffer, offset) -> the row stride. Keyed by
+  /// slice, since the backward reads them through weft.restore.
+  std::map<std::pair<std::string, int64_t>, int64_t> paddedLogits;
+  /// The row stride of logits `slice` of `vocab` words.
+  int64_t logitsRowStride(const Slice &slice, int64_t vocab) const {
+    auto it = paddedLogits.find({slice.buffer.str(), slice.offset});
+    return it == paddedLogits.end() ? vocab : it->second;
+  }
   /// Activations that hold this TP rank's part of the sequence (sequence
   /// parallelism): row-wise ops keep the property, the sequence collectives
   /// set or clear it.

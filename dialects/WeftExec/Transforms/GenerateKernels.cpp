@@ -613,16 +613,25 @@ void lossAndGradient(const Constants &c, KernelSource &k, int64_t width,
 
 LogicalResult crossEntropy(const Constants &c, KernelSource &k, EmitError) {
   int64_t rows = c["rows"], vocab = c["vocab"];
+  // Rows kWidth apart; with `valid`, only its first kValid columns are words
+  // (row padding for aligned GEMMs: never read, zero gradient).
+  bool padded = c["valid"] > 0 && c["valid"] < vocab;
+  StringRef words = padded ? "kValid" : "kWidth";
+  if (padded)
+    k.constant("kValid", c["valid"]);
   k.header = "weft/kernels/Loss.h";
   k.read("logits", rows * vocab);
   k.readIndex("targets", rows, "-100 = ignored");
   k.workspaces.push_back({"rowLse", rows, "log-sum-exp per row"});
-  k.phase("one thread per row: log-sum-exp", rows,
-          "  rowLse[item] = logSumExp(kWidth, logits + item * kWidth);\n");
-  lossAndGradient(c, k, vocab,
-                  "shardTargetLogit(kWidth, 0, logits + r * kWidth, "
-                  "targets[r])",
-                  "target", "");
+  k.phase(
+      "one thread per row: log-sum-exp", rows,
+      ("  rowLse[item] = logSumExp(" + words + ", logits + item * kWidth);\n")
+          .str());
+  lossAndGradient(
+      c, k, vocab,
+      ("shardTargetLogit(" + words + ", 0, logits + r * kWidth, targets[r])")
+          .str(),
+      "target", padded ? " && column < kValid" : "");
   return success();
 }
 

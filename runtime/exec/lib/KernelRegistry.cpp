@@ -284,6 +284,9 @@ void attentionBackwardRun(const KernelCall &k) {
 KernelSignature crossEntropySig(const KernelConstants &c) {
   if (get(c, "loss_div") <= 0 || get(c, "grad_div") <= 0)
     throw Error("constants 'loss_div' and 'grad_div' must be positive");
+  if (get(c, "valid") > get(c, "vocab"))
+    throw Error("constant 'valid' (" + std::to_string(get(c, "valid")) +
+                ") exceeds 'vocab' (" + std::to_string(get(c, "vocab")) + ")");
   int64_t rows = get(c, "rows");
   KernelSignature sig{{f(rows * get(c, "vocab")), idx(rows)}, {f(1)}};
   if (get(c, "grad"))
@@ -307,8 +310,10 @@ void finishLoss(const KernelCall &k, float loss, float *dLogits, int64_t n) {
 void crossEntropyRun(const KernelCall &k) {
   int64_t rows = k.c("rows"), vocab = k.c("vocab");
   float *dLogits = k.c("grad") ? k.writes[1] : nullptr;
-  float loss = cpu::crossEntropyForwardBackward(rows, vocab, k.reads[0],
-                                                k.readIndices[1], dLogits);
+  float loss = cpu::crossEntropyForwardBackward(
+      rows, vocab, k.reads[0], k.readIndices[1], dLogits,
+      /*lse=*/static_cast<float *>(nullptr),
+      crossEntropyValidColumns(*k.constants));
   finishLoss(k, loss, dLogits, rows * vocab);
 }
 
@@ -458,6 +463,11 @@ KernelConstants resolveConstants(const KernelSpec &spec,
       throw Error(where + ": kernel '" + std::string(spec.name) +
                   "' has no constant '" + name + "'");
   return resolved;
+}
+
+int64_t crossEntropyValidColumns(const KernelConstants &constants) {
+  auto valid = constants.find("valid");
+  return valid != constants.end() && valid->second > 0 ? valid->second : -1;
 }
 
 } // namespace weft::exec

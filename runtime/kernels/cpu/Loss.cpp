@@ -52,17 +52,19 @@ static T finishCrossEntropy(int64_t rows, int64_t vocabLocal,
 
 template <typename T>
 T crossEntropyForwardBackward(int64_t rows, int64_t vocab, const T *logits,
-                              const std::int32_t *targets, T *dLogits, T *lse) {
+                              const std::int32_t *targets, T *dLogits, T *lse,
+                              int64_t validColumns) {
+  int64_t valid = validColumnsOf(vocab, validColumns);
   std::vector<T> rowLse(rows), targetLogit(rows);
   for (int64_t r = 0; r < rows; ++r) {
     const T *row = logits + r * vocab;
-    rowLse[r] = logSumExp(vocab, row);
-    targetLogit[r] = shardTargetLogit(vocab, 0, row, targets[r]);
+    rowLse[r] = logSumExp(valid, row);
+    targetLogit[r] = shardTargetLogit(valid, 0, row, targets[r]);
     if (lse)
       lse[r] = rowLse[r];
   }
   return finishCrossEntropy(rows, vocab, 0, logits, targets, rowLse.data(),
-                            targetLogit.data(), dLogits, vocab);
+                            targetLogit.data(), dLogits, valid);
 }
 
 template <typename T>
@@ -101,8 +103,8 @@ T crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
 }
 
 #define WEFT_INSTANTIATE(T)                                                    \
-  template T crossEntropyForwardBackward<T>(int64_t, int64_t, const T *,       \
-                                            const std::int32_t *, T *, T *);   \
+  template T crossEntropyForwardBackward<T>(                                   \
+      int64_t, int64_t, const T *, const std::int32_t *, T *, T *, int64_t);   \
   template void crossEntropyShardMax<T>(int64_t, int64_t, const T *, T *,      \
                                         int64_t);                              \
   template void crossEntropyShardSums<T>(int64_t, int64_t, int64_t, const T *, \

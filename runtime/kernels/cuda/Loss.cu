@@ -82,11 +82,14 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
                                         const float *logits,
                                         const int32_t *targets, float *lse,
                                         int *validCount, float *loss,
-                                        float *dLogits, cudaStream_t stream) {
+                                        float *dLogits, cudaStream_t stream,
+                                        int64_t validColumns) {
   storage::F32 s;
+  int64_t valid = validColumns < 0 ? vocab : validColumns;
   cudaError_t err = launchRows<kLseBlockSize>(
-      rows, vocab, stream, loss::rowLse<WarpRows, storage::F32>,
-      loss::rowLse<LseBlockRows, storage::F32>, s, rows, vocab, logits, lse);
+      rows, valid, stream, loss::rowLse<WarpRows, storage::F32>,
+      loss::rowLse<LseBlockRows, storage::F32>, s, rows, vocab, valid, logits,
+      lse);
   if (err != cudaSuccess)
     return err;
   err = meanLoss(rows, targets, loss::FullLogitsTerm{lse, logits, vocab},
@@ -94,7 +97,7 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
   if (err != cudaSuccess || !dLogits)
     return err;
   return launch(rows * vocab, stream, loss::logitGrad<storage::F32>, s, rows,
-                vocab, int64_t(0), vocab, logits, targets,
+                vocab, int64_t(0), valid, logits, targets,
                 static_cast<const float *>(lse),
                 static_cast<const int *>(validCount), 1.0f, dLogits);
 }
@@ -135,17 +138,19 @@ crossEntropyShardFinish(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
 cudaError_t halfCrossEntropy(HalfType type, int64_t rows, int64_t vocab,
                              const void *logits, const std::int32_t *targets,
                              float gradScale, float *term, int *validCount,
-                             float *loss, void *dLogits, cudaStream_t stream) {
+                             float *loss, void *dLogits, cudaStream_t stream,
+                             int64_t validColumns) {
   loss::validTargets<<<1, kBlockSize, 0, stream>>>(rows, targets, validCount);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     return err;
   storage::Half16 s = halfStorage(type);
+  int64_t valid = validColumns < 0 ? vocab : validColumns;
   err = launchRows<kLseBlockSize>(
-      rows, vocab, stream, loss::lossRows<WarpRows, storage::Half16>,
-      loss::lossRows<LseBlockRows, storage::Half16>, s, rows, vocab, in(logits),
-      targets, static_cast<const int *>(validCount), gradScale, term,
-      out(dLogits));
+      rows, valid, stream, loss::lossRows<WarpRows, storage::Half16>,
+      loss::lossRows<LseBlockRows, storage::Half16>, s, rows, vocab, valid,
+      in(logits), targets, static_cast<const int *>(validCount), gradScale,
+      term, out(dLogits));
   if (err != cudaSuccess)
     return err;
   return meanLoss(rows, targets, loss::StoredTerm{term}, validCount, loss,

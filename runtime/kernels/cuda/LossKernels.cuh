@@ -70,15 +70,17 @@ __device__ float groupRowSumExp(S s, std::int64_t n,
   return G::reduce(sum, SumOp());
 }
 
-/// logSumExp: the max, then the sum of exp(x - max) in a second pass.
+/// logSumExp over the first validColumns of rows `vocab` apart: the max,
+/// then the sum of exp(x - max) in a second pass.
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     rowLse(S s, std::int64_t rows, std::int64_t vocab,
-           const typename S::Elem *logits, float *lse) {
+           std::int64_t validColumns, const typename S::Elem *logits,
+           float *lse) {
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
     const typename S::Elem *row = logits + r * vocab;
-    float m = groupRowMax<G>(s, vocab, row);
-    float sum = groupRowSumExp<G>(s, vocab, row, m, /*backwards=*/true);
+    float m = groupRowMax<G>(s, validColumns, row);
+    float sum = groupRowSumExp<G>(s, validColumns, row, m, /*backwards=*/true);
     if (G::lane() == 0)
       lse[r] = m + math::log(sum);
   }
@@ -164,24 +166,25 @@ logitGrad(S s, std::int64_t rows, std::int64_t vocab, std::int64_t vocabStart,
   s.store(dLogits, i, g * factor);
 }
 
-/// The fused loss phase on a group's rows: the row's loss term (lse - target
-/// logit, 0 if ignored) into term[r] and, with dLogits (may alias logits),
-/// the row's gradient times `factor`. Each thread reads the target logit
-/// before the row's reductions, which every thread of the group finishes
-/// before any writes a gradient, so aliasing is safe.
+/// The fused loss phase on a group's rows (`vocab` apart, the first
+/// validColumns real words, the rest padding): the row's loss term (lse -
+/// target logit, 0 if ignored) into term[r] and, with dLogits (may alias
+/// logits), the row's gradient times `factor` (0 on padding). Each thread
+/// reads the target logit before the row's reductions, which every thread of
+/// the group finishes before any writes a gradient, so aliasing is safe.
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     lossRows(S s, std::int64_t rows, std::int64_t vocab,
-             const typename S::Elem *logits, const std::int32_t *targets,
-             const int *validCount, float factor, float *term,
-             typename S::Elem *dLogits) {
+             std::int64_t validColumns, const typename S::Elem *logits,
+             const std::int32_t *targets, const int *validCount, float factor,
+             float *term, typename S::Elem *dLogits) {
   for (std::int64_t r = G::firstRow(); r < rows; r += G::rowStride()) {
     const typename S::Elem *row = logits + r * vocab;
     std::int32_t target = targets[r];
     bool valid = target != kIgnoreIndex;
     float targetLogit = valid ? s.load(row, target) : 0.0f;
-    float m = groupRowMax<G>(s, vocab, row);
-    float sum = groupRowSumExp<G>(s, vocab, row, m, /*backwards=*/true);
+    float m = groupRowMax<G>(s, validColumns, row);
+    float sum = groupRowSumExp<G>(s, validColumns, row, m, /*backwards=*/true);
     float lse = m + math::log(sum);
     if (G::lane() == 0)
       term[r] = valid ? lse - targetLogit : 0.0f;
@@ -191,8 +194,9 @@ __global__ void __launch_bounds__(G::kThreads)
     float scale = valid ? 1.0f / float(*validCount) : 0.0f;
     for (std::int64_t c = G::lane(); c < vocab; c += G::kSize) {
       float g =
-          valid ? crossEntropyLogitGrad(s.load(row, c), lse, c == target, scale)
-                : 0.0f;
+          valid && c < validColumns
+              ? crossEntropyLogitGrad(s.load(row, c), lse, c == target, scale)
+              : 0.0f;
       s.store(dRow, c, g * factor);
     }
   }

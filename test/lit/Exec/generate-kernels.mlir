@@ -18,6 +18,10 @@ module {
   weftx.kernel @cross_entropy file "kernels/cross_entropy.cu"
       constants {accumulate = 1, grad_div = 4, loss_div = 2, rows = 32,
                  vocab = 300} source ""
+  // Logits rows padded to 304 elements of which 299 are words (the LM
+  // head's aligned rows): the padding is never read and gets no gradient.
+  weftx.kernel @cross_entropy.1 file "kernels/cross_entropy.1.cu"
+      constants {rows = 4, valid = 299, vocab = 304} source ""
   weftx.kernel @rotary_backward file "kernels/rotary_backward.cu"
       constants {batch = 1, seq = 8, heads = 2, head_dim = 4, theta = 500000}
       source ""
@@ -121,6 +125,13 @@ module {
 // CHECK-NEXT: constexpr std::int64_t kGradDiv = 4;
 // CHECK:        loss[0] += part;
 // CHECK:        dLogits[item] = g * (1.0f / float(kGradDiv));
+
+// CHECK-LABEL: ==== @cross_entropy.1 kernels/cross_entropy.1.cu
+// CHECK:      constexpr std::int64_t kValid = 299;
+// CHECK:      constexpr std::int64_t kWidth = 304;
+// CHECK:        rowLse[item] = logSumExp(kValid, logits + item * kWidth);
+// CHECK:        total += rowLse[r] - shardTargetLogit(kValid, 0, logits + r * kWidth, targets[r]);
+// CHECK:            target != kIgnoreIndex && column < kValid
 
 // CHECK-LABEL: ==== @rotary_backward kernels/rotary_backward.cu
 // CHECK:      constexpr float kTheta = 500000.0f;

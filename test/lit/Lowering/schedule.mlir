@@ -1,6 +1,7 @@
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 grad-accum=2' --weft-autodiff --weft-schedule='seq-len=8 lr=0.01' --weft-step | FileCheck %s
 // RUN: weftc import llama-tiny | weft-opt --weft-lower='dp=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=LLAMA
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1 bucket-bytes=131072' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=ZERO1
+// RUN: weftc import gpt2-odd | weft-opt --weft-lower --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=ODD
 
 // GPT-2 tiny at DP 2 with two accumulated micro-batches of one sequence of 8
 // tokens: one program shared by both DP ranks; flat persistent parameter,
@@ -153,3 +154,15 @@
 // ZERO1-NEXT: }
 // Each parameter initializes its replicated copy and its master piece.
 // ZERO1: weftx.parameter "transformer.wpe.weight" [128, 64] {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = 65536, dim = -1, start = 0, length = 0, zero_shards = 1, padded_elements = 8192>, #weftx.shard<role = @role0, buffer = @master, offset = 32768, dim = -1, start = 0, length = 0, zero_shards = 2, padded_elements = 8192>]
+
+// GPT-2 "odd" (vocabulary 263): the logits' rows are padded to 264 elements,
+// so every row of the LM head's GEMMs starts 16-byte aligned in 16-bit
+// storage; the fused loss reads only the 263 words (`valid`) and writes a
+// zero gradient on the padding, and the head's backward GEMMs read the
+// gradient with the same stride.
+// ODD: weftx.kernel @cross_entropy file "kernels/cross_entropy.cu" constants {accumulate = 1 : i64, grad = 1 : i64, grad_div = 1 : i64, loss_div = 1 : i64, rows = 8 : i64, valid = 263 : i64, vocab = 264 : i64}
+// ODD-LABEL: weftx.program @role0
+// ODD: weftx.gemm f32 trans_a m 263 n 8 k 48 lda 48 ldb 48 ldc 264 {{.*}} writes(@logits[0 +: 8448])
+// ODD: weftx.launch @cross_entropy reads(@logits[0 +: 8448], @targets[0 +: 32]) writes(@loss[0 +: 4], @logits[0 +: 8448])
+// ODD-NEXT: weftx.gemm f32 m 48 n 8 k 263 lda 48 ldb 264 ldc 48 {{.*}} reads(@params[0 +: 50496], @logits[0 +: 8448])
+// ODD-NEXT: weftx.gemm f32 trans_b m 48 n 263 k 8 lda 48 ldb 264 ldc 48 {{.*}} reads(@layer_norm.6[0 +: 1536], @logits[0 +: 8448], @grads[0 +: 50496])

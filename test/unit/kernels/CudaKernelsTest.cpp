@@ -106,7 +106,7 @@ protected:
 
   // Shared bodies of the tests that run several shapes.
   void runNorms(int64_t rows, int64_t width);
-  void runCrossEntropy(int64_t rows, int64_t vocab);
+  void runCrossEntropy(int64_t rows, int64_t vocab, int64_t valid = -1);
   void runShardPhases(int64_t rows, int64_t vocabLocal, int64_t vocabStart,
                       int64_t valid, std::int32_t vocab);
   void
@@ -711,13 +711,23 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       same(hBias, fBias, "bias grad");
     }
 
-    // Cross-entropy, the gradient over the logits, times a loss scale.
+    // Cross-entropy, the gradient over the logits, times a loss scale; also
+    // on rows padded for aligned GEMMs (`valid` words, the rest never read).
     const float gradScale = 1024.0f / 3.0f;
-    for (auto [rows, vocab] :
-         {std::pair<int64_t, int64_t>{300, 257}, {40, 50257}}) {
-      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocab));
-      const vector<std::uint16_t> logits = bits(random(rows * vocab, -8, 8));
-      vector<std::int32_t> targets = randomIds(rng, rows, vocab);
+    for (auto [rows, vocab, valid] :
+         {std::tuple<int64_t, int64_t, int64_t>{300, 257, -1},
+          {40, 50257, -1},
+          {300, 264, 257},
+          {40, 50264, 50257}}) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocab) +
+                   " valid " + std::to_string(valid));
+      vector<float> values = random(rows * vocab, -8, 8);
+      for (int64_t r = 0; valid >= 0 && r < rows; ++r)
+        for (int64_t c = valid; c < vocab; ++c)
+          values[r * vocab + c] = 3e4f;
+      const vector<std::uint16_t> logits = bits(values);
+      vector<std::int32_t> targets =
+          randomIds(rng, rows, std::int32_t(valid < 0 ? vocab : valid));
       for (int64_t r = 0; r < rows; r += 7)
         targets[r] = kIgnoreIndex;
       DeviceBuffer<std::int32_t> dTargets(targets);
@@ -728,11 +738,11 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       ASSERT_EQ(gpu::halfCrossEntropy(type, rows, vocab, hLogits.get(),
                                       dTargets.get(), gradScale, term.get(),
                                       hCount.get(), hLoss.get(), hLogits.get(),
-                                      stream),
+                                      stream, valid),
                 cudaSuccess);
       ASSERT_EQ(gpu::crossEntropyForwardBackward(
                     rows, vocab, fLogits.get(), dTargets.get(), lse.get(),
-                    fCount.get(), fLoss.get(), fLogits.get(), stream),
+                    fCount.get(), fLoss.get(), fLogits.get(), stream, valid),
                 cudaSuccess);
       sync();
       vector<float> scaled = fLogits.toHost();
@@ -858,14 +868,25 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
   // A small vocabulary (a warp per row) and GPT-2's (a block per row).
   for (auto [rows, vocab] :
        {std::pair<int64_t, int64_t>{300, 257}, {40, 50257}}) {
-    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocab));
     runCrossEntropy(rows, vocab);
   }
+  // Rows padded for aligned GEMMs (the LM head's logits of an odd vocabulary).
+  runCrossEntropy(300, 264, 257);
+  runCrossEntropy(40, 50264, 50257);
 }
 
-void CudaKernelsTest::runCrossEntropy(int64_t rows, int64_t vocab) {
+/// Rows `vocab` apart; with `valid` >= 0 only that many columns are words and
+/// the padding holds a huge logit that must not be read.
+void CudaKernelsTest::runCrossEntropy(int64_t rows, int64_t vocab,
+                                      int64_t valid) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + " vocab " +
+               std::to_string(vocab) + " valid " + std::to_string(valid));
   vector<float> logits = random(rows * vocab, -8, 8);
-  vector<std::int32_t> targets = randomIds(rng, rows, vocab);
+  int64_t words = valid < 0 ? vocab : valid;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = words; c < vocab; ++c)
+      logits[r * vocab + c] = 3e4f;
+  vector<std::int32_t> targets = randomIds(rng, rows, std::int32_t(words));
   for (int64_t r = 0; r < rows; r += 7)
     targets[r] = kIgnoreIndex;
   DeviceBuffer<float> dLogits(logits), lse(rows), loss(1), grad(rows * vocab);
@@ -873,12 +894,13 @@ void CudaKernelsTest::runCrossEntropy(int64_t rows, int64_t vocab) {
   DeviceBuffer<int> count(1);
   ASSERT_EQ(gpu::crossEntropyForwardBackward(
                 rows, vocab, dLogits.get(), dTargets.get(), lse.get(),
-                count.get(), loss.get(), grad.get(), stream),
+                count.get(), loss.get(), grad.get(), stream, valid),
             cudaSuccess);
   sync();
   vector<float> eLse(rows), eGrad(rows * vocab);
-  float eLoss = cpu::crossEntropyForwardBackward(
-      rows, vocab, logits.data(), targets.data(), eGrad.data(), eLse.data());
+  float eLoss = cpu::crossEntropyForwardBackward(rows, vocab, logits.data(),
+                                                 targets.data(), eGrad.data(),
+                                                 eLse.data(), valid);
   EXPECT_EQ(count.toHost()[0], cpu::countValidTargets(rows, targets.data()));
   EXPECT_NEAR(loss.toHost()[0], eLoss, kTolerance * eLoss);
   EXPECT_LT(relativeError(lse.toHost(), eLse), kTolerance);

@@ -196,6 +196,26 @@ TEST(CrossEntropyTest, MatchesLogSoftmaxMeanOverValidLabels) {
                                              allIgnored.data(), dLogits.data()),
             0.0);
   EXPECT_EQ(cpu::sumOfSquares(rows * vocab, dLogits.data()), 0.0);
+
+  // Rows padded to `stride` columns (the LM head's aligned logits): the same
+  // loss and gradient, bit for bit, a zero gradient on the padding, which is
+  // never read (it holds NaN here).
+  const int64_t stride = 16;
+  vector<double> padded(rows * stride, std::nan("")), packedGrad(rows * vocab);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(&logits[r * vocab], vocab, &padded[r * stride]);
+  vector<double> paddedGrad(rows * stride, 1.0);
+  double paddedLoss = cpu::crossEntropyForwardBackward(
+      rows, stride, padded.data(), targets.data(), paddedGrad.data(),
+      static_cast<double *>(nullptr), vocab);
+  EXPECT_EQ(paddedLoss,
+            cpu::crossEntropyForwardBackward(
+                rows, vocab, logits.data(), targets.data(), packedGrad.data()));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < stride; ++c)
+      EXPECT_EQ(paddedGrad[r * stride + c],
+                c < vocab ? packedGrad[r * vocab + c] : 0.0)
+          << "row " << r << " column " << c;
 }
 
 /// torch.optim.AdamW's update, one scalar at a time.

@@ -476,40 +476,69 @@ struct Fp32Loss {
   Floats lse, dLogits;
 };
 Fp32Loss fp32CrossEntropy(std::int64_t rows, std::int64_t vocab,
-                          const Floats &logits,
+                          std::int64_t valid, const Floats &logits,
                           const std::vector<std::int32_t> &targets) {
   Fp32Loss out;
   out.lse.assign(std::size_t(rows), kNaN);
   out.dLogits.assign(logits.size(), kNaN);
-  launchRows<loss::kLseBlockSize>(rows, vocab,
-                                  &loss::rowLse<loss::WarpRows, F32>,
-                                  &loss::rowLse<loss::LseBlockRows, F32>, F32(),
-                                  rows, vocab, logits.data(), out.lse.data());
+  launchRows<loss::kLseBlockSize>(
+      rows, valid, &loss::rowLse<loss::WarpRows, F32>,
+      &loss::rowLse<loss::LseBlockRows, F32>, F32(), rows, vocab, valid,
+      logits.data(), out.lse.data());
   launchOneBlock(&loss::meanLoss<loss::FullLogitsTerm>, rows, targets.data(),
                  loss::FullLogitsTerm{out.lse.data(), logits.data(), vocab},
                  &out.validCount, &out.loss);
   emulation::launchSerial(
       rows * vocab, &loss::logitGrad<F32>, F32(), rows, vocab, std::int64_t(0),
-      vocab, logits.data(), targets.data(),
+      valid, logits.data(), targets.data(),
       static_cast<const float *>(out.lse.data()),
       static_cast<const int *>(&out.validCount), 1.0f, out.dLogits.data());
   return out;
 }
 
-constexpr Shape kLossShapes[] = {{9, 300}, {5, 1500}};
+/// Rows `vocab` apart of which the first `valid` columns are words: a warp
+/// and a block per row, packed and padded (row padding for aligned GEMMs).
+struct LossShape {
+  std::int64_t rows, vocab, valid;
+  std::string name() const {
+    return "rows " + std::to_string(rows) + " vocab " + std::to_string(valid) +
+           (valid < vocab ? " padded to " + std::to_string(vocab) : "");
+  }
+};
+const LossShape kLossShapes[] = {
+    {9, 300, 300}, {5, 1500, 1500}, {7, 304, 299}, {4, 1504, 1497}};
+
+/// Random logits whose padding columns hold `large`, far above the words'
+/// logits: a kernel that reads them for the max or the sums changes the
+/// loss.
+constexpr float kLargeLogit = 3e4f;
+template <typename T, typename Fill>
+std::vector<T> paddedLogits(const LossShape &shape, T large, Fill fill) {
+  std::vector<T> logits = fill(std::size_t(shape.rows * shape.vocab));
+  for (std::int64_t r = 0; r < shape.rows; ++r)
+    for (std::int64_t c = shape.valid; c < shape.vocab; ++c)
+      logits[std::size_t(r * shape.vocab + c)] = large;
+  return logits;
+}
 
 TEST(RowKernelsEmulation, Fp32CrossEntropyMatchesTheCpuKernel) {
   std::mt19937_64 rng(13);
-  for (const Shape &shape : kLossShapes) {
-    SCOPED_TRACE("rows " + std::to_string(shape.rows) + " vocab " +
-                 std::to_string(shape.width));
-    const std::int64_t rows = shape.rows, vocab = shape.width;
-    Floats logits = randomFloats(rng, std::size_t(rows * vocab), -4, 4);
-    std::vector<std::int32_t> targets = lossTargets(rng, rows, vocab);
-    Fp32Loss got = fp32CrossEntropy(rows, vocab, logits, targets);
+  for (const LossShape &shape : kLossShapes) {
+    SCOPED_TRACE(shape.name());
+    const std::int64_t rows = shape.rows, vocab = shape.vocab;
+    Floats logits = paddedLogits(shape, kLargeLogit, [&](std::size_t n) {
+      return randomFloats(rng, n, -4, 4);
+    });
+    std::vector<std::int32_t> targets = lossTargets(rng, rows, shape.valid);
+    Fp32Loss got = fp32CrossEntropy(rows, vocab, shape.valid, logits, targets);
     Floats eGrad(logits.size()), eLse(static_cast<std::size_t>(rows));
-    float eLoss = cpu::crossEntropyForwardBackward(
-        rows, vocab, logits.data(), targets.data(), eGrad.data(), eLse.data());
+    float eLoss = cpu::crossEntropyForwardBackward(rows, vocab, logits.data(),
+                                                   targets.data(), eGrad.data(),
+                                                   eLse.data(), shape.valid);
+    ASSERT_LT(eLoss, 100.0f);               // the padding was not read
+    for (std::int64_t r = 0; r < rows; ++r) // zero gradient on padding
+      for (std::int64_t c = shape.valid; c < vocab; ++c)
+        EXPECT_EQ(got.dLogits[std::size_t(r * vocab + c)], 0.0f);
     EXPECT_NEAR(got.loss, eLoss, 1e-5 * std::abs(eLoss));
     EXPECT_EQ(got.validCount, cpu::countValidTargets(rows, targets.data()));
     EXPECT_LT(relativeError(got.lse, eLse), 1e-6);
@@ -521,17 +550,21 @@ TEST(RowKernelsEmulation, HalfCrossEntropyEqualsTheWideningPath) {
   std::mt19937_64 rng(14);
   const float factor = 1024.0f / 3.0f; // loss scale over grad_div
   for (Half h : {Half{{true}}, Half{{false}}})
-    for (const Shape &shape : kLossShapes)
+    for (const LossShape &shape : kLossShapes)
       for (bool grad : {true, false}) {
-        SCOPED_TRACE(h.name() + " rows " + std::to_string(shape.rows) +
-                     " vocab " + std::to_string(shape.width) +
+        SCOPED_TRACE(h.name() + " " + shape.name() +
                      (grad ? "" : " loss only"));
-        const std::int64_t rows = shape.rows, vocab = shape.width;
-        const Bits logits = h.random(rng, std::size_t(rows * vocab), -4, 4);
-        const std::vector<std::int32_t> targets = lossTargets(rng, rows, vocab);
+        const std::int64_t rows = shape.rows, vocab = shape.vocab,
+                           valid = shape.valid;
+        const Bits logits =
+            paddedLogits(shape, h.round(kLargeLogit), [&](std::size_t n) {
+              return h.random(rng, n, -4, 4);
+            });
+        const std::vector<std::int32_t> targets = lossTargets(rng, rows, valid);
 
         // The widening path: fp32 form on widened logits, scaled, narrowed.
-        Fp32Loss ref = fp32CrossEntropy(rows, vocab, h.widen(logits), targets);
+        Fp32Loss ref =
+            fp32CrossEntropy(rows, vocab, valid, h.widen(logits), targets);
         for (float &g : ref.dLogits)
           g *= factor;
 
@@ -542,9 +575,9 @@ TEST(RowKernelsEmulation, HalfCrossEntropyEqualsTheWideningPath) {
         float lossValue = kNaN;
         launchOneBlock(&loss::validTargets, rows, targets.data(), &validCount);
         launchRows<loss::kLseBlockSize>(
-            rows, vocab, &loss::lossRows<loss::WarpRows, Half16>,
+            rows, valid, &loss::lossRows<loss::WarpRows, Half16>,
             &loss::lossRows<loss::LseBlockRows, Half16>, h.storage(), rows,
-            vocab, static_cast<const std::uint16_t *>(inPlace.data()),
+            vocab, valid, static_cast<const std::uint16_t *>(inPlace.data()),
             targets.data(), static_cast<const int *>(&validCount), factor,
             term.data(), grad ? inPlace.data() : nullptr);
         launchOneBlock(&loss::meanLoss<loss::StoredTerm>, rows, targets.data(),

@@ -366,7 +366,8 @@ cudaError_t crossEntropyRun(const CudaKernelCall &k) {
                  [&](float *lse, int *validCount, float *loss, float *dLogits) {
                    return gpu::crossEntropyForwardBackward(
                        rows, vocab, k.reads[0], k.readIndices[1], lse,
-                       validCount, loss, dLogits, k.stream);
+                       validCount, loss, dLogits, k.stream,
+                       crossEntropyValidColumns(*k.constants));
                  });
 }
 
@@ -404,7 +405,8 @@ cudaError_t crossEntropyHalf(const CudaHalfCall &k) {
       k, [&](float *term, int *validCount, float *loss, void *dLogits) {
         return gpu::halfCrossEntropy(k.type, k.c("rows"), k.c("vocab"),
                                      k.reads[0], ids(k.reads[1]), gradScale(k),
-                                     term, validCount, loss, dLogits, k.stream);
+                                     term, validCount, loss, dLogits, k.stream,
+                                     crossEntropyValidColumns(*k.constants));
       });
 }
 cudaError_t crossEntropyShardMaxHalf(const CudaHalfCall &k) {

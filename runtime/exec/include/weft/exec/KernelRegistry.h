@@ -75,6 +75,10 @@ KernelConstants resolveConstants(const KernelSpec &spec,
                                  const KernelConstants &constants,
                                  const std::string &where);
 
+/// cross_entropy's constant `valid` as the kernels' validColumns: -1 when
+/// every one of the `vocab` columns is a word (valid 0 or absent).
+int64_t crossEntropyValidColumns(const KernelConstants &constants);
+
 } // namespace weft::exec
 
 #endif // WEFT_EXEC_KERNELREGISTRY_H

@@ -149,11 +149,13 @@ int64_t countValidTargets(int64_t rows, const std::int32_t *targets);
 /// Mean loss over non-ignored targets (0 when there are none). When dLogits
 /// is non-null it receives d(mean loss)/d(logits) (zero rows for ignored
 /// targets); dLogits may alias logits. lse (nullable) receives each row's
-/// log-sum-exp.
+/// log-sum-exp. Rows are `vocab` apart; with validColumns >= 0 only that many
+/// columns are words, the rest padding (aligned rows for the LM head's
+/// GEMMs): never read, zero gradient.
 template <typename T>
 T crossEntropyForwardBackward(int64_t rows, int64_t vocab, const T *logits,
                               const std::int32_t *targets, T *dLogits,
-                              T *lse = nullptr);
+                              T *lse = nullptr, int64_t validColumns = -1);
 
 /// Vocab-parallel phase 1: localMax[r] = max of this shard's logits
 /// ([rows, vocabLocal]). Combine with an all-reduce MAX.

@@ -273,10 +273,12 @@ cudaError_t halfBiasGrad(HalfType type, int64_t rows, int64_t width,
 /// (nullable, may alias logits) the gradient times gradScale (the loss scale
 /// over the micro-batch divisor), rounded once: the widening path's bits
 /// (fp32 gradient, scaled, narrowed) without its fp32 copy of the logits.
+/// validColumns as in crossEntropyForwardBackward.
 cudaError_t halfCrossEntropy(HalfType type, int64_t rows, int64_t vocab,
                              const void *logits, const std::int32_t *targets,
                              float gradScale, float *term, int *validCount,
-                             float *loss, void *dLogits, cudaStream_t stream);
+                             float *loss, void *dLogits, cudaStream_t stream,
+                             int64_t validColumns = -1);
 /// The vocabulary-parallel phases on a 16-bit logits shard (gradient times
 /// gradScale, as halfCrossEntropy).
 cudaError_t halfCrossEntropyShardMax(HalfType type, int64_t rows,
@@ -299,12 +301,16 @@ cudaError_t halfCrossEntropyShardFinish(
 
 /// Fused softmax cross-entropy: lse[rows] receives each row's log-sum-exp,
 /// *validCount the number of non-ignored targets, *loss their mean loss, and
-/// dLogits (nullable, may alias logits) d(mean loss)/d(logits).
+/// dLogits (nullable, may alias logits) d(mean loss)/d(logits). Rows are
+/// `vocab` apart; with validColumns >= 0 only that many columns are words
+/// and the rest padding (never read; zero gradient), as in the
+/// vocabulary-parallel phases.
 cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
                                         const float *logits,
                                         const std::int32_t *targets, float *lse,
                                         int *validCount, float *loss,
-                                        float *dLogits, cudaStream_t stream);
+                                        float *dLogits, cudaStream_t stream,
+                                        int64_t validColumns = -1);
 
 /// The vocabulary-parallel cross-entropy phases (weft/kernels/Loss.h) on a
 /// [rows, vocabLocal] logits shard whose first `validColumns` columns are

@@ -81,9 +81,12 @@ inline constexpr ConstantAbi kGated[] = {activation(3), required("n")};
 inline constexpr ConstantAbi kAttention[] = {
     required("batch"), flag("causal", 1),    required("head_dim"),
     required("heads"), required("kv_heads"), required("seq")};
+// cross_entropy: rows `vocab` apart; `valid` > 0: only the first `valid`
+// columns are words, the rest row padding (0: all).
 inline constexpr ConstantAbi kCrossEntropy[] = {
     flag("accumulate", 0),   flag("grad", 1),  positive("grad_div", 1),
-    positive("loss_div", 1), required("rows"), required("vocab")};
+    positive("loss_div", 1), required("rows"), nonNegative("valid", 0),
+    required("vocab")};
 inline constexpr ConstantAbi kCrossEntropyShard[] = {
     required("rows"), required("vocab"), required("vocab_local"),
     requiredNonNegative("vocab_start")};
