@@ -75,8 +75,9 @@ e2e_args=${WEFT_E2E_ARGS:-}; [ $QUICK = 1 ] && e2e_args="$e2e_args --quick"
 python3 scripts/gpu-e2e.py check $e2e_args .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt" || status=1
 profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
-  for tag in widening fast; do
+  for tag in widening fast cudnn; do
     flags=""; [ $tag = fast ] && flags="--half-kernels --gemm-epilogues"
+    [ $tag = cudnn ] && flags="--half-kernels --gemm-epilogues --cudnn-attention"
     echo "== where a step's time goes: GPT-2 124M bf16, batch 32, every launch waited for ($tag: $flags)"
     CUDA_LAUNCH_BLOCKING=1 timeout 90 .gpu/tools/weft-run $profile --data .gpu/e2e/tokens.bin \
       --steps 2 --backend cuda --no-graph $flags --trace "$OUT/profile-trace-$tag.json" --quiet &&

@@ -70,6 +70,12 @@ CASES = {
                                      "--micro-batch", "16", "--seq-len", "1024",
                                      "--precision", "bf16"]),
     # Timed only without --quick (the 1.5B baseline of gpu-check.sh likewise).
+    # The preset's 50257 words (logits rows padded to 50264 by the lowering).
+    "gpt2-124m-v50257-bf16-b32": ("speed-full", ["--model", "gpt2", "--cluster",
+                                                 "h100-1gpu", "--global-batch",
+                                                 "32", "--micro-batch", "32",
+                                                 "--seq-len", "1024",
+                                                 "--precision", "bf16"]),
     "gpt2-1.5b-bf16-b8": ("speed-full", ["--model", "@gpt2-1.5b", "--cluster",
                                          "h100-1gpu", "--global-batch", "8",
                                          "--micro-batch", "8", "--seq-len", "1024",

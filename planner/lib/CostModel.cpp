@@ -623,6 +623,18 @@ double CostModel::rankParams(const Layout &layout, int64_t stage,
 }
 
 namespace {
+/// Rows of a rank's vocabulary shard, and columns of its logits, as the
+/// lowering pads them (the Weft dialect's vocabShardRows): the vocabulary
+/// padded to a multiple of TP and each shard to a multiple of 8 rows where
+/// every rank keeps a word; with TP 1 the logits' rows are padded to 8.
+double vocabShardRows(int64_t vocab, int64_t tp) {
+  int64_t rows = (vocab + tp - 1) / tp;
+  int64_t aligned = (rows + 7) / 8 * 8;
+  return double((tp - 1) * aligned < vocab ? aligned : rows);
+}
+} // namespace
+
+namespace {
 /// The vector parameters of one layer, rank-local under TP: the norms and
 /// the linear biases (column-parallel ones split, row-parallel ones whole).
 std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
@@ -645,8 +657,10 @@ double persistThreshold(const ModelSpec &spec, bool endStage, int64_t tp) {
   double qkv = double(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim * h;
   double largest = std::max(qkv, double(spec.ffnSize) * h) / double(tp);
   if (endStage)
-    largest =
-        std::max(largest, std::ceil(double(spec.vocabSize) / double(tp)) * h);
+    // The vocabulary-parallel table's rows (padded); whole with TP 1.
+    largest = std::max(largest, (tp == 1 ? double(spec.vocabSize)
+                                         : vocabShardRows(spec.vocabSize, tp)) *
+                                    h);
   return std::min(100000.0, std::floor(largest / 64));
 }
 } // namespace
@@ -727,7 +741,7 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
   if (attn == Attention::Flash && stage == 0)
     memory.activations += 4 * tokens * inFlight; // int32 token ids
   if (stage == layout.pp - 1) {
-    double logitElems = tokens * spec.vocabSize / c.tp;
+    double logitElems = tokens * vocabShardRows(spec.vocabSize, c.tp);
     if (attn == Attention::Eager) {
       // s*b*V/t logits: the fp32 softmax saved for backward (one
       // micro-batch, or all of them under GPipe), plus one half-precision

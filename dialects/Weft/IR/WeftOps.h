@@ -17,6 +17,11 @@
 namespace mlir::weft {
 /// The activations weft.mlp and weft.linear accept.
 bool isKnownActivation(llvm::StringRef name);
+/// Rows of one rank's shard of a `vocab`-word table split over `group`
+/// ranks: the vocabulary padded to a multiple of the group and, where every
+/// rank still holds a word, each shard to a multiple of 8 rows (16-byte
+/// aligned rows of 16-bit local logits for the LM head's GEMMs).
+int64_t vocabShardRows(int64_t vocab, int64_t group);
 } // namespace mlir::weft
 
 #endif // WEFT_IR_WEFTOPS_H

@@ -41,12 +41,17 @@ static FailureOr<int64_t> resolveGroup(Operation *op, FlatSymbolRefAttr grid,
   return size;
 }
 
+int64_t mlir::weft::vocabShardRows(int64_t vocab, int64_t group) {
+  int64_t rows = llvm::divideCeil(vocab, group);
+  int64_t aligned = llvm::alignTo(rows, 8);
+  return (group - 1) * aligned < vocab ? aligned : rows;
+}
+
 /// Checks that a local vocabulary shard of `localRows` rows, over a group of
-/// `groupSize` ranks, is the padded `vocabSize`: the smallest multiple of the
-/// group size that holds it.
+/// `groupSize` ranks, is the padded `vocabSize` (vocabShardRows).
 static LogicalResult verifyVocabShard(Operation *op, int64_t vocabSize,
                                       int64_t localRows, int64_t groupSize) {
-  int64_t expected = llvm::divideCeil(vocabSize, groupSize);
+  int64_t expected = vocabShardRows(vocabSize, groupSize);
   if (localRows == expected)
     return success();
   return op->emitOpError() << "holds " << localRows

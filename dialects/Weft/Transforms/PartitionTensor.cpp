@@ -149,7 +149,7 @@ LogicalResult ModelPartitioner::localizeParam(ParamOp param) {
   int64_t size = global.getDimSize(dim);
   int64_t padding = 0;
   if (role == "vocab")
-    padding = llvm::alignTo(size, tp) - size;
+    padding = vocabShardRows(size, tp) * tp - size;
   else if (size % tp != 0)
     return param.emitOpError() << "cannot split parameter '" << param.getName()
                                << "' over tp = " << tp << ": dimension " << dim

@@ -69,7 +69,8 @@ def WeftPartitionTensor : Pass<"weft-partition-tensor", "::mlir::ModuleOp"> {
     embedding (`weft.vocab_embedding` + all-reduce, then
     `weft.position_embedding`), LM head and
     `weft.vocab_parallel_cross_entropy`, with the vocabulary padded to a
-    multiple of TP. With `sequence_parallel`, `shard.all_gather` replaces
+    multiple of TP and each shard to a multiple of 8 rows where every rank
+    keeps a word (`vocabShardRows`: aligned local logits). With `sequence_parallel`, `shard.all_gather` replaces
     `tp_copy` and `shard.reduce_scatter` the all-reduce (dimension 1). Every
     parameter gets `weft.shard = {global_name, global_shape[, tp_dim,
     local_size, segments, padding, sequence_partial]}`. With tp = 1 only the

@@ -148,11 +148,12 @@ func.func @vocab_embedding_vocab(%t: tensor<2x8xi32>, %w: tensor<128x64xf32>) {
 
 // -----
 
-// 263 rows over 2 ranks are padded to 264: 132 rows per rank.
+// 263 rows over 2 ranks are padded to 272: 136 rows per rank (a multiple of
+// 8, vocabShardRows).
 shard.grid @weft_mesh(shape = 1x1x2)
 
 func.func @vocab_embedding_shard(%t: tensor<2x8xi32>, %w: tensor<128x64xf32>) {
-  // expected-error @+1 {{'weft.vocab_embedding' op holds 128 vocabulary rows per rank, expected 132 (vocab_size 263 padded over 2 ranks)}}
+  // expected-error @+1 {{'weft.vocab_embedding' op holds 128 vocabulary rows per rank, expected 136 (vocab_size 263 padded over 2 ranks)}}
   %0 = weft.vocab_embedding %t, %w on @weft_mesh grid_axes = [2] {vocab_size = 263 : i64} : (tensor<2x8xi32>, tensor<128x64xf32>) -> tensor<2x8x64xf32>
   return
 }

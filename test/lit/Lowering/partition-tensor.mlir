@@ -3,9 +3,10 @@
 // RUN: weftc import bert-tiny | weft-opt --weft-attach-mesh="tp=2 sequence-parallel=true" --weft-partition-tensor | FileCheck %s --check-prefix=SP
 // RUN: weftc import gpt2-odd | weft-opt --weft-attach-mesh --weft-partition-tensor | FileCheck %s --check-prefix=TP1
 
-// Vocabulary 263 over tp 2: 132 rows per rank, one padding row.
+// Vocabulary 263 over tp 2: 136 rows per rank (shards of a multiple of 8
+// rows), nine padding rows.
 // GPT2-LABEL: func.func @gpt2_odd
-// GPT2: %[[WTE:.*]] = weft.param "transformer.wte.weight" {{.*}}weft.shard = {global_name = "transformer.wte.weight", global_shape = array<i64: 263, 48>, local_size = 132 : i64, padding = 1 : i64, tp_dim = 0 : i64}{{.*}} : tensor<132x48xf32>
+// GPT2: %[[WTE:.*]] = weft.param "transformer.wte.weight" {{.*}}weft.shard = {global_name = "transformer.wte.weight", global_shape = array<i64: 263, 48>, local_size = 136 : i64, padding = 9 : i64, tp_dim = 0 : i64}{{.*}} : tensor<136x48xf32>
 // GPT2: %[[WPE:.*]] = weft.param "transformer.wpe.weight" {{.*}}weft.shard = {global_name = "transformer.wpe.weight", global_shape = array<i64: 64, 48>}{{.*}} : tensor<64x48xf32>
 // GPT2: %[[PARTIAL:.*]] = weft.vocab_embedding %arg0, %[[WTE]] on @weft_mesh grid_axes = [2] {vocab_size = 263 : i64, weft.stage = 0 : i64}
 // GPT2: %[[SUM:.*]] = shard.all_reduce %[[PARTIAL]] on @weft_mesh grid_axes = [2] {weft.stage = 0 : i64}
@@ -31,8 +32,8 @@
 // GPT2: weft.bias_add %[[MRED]], %[[DOWNB]]
 // GPT2: weft.block 2
 // GPT2: %[[HIN:.*]] = weft.tp_copy %{{.*}} {weft.stage = 1 : i64}
-// GPT2: %[[LOGITS:.*]] = weft.lm_head %[[HIN]], %[[WTE]] {weft.stage = 1 : i64} : (tensor<?x?x48xf32>, tensor<132x48xf32>) -> tensor<?x?x132xf32>
-// GPT2: weft.vocab_parallel_cross_entropy %[[LOGITS]], %arg1 on @weft_mesh grid_axes = [2] {ignore_index = -100 : i64, vocab_size = 263 : i64, weft.stage = 1 : i64} : (tensor<?x?x132xf32>, tensor<?x?xi32>) -> tensor<f32>
+// GPT2: %[[LOGITS:.*]] = weft.lm_head %[[HIN]], %[[WTE]] {weft.stage = 1 : i64} : (tensor<?x?x48xf32>, tensor<136x48xf32>) -> tensor<?x?x136xf32>
+// GPT2: weft.vocab_parallel_cross_entropy %[[LOGITS]], %arg1 on @weft_mesh grid_axes = [2] {ignore_index = -100 : i64, vocab_size = 263 : i64, weft.stage = 1 : i64} : (tensor<?x?x136xf32>, tensor<?x?xi32>) -> tensor<f32>
 
 // GQA: 4 query and 2 key/value heads become 2 and 1 per rank.
 // LLAMA-LABEL: func.func @llama_tiny

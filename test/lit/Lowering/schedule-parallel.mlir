@@ -7,23 +7,23 @@
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='tp=2 sequence-parallel=1 micro-batch=2' --weft-autodiff --weft-schedule='seq-len=8' --weft-step | FileCheck %s --check-prefix=SP-MB2
 
 // Tensor parallelism over 2 ranks on GPT-2 "odd" (vocabulary 263, padded to
-// 2 x 132): one program per TP rank; the rank's vocabulary offset is the only
-// difference in their kernels. Row-parallel outputs and the backward of
+// 2 x 136: shards of a multiple of 8 rows): one program per TP rank; the
+// rank's vocabulary offset is the only difference in their kernels. Row-parallel outputs and the backward of
 // tp_copy are all-reduces on the TP family; the vocabulary-parallel loss runs
 // the three shard phases around a max and a sum all-reduce.
 
 // TP: weftx.mesh dp 1 pp 1 tp 2
 // TP-NEXT: weftx.group @tp tp {{\[\[}}0, 1]]
 // TP-NEXT: weftx.group @mp custom {{\[\[}}0, 1]]
-// TP-NEXT: weftx.kernel @vocab_embedding_forward file "kernels/vocab_embedding_forward.cu" constants {batch = 1 : i64, hidden = 48 : i64, seq = 8 : i64, vocab_local = 132 : i64, vocab_start = 0 : i64}
-// TP: weftx.kernel @cross_entropy_shard_max file "kernels/cross_entropy_shard_max.cu" constants {rows = 8 : i64, vocab = 263 : i64, vocab_local = 132 : i64, vocab_start = 0 : i64}
-// TP: weftx.kernel @vocab_embedding_forward.1 file "kernels/vocab_embedding_forward.1.cu" constants {batch = 1 : i64, hidden = 48 : i64, seq = 8 : i64, vocab_local = 132 : i64, vocab_start = 132 : i64}
+// TP-NEXT: weftx.kernel @vocab_embedding_forward file "kernels/vocab_embedding_forward.cu" constants {batch = 1 : i64, hidden = 48 : i64, seq = 8 : i64, vocab_local = 136 : i64, vocab_start = 0 : i64}
+// TP: weftx.kernel @cross_entropy_shard_max file "kernels/cross_entropy_shard_max.cu" constants {rows = 8 : i64, vocab = 263 : i64, vocab_local = 136 : i64, vocab_start = 0 : i64}
+// TP: weftx.kernel @vocab_embedding_forward.1 file "kernels/vocab_embedding_forward.1.cu" constants {batch = 1 : i64, hidden = 48 : i64, seq = 8 : i64, vocab_local = 136 : i64, vocab_start = 136 : i64}
 
 // TP-LABEL: weftx.program @role0 ranks [0] {
 // TP collectives run on the `tp` stream (in compute's order, checked
 // below): compute records an event after the producer and waits for the
 // collective before the first consumer.
-// TP: weftx.launch @vocab_embedding_forward reads(@tokens[0 +: 32], @params[0 +: 25344]) writes(@embedding.partial[0 +: 1536]) phase "fwd mb0"
+// TP: weftx.launch @vocab_embedding_forward reads(@tokens[0 +: 32], @params[0 +: 26112]) writes(@embedding.partial[0 +: 1536]) phase "fwd mb0"
 // TP-NEXT: weftx.record_event [[EMB_READY:[0-9]+]] phase "fwd mb0"
 // TP-NEXT: weftx.wait_event [[EMB_SUMMED:[0-9]+]] phase "fwd mb0"
 // TP-NEXT: weftx.launch @position_embedding_forward reads(@embedding.partial[0 +: 1536], @params[{{[0-9]+}} +: 12288]) writes(@embedding[0 +: 1536])
@@ -37,19 +37,19 @@
 // TP-NEXT: weftx.record_event {{[0-9]+}}
 // TP-NEXT: weftx.wait_event {{[0-9]+}}
 // TP-NEXT: weftx.launch @bias_add{{(.[0-9])?}} reads(@attn.out[0 +: 1536], @params[{{[0-9]+}} +: 192]) writes(@bias_add[0 +: 1536])
-// TP: weftx.launch @cross_entropy_shard_max reads(@logits[0 +: 4224]) writes(@ce.max[0 +: 32]) phase "bwd mb0"
+// TP: weftx.launch @cross_entropy_shard_max reads(@logits[0 +: 4352]) writes(@ce.max[0 +: 32]) phase "bwd mb0"
 // TP-NEXT: weftx.record_event
 // TP-NEXT: weftx.wait_event
-// TP-NEXT: weftx.launch @cross_entropy_shard_sums reads(@logits[0 +: 4224], @targets[0 +: 32], @ce.max[0 +: 32]) writes(@ce.sums[0 +: 32], @ce.sums[32 +: 32])
+// TP-NEXT: weftx.launch @cross_entropy_shard_sums reads(@logits[0 +: 4352], @targets[0 +: 32], @ce.max[0 +: 32]) writes(@ce.sums[0 +: 32], @ce.sums[32 +: 32])
 // TP-NEXT: weftx.record_event
 // TP-NEXT: weftx.wait_event
-// TP-NEXT: weftx.launch @cross_entropy_shard_finish reads(@logits[0 +: 4224], @targets[0 +: 32], @ce.max[0 +: 32], @ce.sums[0 +: 32], @ce.sums[32 +: 32]) writes(@loss[0 +: 4], @logits.grad[0 +: 4224])
+// TP-NEXT: weftx.launch @cross_entropy_shard_finish reads(@logits[0 +: 4352], @targets[0 +: 32], @ce.max[0 +: 32], @ce.sums[0 +: 32], @ce.sums[32 +: 32]) writes(@loss[0 +: 4], @logits.grad[0 +: 4352])
 // The head's input gradient is partial: tp_copy's backward sums it.
 // TP: writes(@lm_head.grad[0 +: 1536])
 // Layer 0's q gradient (its backward comes last) accumulates into the q
 // piece of the fused weight.
 // TP: weftx.gemm f32 trans_b m 24 n 48 k 8 {{.*}} reads(@attn.q.grad.2[0 +: 768], @{{[a-z_.0-9]+}}[0 +: 1536], @grads[[[Q]] +: 4608]) writes(@grads[[[Q]] +: 4608])
-// TP: weftx.launch @vocab_embedding_backward reads(@tokens[0 +: 32], {{.*}}) writes(@grads[0 +: 25344])
+// TP: weftx.launch @vocab_embedding_backward reads(@tokens[0 +: 32], {{.*}}) writes(@grads[0 +: 26112])
 // TP-rank 0 counts the replicated parameters in the gradient norm; the
 // model-parallel all-reduce adds rank 1's split ones.
 // TP: weftx.grad_norm f32 reads(@grads[0 +: [[ALL:[0-9]+]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
@@ -65,11 +65,11 @@
 // TP: weftx.all_reduce sum 16 x f32 on @tp reads(@ce.sums[0 +: 64]) writes(@ce.sums[0 +: 64])
 // TP: weftx.all_reduce sum 384 x f32 on @tp reads(@lm_head.grad[0 +: 1536])
 // TP-LABEL: weftx.program @role1 ranks [1] {
-// TP: weftx.launch @vocab_embedding_forward.1 reads(@tokens[0 +: 32], @params[0 +: 25344])
-// TP: weftx.grad_norm f32 reads(@grads[0 +: 25344], @grads[{{[0-9]+}} +: {{[0-9]+}}],
-// Shards: the vocabulary slices stop at 263 (rank 1 holds 131 rows and one
-// zero padding row); the fused QKV weight is three slices per rank.
-// TP: weftx.parameter "transformer.wte.weight" [263, 48] f32 init normal({{.*}}) hf "transformer.wte.weight" shards [#weftx.shard<role = @role0, buffer = @params, offset = 0, dim = 0, start = 0, length = 132, zero_shards = 1, padded_elements = 6336>, #weftx.shard<role = @role1, buffer = @params, offset = 0, dim = 0, start = 132, length = 131, zero_shards = 1, padded_elements = 6336>]
+// TP: weftx.launch @vocab_embedding_forward.1 reads(@tokens[0 +: 32], @params[0 +: 26112])
+// TP: weftx.grad_norm f32 reads(@grads[0 +: 26112], @grads[{{[0-9]+}} +: {{[0-9]+}}],
+// Shards: the vocabulary slices stop at 263 (rank 1 holds 127 rows and nine
+// zero padding rows); the fused QKV weight is three slices per rank.
+// TP: weftx.parameter "transformer.wte.weight" [263, 48] f32 init normal({{.*}}) hf "transformer.wte.weight" shards [#weftx.shard<role = @role0, buffer = @params, offset = 0, dim = 0, start = 0, length = 136, zero_shards = 1, padded_elements = 6528>, #weftx.shard<role = @role1, buffer = @params, offset = 0, dim = 0, start = 136, length = 127, zero_shards = 1, padded_elements = 6528>]
 // TP: weftx.parameter "transformer.h.0.attn.c_attn.weight" [48, 144] {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = [[Q0:[0-9]+]], dim = 1, start = 0, length = 24, zero_shards = 1, padded_elements = 1152>, #weftx.shard<role = @role0, buffer = @params, offset = {{[0-9]+}}, dim = 1, start = 48, length = 24, zero_shards = 1, padded_elements = 1152>, #weftx.shard<role = @role0, buffer = @params, offset = {{[0-9]+}}, dim = 1, start = 96, length = 24, zero_shards = 1, padded_elements = 1152>, #weftx.shard<role = @role1, buffer = @params, offset = [[Q0]], dim = 1, start = 24, length = 24,
 // TP: weftx.parameter "transformer.h.0.attn.c_proj.weight" [48, 48] {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = {{[0-9]+}}, dim = 0, start = 0, length = 24, {{.*}}, #weftx.shard<role = @role1, buffer = @params, offset = {{[0-9]+}}, dim = 0, start = 24, length = 24,
 // TP: weftx.parameter "transformer.h.0.mlp.c_fc.weight" [48, 192] {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = {{[0-9]+}}, dim = 1, start = 0, length = 96, {{.*}}, #weftx.shard<role = @role1, buffer = @params, offset = {{[0-9]+}}, dim = 1, start = 96, length = 96,

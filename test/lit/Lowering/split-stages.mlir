@@ -14,7 +14,7 @@
 // The tied embedding gets a copy on the head's stage.
 // GPT2-LABEL: func.func @gpt2_odd_stage1(
 // GPT2-SAME: %[[ACT:.*]]: tensor<?x?x48xf32> {weft.input = "activation"}, %[[LABELS:.*]]: tensor<?x?xi32> {weft.input = "labels"}) -> tensor<f32>
-// GPT2: %[[TIED:.*]] = weft.param "transformer.wte.weight" {{.*}}weft.placement = {stage = 1 : i64, tp = "vocab", tp_dim = 0 : i64}{{.*}}weft.stage = 1 : i64, weft.tied_to = "transformer.wte.weight"} : tensor<132x48xf32>
+// GPT2: %[[TIED:.*]] = weft.param "transformer.wte.weight" {{.*}}weft.placement = {stage = 1 : i64, tp = "vocab", tp_dim = 0 : i64}{{.*}}weft.stage = 1 : i64, weft.tied_to = "transformer.wte.weight"} : tensor<136x48xf32>
 // GPT2: weft.block 2(%[[ACT]])
 // GPT2: %[[LOGITS:.*]] = weft.lm_head %{{.*}}, %[[TIED]]
 // GPT2: %[[LOSS:.*]] = weft.vocab_parallel_cross_entropy %[[LOGITS]], %[[LABELS]]
