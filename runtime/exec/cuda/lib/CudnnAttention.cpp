@@ -65,6 +65,16 @@ Key keyOf(bool backward, HalfType type, const AttentionDims &d) {
           d.kvHeads, d.headDim, d.causal, d.scale};
 }
 
+/// cuDNN's (or the frontend's) message on one line, for one-line errors.
+std::string oneLine(std::string message) {
+  for (char &c : message)
+    if (c == '\n' || c == '\r')
+      c = ' ';
+  while (!message.empty() && message.back() == ' ')
+    message.pop_back();
+  return message.empty() ? "no reason given" : message;
+}
+
 /// Dims and strides of a [batch, seq, heads, headDim] operand as cuDNN's
 /// [batch, heads, seq, headDim].
 std::pair<std::vector<int64_t>, std::vector<int64_t>>
@@ -120,7 +130,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(std::string &why) {
       return nullptr;
     }
   } catch (const std::exception &e) {
-    why = e.what();
+    why = oneLine(e.what());
     return nullptr;
   }
   return std::unique_ptr<CudnnAttention>(new CudnnAttention(std::move(impl)));
@@ -201,17 +211,18 @@ const CudnnAttentionGraph *CudnnAttention::prepare(bool backward, HalfType type,
     output(dK, DK, d.kvHeads);
     output(dV, DV, d.kvHeads);
   }
+  std::string refusal;
   try {
     fe::error_t status = g.build(impl_->handle, {fe::HeurMode_t::A});
     if (status.is_good())
       status = g.get_workspace_size(built->workspace);
     if (!status.is_good())
-      why = status.get_message();
+      refusal = oneLine(status.get_message());
   } catch (const std::exception &e) {
-    why = e.what();
+    refusal = oneLine(e.what());
   }
-  if (!why.empty()) {
-    impl_->refused[key] = why;
+  if (!refusal.empty()) {
+    why = impl_->refused[key] = refusal;
     return nullptr;
   }
   return (impl_->graphs[key] = std::move(built)).get();
@@ -247,9 +258,9 @@ std::string CudnnAttention::run(const CudnnAttentionGraph &graph,
         rc != CUDNN_STATUS_SUCCESS)
       return std::string("cudnnSetStream: ") + fe::detail::get_error_string(rc);
     fe::error_t status = graph.graph.execute(impl_->handle, pack, workspace);
-    return status.is_good() ? std::string() : status.get_message();
+    return status.is_good() ? std::string() : oneLine(status.get_message());
   } catch (const std::exception &e) {
-    return e.what();
+    return oneLine(e.what());
   }
 }
 
