@@ -7,13 +7,16 @@
 // host-only): counted per kernel and path, printed. Exits 1 when a kernel
 // has no CUDA entry, when a 16-bit operand widens (every kernel has a
 // 16-bit twin), or, with --expect-folded,
-// when a bias_add or a tanh-GELU activation is not foldable. So a plan
-// whose operand dtypes drift from the table's masks is caught here, not on
-// a lent GPU as a silent slowdown.
+// when a bias_add or a tanh-GELU activation is not foldable, or when a
+// 16-bit gemm has a leading dimension off 16 bytes (cuBLASLt's fast kernels
+// need every row aligned: the lowering pads the logits of odd vocabularies).
+// So a plan whose operand dtypes or layouts drift is caught here, not on a
+// lent GPU as a silent slowdown.
 //
 //===----------------------------------------------------------------------===//
 
 #include "weft/exec/KernelRegistry.h"
+#include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/CudaBackend.h"
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/kernels/Activations.h"
@@ -69,6 +72,26 @@ int main(int argc, char **argv) {
       return 2;
     }
     for (const weft::plan::Program &program : bundle.programs) {
+      int gemms = 0;
+      for (const weft::plan::Stream &stream : program.streams)
+        for (const weft::plan::Instruction &inst : stream.instructions) {
+          if (inst.opcode != weft::plan::Opcode::Gemm ||
+              !weft::exec::isHalfFloat(inst.dtype))
+            continue;
+          ++gemms;
+          const weft::plan::GemmParams &g = inst.gemm;
+          for (int64_t ld : {g.lda, g.ldb, g.ldc})
+            if (ld * 2 % 16 != 0) {
+              ++failures;
+              std::printf("FAIL %s role %lld: gemm (%s) m %lld n %lld k %lld "
+                          "has a leading dimension of %lld 16-bit elements, "
+                          "rows off 16-byte alignment\n",
+                          argv[a], (long long)program.role, inst.phase.c_str(),
+                          (long long)g.m, (long long)g.n, (long long)g.k,
+                          (long long)ld);
+              break;
+            }
+        }
       std::map<std::pair<std::string, KernelPath>, int> counts;
       for (const auto &d : weft::exec::cuda::kernelDispatch(bundle, program)) {
         // The registry kernel `name.N` specializes (the name itself when
@@ -108,7 +131,8 @@ int main(int argc, char **argv) {
       for (const auto &pair :
            weft::exec::cuda::findNormBackwardAdds(bundle, program))
         unread += pair.dxUnread;
-      std::printf(" norm backward dx unread x%d;\n", unread);
+      std::printf(" norm backward dx unread x%d; 16-bit gemms x%d;\n", unread,
+                  gemms);
     }
   }
   if (bundles == 0) {

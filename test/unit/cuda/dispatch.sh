@@ -7,6 +7,9 @@
 # (weft-cuda-dispatch-check); the serial GPT-2 plans fold every bias_add and
 # GELU, and every plan runs its residual adds inside the norms: the forward's
 # inside the norm after them, the backward's inside the norm backward before.
+# A GPT-2 of 263 words (head dim 16, which the tensor-core attention takes),
+# serial and TP 2, checks that every 16-bit gemm's rows are 16-byte aligned:
+# the padded logits and vocabulary shards.
 set -u
 work=$1 weftc=$2 check=$3 clusters=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -21,10 +24,18 @@ compile gpt2-bf16 gpt2-tiny bf16 1
 compile gpt2-fp16 gpt2-tiny fp16 1 --loss-scale 1024
 compile llama-bf16 llama-tiny bf16 1
 compile gpt2-bf16-tp2 gpt2-tiny bf16 2 --tp 2
+cat >odd.json <<'JSON'
+{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 263,
+ "n_positions": 64, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": null,
+ "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05,
+ "initializer_range": 0.02, "tie_word_embeddings": true}
+JSON
+compile odd-bf16 "$PWD/odd.json" bf16 1
+compile odd-bf16-tp2 "$PWD/odd.json" bf16 2 --tp 2
 "$check" --expect-folded gpt2-bf16 gpt2-fp16 | tee gpt2.txt
 [ "${PIPESTATUS[0]}" = 0 ] || fail "serial GPT-2"
-"$check" llama-bf16 gpt2-bf16-tp2 | tee others.txt
-[ "${PIPESTATUS[0]}" = 0 ] || fail "LLaMA and TP 2"
+"$check" llama-bf16 gpt2-bf16-tp2 odd-bf16 odd-bf16-tp2 | tee others.txt
+[ "${PIPESTATUS[0]}" = 0 ] || fail "LLaMA, TP 2 and the odd vocabulary"
 # All eight residual adds of the two layers run inside a norm: the forward's
 # two per layer inside the norm after them, the backward's two per layer
 # inside the norm backward before them, which then need not store the dx that
