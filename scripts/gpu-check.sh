@@ -42,6 +42,19 @@ if [ -f .gpu/libs.tar.xz ]; then
   mkdir -p /tmp/weft-gpu-libs && tar -C /tmp/weft-gpu-libs -xJf .gpu/libs.tar.xz
   export LD_LIBRARY_PATH=/tmp/weft-gpu-libs/lib:/usr/local/cuda/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+# cuDNN for --cudnn-attention (dlopen'ed): the machine's, else the copy a pip
+# wheel installed with PyTorch (nvidia-cudnn), else none (Weft's kernels run).
+if ! ls /usr/local/cuda/lib*/libcudnn.so.9 >/dev/null 2>&1 &&
+   ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9 '; then
+  wheel=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0])' 2>/dev/null)
+  if [ -n "$wheel" ] && [ -f "$wheel/lib/libcudnn.so.9" ]; then
+    export WEFT_CUDNN_LIBRARY=$wheel/lib/libcudnn.so.9
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$wheel/lib
+    echo "cuDNN: $WEFT_CUDNN_LIBRARY (PyTorch's wheel)"
+  else
+    echo "cuDNN: none found (--cudnn-attention rows run Weft's attention)"
+  fi
+fi
 # Open MPI's components for WeftCudaSessionTests (singleton MPI_Init, world
 # size 1): staged by gpu-prepare.sh, found through the MCA search paths.
 if [ -f .gpu/mpi.tar.xz ]; then

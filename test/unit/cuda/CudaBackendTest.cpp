@@ -712,7 +712,16 @@ TEST(CudaHost, CudnnAttentionSaysWhyNot) {
   empty.batch = 0;
   EXPECT_EQ(cudnnAttentionUnsupported(empty), "no rows");
 
+  // A library named by WEFT_CUDNN_LIBRARY that cannot load is reported as
+  // such (the first open of the process: a loaded cuDNN stays loaded).
   std::string why;
+  ::setenv("WEFT_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
+  EXPECT_EQ(CudnnAttention::open(why), nullptr);
+  ::unsetenv("WEFT_CUDNN_LIBRARY");
+  EXPECT_NE(why.find(builtWithCudnn() ? "WEFT_CUDNN_LIBRARY" : "built without"),
+            std::string::npos)
+      << why;
+  why.clear();
   std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::open(why);
   std::printf("built with cuDNN: %s; %s\n", builtWithCudnn() ? "yes" : "no",
               cudnn ? ("cuDNN " + cudnn->version()).c_str()

@@ -9,6 +9,7 @@
 #include "weft/exec/cuda/CudnnAttention.h"
 #include "weft/exec/cuda/CudaBackend.h"
 
+#include <cstdlib>
 #include <iterator>
 #include <map>
 #include <tuple>
@@ -106,13 +107,25 @@ struct CudnnAttention::Impl {
 
 std::unique_ptr<CudnnAttention> CudnnAttention::open(std::string &why) {
   if (!fe::cudnn_dlhandle) {
-    for (const char *name : {"libcudnn.so.9", "libcudnn.so"})
-      if ((fe::cudnn_dlhandle = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+    // $WEFT_CUDNN_LIBRARY (a path, e.g. a pip wheel's copy), else the
+    // loader's search path.
+    const char *forced = std::getenv("WEFT_CUDNN_LIBRARY");
+    std::vector<std::string> names;
+    if (forced && *forced)
+      names = {forced};
+    else
+      names = {"libcudnn.so.9", "libcudnn.so"};
+    std::string error;
+    for (const std::string &name : names) {
+      if ((fe::cudnn_dlhandle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)))
         break;
+      const char *reason = dlerror();
+      if (error.empty())
+        error = reason ? reason : name + ": not found";
+    }
     if (!fe::cudnn_dlhandle) {
-      const char *error = dlerror();
-      why = std::string("cannot load libcudnn.so.9: ") +
-            (error ? error : "not found");
+      why = "cannot load cuDNN: " + oneLine(error) +
+            (forced && *forced ? " (WEFT_CUDNN_LIBRARY)" : "");
       return nullptr;
     }
   }
