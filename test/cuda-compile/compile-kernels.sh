@@ -5,7 +5,9 @@
 #                      CHECKER MODEL...
 # For each MODEL, `weftc compile` writes a serial bundle (the command line of
 # test/e2e/compile.sh); MODEL:tp2 is the same on two ranks with tensor
-# parallelism 2 (vocabulary-parallel kernels). Every kernel listed in a
+# parallelism 2 (vocabulary-parallel kernels); MODEL:constants is the serial
+# bundle again, for kernels whose constants take other code paths (nvcc skips
+# the kernels an earlier bundle had, as for :tp2; the host check runs all). Every kernel listed in a
 # plan.json must have a generated source with CUDA entries in kernels/, and
 # every one must compile:
 #   MODE cuda: COMPILER is nvcc; device code for sm_80 and sm_90 (one nvcc
@@ -29,14 +31,15 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 
 # kernels.txt: one line per kernel, "SOURCE KERNEL NAME=VALUE...".
 for spec in "$@"; do
-  model=${spec%:tp2} bundle=${spec/:/-} flags=(--cluster "$clusters/cpu-sim-1.json")
-  [ "$model" = "$spec" ] || flags=(--cluster "$clusters/cpu-sim-2.json" --tp 2)
+  model=${spec%%:*} bundle=${spec/:/-} flags=(--cluster "$clusters/cpu-sim-1.json")
+  [ "${spec%:tp2}" = "$spec" ] ||
+    flags=(--cluster "$clusters/cpu-sim-2.json" --tp 2)
   "$weftc" compile --model "$model" "${flags[@]}" \
     --global-batch 4 --seq-len 32 --lr 1e-2 --warmup-steps 2 \
     --decay-steps 20 --dp 1 --micro-batch 4 -o "$bundle" >/dev/null ||
     fail "weftc compile $spec"
-  # nvcc takes a TP bundle's kernels only where no earlier bundle had that
-  # registry kernel (the others differ only in their constants).
+  # nvcc takes a :tp2 or :constants bundle's kernels only where no earlier
+  # bundle had that registry kernel (the others differ only in constants).
   python3 - "$bundle" "$mode" "$spec" <<'PY' || fail "$spec: kernel sources"
 import json, os, sys
 bundle, mode, spec = sys.argv[1:]
