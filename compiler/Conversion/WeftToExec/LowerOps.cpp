@@ -399,8 +399,7 @@ LogicalResult RoleScheduler::lowerLmHead(LMHeadOp op) {
     launch("bias_add", {{"rows", rows()}, {"width", vocab}},
            {logits, lookup(bias)}, {logits});
   values[op.getResult()] = logits;
-  if (stride != vocab)
-    paddedLogits[{logits.buffer.str(), logits.offset}] = stride;
+  notePaddedLogits(logits, stride, vocab);
   return success();
 }
 
@@ -829,8 +828,7 @@ LogicalResult RoleScheduler::lowerCrossEntropyGrad(CrossEntropyGradOp op) {
   launch("cross_entropy", constants,
          {lookup(op.getLogits()), lookup(op.getLabels())}, {loss, dlogits});
   values[op.getResult(0)] = dlogits;
-  if (stride != vocab)
-    paddedLogits[{dlogits.buffer.str(), dlogits.offset}] = stride;
+  notePaddedLogits(dlogits, stride, vocab);
   return success();
 }
 

@@ -467,6 +467,15 @@ private:
     auto it = paddedLogits.find({slice.buffer.str(), slice.offset});
     return it == paddedLogits.end() ? vocab : it->second;
   }
+  /// Records that logits `slice` has rows `stride` apart (or forgets an
+  /// earlier slice's padding there when they are packed).
+  void notePaddedLogits(const Slice &slice, int64_t stride, int64_t vocab) {
+    std::pair<std::string, int64_t> key = {slice.buffer.str(), slice.offset};
+    if (stride != vocab)
+      paddedLogits[key] = stride;
+    else
+      paddedLogits.erase(key);
+  }
   /// Activations that hold this TP rank's part of the sequence (sequence
   /// parallelism): row-wise ops keep the property, the sequence collectives
   /// set or clear it.
