@@ -7,7 +7,8 @@
 // host-only): counted per kernel and path, printed. Exits 1 when a kernel
 // has no CUDA entry, when a 16-bit operand widens (every kernel has a
 // 16-bit twin), or, with --expect-folded,
-// when a bias_add or a tanh-GELU activation is not foldable, or when a
+// when a bias_add, a bias_grad or a tanh-GELU activation is not foldable
+// (single-stream GPT-2 plans fold them all), or when a
 // 16-bit gemm has a leading dimension off 16 bytes (cuBLASLt's fast kernels
 // need every row aligned: the lowering pads the logits of odd vocabularies).
 // So a plan whose operand dtypes or layouts drift is caught here, not on a
@@ -109,7 +110,7 @@ int main(int argc, char **argv) {
             // Every kernel a bf16/f16 plan runs has a 16-bit twin.
             : d.path == KernelPath::Widened ? "widens its 16-bit operands"
             : expectFolded && d.path != KernelPath::Foldable &&
-                    (base == "bias_add" ||
+                    (base == "bias_add" || base == "bias_grad" ||
                      (gelu && (base == "activation_forward" ||
                                base == "activation_backward")))
                 ? "is not foldable into its gemm"

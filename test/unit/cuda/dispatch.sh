@@ -4,8 +4,8 @@
 # Compiles bf16 and fp16 bundles of gpt2-tiny and llama-tiny (serial, and
 # gpt2-tiny with TP 2 for the vocabulary-parallel kernels) and requires every
 # kernel instruction to take a 16-bit twin or fold into its gemm's epilogue
-# (weft-cuda-dispatch-check); the serial GPT-2 plans fold every bias_add and
-# GELU, and every plan runs its residual adds inside the norms: the forward's
+# (weft-cuda-dispatch-check); the serial GPT-2 plans fold every bias_add,
+# bias_grad (their slots still hold the step's zero fill) and GELU, and every plan runs its residual adds inside the norms: the forward's
 # inside the norm after them, the backward's inside the norm backward before.
 # A GPT-2 of 263 words (head dim 16, which the tensor-core attention takes),
 # serial and TP 2, checks that every 16-bit gemm's rows are 16-byte aligned:

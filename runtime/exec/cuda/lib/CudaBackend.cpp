@@ -49,6 +49,14 @@ using plan::DType;
 using plan::Instruction;
 using plan::Opcode;
 
+namespace {
+/// Whether an epilogue reads or writes the aux matrix (else only the bias
+/// vector: Bias reads it, BiasGradA writes it).
+bool usesAux(EpilogueKind kind) {
+  return kind == EpilogueKind::GeluAuxBias || kind == EpilogueKind::DGelu;
+}
+} // namespace
+
 bool builtWithNccl() {
 #ifdef WEFT_HAVE_NCCL
   return true;
@@ -832,8 +840,8 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
     for (const auto &[gemm, epilogue] : epilogues_)
       candidates += epilogue.folded.size();
     std::fprintf(stderr,
-                 "weft-run: cuda: %zu of %zu bias adds and GELU activations "
-                 "run as GEMM epilogues\n",
+                 "weft-run: cuda: %zu of %zu bias adds, GELU activations and "
+                 "bias gradients run as GEMM epilogues\n",
                  foldedKernels_.size(), candidates);
   }
   call_.reads.reserve(maxOperands);
@@ -979,7 +987,8 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
     cublasLtEpilogue_t epilogue =
         kind == EpilogueKind::Bias          ? CUBLASLT_EPILOGUE_BIAS
         : kind == EpilogueKind::GeluAuxBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                            : CUBLASLT_EPILOGUE_DGELU;
+        : kind == EpilogueKind::DGelu       ? CUBLASLT_EPILOGUE_DGELU
+                                            : CUBLASLT_EPILOGUE_BGRADA;
     auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void *value,
                    size_t bytes) {
       check(
@@ -992,7 +1001,7 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
     int64_t auxLd = key.m; // aux is packed like D
     if (kind != EpilogueKind::DGelu)
       set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-    if (kind != EpilogueKind::Bias) {
+    if (usesAux(kind)) {
       set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
       set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof auxLd);
     }
@@ -1095,7 +1104,7 @@ void DeviceBackend::prepareOther(const plan::Program &program,
       fused.epilogue = e.kind;
       if (e.kind != EpilogueKind::DGelu)
         fused.alignBias = operandAlignment(place(e.bias).offset);
-      if (e.kind != EpilogueKind::Bias)
+      if (usesAux(e.kind))
         fused.alignAux = operandAlignment(place(e.aux).offset);
       fused.alignC =
           std::min(fused.alignC, operandAlignment(place(e.output).offset));
@@ -1435,7 +1444,7 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
     };
     if (*g.epilogue != EpilogueKind::DGelu)
       set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, at(g.bias));
-    if (*g.epilogue != EpilogueKind::Bias)
+    if (usesAux(*g.epilogue))
       set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, at(g.aux));
     d = at(g.output);
   }

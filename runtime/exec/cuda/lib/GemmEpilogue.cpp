@@ -49,10 +49,62 @@ public:
     return range.bytes == like.bytes && dtype(range) == dtype(like);
   }
 
+  /// A gemm on float storage with one output.
+  static bool floatGemm(const Instruction &gemm) {
+    return gemm.opcode == Opcode::Gemm && gemm.writes.size() == 1 &&
+           isFloatStorage(gemm.dtype);
+  }
   /// A gemm whose packed output has the gemm's dtype.
   static bool foldableGemm(const Instruction &gemm) {
-    return gemm.opcode == Opcode::Gemm && gemm.writes.size() == 1 &&
-           isFloatStorage(gemm.dtype) && gemm.gemm.ldc == gemm.gemm.m;
+    return floatGemm(gemm) && gemm.gemm.ldc == gemm.gemm.m;
+  }
+
+  /// bias_grad over the gemm's A (m x k, packed, not transposed) into m
+  /// elements of the gemm's dtype.
+  bool biasGradOfA(const Instruction &gemm, const Instruction &next) const {
+    const plan::Kernel *k = kernel(next, "bias_grad");
+    const plan::GemmParams &g = gemm.gemm;
+    if (!k || next.reads.size() != 1 || next.writes.size() != 1 ||
+        gemm.reads.size() < 2 || g.transA || g.lda != g.m)
+      return false;
+    const plan::BufferRange &dy = next.reads[0], &grad = next.writes[0];
+    return dy == gemm.reads[0] && constant(*k, "width") == g.m &&
+           constant(*k, "rows") == g.k && dtype(dy) == gemm.dtype &&
+           dtype(grad) == gemm.dtype &&
+           grad.bytes == g.m * plan::elementBytes(gemm.dtype);
+  }
+
+  /// Whether `range` still holds zeros when instruction `at` of stream
+  /// `stream` runs: no other stream writes it, and its last writer before on
+  /// this stream is a fill of 0 covering it.
+  bool stillZeroFilled(size_t stream, size_t at,
+                       const plan::BufferRange &range) const {
+    auto writes = [&](const Instruction &inst) {
+      for (const plan::BufferRange &w : inst.writes)
+        if (w.overlaps(range))
+          return true;
+      return false;
+    };
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      if (s != stream)
+        for (const Instruction &inst : program.streams[s].instructions)
+          if (writes(inst))
+            return false;
+    const std::vector<Instruction> &insts =
+        program.streams[stream].instructions;
+    for (size_t j = at; j-- > 0;) {
+      const Instruction &inst = insts[j];
+      if (!writes(inst))
+        continue;
+      if (inst.opcode != Opcode::Fill || inst.value != 0)
+        return false;
+      for (const plan::BufferRange &w : inst.writes)
+        if (w.buffer == range.buffer && w.offset <= range.offset &&
+            range.offset + range.bytes <= w.offset + w.bytes)
+          return true;
+      return false;
+    }
+    return false; // nothing says what it holds
   }
 
   /// The layer_norm_`pass` or rms_norm_`pass` kernel `inst` runs (pass:
@@ -181,16 +233,24 @@ std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
                                             const plan::Program &program) {
   Matcher match(bundle, program);
   std::vector<GemmEpilogue> found;
-  for (const plan::Stream &stream : program.streams) {
-    const std::vector<Instruction> &insts = stream.instructions;
+  for (size_t s = 0; s < program.streams.size(); ++s) {
+    const std::vector<Instruction> &insts = program.streams[s].instructions;
     for (size_t i = 0; i + 1 < insts.size(); ++i) {
       const Instruction &gemm = insts[i];
-      if (!Matcher::foldableGemm(gemm))
+      if (!Matcher::floatGemm(gemm))
         continue;
       GemmEpilogue e;
       e.gemm = &gemm;
       e.output = gemm.writes[0];
-      if (match.biasAdd(gemm, insts[i + 1])) {
+      bool packed = Matcher::foldableGemm(gemm);
+      if (match.biasGradOfA(gemm, insts[i + 1]) &&
+          match.stillZeroFilled(s, i + 1, insts[i + 1].writes[0])) {
+        e.kind = EpilogueKind::BiasGradA;
+        e.folded.push_back(&insts[i + 1]);
+        e.bias = insts[i + 1].writes[0];
+      } else if (!packed) {
+        continue;
+      } else if (match.biasAdd(gemm, insts[i + 1])) {
         e.folded.push_back(&insts[i + 1]);
         e.bias = insts[i + 1].reads[1];
         if (gemm.gemm.beta == 0 && i + 2 < insts.size() &&

@@ -59,6 +59,9 @@ std::string describe(const GemmKey &key) {
     case EpilogueKind::DGelu:
       s += " +dgelu";
       break;
+    case EpilogueKind::BiasGradA:
+      s += " +bgrada";
+      break;
     }
     if (key.alignBias != 256 || key.alignAux != 256)
       s += "(align=" + std::to_string(key.alignBias) + "/" +

@@ -8,6 +8,9 @@
 //   Bias         D = alpha op(A) op(B) + beta C + bias
 //   GeluAuxBias  aux = alpha op(A) op(B) + bias, D = gelu(aux)
 //   DGelu        D = (alpha op(A) op(B)) * gelu'(aux)
+//   BiasGradA    D = alpha op(A) op(B) + beta C, bias = sum over k of A
+// (the last: a weight-gradient gemm, whose A is the layer's output gradient
+// dy, and the bias_grad over dy right after it).
 // cuBLASLt's GELU is the tanh approximation (Activation::GeluTanh, GPT-2's
 // "gelu_new"), so only that activation folds. Each saves the folded kernels'
 // passes over the output and rounds once. The CUDA backend runs such a gemm
@@ -27,7 +30,7 @@
 
 namespace weft::exec::cuda {
 
-enum class EpilogueKind { Bias, GeluAuxBias, DGelu };
+enum class EpilogueKind { Bias, GeluAuxBias, DGelu, BiasGradA };
 
 /// A gemm and the instructions right after it on its stream that its
 /// epilogue computes.
@@ -37,7 +40,8 @@ struct GemmEpilogue {
   /// bias_add, then activation_forward (GeluAuxBias); activation_backward
   /// (DGelu).
   std::vector<const plan::Instruction *> folded;
-  plan::BufferRange bias;   // Bias, GeluAuxBias: one element per row of D
+  plan::BufferRange bias;   // Bias, GeluAuxBias: one element per row of D;
+                            // BiasGradA: the bias gradient written
   plan::BufferRange aux;    // GeluAuxBias: the pre-activation it writes (the
                             // gemm's output); DGelu: the activation's input
   plan::BufferRange output; // D: the gemm's output, or the activation's
@@ -54,6 +58,11 @@ struct GemmEpilogue {
 /// (GeluAuxBias). A GELU activation_backward right after a gemm with beta 0
 /// reads the gemm's output as dy and writes dx over it (DGelu). The GELU
 /// epilogues need m to be a multiple of 8 (the aux matrix's leading dimension).
+/// A bias_grad right after a gemm whose A (not transposed, lda == m) is its
+/// input, summing its k rows of m columns into m elements (BiasGradA), folds
+/// only where the bias gradient still holds the step's zero fill (the
+/// epilogue overwrites, bias_grad accumulates): no other stream writes it,
+/// and its last writer before on the stream is a fill of 0 covering it.
 /// Outputs and bias have the gemm's dtype (bf16, f16 or f32).
 std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
                                             const plan::Program &program);
