@@ -355,12 +355,14 @@ LogicalResult RoleScheduler::lowerMlp(MLPOp op) {
   return success();
 }
 
+/// Whether `user` is the fused loss (its forward or its gradient).
+static bool isTheLoss(Operation *user) {
+  return isa<CrossEntropyOp, CrossEntropyGradOp>(user);
+}
+
 bool RoleScheduler::onlyTheLossReads(Value logits) {
-  auto lossOnly = [](Operation *user) {
-    return isa<CrossEntropyOp, CrossEntropyGradOp>(user);
-  };
   for (Operation *user : logits.getUsers()) {
-    if (lossOnly(user))
+    if (isTheLoss(user))
       continue;
     auto save = dyn_cast<SaveOp>(user);
     if (!save)
@@ -369,7 +371,7 @@ bool RoleScheduler::onlyTheLossReads(Value logits) {
         [&](RestoreOp restore) {
           bool same = restore.getForward() == currentFunction.getName() &&
                       restore.getSlot() == save.getSlot();
-          return same && !llvm::all_of(restore->getUsers(), lossOnly)
+          return same && !llvm::all_of(restore->getUsers(), isTheLoss)
                      ? WalkResult::interrupt()
                      : WalkResult::advance();
         });
@@ -800,10 +802,9 @@ static LogicalResult checkLossGradient(CrossEntropyLikeGradOp op) {
 /// the loss reads them (the forward loss op lowers to nothing, and the fused
 /// kernel reads each logit before it writes its gradient), else a new one.
 Slice RoleScheduler::logitsGradient(Value logits, int64_t elements) {
-  bool onlyTheLoss = llvm::all_of(logits.getUsers(), [](Operation *user) {
-    return isa<CrossEntropyOp, CrossEntropyGradOp>(user);
-  });
-  return onlyTheLoss ? lookup(logits) : activation("logits.grad", elements);
+  return llvm::all_of(logits.getUsers(), isTheLoss)
+             ? lookup(logits)
+             : activation("logits.grad", elements);
 }
 
 LogicalResult RoleScheduler::lowerCrossEntropyGrad(CrossEntropyGradOp op) {

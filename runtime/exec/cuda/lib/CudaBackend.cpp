@@ -276,10 +276,6 @@ public:
   int64_t foldedKernels() const override {
     return int64_t(foldedKernels_.size());
   }
-  int64_t generatedKernels() const override { return generatedLaunches_; }
-  int64_t cudnnAttentionKernels() const override {
-    return int64_t(cudnnKernels_.size());
-  }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
   bool hostAddressable() const override { return false; }
@@ -929,7 +925,7 @@ void DeviceBackend::prepareCudnnAttention(const ResolvedKernel &kernel,
     if (options_.rank == 0 && cudnnRefusals_.insert(why).second)
       std::fprintf(stderr,
                    "weft-run: cuda: warning: %s: cuDNN cannot run it (%s); "
-                   "Weft's kernel does (for every kernel of this shape)\n",
+                   "Weft's kernel runs it (warned once per reason)\n",
                    what.c_str(), why.c_str());
     return;
   }

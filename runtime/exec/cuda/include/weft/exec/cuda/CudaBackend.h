@@ -116,14 +116,10 @@ public:
   /// stagingBuffer() is this.
   virtual std::byte *pinnedStaging(int64_t bytes) = 0;
 
-  /// How many kernel instructions (bias_add, GELU activations) prepare()
-  /// folded into their gemm's epilogue (CudaBackendOptions::gemmEpilogues).
+  /// How many kernel instructions (bias_add, bias_grad, GELU activations)
+  /// prepare() folded into their gemm's epilogue
+  /// (CudaBackendOptions::gemmEpilogues).
   virtual int64_t foldedKernels() const = 0;
-  /// How many kernel instructions run generated code (prepare()'s answer).
-  virtual int64_t generatedKernels() const = 0;
-  /// How many attention kernel instructions run on cuDNN (prepare()'s
-  /// answer; CudaBackendOptions::cudnnAttention).
-  virtual int64_t cudnnAttentionKernels() const = 0;
 
   /// NCCL (issue 6): builds the world communicator from an ncclUniqueId that
   /// `broadcastId(bytes, size)` broadcasts from world rank 0 (a no-op for
