@@ -26,6 +26,7 @@
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
+#include "weft/exec/cuda/Workspace.h"
 #include "weft/kernels/Activations.h"
 #include "weft/kernels/Common.h"
 
@@ -496,6 +497,52 @@ TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
     insts().insert(insts().begin() + 1, record);
   }));
   EXPECT_TRUE(none([&] { std::swap(insts()[0], insts()[1]); }));
+}
+
+TEST(CudaHost, WorkspaceIsSizedPerStream) {
+  // A compute stream with scratch and gemms, a communication stream with
+  // neither, a stream with a little scratch and gemms.
+  std::vector<StreamWorkspaceNeeds> needs = {
+      {1000, true}, {0, false}, {1, true}};
+  const int64_t gemm = 32 << 20;
+  WorkspaceLayout layout = layoutWorkspace(needs, gemm);
+  ASSERT_EQ(layout.scratch.size(), 3u);
+  constexpr size_t none = WorkspaceLayout::kNone;
+  EXPECT_EQ(layout.scratch[1], none);
+  EXPECT_EQ(layout.gemm[1], none);
+  EXPECT_NE(layout.scratch[0], none);
+  EXPECT_NE(layout.gemm[2], none);
+  // The communication stream costs its 256-byte accumulator only: 4000 B
+  // of scratch (256-aligned: 4096) + 2 GEMM workspaces + 256 B of scratch
+  // + 3 accumulators + the step scalars.
+  EXPECT_EQ(layout.totalBytes, size_t(4096 + 2 * gemm + 256 + 3 * 256 + 256));
+  // Every piece 256-byte aligned, inside the allocation, and no two overlap.
+  std::vector<std::pair<size_t, size_t>> pieces; // begin, end
+  for (size_t s = 0; s < needs.size(); ++s) {
+    if (layout.scratch[s] != none)
+      pieces.push_back(
+          {layout.scratch[s],
+           layout.scratch[s] + size_t(needs[s].scratchFloats) * 4});
+    if (layout.gemm[s] != none)
+      pieces.push_back({layout.gemm[s], layout.gemm[s] + size_t(gemm)});
+    pieces.push_back({layout.accumulator[s], layout.accumulator[s] + 256});
+  }
+  pieces.push_back({layout.stepScalars, layout.stepScalars + 256});
+  std::sort(pieces.begin(), pieces.end());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].first % 256, 0u);
+    EXPECT_LE(pieces[i].second, layout.totalBytes);
+    if (i > 0) {
+      EXPECT_LE(pieces[i - 1].second, pieces[i].first);
+    }
+  }
+  // Before, every stream reserved the largest scratch and a GEMM workspace.
+  size_t uniform = 3 * (4096 + size_t(gemm) + 256) + 256;
+  EXPECT_LT(layout.totalBytes, uniform);
+  // No gemm workspace asked for: none anywhere.
+  WorkspaceLayout noGemm = layoutWorkspace(needs, 0);
+  for (size_t offset : noGemm.gemm)
+    EXPECT_EQ(offset, none);
 }
 
 TEST(CudaHost, CommunicationBucketsAreRunsOfTwoOrMore) {

@@ -22,6 +22,7 @@
 #include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
+#include "weft/exec/cuda/Workspace.h"
 #include "weft/kernels/Common.h"
 #include "weft/kernels/CpuKernels.h"
 #include "weft/kernels/Optimizer.h"
@@ -417,8 +418,17 @@ private:
   bool onHost(const Instruction &inst) const {
     return hostInstructions_.count(&inst) != 0;
   }
+  /// The stream's pieces of the workspace (nullptr where it needs none).
+  std::byte *workspacePiece(const std::vector<size_t> &offsets,
+                            int64_t stream) const {
+    size_t offset = offsets[size_t(stream)];
+    return offset == WorkspaceLayout::kNone
+               ? nullptr
+               : static_cast<std::byte *>(workspace_) + offset;
+  }
   float *scratchOf(int64_t stream) const {
-    return scratch_ + size_t(stream) * size_t(scratchFloats_);
+    return reinterpret_cast<float *>(
+        workspacePiece(workspaceLayout_.scratch, stream));
   }
 
   CudaBackendOptions options_;
@@ -476,13 +486,13 @@ private:
   int fatbinMisses_ = 0; // fatbins without code for this device
   int64_t generatedLaunches_ = 0;
   std::vector<void *> generatedArgs_, generatedArgAddresses_;
-  // One device allocation at prepare(): per stream, scratch floats, a
-  // cuBLASLt workspace and a double accumulator; then the step scalars.
+  // One device allocation at prepare() (Workspace.h): per stream what its
+  // instructions need (kernel scratch, a cuBLASLt workspace, a double
+  // accumulator), then the step scalars.
   void *workspace_ = nullptr;
-  float *scratch_ = nullptr;
-  int64_t scratchFloats_ = 0; // per stream
-  std::byte *gemmWorkspace_ = nullptr;
-  double *normAcc_ = nullptr; // per stream
+  std::vector<StreamWorkspaceNeeds> workspaceNeeds_; // by plan stream
+  size_t preparingStream_ = 0; // the stream prepare() is visiting
+  WorkspaceLayout workspaceLayout_;
   kernels::AdamWStep *stepDevice_ = nullptr;
   kernels::AdamWStep *stepHost_ = nullptr; // pinned
   int64_t uploadedStep_ = -1;
@@ -773,8 +783,17 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   if (options_.gemmEpilogues && !options_.generatedKernels)
     for (const GemmEpilogue &epilogue : findGemmEpilogues(bundle, program))
       epilogues_[epilogue.gemm] = epilogue;
+  workspaceNeeds_.assign(numStreams, {});
   size_t maxOperands = forEachInstruction(
       program, prefix(), [&](const Instruction &inst, const std::string &at) {
+        for (size_t stream = 0; stream < program.streams.size(); ++stream) {
+          const std::vector<Instruction> &insts =
+              program.streams[stream].instructions;
+          if (!insts.empty() && &inst >= &insts.front() &&
+              &inst <= &insts.back())
+            preparingStream_ = stream;
+        }
+        workspaceNeeds_[preparingStream_].gemms |= inst.opcode == Opcode::Gemm;
         if (inst.opcode == Opcode::Kernel)
           prepareKernel(bundle, program, inst, at);
         else
@@ -845,22 +864,14 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   call_.readIndices.reserve(maxOperands);
 
   // The one workspace allocation.
-  size_t scratchBytes =
-      (size_t(scratchFloats_) * sizeof(float) + 255) / 256 * 256;
-  size_t gemmBytes = (size_t(options_.gemmWorkspaceBytes) + 255) / 256 * 256;
-  size_t perStream = scratchBytes + gemmBytes + 256; // + the accumulator
-  size_t total = perStream * numStreams + 256;       // + the step scalars
+  workspaceLayout_ =
+      layoutWorkspace(workspaceNeeds_, options_.gemmWorkspaceBytes);
+  size_t total = workspaceLayout_.totalBytes;
   check(cudaMalloc(&workspace_, total), "cudaMalloc",
         "allocating " + std::to_string(total) + " bytes of workspace");
   workspaceBytes_ = int64_t(total);
-  auto *base = static_cast<std::byte *>(workspace_);
-  scratch_ = reinterpret_cast<float *>(base);
-  gemmWorkspace_ = base + scratchBytes * numStreams;
-  normAcc_ = reinterpret_cast<double *>(base + (scratchBytes + gemmBytes) *
-                                                   numStreams);
-  stepDevice_ =
-      reinterpret_cast<kernels::AdamWStep *>(base + perStream * numStreams);
-  // normAcc_ has 256 bytes per stream: index by stream * 32 doubles.
+  stepDevice_ = reinterpret_cast<kernels::AdamWStep *>(
+      static_cast<std::byte *>(workspace_) + workspaceLayout_.stepScalars);
 }
 
 void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
@@ -886,7 +897,8 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
       generatedArgs_.resize(operands);
       generatedArgAddresses_.resize(operands);
     }
-    scratchFloats_ = std::max(scratchFloats_, widened);
+    int64_t &scratch = workspaceNeeds_[preparingStream_].scratchFloats;
+    scratch = std::max(scratch, widened);
     return;
   }
   if (options_.halfKernels)
@@ -902,7 +914,8 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
   if (options_.cudnnAttention && halfKernels_.count(&inst))
     prepareCudnnAttention(resolved, inst, kernelScratch, what);
   int64_t scratch = (kernelScratch + 63) / 64 * 64;
-  scratchFloats_ = std::max(scratchFloats_, scratch + widened);
+  int64_t &needed = workspaceNeeds_[preparingStream_].scratchFloats;
+  needed = std::max(needed, scratch + widened);
 }
 
 void DeviceBackend::prepareCudnnAttention(const ResolvedKernel &kernel,
@@ -1180,7 +1193,8 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
       runOptimizer(inst, stream, reads, writes, context);
     return;
   case Opcode::GradNorm: {
-    double *acc = normAcc_ + size_t(stream) * 32;
+    auto *acc = reinterpret_cast<double *>(
+        workspacePiece(workspaceLayout_.accumulator, stream));
     std::string at = where(inst, stream);
     check(cudaMemsetAsync(acc, 0, sizeof(double), s), "cudaMemsetAsync", at);
     for (const Operand &grad : reads)
@@ -1448,8 +1462,10 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
                             : static_cast<const void *>(&g.alpha32);
   const void *beta = g.f64 ? static_cast<const void *>(&g.beta64)
                            : static_cast<const void *>(&g.beta32);
-  size_t gemmBytes = (size_t(options_.gemmWorkspaceBytes) + 255) / 256 * 256;
-  void *workspace = gemmWorkspace_ + size_t(stream) * gemmBytes;
+  void *workspace = workspacePiece(workspaceLayout_.gemm, stream);
+  if (!workspace && plan.workspace > 0)
+    throw Error(where(inst, stream) +
+                ": internal error: no cuBLASLt workspace on this stream");
   // C is the plan's output (read only with beta != 0, then D is C); D the
   // epilogue's output where it moves it (GeluAuxBias: the activation's).
   check(cublasLtMatmul(lt_, plan.desc, alpha, reads[0].data, plan.a,
