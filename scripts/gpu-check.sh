@@ -96,6 +96,12 @@ if [ -d $profile ]; then
       --steps 2 --backend cuda --no-graph $flags --trace "$OUT/profile-trace-$tag.json" --quiet &&
       python3 scripts/gpu-e2e.py profile $profile "$OUT/profile-trace-$tag.json" | tee "$OUT/profile-$tag.txt" ||
       status=1
+    # The cost model fitted to this step; the timed steps of the same mode
+    # simulated with it (plan fidelity).
+    mode=cuda; [ $tag = fast ] && mode=cuda-fast; [ $tag = cudnn ] && mode=cuda-cudnn
+    [ -f "$OUT/profile-trace-$tag.json" ] &&
+      python3 scripts/gpu-e2e.py fidelity $profile "$OUT/profile-trace-$tag.json" --mode $mode |
+        tee "$OUT/fidelity-$tag.txt" || status=1
   done
 fi
 echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"

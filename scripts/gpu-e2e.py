@@ -359,6 +359,46 @@ def profile(args):
     return 0
 
 
+def fidelity(args):
+    """The cost model fitted to one profiled step (weft-inspect fidelity on a
+    CUDA_LAUNCH_BLOCKING trace, which writes a calibrated cluster file), then
+    every throughput bundle simulated on that cluster against its step as
+    timed in `mode` (check's summaries in $OUT): out-of-sample for every
+    bundle but the profiled one."""
+    out = os.environ.get("OUT", "gpu-out")
+    inspect = os.path.join(args.tools, "weft-inspect")
+    calibrated = os.path.join(out, f"calibrated-{args.mode}.json")
+    fitted = subprocess.run([inspect, args.bundle, "fidelity", "--measured", args.trace,
+                             "--write-cluster", calibrated], capture_output=True, text=True)
+    print(fitted.stdout, end="")
+    if fitted.returncode != 0:
+        print(f"FAIL fidelity: {fitted.stderr.strip()}")
+        return 1
+    cases = json.load(open(os.path.join(args.dir, "cases.json")))
+    failed = 0
+    print(f"== plan fidelity with the constants fitted to {os.path.basename(args.bundle)} "
+          f"({args.mode}; issue 6 target: within 3%)")
+    for name, case in cases.items():
+        summary = os.path.join(out, f"{name}.{args.mode}.summary.json")
+        if not case["kind"].startswith("speed") or not os.path.exists(summary):
+            continue
+        measured = json.load(open(summary))["step_ms"]
+        timeline = subprocess.run([inspect, os.path.join(args.dir, name), "timeline",
+                                   "--cluster", calibrated, "--json"],
+                                  capture_output=True, text=True)
+        if timeline.returncode != 0:
+            print(f"FAIL {name}: {timeline.stderr.strip()}")
+            failed += 1
+            continue
+        simulated = json.loads(timeline.stdout)["simulated_step_time_s"] * 1e3
+        sample = "in-sample" if os.path.samefile(os.path.join(args.dir, name),
+                                                 args.bundle) else "out-of-sample"
+        print(f"{name} {args.mode}: measured {measured:.1f} ms, simulated with the fitted "
+              f"constants {simulated:.1f} ms ({(simulated / measured - 1) * 100:+.1f}%, "
+              f"{sample}), the bundle's prediction {case['predicted_step_s'] * 1e3:.1f} ms")
+    return 1 if failed else 0
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="stage", required=True)
@@ -376,9 +416,18 @@ def main():
     pr.add_argument("bundle")
     pr.add_argument("trace")
     pr.add_argument("--top", type=int, default=25)
+    f = sub.add_parser("fidelity")
+    f.add_argument("bundle")
+    f.add_argument("trace")
+    f.add_argument("--mode", required=True,
+                   help="the check mode whose timed steps to compare (cuda, cuda-fast, ...)")
+    f.add_argument("--tools", default=".gpu/tools")
+    f.add_argument("--dir", default=".gpu/e2e")
     args = parser.parse_args()
     if args.stage == "profile":
         return profile(args)
+    if args.stage == "fidelity":
+        return fidelity(args)
     if args.stage == "stage":
         stage(args)
         return 0

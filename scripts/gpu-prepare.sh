@@ -9,6 +9,7 @@
 #                             weft-run and the bundles and tokens of
 #                             scripts/gpu-e2e.py (CUDA against the CPU backend,
 #                             GPT-2 throughput and profile)
+#   .gpu/tools/weft-inspect   plan fidelity (gpu-e2e.py fidelity)
 #   .gpu/libs.tar.xz          the shared libraries they link that a bare
 #                             device machine may lack (OpenMPI's libmpi and
 #                             friends, OpenBLAS, gfortran, cudart); never libc,
@@ -37,7 +38,7 @@ ls .gpu/bin/* >/dev/null 2>&1 || { echo "no WeftCuda*Tests in $BUILD (built with
 # GPU against the CPU backend, and the GPT-2 throughput runs): see
 # scripts/gpu-e2e.py stage.
 mkdir -p .gpu/tools
-cp "$BUILD"/bin/weft-run "$BUILD"/bin/weft-bench-kernels .gpu/tools/
+cp "$BUILD"/bin/weft-run "$BUILD"/bin/weft-bench-kernels "$BUILD"/bin/weft-inspect .gpu/tools/
 python3 scripts/gpu-e2e.py stage --build "$BUILD" --out .gpu/e2e
 for t in .gpu/bin/* .gpu/tools/*; do
   ldd "$t" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 #include <initializer_list>
+#include <sstream>
 #include <sys/stat.h>
 
 using nlohmann::json;
@@ -80,6 +81,25 @@ public:
         !std::isfinite(value.get<double>()))
       fail(join(prefix, key), "must be a positive number, got " + value.dump());
     return value.get<double>();
+  }
+
+  /// An optional number in (low, high], or [low, high] with `lowIncluded`.
+  std::optional<double> optionalNumberIn(const json &parent,
+                                         const std::string &key,
+                                         const std::string &prefix, double low,
+                                         bool lowIncluded, double high) const {
+    if (parent.find(key) == parent.end())
+      return std::nullopt;
+    const json &value = parent.at(key);
+    double number = value.is_number() ? value.get<double>() : NAN;
+    if (!std::isfinite(number) || number > high ||
+        (lowIncluded ? number < low : number <= low)) {
+      std::ostringstream range;
+      range << (lowIncluded ? "[" : "(") << low << ", " << high << "]";
+      fail(join(prefix, key),
+           "must be a number in " + range.str() + ", got " + value.dump());
+    }
+    return number;
   }
 
   const json *
@@ -236,7 +256,7 @@ Cluster parseCluster(const json &root, const std::string &source) {
       root, "",
       {"name", "nodes", "gpus_per_node", "gpu", "intra_node_bandwidth_gb_s",
        "inter_node_bandwidth_gb_s", "intra_node_latency_us",
-       "inter_node_latency_us", "host"});
+       "inter_node_latency_us", "host", "cost_constants"});
   Cluster cluster;
   cluster.name = reader.string(root, "name", "");
   cluster.nodes = reader.positiveInteger(root, "nodes", "");
@@ -276,6 +296,21 @@ Cluster parseCluster(const json &root, const std::string &source) {
     spec.pinnedBandwidthGBs =
         reader.positiveNumber(*host, "pinned_bandwidth_gb_s", "host");
     cluster.host = spec;
+  }
+  if (const json *constants = reader.optionalObject(
+          root, "cost_constants", "",
+          {"matmul_peak_fraction", "matmul_half_dim",
+           "memory_bandwidth_fraction", "attention_efficiency"})) {
+    const char *prefix = "cost_constants";
+    CostOverrides &o = cluster.costOverrides;
+    o.matmulPeakFraction = reader.optionalNumberIn(
+        *constants, "matmul_peak_fraction", prefix, 0, false, 1);
+    o.matmulHalfDim = reader.optionalNumberIn(*constants, "matmul_half_dim",
+                                              prefix, 0, true, 65536);
+    o.memoryBandwidthFraction = reader.optionalNumberIn(
+        *constants, "memory_bandwidth_fraction", prefix, 0, false, 1);
+    o.attentionEfficiency = reader.optionalNumberIn(
+        *constants, "attention_efficiency", prefix, 0, false, 64);
   }
   return cluster;
 }
@@ -345,6 +380,18 @@ json toJson(const Cluster &cluster) {
                    {"memory_bandwidth_gb_s", cluster.host->memoryBandwidthGBs},
                    {"cores", cluster.host->cores},
                    {"pinned_bandwidth_gb_s", cluster.host->pinnedBandwidthGBs}};
+  const CostOverrides &o = cluster.costOverrides;
+  if (!o.empty()) {
+    json &constants = out["cost_constants"] = json::object();
+    auto put = [&](const char *key, const std::optional<double> &value) {
+      if (value)
+        constants[key] = *value;
+    };
+    put("matmul_peak_fraction", o.matmulPeakFraction);
+    put("matmul_half_dim", o.matmulHalfDim);
+    put("memory_bandwidth_fraction", o.memoryBandwidthFraction);
+    put("attention_efficiency", o.attentionEfficiency);
+  }
   return out;
 }
 

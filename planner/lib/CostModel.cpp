@@ -346,10 +346,23 @@ struct CostModel::Layout {
   }
 };
 
+CostConstants withClusterOverrides(CostConstants constants,
+                                   const Cluster &cluster) {
+  const CostOverrides &o = cluster.costOverrides;
+  constants.matmulPeakFraction =
+      o.matmulPeakFraction.value_or(constants.matmulPeakFraction);
+  constants.matmulHalfDim = o.matmulHalfDim.value_or(constants.matmulHalfDim);
+  constants.memoryBandwidthFraction =
+      o.memoryBandwidthFraction.value_or(constants.memoryBandwidthFraction);
+  constants.attentionEfficiency =
+      o.attentionEfficiency.value_or(constants.attentionEfficiency);
+  return constants;
+}
+
 CostModel::CostModel(ModelSpec model, Cluster cluster, TrainingConfig training,
                      CostConstants constants)
     : spec(std::move(model)), hardware(std::move(cluster)), train(training),
-      consts(constants) {
+      consts(withClusterOverrides(constants, hardware)) {
   peak = hardware.peakFlops(train.precision);
   hbm = hardware.gpu.memoryBandwidthGBs * 1e9 * consts.memoryBandwidthFraction;
   elem = computeElementBytes(train.precision);
@@ -452,7 +465,8 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
                                          gemmSeconds(s, double(ms.headDim), s));
   double attnShapeFlops = headsHere * 4 * s * s * ms.headDim;
   double attention = ms.layerAttentionFlopsPerTokenPerPosition * s * tokens /
-                     t * (attnShapeSeconds / attnShapeFlops);
+                     t * (attnShapeSeconds / attnShapeFlops) /
+                     consts.attentionEfficiency;
 
   // Elementwise traffic per token in the forward pass, in elements: two norms
   // (read + write: 4h), two bias-dropout-residual adds (read 2h, write h: 6h)

@@ -65,6 +65,16 @@ std::string header(const CostModel &model) {
      << "x" << c.gpusPerNode << " " << c.gpu.model << "), global "
      << "batch " << t.globalBatch << " x " << t.seqLen << " tokens, "
      << toString(t.precision) << "\n";
+  if (!c.costOverrides.empty()) {
+    const CostConstants &k = model.constants();
+    std::streamsize precision = os.precision(3);
+    os << "measured cost constants (the cluster's cost_constants): GEMMs at "
+       << k.matmulPeakFraction << " of peak (half dim " << k.matmulHalfDim
+       << "), attention " << k.attentionEfficiency
+       << "x the GEMM formula, element-wise kernels at "
+       << k.memoryBandwidthFraction << " of HBM bandwidth\n";
+    os.precision(precision);
+  }
   return os.str();
 }
 

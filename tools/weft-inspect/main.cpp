@@ -4,6 +4,8 @@
 //   weft-inspect BUNDLE program --rank R [--stream S] [--json]
 //   weft-inspect BUNDLE memory --rank R [--cluster C] [--json]
 //   weft-inspect BUNDLE trace|html -o FILE [--cluster C] [--json]
+//   weft-inspect BUNDLE fidelity --measured TRACE [--step N]
+//                [--write-cluster OUT] [--cluster C] [--json]
 //   weft-inspect A diff B [--json]
 //
 // Exit status: 0 success, 1 the plan fails verification or the bundles
@@ -11,11 +13,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/inspect/Fidelity.h"
 #include "weft/inspect/Report.h"
 #include "weft/inspect/State.h"
 #include "weft/plan/Error.h"
 #include "weft/plan/Serialize.h"
 
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -36,6 +40,9 @@ const char *kUsage =
     "       weft-inspect BUNDLE html -o report.html [--cluster C] [--json]\n"
     "       weft-inspect BUNDLE verify [--json]\n"
     "       weft-inspect BUNDLE state [--rank R] [--json]\n"
+    "       weft-inspect BUNDLE fidelity --measured trace.json [--step N]\n"
+    "                    [--write-cluster calibrated.json] [--cluster C] "
+    "[--json]\n"
     "       weft-inspect A diff B [--json]\n"
     "C is a cluster file or preset (default: the bundle's, else "
     "dgx-h100-80g); see docs/inspect.md.\n";
@@ -43,8 +50,8 @@ const char *kUsage =
 struct Options {
   std::string bundle, command, other;
   bool json = false;
-  std::optional<int64_t> rank;
-  std::optional<std::string> stream, cluster, output;
+  std::optional<int64_t> rank, step;
+  std::optional<std::string> stream, cluster, output, measured, writeCluster;
 };
 
 Options parseArgs(const std::vector<std::string> &args) {
@@ -69,16 +76,22 @@ Options parseArgs(const std::vector<std::string> &args) {
     };
     if (arg == "--json") {
       options.json = true;
-    } else if (arg == "--rank") {
+    } else if (arg == "--rank" || arg == "--step") {
       std::string text = value();
       size_t used = 0;
+      int64_t number = 0;
       try {
-        options.rank = std::stoll(text, &used);
+        number = std::stoll(text, &used);
       } catch (const std::exception &) {
         used = 0;
       }
       if (used == 0 || used != text.size())
-        throw plan::Error("--rank expects an integer, got '" + text + "'");
+        throw plan::Error(arg + " expects an integer, got '" + text + "'");
+      (arg == "--rank" ? options.rank : options.step) = number;
+    } else if (arg == "--measured") {
+      options.measured = value();
+    } else if (arg == "--write-cluster") {
+      options.writeCluster = value();
     } else if (arg == "--stream") {
       options.stream = value();
     } else if (arg == "--cluster") {
@@ -92,12 +105,17 @@ Options parseArgs(const std::vector<std::string> &args) {
   return options;
 }
 
+/// Writes `contents` to a temporary file beside `path` and renames it over
+/// `path`: a failed write leaves no half-written file.
 void writeFile(const std::string &path, const std::string &contents) {
-  std::ofstream file(path, std::ios::binary);
+  std::string temporary = path + ".tmp";
+  std::ofstream file(temporary, std::ios::binary);
   file << contents;
   file.close();
-  if (!file)
+  if (!file || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
     throw plan::Error(path + ": cannot write");
+  }
 }
 
 int64_t requireRank(const Options &options) {
@@ -137,6 +155,32 @@ int run(const Options &options) {
     emit(options,
          inspect::programJson(bundle, requireRank(options), options.stream),
          inspect::programText);
+    return 0;
+  }
+  if (command == "fidelity") {
+    if (!options.measured)
+      throw plan::Error("fidelity needs --measured TRACE (weft-run --trace)");
+    inspect::MeasuredStep measured =
+        inspect::readMeasuredTrace(*options.measured, bundle, options.step);
+    std::string clusterSource;
+    planner::Cluster cluster =
+        inspect::resolveCluster(bundle, options.cluster, clusterSource);
+    json fidelity = inspect::fidelityJson(bundle, cluster, clusterSource,
+                                          measured, *options.measured);
+    if (options.writeCluster) {
+      writeFile(*options.writeCluster,
+                planner::toJson(inspect::calibratedCluster(cluster, fidelity))
+                        .dump(2) +
+                    "\n");
+      fidelity["wrote_cluster"] = *options.writeCluster;
+    }
+    emit(options, fidelity, [](const json &value) {
+      std::string text = inspect::fidelityText(value);
+      if (value.contains("wrote_cluster"))
+        text += "wrote " + value["wrote_cluster"].get<std::string>() +
+                " (the cluster with the fitted cost_constants)\n";
+      return text;
+    });
     return 0;
   }
   if (command != "summary" && command != "memory" && command != "timeline" &&

@@ -121,6 +121,46 @@ TEST(Cluster, OptionalHostForOffload) {
     EXPECT_TRUE(clusterPreset(name).host) << name;
 }
 
+TEST(Cluster, OptionalMeasuredCostConstants) {
+  EXPECT_TRUE(
+      parseCluster(validCluster(), "cluster.json").costOverrides.empty());
+  EXPECT_EQ(toJson(parseCluster(validCluster(), "c")).count("cost_constants"),
+            0u);
+  json measured = validCluster();
+  measured["cost_constants"] = json::parse(
+      R"({"matmul_peak_fraction": 0.6, "attention_efficiency": 1.5})");
+  Cluster c = parseCluster(measured, "cluster.json");
+  EXPECT_EQ(c.costOverrides.matmulPeakFraction, 0.6);
+  EXPECT_EQ(c.costOverrides.attentionEfficiency, 1.5);
+  EXPECT_FALSE(c.costOverrides.matmulHalfDim);
+  EXPECT_FALSE(c.costOverrides.memoryBandwidthFraction);
+  EXPECT_EQ(toJson(parseCluster(toJson(c), "again")), toJson(c));
+  EXPECT_EQ(toJson(c)["cost_constants"].size(), 2u);
+  measured["cost_constants"]["matmul_half_dim"] = 0; // saturation off
+  EXPECT_EQ(parseCluster(measured, "c").costOverrides.matmulHalfDim, 0.0);
+
+  auto with = [&](const char *key, json value) {
+    json bad = validCluster();
+    bad["cost_constants"] = {{key, value}};
+    return bad;
+  };
+  EXPECT_EQ(errorOf(with("matmul_peak_fraction", 1.2)),
+            "cluster.json: field 'cost_constants.matmul_peak_fraction': must "
+            "be a number in (0, 1], got 1.2");
+  EXPECT_EQ(errorOf(with("memory_bandwidth_fraction", 0)),
+            "cluster.json: field 'cost_constants.memory_bandwidth_fraction': "
+            "must be a number in (0, 1], got 0");
+  EXPECT_EQ(errorOf(with("matmul_half_dim", -1)),
+            "cluster.json: field 'cost_constants.matmul_half_dim': must be a "
+            "number in [0, 65536], got -1");
+  EXPECT_EQ(errorOf(with("attention_efficiency", "fast")),
+            "cluster.json: field 'cost_constants.attention_efficiency': must "
+            "be a number in (0, 64], got \"fast\"");
+  EXPECT_EQ(errorOf(with("softmax_efficiency", 1)),
+            "cluster.json: field 'cost_constants.softmax_efficiency': unknown "
+            "field");
+}
+
 TEST(Cluster, FileErrorsAreOneLine) {
   std::string path = ::testing::TempDir() + "weft-bad-cluster.json";
   std::ofstream(path) << "{\n \"name\": \"x\",\n";

@@ -442,6 +442,51 @@ TEST(Time, UnevenLayerSplitsBalanceTheHead) {
   EXPECT_LE(e.layersPerStage[3], e.layersPerStage[1]);
 }
 
+TEST(Time, ClusterCostConstantsReplaceTheDefaults) {
+  Cluster cluster = clusterPreset("dgx-a100-80g");
+  TrainingConfig training;
+  training.globalBatch = 64;
+  training.seqLen = 2048;
+  ParallelConfig c = dataParallel(1, 8, 64);
+  c.recompute = Recompute::None;
+  CostModel base(gpt1p3b(), cluster, training);
+  Estimate before = base.evaluate(c);
+
+  auto computeWith = [&](CostOverrides overrides) {
+    Cluster measured = cluster;
+    measured.costOverrides = overrides;
+    return CostModel(gpt1p3b(), measured, training).evaluate(c).time;
+  };
+  // GEMMs (linear layers and attention) at half the default fraction: the
+  // compute time nearly doubles (the element-wise traffic stays).
+  CostOverrides slowGemms;
+  slowGemms.matmulPeakFraction = CostConstants{}.matmulPeakFraction / 2;
+  TimeBreakdown after = computeWith(slowGemms);
+  EXPECT_GT(after.compute, 1.5 * before.time.compute);
+  EXPECT_LT(after.compute, 2.0 * before.time.compute);
+  EXPECT_DOUBLE_EQ(after.optimizer, before.time.optimizer);
+  // Without the saturation, or with attention twice the GEMM formula's
+  // speed: faster.
+  CostOverrides noSaturation, fastAttention;
+  noSaturation.matmulHalfDim = 0;
+  fastAttention.attentionEfficiency = 2;
+  EXPECT_LT(computeWith(noSaturation).compute, before.time.compute);
+  EXPECT_LT(computeWith(fastAttention).compute, before.time.compute);
+  // Element-wise kernels at a lower share of the bandwidth: the optimizer
+  // (memory-bound) slows by the same factor.
+  CostOverrides slowMemory;
+  slowMemory.memoryBandwidthFraction =
+      CostConstants{}.memoryBandwidthFraction / 2;
+  EXPECT_DOUBLE_EQ(computeWith(slowMemory).optimizer,
+                   2 * before.time.optimizer);
+  // The model reports the constants it uses.
+  Cluster measured = cluster;
+  measured.costOverrides = slowGemms;
+  EXPECT_DOUBLE_EQ(
+      CostModel(gpt1p3b(), measured, training).constants().matmulPeakFraction,
+      CostConstants{}.matmulPeakFraction / 2);
+}
+
 TEST(CostModel, InvalidPlansAreRejectedWithReasons) {
   CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g"),
                   {64, 2048, Precision::BF16});

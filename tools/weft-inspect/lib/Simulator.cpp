@@ -48,7 +48,8 @@ static planner::Precision precisionOf(plan::DType dtype) {
 InstructionCosts::InstructionCosts(const plan::Bundle &bundle,
                                    planner::Cluster cluster,
                                    planner::CostConstants constants)
-    : bundle(bundle), hardware(std::move(cluster)), consts(constants) {
+    : bundle(bundle), hardware(std::move(cluster)),
+      consts(planner::withClusterOverrides(constants, hardware)) {
   // A group's span follows from where its actual members sit, so any rank
   // order (not just a fixed stride) is costed by the nodes it crosses.
   for (const plan::GroupFamily &family : bundle.groups) {
@@ -166,8 +167,9 @@ InstructionCosts::attentionSeconds(const plan::Instruction &inst,
   // As the planner's core attention: per (sequence, head) an s x s x d score
   // GEMM and an s x d x s context GEMM; the (flash) backward 2.5 times that
   // (five GEMMs against two, the scores recomputed).
-  double seconds =
-      heads * (gemmSeconds(s, s, d, dtype) + gemmSeconds(s, d, s, dtype));
+  double seconds = heads *
+                   (gemmSeconds(s, s, d, dtype) + gemmSeconds(s, d, s, dtype)) /
+                   consts.attentionEfficiency;
   return forward ? seconds : 2.5 * seconds;
 }
 

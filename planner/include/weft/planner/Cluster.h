@@ -8,11 +8,17 @@
 //    "intra_node_bandwidth_gb_s", "inter_node_bandwidth_gb_s",
 //    "intra_node_latency_us", "inter_node_latency_us",
 //    "host": {"memory_gib", "memory_bandwidth_gb_s", "cores",
-//             "pinned_bandwidth_gb_s"}}
+//             "pinned_bandwidth_gb_s"},
+//    "cost_constants": {"matmul_peak_fraction", "matmul_half_dim",
+//                       "memory_bandwidth_fraction", "attention_efficiency"}}
 // Peak TFLOP/s are dense (no sparsity). "host" is optional (without it the
-// planner never offloads); when present all four fields are required. Host
-// memory, its bandwidth and cores are per node; the pinned host<->device copy
-// bandwidth is per GPU and direction with every GPU of the node copying.
+// planner never offloads); when present all four fields are required.
+// "cost_constants" is optional and so is each of its fields: measured
+// efficiencies of this cluster's GPUs (weft-inspect's `fidelity
+// --write-cluster` fits them to a weft-run trace) that replace the cost model's
+// defaults. Host memory, its bandwidth and cores are per node; the pinned
+// host<->device copy bandwidth is per GPU and direction with every GPU of the
+// node copying.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_PLANNER_CLUSTER_H
@@ -46,6 +52,19 @@ struct HostSpec {
   double pinnedBandwidthGBs = 0; // pinned copies, per GPU and direction
 };
 
+/// Cost-model constants measured on this cluster's GPUs (see
+/// CostConstants); unset ones keep the model's defaults.
+struct CostOverrides {
+  std::optional<double> matmulPeakFraction;      // (0, 1]
+  std::optional<double> matmulHalfDim;           // >= 0
+  std::optional<double> memoryBandwidthFraction; // (0, 1]
+  std::optional<double> attentionEfficiency;     // (0, 64]
+  bool empty() const {
+    return !matmulPeakFraction && !matmulHalfDim && !memoryBandwidthFraction &&
+           !attentionEfficiency;
+  }
+};
+
 struct Cluster {
   std::string name;
   int64_t nodes = 0;
@@ -56,6 +75,7 @@ struct Cluster {
   double intraNodeLatencyUs = 0;
   double interNodeLatencyUs = 0;
   std::optional<HostSpec> host; // unset: offload is not considered
+  CostOverrides costOverrides;
 
   int64_t worldSize() const { return nodes * gpusPerNode; }
   double memoryBytes() const { return gpu.memoryGib * 1073741824.0; }

@@ -34,6 +34,9 @@ struct CostConstants {
   /// Share of HBM bandwidth that elementwise kernels (norms, softmax,
   /// dropout, activations, optimizer) achieve.
   double memoryBandwidthFraction = 0.75;
+  /// Fused attention's speed against the GEMM formula over its score and
+  /// context products (1: as fast as GEMMs of those shapes).
+  double attentionEfficiency = 1.0;
 
   // Communication: NCCL bus bandwidth as a fraction of the link bandwidth.
   double intraNodeBusEfficiency = 0.75;
@@ -84,6 +87,11 @@ struct CostConstants {
   /// transient buffers the static plan does not see).
   double memoryMarginFraction = 0.04;
 };
+
+/// `constants` with the cluster's measured ones (Cluster::costOverrides) in
+/// place of theirs. CostModel and weft-inspect's simulator apply it.
+CostConstants withClusterOverrides(CostConstants constants,
+                                   const Cluster &cluster);
 
 /// Per-GPU memory of one pipeline stage, bytes.
 struct MemoryBreakdown {
