@@ -57,6 +57,11 @@ CASES = {
                                  "--precision", "bf16"] + TINY),
     "llama-tiny-bf16": ("agree", ["--model", "llama-tiny", "--micro-batch", "4",
                                   "--precision", "bf16"] + TINY),
+    # Full recomputation: the first forward's GELU outputs reuse the bytes
+    # of their gemm's input, which the epilogues must leave alone.
+    "gpt2-tiny-bf16-full": ("agree", ["--model", "gpt2-tiny", "--micro-batch", "4",
+                                      "--precision", "bf16", "--recompute", "full"]
+                            + TINY),
     # A 263-word vocabulary: the logits' rows padded to 264 (aligned GEMMs).
     "gpt2-odd-bf16": ("agree", ["--model", "gpt2-odd", "--micro-batch", "4",
                                 "--precision", "bf16"] + TINY),

@@ -260,13 +260,18 @@ TEST(CudaHost, BiasAddsAndGeluFoldIntoTheGemmBeforeThem) {
   // A bias of another dtype (it would be read as the output's).
   LinearProgram mixed(DType::BF16, DType::F32);
   EXPECT_EQ(mixed.folds(), 0u);
-  // An event between them: another stream may read y without the bias.
-  LinearProgram evented(DType::BF16, DType::BF16);
-  plan::Instruction record;
-  record.opcode = Opcode::RecordEvent;
-  record.event = 0;
-  evented.instructions().insert(evented.instructions().begin() + 1, record);
-  EXPECT_EQ(evented.folds(), 0u);
+  // A record_event between them (it only makes y ready, with its bias,
+  // earlier) or a release (the end of some buffer's life) is passed over;
+  // a wait_event is not (another stream's work comes between).
+  for (Opcode between :
+       {Opcode::RecordEvent, Opcode::Release, Opcode::WaitEvent}) {
+    LinearProgram evented(DType::BF16, DType::BF16);
+    plan::Instruction inst;
+    inst.opcode = between;
+    inst.event = 0;
+    evented.instructions().insert(evented.instructions().begin() + 1, inst);
+    EXPECT_EQ(evented.folds(), between == Opcode::WaitEvent ? 0u : 1u);
+  }
   // Not in place, or over another range.
   LinearProgram copied(DType::BF16, DType::BF16);
   copied.instructions()[1].writes[0] = copied.instructions()[0].reads[1];
@@ -341,6 +346,28 @@ TEST(CudaHost, BiasAddsAndGeluFoldIntoTheGemmBeforeThem) {
   narrow.bundle.kernels[0].constants["n"] = 60 * narrow.n;
   EXPECT_EQ(narrow.folds(), 0u);
 
+  // The activation's output in the bytes of the gemm's input (an arena
+  // buffer first written after the gemm may reuse those of one it reads
+  // last, as recompute plans do): cuBLASLt would write D while reading B,
+  // so only the bias folds.
+  {
+    LinearProgram shared(DType::BF16, DType::BF16, Tail::GeluForward);
+    const plan::BufferRange act = shared.instructions()[2].writes[0],
+                            x = shared.instructions()[0].reads[1];
+    shared.program.buffers[size_t(act.buffer)].offset =
+        shared.program.buffers[size_t(x.buffer)].offset;
+    std::vector<GemmEpilogue> folds =
+        findGemmEpilogues(shared.bundle, shared.program);
+    ASSERT_EQ(folds.size(), 1u);
+    EXPECT_EQ(folds[0].kind, EpilogueKind::Bias);
+    EXPECT_EQ(folds[0].folded.size(), 1u);
+    // Another region at the same offset shares nothing.
+    shared.program.buffers[size_t(act.buffer)].region =
+        plan::Region::Persistent;
+    EXPECT_EQ(findGemmEpilogues(shared.bundle, shared.program)[0].kind,
+              EpilogueKind::GeluAuxBias);
+  }
+
   // The backward's bias gradient over the gemm's A, into a zero-filled slot.
   for (DType dtype : {DType::BF16, DType::F32}) {
     LinearProgram wgrad(dtype, dtype, Tail::BiasGrad);
@@ -352,6 +379,22 @@ TEST(CudaHost, BiasAddsAndGeluFoldIntoTheGemmBeforeThem) {
     EXPECT_EQ(found[0].folded[0], &wgrad.instructions()[2]);
     EXPECT_EQ(found[0].bias, wgrad.instructions()[2].writes[0]);
     EXPECT_EQ(found[0].output, wgrad.instructions()[1].writes[0]);
+  }
+  // ZeRO-2's order: the slot filled right before its first sum, after the
+  // gemm and a record_event: the fill folds too.
+  {
+    LinearProgram lazy(DType::BF16, DType::BF16, Tail::BiasGrad);
+    plan::Instruction fill = lazy.instructions()[0], record;
+    record.opcode = Opcode::RecordEvent;
+    record.event = 0;
+    lazy.instructions().erase(lazy.instructions().begin());
+    lazy.instructions().insert(lazy.instructions().begin() + 1, {record, fill});
+    found = findGemmEpilogues(lazy.bundle, lazy.program);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].kind, EpilogueKind::BiasGradA);
+    ASSERT_EQ(found[0].folded.size(), 2u);
+    EXPECT_EQ(found[0].folded[0], &lazy.instructions()[2]);
+    EXPECT_EQ(found[0].folded[1], &lazy.instructions()[3]);
   }
   // It folds only where the slot still holds zeros (the epilogue overwrites,
   // bias_grad accumulates), and only over A, packed and not transposed.
@@ -368,10 +411,23 @@ TEST(CudaHost, BiasAddsAndGeluFoldIntoTheGemmBeforeThem) {
              p.instructions().insert(p.instructions().begin() + 1,
                                      p.instructions()[2]);
            },
-           // Another stream writes the slot (no order is known here).
+           // Another stream writes the slot, in no known order with it.
            [](LinearProgram &p) {
              plan::Instruction write = p.instructions()[0];
              p.program.streams.push_back({"other", {write}});
+           },
+           // The slot in the bytes of the gemm's A.
+           [](LinearProgram &p) {
+             const plan::BufferRange slot = p.instructions()[2].writes[0],
+                                     dy = p.instructions()[1].reads[0];
+             p.program.buffers[size_t(slot.buffer)].offset =
+                 p.program.buffers[size_t(dy.buffer)].offset;
+           },
+           // A fill of more than the slot right before the bias_grad.
+           [](LinearProgram &p) {
+             plan::Instruction fill = p.instructions()[0];
+             fill.writes[0].bytes *= 2;
+             p.instructions().insert(p.instructions().begin() + 2, fill);
            },
            // A transposed, or padded: the k rows are not A's columns.
            [](LinearProgram &p) {
@@ -406,6 +462,81 @@ TEST(CudaHost, BiasAddsAndGeluFoldIntoTheGemmBeforeThem) {
   fused.epilogue = EpilogueKind::BiasGradA;
   EXPECT_EQ(describe(fused), describe(key) + " +bgrada");
   EXPECT_FALSE(CudaBackendOptions().gemmEpilogues); // until checked on a GPU
+}
+
+TEST(CudaHost, BiasGradFoldsWhereOtherStreamsWriteAfterIt) {
+  using Tail = LinearProgram::Tail;
+  auto event = [](Opcode opcode, int64_t id) {
+    plan::Instruction inst;
+    inst.opcode = opcode;
+    inst.event = id;
+    return inst;
+  };
+  // A data-parallel plan: after the backward (fill, gemm, bias_grad) the
+  // compute stream records an event, and the all-reduce stream waits for it
+  // before reducing the gradients in place.
+  auto dataParallel = [&](LinearProgram &p, size_t recordAt) {
+    plan::Instruction reduce;
+    reduce.opcode = Opcode::AllReduce;
+    reduce.reads = reduce.writes = {p.instructions()[0].writes[0]};
+    p.instructions().insert(p.instructions().begin() + recordAt,
+                            event(Opcode::RecordEvent, 0));
+    p.program.streams.push_back(
+        {"allreduce", {event(Opcode::WaitEvent, 0), reduce}});
+    p.program.numEvents = 1;
+  };
+  {
+    LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
+    dataParallel(p, 3); // after the bias_grad
+    auto done = completedBefore(p.program);
+    ASSERT_EQ(done.size(), 2u);
+    // The all-reduce starts after all three instructions before the record.
+    EXPECT_EQ(done[1][1], (std::vector<int64_t>{3, 1}));
+    EXPECT_EQ(done[0][2], (std::vector<int64_t>{2, 0}));
+    EXPECT_EQ(p.folds(), 1u);
+  }
+  {
+    // Recorded between the gemm and the bias_grad: the all-reduce may write
+    // the slot before the bias_grad's sum lands.
+    LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
+    dataParallel(p, 2);
+    EXPECT_EQ(p.folds(), 0u);
+  }
+  {
+    // Transitively: the all-reduce's stream waits for a third stream that
+    // waited for the compute stream's record.
+    LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
+    dataParallel(p, 3);
+    p.program.streams[1].instructions[0].event = 1;
+    p.program.streams.push_back({"relay",
+                                 {event(Opcode::WaitEvent, 0),
+                                  event(Opcode::RecordEvent, 1)}});
+    p.program.numEvents = 2;
+    EXPECT_EQ(completedBefore(p.program)[1][1][0], 3);
+    EXPECT_EQ(p.folds(), 1u);
+    // A relay that records before waiting orders nothing.
+    std::swap(p.program.streams[2].instructions[0],
+              p.program.streams[2].instructions[1]);
+    EXPECT_EQ(completedBefore(p.program)[1][1][0], 0);
+    EXPECT_EQ(p.folds(), 0u);
+  }
+  {
+    // An event recorded twice: which record a wait means is not fixed.
+    LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
+    dataParallel(p, 3);
+    p.instructions().insert(p.instructions().begin(),
+                            event(Opcode::RecordEvent, 0));
+    EXPECT_TRUE(completedBefore(p.program).empty());
+    EXPECT_EQ(p.folds(), 0u);
+  }
+  {
+    // A wait nothing records: no order is known.
+    LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
+    dataParallel(p, 3);
+    p.program.streams[1].instructions[0].event = 7;
+    EXPECT_TRUE(completedBefore(p.program).empty());
+    EXPECT_EQ(p.folds(), 0u);
+  }
 }
 
 TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {

@@ -274,9 +274,7 @@ public:
 
   std::string_view name() const override { return "cuda"; }
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override;
-  int64_t foldedKernels() const override {
-    return int64_t(foldedKernels_.size());
-  }
+  int64_t foldedKernels() const override { return foldedKernels_; }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
   bool hostAddressable() const override { return false; }
@@ -472,7 +470,8 @@ private:
   /// With gemmEpilogues: the kernels each gemm may fold (findGemmEpilogues),
   /// and those it did (execute skips them).
   std::unordered_map<const Instruction *, GemmEpilogue> epilogues_;
-  std::unordered_set<const Instruction *> foldedKernels_;
+  std::unordered_set<const Instruction *> folded_; // kernels and slot fills
+  int64_t foldedKernels_ = 0;
   /// A byte of a region, from allocateRegion's base.
   std::byte *at(const PreparedGemm::Place &place) const {
     return regionBase_.at(place.region) + place.offset;
@@ -853,11 +852,12 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   if (options_.gemmEpilogues && options_.rank == 0) {
     size_t candidates = 0;
     for (const auto &[gemm, epilogue] : epilogues_)
-      candidates += epilogue.folded.size();
+      for (const Instruction *inst : epilogue.folded)
+        candidates += inst->opcode == Opcode::Kernel;
     std::fprintf(stderr,
-                 "weft-run: cuda: %zu of %zu bias adds, GELU activations and "
+                 "weft-run: cuda: %lld of %zu bias adds, GELU activations and "
                  "bias gradients run as GEMM epilogues\n",
-                 foldedKernels_.size(), candidates);
+                 (long long)foldedKernels_, candidates);
   }
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
@@ -1123,7 +1123,9 @@ void DeviceBackend::prepareOther(const plan::Program &program,
         prepared.bias = place(e.bias);
         prepared.aux = place(e.aux);
         prepared.output = place(e.output);
-        foldedKernels_.insert(e.folded.begin(), e.folded.end());
+        for (const Instruction *inst : e.folded)
+          if (folded_.insert(inst).second && inst->opcode == Opcode::Kernel)
+            ++foldedKernels_;
       }
     }
     prepared.f64 = inst.dtype == DType::F64;
@@ -1158,10 +1160,11 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
                             const std::vector<Operand> &writes,
                             const StepContext &context) {
   cudaStream_t s = streamOf(stream);
+  if (folded_.count(&inst)) // the gemm before it ran it
+    return;
   switch (inst.opcode) {
   case Opcode::Kernel:
-    if (!foldedKernels_.count(&inst)) // else the gemm before it ran it
-      runKernel(inst, stream, reads, writes);
+    runKernel(inst, stream, reads, writes);
     return;
   case Opcode::Gemm:
     runGemm(inst, stream, reads, writes);

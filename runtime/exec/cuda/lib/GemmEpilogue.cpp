@@ -6,8 +6,11 @@
 #include "weft/exec/OperandChecks.h"
 #include "weft/kernels/Activations.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -75,7 +78,9 @@ public:
   }
 
   /// Whether `range` still holds zeros when instruction `at` of stream
-  /// `stream` runs: no other stream writes it, and its last writer before on
+  /// `stream` runs and nothing on another stream writes it before that
+  /// instruction has finished: every write of it on another stream waits
+  /// (through the plan's events) for `at`, and its last writer before on
   /// this stream is a fill of 0 covering it.
   bool stillZeroFilled(size_t stream, size_t at,
                        const plan::BufferRange &range) const {
@@ -85,11 +90,14 @@ public:
           return true;
       return false;
     };
-    for (size_t s = 0; s < program.streams.size(); ++s)
-      if (s != stream)
-        for (const Instruction &inst : program.streams[s].instructions)
-          if (writes(inst))
-            return false;
+    for (size_t s = 0; s < program.streams.size(); ++s) {
+      if (s == stream)
+        continue;
+      const std::vector<Instruction> &insts = program.streams[s].instructions;
+      for (size_t j = 0; j < insts.size(); ++j)
+        if (writes(insts[j]) && !waitsFor(s, j, stream, at))
+          return false;
+    }
     const std::vector<Instruction> &insts =
         program.streams[stream].instructions;
     for (size_t j = at; j-- > 0;) {
@@ -105,6 +113,35 @@ public:
       return false;
     }
     return false; // nothing says what it holds
+  }
+
+  /// Whether instruction `j` of stream `s` starts only after instruction
+  /// `at` of stream `stream` has finished.
+  bool waitsFor(size_t s, size_t j, size_t stream, size_t at) const {
+    if (!ordered) {
+      completed = completedBefore(program);
+      ordered = true;
+    }
+    return !completed.empty() && completed[s][j][stream] > int64_t(at);
+  }
+
+  /// Whether `range` shares no device bytes with an operand of `gemm`
+  /// (arena buffers whose lives do not overlap may share memory).
+  bool clearOfGemm(const Instruction &gemm,
+                   const plan::BufferRange &range) const {
+    auto bytes = [&](const plan::BufferRange &r) {
+      const plan::Buffer &b = program.buffers[size_t(r.buffer)];
+      return std::tuple(b.region, b.offset + r.offset, r.bytes);
+    };
+    auto [region, begin, size] = bytes(range);
+    for (const auto *ranges : {&gemm.reads, &gemm.writes})
+      for (const plan::BufferRange &operand : *ranges) {
+        auto [otherRegion, otherBegin, otherSize] = bytes(operand);
+        if (otherRegion == region && begin < otherBegin + otherSize &&
+            otherBegin < begin + size)
+          return false;
+      }
+    return true;
   }
 
   /// The layer_norm_`pass` or rms_norm_`pass` kernel `inst` runs (pass:
@@ -169,9 +206,52 @@ public:
 private:
   const plan::Bundle &bundle;
   const plan::Program &program;
+  mutable bool ordered = false; // `completed` computed
+  mutable std::vector<std::vector<std::vector<int64_t>>> completed;
 };
 
 } // namespace
+
+std::vector<std::vector<std::vector<int64_t>>>
+completedBefore(const plan::Program &program) {
+  size_t streams = program.streams.size();
+  std::map<int64_t, int64_t> records;
+  for (const plan::Stream &stream : program.streams)
+    for (const Instruction &inst : stream.instructions)
+      if (inst.opcode == Opcode::RecordEvent && ++records[inst.event] > 1)
+        return {}; // which record a wait means is not fixed
+  std::vector<std::vector<std::vector<int64_t>>> completed(streams);
+  std::vector<size_t> pc(streams, 0);
+  std::vector<std::vector<int64_t>> clock(streams,
+                                          std::vector<int64_t>(streams, 0));
+  std::map<int64_t, std::vector<int64_t>> recorded; // event -> snapshot
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t s = 0; s < streams; ++s) {
+      const std::vector<Instruction> &insts = program.streams[s].instructions;
+      completed[s].resize(insts.size());
+      for (; pc[s] < insts.size(); ++pc[s], moved = true) {
+        const Instruction &inst = insts[pc[s]];
+        if (inst.opcode == Opcode::WaitEvent) {
+          auto snapshot = recorded.find(inst.event);
+          if (snapshot == recorded.end())
+            break; // blocked until another stream records it
+          for (size_t t = 0; t < streams; ++t)
+            clock[s][t] = std::max(clock[s][t], snapshot->second[t]);
+        }
+        // In order on its own stream: everything before has finished.
+        clock[s][s] = int64_t(pc[s]);
+        completed[s][pc[s]] = clock[s];
+        if (inst.opcode == Opcode::RecordEvent)
+          recorded[inst.event] = clock[s];
+      }
+    }
+  }
+  for (size_t s = 0; s < streams; ++s)
+    if (pc[s] < program.streams[s].instructions.size())
+      return {}; // a wait no record satisfies: no order is known
+  return completed;
+}
 
 std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
                                             const plan::Program &program) {
@@ -239,32 +319,60 @@ std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
       const Instruction &gemm = insts[i];
       if (!Matcher::floatGemm(gemm))
         continue;
+      // The instructions after the gemm that do device work: record_events
+      // (they only make the folded results ready earlier) and releases (the
+      // end of a buffer's life) are passed over; a folded output the gemm
+      // does not write must then not share memory with its operands (an
+      // arena buffer first written after the gemm may reuse the bytes of
+      // one it reads last).
+      std::vector<size_t> next;
+      for (size_t j = i + 1; j < insts.size() && next.size() < 3; ++j)
+        if (insts[j].opcode != Opcode::RecordEvent &&
+            insts[j].opcode != Opcode::Release)
+          next.push_back(j);
+      if (next.empty())
+        continue;
+      const Instruction &first = insts[next[0]];
       GemmEpilogue e;
       e.gemm = &gemm;
       e.output = gemm.writes[0];
-      bool packed = Matcher::foldableGemm(gemm);
-      if (match.biasGradOfA(gemm, insts[i + 1]) &&
-          match.stillZeroFilled(s, i + 1, insts[i + 1].writes[0])) {
+      // A bias_grad, after a zero fill of exactly its slot where the plan
+      // has one (ZeRO-2 fills a micro-batch's gradient slots right before
+      // their first sum; the epilogue overwrites, so the fill folds too).
+      size_t grad = next[0];
+      const Instruction *slotFill = nullptr;
+      if (next.size() > 1 && first.opcode == Opcode::Fill && first.value == 0 &&
+          first.writes.size() == 1 && insts[next[1]].writes.size() == 1 &&
+          first.writes[0] == insts[next[1]].writes[0]) {
+        slotFill = &first;
+        grad = next[1];
+      }
+      if (match.biasGradOfA(gemm, insts[grad]) &&
+          match.stillZeroFilled(s, grad, insts[grad].writes[0]) &&
+          match.clearOfGemm(gemm, insts[grad].writes[0])) {
         e.kind = EpilogueKind::BiasGradA;
-        e.folded.push_back(&insts[i + 1]);
-        e.bias = insts[i + 1].writes[0];
-      } else if (!packed) {
+        if (slotFill)
+          e.folded.push_back(slotFill);
+        e.folded.push_back(&insts[grad]);
+        e.bias = insts[grad].writes[0];
+      } else if (!Matcher::foldableGemm(gemm)) {
         continue;
-      } else if (match.biasAdd(gemm, insts[i + 1])) {
-        e.folded.push_back(&insts[i + 1]);
-        e.bias = insts[i + 1].reads[1];
-        if (gemm.gemm.beta == 0 && i + 2 < insts.size() &&
-            match.geluForward(gemm, insts[i + 2])) {
+      } else if (match.biasAdd(gemm, first)) {
+        e.folded.push_back(&first);
+        e.bias = first.reads[1];
+        if (gemm.gemm.beta == 0 && next.size() > 1 &&
+            match.geluForward(gemm, insts[next[1]]) &&
+            match.clearOfGemm(gemm, insts[next[1]].writes[0])) {
           e.kind = EpilogueKind::GeluAuxBias;
-          e.folded.push_back(&insts[i + 2]);
+          e.folded.push_back(&insts[next[1]]);
           e.aux = gemm.writes[0];
-          e.output = insts[i + 2].writes[0];
+          e.output = insts[next[1]].writes[0];
         }
-      } else if (match.geluBackward(gemm, insts[i + 1])) {
+      } else if (match.geluBackward(gemm, first)) {
         e.kind = EpilogueKind::DGelu;
-        e.folded.push_back(&insts[i + 1]);
-        e.aux = insts[i + 1].reads[0];
-        e.output = insts[i + 1].writes[0];
+        e.folded.push_back(&first);
+        e.aux = first.reads[0];
+        e.output = first.writes[0];
       } else {
         continue;
       }
