@@ -508,9 +508,9 @@ TEST(CudaHost, BiasGradFoldsWhereOtherStreamsWriteAfterIt) {
     LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
     dataParallel(p, 3);
     p.program.streams[1].instructions[0].event = 1;
-    p.program.streams.push_back({"relay",
-                                 {event(Opcode::WaitEvent, 0),
-                                  event(Opcode::RecordEvent, 1)}});
+    p.program.streams.push_back(
+        {"relay",
+         {event(Opcode::WaitEvent, 0), event(Opcode::RecordEvent, 1)}});
     p.program.numEvents = 2;
     EXPECT_EQ(completedBefore(p.program)[1][1][0], 3);
     EXPECT_EQ(p.folds(), 1u);
@@ -628,6 +628,93 @@ TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
     insts().insert(insts().begin() + 1, record);
   }));
   EXPECT_TRUE(none([&] { std::swap(insts()[0], insts()[1]); }));
+  // The add's output in the bytes of the norm's input x, which the norm
+  // reads last (the memory plan reuses them): element for element, fused.
+  auto place = [&](const plan::BufferRange &range, const plan::BufferRange &at,
+                   int64_t shift) {
+    program.buffers[size_t(range.buffer)].offset =
+        program.buffers[size_t(at.buffer)].offset + shift;
+  };
+  build(bundle, program);
+  place(insts()[1].writes[0], insts()[0].reads[0], 0);
+  EXPECT_EQ(findNormBackwardAdds(bundle, program).size(), 1u);
+  // Half a row off, or over the fp32 statistics: one row's sum would land
+  // on bytes another row still reads.
+  EXPECT_TRUE(
+      none([&] { place(insts()[1].writes[0], insts()[0].reads[0], 32); }));
+  EXPECT_TRUE(
+      none([&] { place(insts()[1].writes[0], insts()[0].reads[2], 0); }));
+}
+
+TEST(CudaHost, ResidualAddsBeforeANormRunInsideIt) {
+  // sum = residual_add(a, b); y, mean, rstd = layer_norm_forward(sum).
+  plan::Bundle bundle;
+  plan::Program program;
+  auto build = [&] {
+    program = {};
+    program.streams.resize(1);
+    bundle.kernels.clear();
+    auto buffer = [&](int64_t bytes, DType type) {
+      plan::Buffer b;
+      b.id = int64_t(program.buffers.size());
+      b.region = plan::Region::Arena;
+      b.offset = program.arenaBytes;
+      b.size = bytes;
+      b.dtype = type;
+      program.arenaBytes += (bytes + 255) / 256 * 256;
+      program.buffers.push_back(b);
+      return plan::BufferRange{b.id, 0, bytes};
+    };
+    const DType bf = DType::BF16, f = DType::F32;
+    plan::BufferRange a = buffer(64, bf), b = buffer(64, bf),
+                      sum = buffer(64, bf), gamma = buffer(16, bf),
+                      beta = buffer(16, bf), y = buffer(64, bf),
+                      mean = buffer(16, f), rstd = buffer(16, f);
+    appendKernel(bundle, program, "residual_add", {{"n", 32}}, {a, b}, {sum});
+    appendKernel(bundle, program, "layer_norm_forward",
+                 {{"rows", 4}, {"width", 8}, {"bias", 1}}, {sum, gamma, beta},
+                 {y, mean, rstd});
+  };
+  auto insts = [&]() -> std::vector<plan::Instruction> & {
+    return program.streams[0].instructions;
+  };
+  auto fused = [&](const std::function<void()> &change) {
+    build();
+    change();
+    return findResidualNorms(bundle, program).size();
+  };
+  build();
+  std::vector<ResidualNorm> found = findResidualNorms(bundle, program);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].add, &insts()[0]);
+  EXPECT_EQ(found[0].norm, &insts()[1]);
+  EXPECT_TRUE(found[0].layerNorm);
+  auto place = [&](const plan::BufferRange &range, const plan::BufferRange &at,
+                   int64_t shift) {
+    program.buffers[size_t(range.buffer)].offset =
+        program.buffers[size_t(at.buffer)].offset + shift;
+  };
+  // y in the bytes of b, which the add reads last: element for element.
+  EXPECT_EQ(fused([&] { place(insts()[1].writes[0], insts()[0].reads[1], 0); }),
+            1u);
+  // Half a row off, or the fp32 statistics inside b: not fused.
+  EXPECT_EQ(
+      fused([&] { place(insts()[1].writes[0], insts()[0].reads[1], 32); }), 0u);
+  EXPECT_EQ(fused([&] { place(insts()[1].writes[1], insts()[0].reads[0], 0); }),
+            0u);
+  // The norm over another range, something between them, RMSNorm fuses.
+  EXPECT_EQ(fused([&] { insts()[1].reads[0] = insts()[0].reads[0]; }), 0u);
+  EXPECT_EQ(fused([&] {
+              plan::Instruction record;
+              record.opcode = Opcode::RecordEvent;
+              insts().insert(insts().begin() + 1, record);
+            }),
+            0u);
+  build();
+  bundle.kernels[1].name = "rms_norm_forward";
+  found = findResidualNorms(bundle, program);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_FALSE(found[0].layerNorm);
 }
 
 TEST(CudaHost, WorkspaceIsSizedPerStream) {

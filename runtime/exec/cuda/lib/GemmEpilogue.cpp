@@ -125,22 +125,45 @@ public:
     return !completed.empty() && completed[s][j][stream] > int64_t(at);
   }
 
-  /// Whether `range` shares no device bytes with an operand of `gemm`
-  /// (arena buffers whose lives do not overlap may share memory).
+  /// A range's device bytes: region, first byte, size (arena buffers whose
+  /// lives do not overlap may share bytes).
+  std::tuple<plan::Region, int64_t, int64_t>
+  bytesOf(const plan::BufferRange &r) const {
+    const plan::Buffer &b = program.buffers[size_t(r.buffer)];
+    return {b.region, b.offset + r.offset, r.bytes};
+  }
+  bool sharesBytes(const plan::BufferRange &a,
+                   const plan::BufferRange &b) const {
+    auto [regionA, beginA, sizeA] = bytesOf(a);
+    auto [regionB, beginB, sizeB] = bytesOf(b);
+    return regionA == regionB && beginA < beginB + sizeB &&
+           beginB < beginA + sizeA;
+  }
+
+  /// Whether `range` shares no bytes with an operand of `gemm` (an output
+  /// the gemm does not write itself is written while it reads them).
   bool clearOfGemm(const Instruction &gemm,
                    const plan::BufferRange &range) const {
-    auto bytes = [&](const plan::BufferRange &r) {
-      const plan::Buffer &b = program.buffers[size_t(r.buffer)];
-      return std::tuple(b.region, b.offset + r.offset, r.bytes);
-    };
-    auto [region, begin, size] = bytes(range);
     for (const auto *ranges : {&gemm.reads, &gemm.writes})
-      for (const plan::BufferRange &operand : *ranges) {
-        auto [otherRegion, otherBegin, otherSize] = bytes(operand);
-        if (otherRegion == region && begin < otherBegin + otherSize &&
-            otherBegin < begin + size)
+      for (const plan::BufferRange &operand : *ranges)
+        if (sharesBytes(range, operand))
           return false;
-      }
+    return true;
+  }
+
+  /// Whether one launch that reads `inputs` and writes `outputs` (each
+  /// thread reading an element before it writes that element) gives what
+  /// the kernels it fuses give apart: every output shares no bytes with an
+  /// input, or is exactly that input (the same bytes and dtype: in place,
+  /// element for element). The memory plan may put the second kernel's
+  /// output in the bytes of an input the first reads last.
+  bool fusableInOneLaunch(const std::vector<plan::BufferRange> &inputs,
+                          const std::vector<plan::BufferRange> &outputs) const {
+    for (const plan::BufferRange &out : outputs)
+      for (const plan::BufferRange &in : inputs)
+        if (sharesBytes(out, in) &&
+            !(bytesOf(out) == bytesOf(in) && dtype(out) == dtype(in)))
+          return false;
     return true;
   }
 
@@ -263,8 +286,13 @@ std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
                         &norm = stream.instructions[i + 1];
       bool layerNorm = false;
       const plan::Kernel *n = match.norm(norm, "forward", layerNorm);
-      if (n && match.residualAdd(add, *n) && !norm.reads.empty() &&
-          norm.reads[0] == add.writes[0])
+      if (!n || !match.residualAdd(add, *n) || norm.reads.empty() ||
+          !(norm.reads[0] == add.writes[0]))
+        continue;
+      std::vector<plan::BufferRange> inputs = add.reads, outputs = add.writes;
+      inputs.insert(inputs.end(), norm.reads.begin() + 1, norm.reads.end());
+      outputs.insert(outputs.end(), norm.writes.begin(), norm.writes.end());
+      if (match.fusableInOneLaunch(inputs, outputs))
         found.push_back({&add, &norm, layerNorm});
     }
   return found;
@@ -284,8 +312,14 @@ findNormBackwardAdds(const plan::Bundle &bundle, const plan::Program &program) {
         continue;
       bool first = add.reads[0] == norm.writes[0],
            second = add.reads[1] == norm.writes[0];
-      if (first != second) // dx + dx adds nothing the norm could fold
-        found.push_back({&norm, &add, layerNorm, first ? 1 : 0, false});
+      if (first == second) // dx + dx adds nothing the norm could fold
+        continue;
+      int addend = first ? 1 : 0;
+      std::vector<plan::BufferRange> inputs = norm.reads, outputs = norm.writes;
+      inputs.push_back(add.reads[size_t(addend)]);
+      outputs.push_back(add.writes[0]);
+      if (match.fusableInOneLaunch(inputs, outputs))
+        found.push_back({&norm, &add, layerNorm, addend, false});
     }
   // Which dx nothing else reads: one pass over every read of the program.
   std::unordered_map<int64_t, std::vector<NormBackwardAdd *>> byBuffer;
