@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything Weft checks and times on a GPU, in one call (the device machine is
-# lent briefly and starts bare). Writes logs and JSON under ${OUT:-gpu-out}/ and
-# prints a short table last.
+# lent briefly and starts bare). Writes logs and JSON into ${OUT:-gpu-out}/all.tgz
+# (updated after every stage) and prints a short table last.
 #   scripts/gpu-check.sh [--quick|--tests-only]   (device tool: carry [".gpu"])
 # Stages: machine facts, the GPU unit tests (staged by scripts/gpu-prepare.sh
 # and carried as .gpu/), weft-run on the GPU (CUDA against CPU backend, GPT-2
@@ -12,8 +12,13 @@
 # counts of every preset (the reference the importer's tests pin).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
+# Results come back from $OUT as one archive, $OUT/all.tgz (the device tool
+# returns at most 8 files, and of a run cut short what is under $OUT): the
+# stages write into a work directory, packed whole after every stage.
+RESULTS=${OUT:-gpu-out}
+mkdir -p "$RESULTS"
+OUT=$(mktemp -d /tmp/weft-gpu-out.XXXXXX)
+export OUT
 export PYTHONUNBUFFERED=1
 QUICK=0; TESTS_ONLY=0
 case "${1:-}" in
@@ -21,8 +26,7 @@ case "${1:-}" in
   --tests-only) TESTS_ONLY=1 ;;
 esac
 status=0
-# The device tool returns at most 8 files: everything goes back as one archive.
-pack() { (cd "$OUT" && tar czf /tmp/gpu-out.tgz . && rm -rf ./* && mv /tmp/gpu-out.tgz all.tgz); }
+pack() { tar czf "$RESULTS/all.tgz.tmp" -C "$OUT" . && mv "$RESULTS/all.tgz.tmp" "$RESULTS/all.tgz"; }
 trap pack EXIT
 
 {
@@ -83,9 +87,11 @@ else
   status=1
 fi
 
+pack
 echo "== weft-run on the GPU (staged by scripts/gpu-e2e.py stage)"
 e2e_args=${WEFT_E2E_ARGS:-}; [ $QUICK = 1 ] && e2e_args="$e2e_args --quick"
 python3 scripts/gpu-e2e.py check $e2e_args .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt" || status=1
+pack
 profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
   for tag in widening fast cudnn; do
@@ -102,6 +108,7 @@ if [ -d $profile ]; then
     [ -f "$OUT/profile-trace-$tag.json" ] &&
       python3 scripts/gpu-e2e.py fidelity $profile "$OUT/profile-trace-$tag.json" --mode $mode |
         tee "$OUT/fidelity-$tag.txt" || status=1
+    pack
   done
 fi
 echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"
@@ -109,19 +116,24 @@ timeout 150 python3 scripts/hf-crosscheck.py check .gpu/hf-crosscheck 2>&1 | tee
 
 [ $TESTS_ONLY = 1 ] && exit $status
 
+pack
 echo "== HF parameter counts"
 python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1
 
+pack
 echo "== GPU ceilings"
 python3 bench/gpu/ceilings.py | tee "$OUT/ceilings.json" || status=1
 
+pack
 echo "== memory-bound kernels against the copy bandwidth (weft-bench-kernels)"
 timeout 120 .gpu/tools/weft-bench-kernels --json "$OUT/kernels.jsonl" | tee "$OUT/kernels.txt" || status=1
 
+pack
 echo "== PyTorch GPT-2 baseline"
 sizes=124m,350m,1.5b; [ $QUICK = 1 ] && sizes=124m
 timeout 300 python3 bench/gpu/torch_gpt2_baseline.py --sizes "$sizes" | tee "$OUT/torch_baseline.jsonl" || status=1
 
+pack
 echo "== summary"
 python3 - "$OUT" <<'PY'
 import json, sys
