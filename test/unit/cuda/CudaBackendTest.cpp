@@ -178,6 +178,21 @@ void appendKernel(plan::Bundle &bundle, plan::Program &program,
   program.streams[0].instructions.push_back(inst);
 }
 
+/// A new arena buffer of `bytes` after the others (256-byte aligned), as a
+/// range over all of it.
+plan::BufferRange appendArenaBuffer(plan::Program &program, int64_t bytes,
+                                    DType type) {
+  plan::Buffer b;
+  b.id = int64_t(program.buffers.size());
+  b.region = plan::Region::Arena;
+  b.offset = program.arenaBytes;
+  b.size = bytes;
+  b.dtype = type;
+  program.arenaBytes += (bytes + 255) / 256 * 256;
+  program.buffers.push_back(b);
+  return plan::BufferRange{b.id, 0, bytes};
+}
+
 struct LinearProgram {
   enum class Tail { Bias, GeluForward, GeluBackward, BiasGrad };
   plan::Bundle bundle;
@@ -546,15 +561,7 @@ TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
     program.streams.resize(1);
     bundle.kernels.clear();
     auto buffer = [&](int64_t bytes, DType type) {
-      plan::Buffer b;
-      b.id = int64_t(program.buffers.size());
-      b.region = plan::Region::Arena;
-      b.offset = program.arenaBytes;
-      b.size = bytes;
-      b.dtype = type;
-      program.arenaBytes += (bytes + 255) / 256 * 256;
-      program.buffers.push_back(b);
-      return plan::BufferRange{b.id, 0, bytes};
+      return appendArenaBuffer(program, bytes, type);
     };
     const DType bf = DType::BF16, f = DType::F32;
     plan::BufferRange x = buffer(64, bf), gamma = buffer(16, bf),
@@ -655,15 +662,7 @@ TEST(CudaHost, ResidualAddsBeforeANormRunInsideIt) {
     program.streams.resize(1);
     bundle.kernels.clear();
     auto buffer = [&](int64_t bytes, DType type) {
-      plan::Buffer b;
-      b.id = int64_t(program.buffers.size());
-      b.region = plan::Region::Arena;
-      b.offset = program.arenaBytes;
-      b.size = bytes;
-      b.dtype = type;
-      program.arenaBytes += (bytes + 255) / 256 * 256;
-      program.buffers.push_back(b);
-      return plan::BufferRange{b.id, 0, bytes};
+      return appendArenaBuffer(program, bytes, type);
     };
     const DType bf = DType::BF16, f = DType::F32;
     plan::BufferRange a = buffer(64, bf), b = buffer(64, bf),
