@@ -65,7 +65,7 @@ CASES = {
     # A 263-word vocabulary: the logits' rows padded to 264 (aligned GEMMs).
     "gpt2-odd-bf16": ("agree", ["--model", "gpt2-odd", "--micro-batch", "4",
                                 "--precision", "bf16"] + TINY),
-    # Also profiled with CUDA_LAUNCH_BLOCKING=1 (gpu-check.sh, profile below).
+    # Also profiled with --device-times (gpu-check.sh, profile below).
     "gpt2-124m-bf16-b32": ("speed", ["--model", "@gpt2-124m", "--cluster", "h100-1gpu",
                                      "--global-batch", "32", "--micro-batch",
                                      "32", "--seq-len", "1024", "--precision",
@@ -340,8 +340,9 @@ def check(args):
 
 def profile(args):
     """Per-instruction time of one step of a `weft-run --trace` taken with
-    CUDA_LAUNCH_BLOCKING=1 --no-graph (every launch waited for, so host time
-    is device time), summed per opcode and kernel name."""
+    --device-times (or CUDA_LAUNCH_BLOCKING=1 --no-graph: every launch waited
+    for, so host time is device time plus the launch), summed per opcode and
+    kernel name."""
     plan = json.load(open(os.path.join(args.bundle, "plan.json")))
     kernels = {k["id"]: k["name"] for k in plan["kernels"]}
     program = plan["programs"][0]
@@ -366,7 +367,7 @@ def profile(args):
 
 def fidelity(args):
     """The cost model fitted to one profiled step (weft-inspect fidelity on a
-    CUDA_LAUNCH_BLOCKING trace, which writes a calibrated cluster file), then
+    --device-times trace, which writes a calibrated cluster file), then
     every throughput bundle simulated on that cluster against its step as
     timed in `mode` (check's summaries in $OUT): out-of-sample for every
     bundle but the profiled one."""

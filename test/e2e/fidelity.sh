@@ -1,5 +1,6 @@
 #!/bin/bash
-# weft-inspect fidelity (registered by CMakeLists.txt):
+# weft-inspect fidelity and weft-run's --device-times (registered by
+# CMakeLists.txt):
 #   fidelity.sh WORK_DIR CORPUS WEFT_RUN WEFT_MAKE_TOKENS WEFTC CLUSTER_DIR
 #               WEFT_INSPECT
 # A real trace (weft-run on the CPU) and synthetic ones built from the
@@ -19,6 +20,16 @@ fail() { echo "FAIL: $*"; exit 1; }
   -o bundle >/dev/null || fail "weftc compile"
 timeout 120 "$run" bundle --data tokens.bin --steps 2 --trace real.json \
   --quiet || fail "weft-run exited $?"
+# Device times need a trace, and a backend that times on the device.
+"$run" bundle --data tokens.bin --steps 1 --device-times --quiet 2>err.txt &&
+  fail "--device-times without --trace ran"
+grep -q "^weft-run: error: --device-times times the instructions of --trace" \
+  err.txt || fail "--device-times without --trace: $(cat err.txt)"
+"$run" bundle --data tokens.bin --steps 1 --device-times --trace cpu.json \
+  --quiet 2>err.txt && fail "--device-times ran on the CPU backend"
+grep -q "device times: the cpu backend times instructions on the host only" \
+  err.txt || fail "--device-times on the CPU: $(cat err.txt)"
+[ ! -e cpu.json ] || fail "a trace was written by a run that failed to open"
 
 # A real trace: every instruction of step 2 (the last) measured, each fitted
 # class adding up to its measured total with the fitted constants.

@@ -31,6 +31,7 @@ const char *const kUsage =
     "                [--generated-kernels] [--kernel-cache DIR|off]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
+    "                [--device-times]\n"
     "                [--watchdog-s SECONDS] [--quiet]\n"
     "                [--save-weights-every K] [--offload-between-steps "
     "GROUPS|all]\n"
@@ -95,6 +96,12 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     if (arg == "--cudnn-attention") { // cuDNN takes the 16-bit operands
       cli.session.cudnnAttention = true;
       cli.session.halfKernels = true;
+      continue;
+    }
+    if (arg == "--device-times") { // marks eagerly issued steps only
+      cli.session.deviceTimes = true;
+      cli.cudaGraph = false;
+      cli.session.graph = false;
       continue;
     }
     if (arg == "--generated-kernels") {
@@ -165,6 +172,9 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       cli.checkpointDir.empty())
     return "--checkpoint-every, --save-weights-every and --resume need "
            "--checkpoint-dir D";
+  if (cli.session.deviceTimes && cli.tracePath.empty())
+    return "--device-times times the instructions of --trace trace.json: "
+           "give --trace";
   if (cli.resume)
     cli.session.resumeDir = cli.checkpointDir;
   return std::nullopt;

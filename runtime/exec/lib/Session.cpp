@@ -257,7 +257,10 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
   if (options.backend == "cuda") {
 #ifdef WEFT_WITH_CUDA
     cuda::CudaBackendOptions cudaOptions;
-    cudaOptions.graph = options.graph;
+    // Device timing marks eagerly issued steps only.
+    cudaOptions.graph =
+        options.graph && !(options.trace && options.deviceTimes);
+    cudaOptions.deviceTimes = options.trace && options.deviceTimes;
     cudaOptions.halfKernels = options.halfKernels;
     cudaOptions.gemmEpilogues = options.gemmEpilogues;
     cudaOptions.cudnnAttention = options.cudnnAttention;
@@ -279,6 +282,10 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
 
 void Session::validateLocally() {
   backend_ = makeBackend(options_, rank_);
+  if (options_.trace && options_.deviceTimes && !backend_->timesInstructions())
+    throw Error("device times: the " + std::string(backend_->name()) +
+                " backend times instructions on the host only (--backend "
+                "cuda times them on the device)");
   try {
     bundle_ = plan::loadBundle(options_.bundleDir, &bundleHash_);
     if (options_.verifyPlan)
@@ -802,6 +809,7 @@ void Session::prepareInstructions() {
   next_.assign(program.streams.size(), 0);
   pending_.assign(program.streams.size(), 0);
   issuedAt_.assign(program.streams.size(), 0);
+  issuedMarks_.assign(program.streams.size(), {-1, -1});
   recorded_.assign(size_t(program.numEvents), 0);
 }
 
@@ -909,6 +917,22 @@ void Session::stalled(double waitedS) const {
               seconds + " s: " + message);
 }
 
+int64_t Session::mark(size_t stream) {
+  if (!marking_)
+    return -1;
+  backend_->markInstruction(int64_t(stream), marks_);
+  return marks_++;
+}
+
+void Session::traceInstruction(size_t stream, size_t index, double issued,
+                               std::pair<int64_t, int64_t> marks) {
+  if (!options_.trace)
+    return;
+  trace_.push_back({int32_t(stream), int32_t(index), stepContext_.step,
+                    issued - openTime_, now() - openTime_});
+  traceMarks_.push_back(marks);
+}
+
 StepStats Session::runStep() {
   beginStep();
   return finishStep();
@@ -931,6 +955,11 @@ void Session::beginStep() {
   clipRan_ = false;
   stepInProgress_ = true;
   stepStart_ = now();
+  marks_ = 0;
+  stepTraceBegin_ = trace_.size();
+  marking_ =
+      options_.trace && options_.deviceTimes && backend_->timesInstructions() &&
+      !(backend_->graphEnabled() && (backend_->hasGraph() || eagerSteps_ >= 1));
   if (!backend_->hostAddressable())
     stageBatches(stepContext_);
   backend_->beginStep(stepContext_);
@@ -1003,30 +1032,33 @@ bool Session::advance(bool untilDone) {
           if (p.bucketEnd > next) {
             // A bucket of communication (a backend that coalesces it): all
             // issued together; its completion is ordered on the stream.
+            // Device marks around the whole bucket: its members are
+            // enqueued together at endBucket() (each traced with its span).
+            double issued = options_.trace ? now() : 0;
+            int64_t begin = mark(s);
             backend_->beginBucket();
             for (size_t i = next; i < p.bucketEnd; ++i) {
-              double issued = options_.trace ? now() : 0;
               issue(s, i, context);
               pending_[s] = 0;
-              if (options_.trace)
-                trace_.push_back({int32_t(s), int32_t(i), context.step,
-                                  issued - openTime_, now() - openTime_});
             }
             backend_->endBucket();
+            std::pair<int64_t, int64_t> marks = {begin, mark(s)};
+            for (size_t i = next; i < p.bucketEnd; ++i)
+              traceInstruction(s, i, issued, marks);
             next = p.bucketEnd;
             progressed = true;
             continue;
           }
           issuedAt_[s] = options_.trace ? now() : 0;
+          int64_t begin = mark(s);
           issue(s, next, context);
+          issuedMarks_[s] = {begin, mark(s)};
           if (pending_[s]) {
             progressed = true;
             continue; // test it right away: small messages finish at once
           }
         }
-        if (options_.trace)
-          trace_.push_back({int32_t(s), int32_t(next), context.step,
-                            issuedAt_[s] - openTime_, now() - openTime_});
+        traceInstruction(s, next, issuedAt_[s], issuedMarks_[s]);
         ++next;
         progressed = true;
       }
@@ -1066,6 +1098,20 @@ StepStats Session::finishStep() {
   backend_->synchronize(); // the device's work, and the clip sum's copy
   double synchronized = now();
   stepInProgress_ = false;
+  if (marking_ && marks_ > 0) {
+    // The step's trace events from the device's clock: its marks' times
+    // after the step's start, placed at the step's host start.
+    std::vector<double> times = backend_->markTimes(marks_);
+    if (int64_t(times.size()) == marks_)
+      for (size_t k = stepTraceBegin_; k < trace_.size(); ++k) {
+        auto [begin, end] = traceMarks_[k];
+        if (begin < 0 || end < 0)
+          continue;
+        trace_[k].beginS = stepStart_ - openTime_ + times[size_t(begin)];
+        trace_[k].endS = stepStart_ - openTime_ + times[size_t(end)];
+      }
+  }
+  marking_ = false;
 
   // The step's statistics: one small all-reduce on the runtime's own
   // communicator, so it can never cross-match a plan collective.
@@ -1150,9 +1196,7 @@ int64_t Session::drain() {
       if (backend_->communicationDone(int64_t(s))) {
         pending_[s] = 0;
         // Exactly what advance() does when it sees the completion.
-        if (options_.trace)
-          trace_.push_back({int32_t(s), int32_t(next_[s]), stepContext_.step,
-                            issuedAt_[s] - openTime_, now() - openTime_});
+        traceInstruction(s, next_[s], issuedAt_[s], issuedMarks_[s]);
         ++next_[s];
         --left;
         progressed = true;

@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 
 using namespace weft;
@@ -133,6 +134,28 @@ TEST(CudaSessionHost, NoDeviceIsOneLineThroughRuntime) {
   EXPECT_TRUE(std::isfinite(rt->step().loss));
 }
 
+TEST(CudaSessionHost, DeviceTimesNeedADeviceBackend) {
+  // The CPU backend times on the host only: one line at open.
+  Options o = options("cpu", true);
+  o.trace = true;
+  o.deviceTimes = true;
+  try {
+    Runtime::open(mlpBundle("serial"), o, MPI_COMM_WORLD);
+    ADD_FAILURE() << "device times opened on the CPU backend";
+  } catch (const Error &error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("device times: the cpu backend times instructions "
+                           "on the host only"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+  }
+  // Without the trace there is nothing to time: it opens.
+  o.trace = false;
+  EXPECT_TRUE(std::isfinite(
+      Runtime::open(mlpBundle("serial"), o, MPI_COMM_WORLD)->step().loss));
+}
+
 //===--- GPU --------------------------------------------------------------===//
 
 /// `steps` steps of `variant` on both backends, compared after every step.
@@ -157,6 +180,49 @@ void compareWithCpu(const std::string &variant, bool graph, int64_t steps) {
 TEST(CudaSessionGpu, MlpSerialMatchesCpuEager) {
   SKIP_WITHOUT_DEVICE();
   compareWithCpu("serial", false, 5);
+}
+
+TEST(CudaSessionGpu, DeviceTimesTraceEveryInstructionOnTheDevice) {
+  SKIP_WITHOUT_DEVICE();
+  std::string bundle = mlpBundle("serial");
+  Options timed = options("cuda", true); // device times turn graphs off
+  timed.trace = true;
+  timed.deviceTimes = true;
+  auto gpu = Runtime::open(bundle, timed, MPI_COMM_WORLD);
+  auto plain = Runtime::open(bundle, options("cuda", false), MPI_COMM_WORLD);
+  const int64_t steps = 3;
+  for (int64_t step = 1; step <= steps; ++step) {
+    // Timing perturbs nothing.
+    StepStats got = gpu->step(), want = plain->step();
+    EXPECT_EQ(got.loss, want.loss) << "step " << step;
+  }
+  const Session &session = gpu->session();
+  const plan::Program &program = *session.rankProgram().program;
+  size_t instructions = 0;
+  for (const plan::Stream &stream : program.streams)
+    instructions += stream.instructions.size();
+  // Every instruction of every step, each within its step and in its
+  // stream's order on the device (a stream runs one instruction at a time).
+  ASSERT_EQ(session.trace().size(), size_t(steps) * instructions);
+  std::map<std::pair<int64_t, int32_t>, double> lastEnd; // (step, stream)
+  double gemmSeconds = 0;
+  for (const TraceEvent &event : session.trace()) {
+    EXPECT_LE(event.beginS, event.endS);
+    EXPECT_GE(event.beginS, 0);
+    auto key = std::pair(event.step, event.stream);
+    if (lastEnd.count(key)) {
+      EXPECT_GE(event.beginS, lastEnd[key] - 1e-6)
+          << "step " << event.step << " stream " << event.stream
+          << " instruction " << event.instruction;
+    }
+    lastEnd[key] = event.endS;
+    const plan::Instruction &inst =
+        program.streams[size_t(event.stream)]
+            .instructions[size_t(event.instruction)];
+    if (inst.opcode == plan::Opcode::Gemm)
+      gemmSeconds += event.endS - event.beginS;
+  }
+  EXPECT_GT(gemmSeconds, 0);
 }
 
 TEST(CudaSessionGpu, MlpSerialMatchesCpuWithGraphReplay) {

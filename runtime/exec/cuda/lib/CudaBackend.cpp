@@ -315,6 +315,9 @@ public:
   bool hasGraph() const override { return graphExec_ != nullptr; }
   void replay() override;
   bool graphEnabled() const override { return options_.graph; }
+  bool timesInstructions() const override { return options_.deviceTimes; }
+  void markInstruction(int64_t stream, int64_t mark) override;
+  std::vector<double> markTimes(int64_t count) override;
   void pushRange(const std::string &name) override;
   void popRange() override;
   void connect(const plan::Bundle &bundle, int rank, int worldSize,
@@ -464,6 +467,10 @@ private:
   std::vector<cudaEvent_t> joinEvents_; // graph capture: per stream
   cudaEvent_t forkEvent_ = nullptr;     // graph capture and beginStep
   cudaEvent_t uploadDone_ = nullptr;    // the step scalars were copied
+  /// Device timing: the step's start, and the marks (made at prepare: two
+  /// per instruction, as many as the executor enqueues in a step).
+  cudaEvent_t stepStartMark_ = nullptr;
+  std::vector<cudaEvent_t> marks_;
   cublasLtHandle_t lt_ = nullptr;
   std::map<GemmKey, GemmPlan> gemmCache_;
   std::unordered_map<const Instruction *, PreparedGemm> gemms_;
@@ -573,6 +580,10 @@ DeviceBackend::~DeviceBackend() {
     cudaEventDestroy(forkEvent_);
   if (uploadDone_)
     cudaEventDestroy(uploadDone_);
+  if (stepStartMark_)
+    cudaEventDestroy(stepStartMark_);
+  for (cudaEvent_t mark : marks_)
+    cudaEventDestroy(mark);
   for (cudaStream_t stream : streams_)
     cudaStreamDestroy(stream);
   for (void *region : regions_)
@@ -764,6 +775,22 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
           "cudaEventCreate", "event " + std::to_string(e));
     events_.push_back(event);
+  }
+  if (options_.deviceTimes) {
+    // Timing events: the step's start and two marks per instruction.
+    if (options_.graph)
+      throw Error(prefix() + "device timing marks eagerly issued steps: "
+                             "turn graph capture off");
+    size_t instructions = 0;
+    for (const plan::Stream &stream : program.streams)
+      instructions += stream.instructions.size();
+    check(cudaEventCreate(&stepStartMark_), "cudaEventCreate", "device timing");
+    marks_.reserve(2 * instructions);
+    for (size_t m = 0; m < 2 * instructions; ++m) {
+      cudaEvent_t mark = nullptr;
+      check(cudaEventCreate(&mark), "cudaEventCreate", "device timing");
+      marks_.push_back(mark);
+    }
   }
 
   kernels_.clear();
@@ -1575,11 +1602,37 @@ void DeviceBackend::beginStep(const StepContext &context) {
   check(cudaMemcpyAsync(stepDevice_, stepHost_, sizeof(kernels::AdamWStep),
                         cudaMemcpyHostToDevice, streams_[0]),
         "cudaMemcpyAsync", at);
+  // The device times' origin: every stream waits for it (uploadDone_).
+  if (stepStartMark_)
+    check(cudaEventRecord(stepStartMark_, streams_[0]), "cudaEventRecord", at);
   check(cudaEventRecord(uploadDone_, streams_[0]), "cudaEventRecord", at);
   for (size_t s = 1; s < streams_.size(); ++s)
     check(cudaStreamWaitEvent(streams_[s], uploadDone_, 0),
           "cudaStreamWaitEvent", at);
   uploadedStep_ = context.step;
+}
+
+void DeviceBackend::markInstruction(int64_t stream, int64_t mark) {
+  if (mark < 0 || size_t(mark) >= marks_.size())
+    throw Error(prefix() + "device timing: mark " + std::to_string(mark) +
+                " of " + std::to_string(marks_.size()) +
+                " (two per instruction a step)");
+  check(cudaEventRecord(marks_[size_t(mark)], streamOf(stream)),
+        "cudaEventRecord", "device timing mark " + std::to_string(mark));
+}
+
+std::vector<double> DeviceBackend::markTimes(int64_t count) {
+  std::vector<double> seconds;
+  if (!stepStartMark_ || count < 0 || size_t(count) > marks_.size())
+    return seconds;
+  seconds.reserve(size_t(count));
+  for (int64_t m = 0; m < count; ++m) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, stepStartMark_, marks_[size_t(m)]),
+          "cudaEventElapsedTime", "device timing mark " + std::to_string(m));
+    seconds.push_back(double(ms) * 1e-3);
+  }
+  return seconds;
 }
 
 void DeviceBackend::beginCapture() {

@@ -296,6 +296,21 @@ public:
   virtual void beginCapture() {}
   virtual void endCapture() {}
   virtual void replay() {}
+  /// Device timing (Options::deviceTimes): whether the backend can time
+  /// instructions on the device. The executor then, in an eagerly issued
+  /// step, enqueues mark 0, 1, 2, ... on an instruction's stream right before
+  /// and right after issuing it (markInstruction), and once synchronize()
+  /// has returned reads the marks' times (markTimes: seconds after the
+  /// step's start, one per mark, empty when they are not available).
+  virtual bool timesInstructions() const { return false; }
+  virtual void markInstruction(int64_t stream, int64_t mark) {
+    (void)stream;
+    (void)mark;
+  }
+  virtual std::vector<double> markTimes(int64_t count) {
+    (void)count;
+    return {};
+  }
   /// A named range per plan phase for profilers (CUDA: NVTX).
   virtual void pushRange(const std::string &name) { (void)name; }
   virtual void popRange() {}

@@ -41,6 +41,12 @@ struct Options {
   bool verifyPlan = true;
   /// Record the begin/end time of every instruction (see trace()).
   bool trace = false;
+  /// With trace, time each instruction on the device (CUDA: timing events
+  /// before and after it on its stream) instead of on the host, so that a
+  /// trace shows the kernels' own durations and the streams' overlap
+  /// (weft-run --device-times). Eagerly issued steps only: it turns graph
+  /// capture off. A backend without device timing refuses it at open.
+  bool deviceTimes = false;
   /// Resume from the newest complete checkpoint in this directory instead of
   /// initializing the parameters (empty: start at step 0).
   std::string resumeDir;
@@ -316,6 +322,21 @@ private:
   double openTime_ = 0;
   std::vector<TraceEvent> trace_;
   std::vector<double> issuedAt_; // per stream: when the pending op began
+  /// Device timing (Options::deviceTimes): whether this step is marked, the
+  /// marks enqueued so far, each trace event's (begin, end) marks (-1: host
+  /// times), the marks of each stream's pending operation, and the first
+  /// trace event of the step.
+  bool marking_ = false;
+  int64_t marks_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> traceMarks_;
+  std::vector<std::pair<int64_t, int64_t>> issuedMarks_;
+  size_t stepTraceBegin_ = 0;
+  /// Enqueues the next mark on `stream` when marking (else -1).
+  int64_t mark(size_t stream);
+  /// Appends a trace event of instruction `index` of `stream` issued at
+  /// `issued` with device marks `marks`.
+  void traceInstruction(size_t stream, size_t index, double issued,
+                        std::pair<int64_t, int64_t> marks);
   struct GroupState {
     Residency where = Residency::Device;
     HostBuffer host; // the offloaded bytes, ranges packed in offset order

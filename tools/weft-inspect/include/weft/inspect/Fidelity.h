@@ -1,8 +1,8 @@
 //===- Fidelity.h - Measured times against the cost model -------*- C++ -*-===//
 //
 // `weft-inspect BUNDLE fidelity --measured TRACE`: a weft-run trace of one
-// rank (`--trace`; on a GPU taken with CUDA_LAUNCH_BLOCKING=1 --no-graph, so
-// an event lasts as long as its kernel) set against the simulator's cost of
+// rank (`--trace`; on a GPU with --device-times, so an event lasts as long as
+// its kernels) set against the simulator's cost of
 // every instruction, by cost class and by kind of instruction, and the cost
 // model's GPU constants fitted to it (docs/inspect.md, "Fidelity"):
 //

@@ -37,6 +37,10 @@ struct CudaBackendOptions {
   /// Capture the whole step as one CUDA graph after a warm-up step and
   /// replay it (weft-run --no-graph turns it off).
   bool graph = true;
+  /// Time every instruction on the device for the executor's trace (timing
+  /// events before and after it on its stream; Options::deviceTimes). Needs
+  /// graph off.
+  bool deviceTimes = false;
   /// fp32 GEMMs stay exact fp32 (CUBLAS_COMPUTE_32F) unless this is set
   /// (CUBLAS_COMPUTE_32F_FAST_TF32: ~1e-3 relative error).
   bool tf32 = false;
