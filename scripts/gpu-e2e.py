@@ -57,6 +57,11 @@ CASES = {
                                  "--precision", "bf16"] + TINY),
     "llama-tiny-bf16": ("agree", ["--model", "llama-tiny", "--micro-batch", "4",
                                   "--precision", "bf16"] + TINY),
+    # fp16 with a static loss scale (the CUDA backend refuses dynamic
+    # scaling): the f16 kernels, epilogues and cuDNN graphs.
+    "gpt2-tiny-fp16": ("agree", ["--model", "gpt2-tiny", "--micro-batch", "4",
+                                 "--precision", "fp16", "--loss-scale", "1024"]
+                       + TINY),
     # Full recomputation: the first forward's GELU outputs reuse the bytes
     # of their gemm's input, which the epilogues must leave alone.
     "gpt2-tiny-bf16-full": ("agree", ["--model", "gpt2-tiny", "--micro-batch", "4",
