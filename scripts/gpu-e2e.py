@@ -236,6 +236,11 @@ def check(args):
                                                 "--gemm-epilogues", "--cudnn-attention"]))
             else:
                 variants.append(("cuda-epilogue", ["--backend", "cuda", "--gemm-epilogues"]))
+            if args.quick:
+                # Eager replay runs in the profile (--device-times); the
+                # 16-bit kernels alone in cuda-fast with the epilogues.
+                variants = [v for v in variants
+                            if v[0] not in ("cuda-nograph", "cuda-half")]
             # The bundle's generated kernels instead of the library's (its
             # fatbins, else NVRTC through a kernel cache in $OUT).
             variants.append(("cuda-generated", [
@@ -421,8 +426,9 @@ def main():
     c.add_argument("dir", nargs="?", default=".gpu/e2e")
     c.add_argument("--only", choices=["agree", "speed"])
     c.add_argument("--quick", action="store_true",
-                   help="time only the default path and --half-kernels --gemm-epilogues, "
-                        "and not the 1.5B bundle")
+                   help="agree without the --no-graph and --half-kernels-only runs; time "
+                        "only the default path, cuda-fast and cuda-cudnn, and not the 1.5B "
+                        "bundle")
     pr = sub.add_parser("profile")
     pr.add_argument("bundle")
     pr.add_argument("trace")
