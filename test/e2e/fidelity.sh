@@ -198,6 +198,8 @@ expect_error "dur.json: traceEvents[0]: field 'dur' must be a non-negative numbe
 edit name.json "e[-1]['args']['stream'] = 'comm'"
 expect_error "is 'compute' in the bundle, 'comm' in the trace" \
   --measured name.json
+expect_error "real.json: a trace of rank 0, not of rank 1" --measured real.json \
+  --rank 1
 expect_error "missing/cal.json: cannot write" --measured real.json \
   --write-cluster missing/cal.json
 [ ! -e missing ] || fail "a directory appeared"

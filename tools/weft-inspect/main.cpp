@@ -4,7 +4,7 @@
 //   weft-inspect BUNDLE program --rank R [--stream S] [--json]
 //   weft-inspect BUNDLE memory --rank R [--cluster C] [--json]
 //   weft-inspect BUNDLE trace|html -o FILE [--cluster C] [--json]
-//   weft-inspect BUNDLE fidelity --measured TRACE [--step N]
+//   weft-inspect BUNDLE fidelity --measured TRACE [--step N] [--rank R]
 //                [--write-cluster OUT] [--cluster C] [--json]
 //   weft-inspect A diff B [--json]
 //
@@ -41,8 +41,8 @@ const char *kUsage =
     "       weft-inspect BUNDLE verify [--json]\n"
     "       weft-inspect BUNDLE state [--rank R] [--json]\n"
     "       weft-inspect BUNDLE fidelity --measured trace.json [--step N]\n"
-    "                    [--write-cluster calibrated.json] [--cluster C] "
-    "[--json]\n"
+    "                    [--rank R] [--write-cluster calibrated.json] "
+    "[--cluster C] [--json]\n"
     "       weft-inspect A diff B [--json]\n"
     "C is a cluster file or preset (default: the bundle's, else "
     "dgx-h100-80g); see docs/inspect.md.\n";
@@ -162,6 +162,11 @@ int run(const Options &options) {
       throw plan::Error("fidelity needs --measured TRACE (weft-run --trace)");
     inspect::MeasuredStep measured =
         inspect::readMeasuredTrace(*options.measured, bundle, options.step);
+    if (options.rank && *options.rank != measured.rank)
+      throw plan::Error(*options.measured + ": a trace of rank " +
+                        std::to_string(measured.rank) + ", not of rank " +
+                        std::to_string(*options.rank) +
+                        " (weft-run writes trace.json.R for rank R)");
     std::string clusterSource;
     planner::Cluster cluster =
         inspect::resolveCluster(bundle, options.cluster, clusterSource);
