@@ -366,6 +366,8 @@ def profile(args):
         key = inst["op"] + (f" {kernels[inst['kernel']]}" if "kernel" in inst else "")
         if inst["op"] == "gemm":
             key += f" {inst['m']}x{inst['n']}x{inst['k']}"
+        if e["args"].get("note"):  # folded into a gemm, inside a norm, cuDNN
+            key += f" [{e['args']['note']}]"
         totals[key] = totals.get(key, 0) + e["dur"] / 1e3
         counts[key] = counts.get(key, 0) + 1
     total = sum(totals.values())

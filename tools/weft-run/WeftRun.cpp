@@ -231,6 +231,13 @@ void writeTrace(const weft::exec::Session &session, const std::string &path) {
   for (const weft::exec::TraceEvent &event : session.trace()) {
     const weft::plan::Instruction &inst =
         program.streams[event.stream].instructions[event.instruction];
+    nlohmann::json args = {{"instruction", event.instruction},
+                           {"step", event.step},
+                           {"stream", program.streams[event.stream].name}};
+    // Where the backend ran it elsewhere (folded into a gemm, inside a norm).
+    if (std::string_view note = session.backend().instructionNote(inst);
+        !note.empty())
+      args["note"] = std::string(note);
     events.push_back({{"name", weft::plan::toString(inst.opcode)},
                       {"cat", inst.phase},
                       {"ph", "X"},
@@ -238,10 +245,7 @@ void writeTrace(const weft::exec::Session &session, const std::string &path) {
                       {"tid", event.stream},
                       {"ts", event.beginS * 1e6},
                       {"dur", (event.endS - event.beginS) * 1e6},
-                      {"args",
-                       {{"instruction", event.instruction},
-                        {"step", event.step},
-                        {"stream", program.streams[event.stream].name}}}});
+                      {"args", std::move(args)}});
   }
   std::string file = path;
   if (session.worldSize() > 1)

@@ -1419,6 +1419,12 @@ TEST(CudaGpu, GemmEpiloguesMatchCpu) {
       } else {
         EXPECT_EQ(gpu->foldedKernels(), folded);
       }
+      // Traces say where the folded kernels ran.
+      int64_t noted = 0;
+      for (const plan::Instruction &inst : program.streams[0].instructions)
+        noted += inst.opcode == Opcode::Kernel &&
+                 gpu->instructionNote(inst) == "folded into the gemm before it";
+      EXPECT_EQ(noted, gpu->foldedKernels());
       std::map<plan::Region, int64_t> sizes = {
           {plan::Region::Arena, program.arenaBytes},
           {plan::Region::Persistent, program.persistentBytes}};

@@ -70,7 +70,7 @@ MeasuredStep readMeasuredTrace(const std::string &path,
   struct Event {
     int64_t pid, stream, instruction, step;
     double begin, seconds;
-    std::string streamName;
+    std::string streamName, note;
     size_t index;
   };
   std::vector<Event> all;
@@ -97,6 +97,9 @@ MeasuredStep readMeasuredTrace(const std::string &path,
     if (auto name = args->find("stream");
         name != args->end() && name->is_string())
       event.streamName = name->get<std::string>();
+    if (auto note = args->find("note");
+        note != args->end() && note->is_string())
+      event.note = note->get<std::string>();
     event.index = i;
     all.push_back(std::move(event));
   }
@@ -148,7 +151,8 @@ MeasuredStep readMeasuredTrace(const std::string &path,
                         stream.name + "' appears twice in step " +
                         std::to_string(measured.step));
     measured.times.push_back({event.stream, event.instruction, event.seconds,
-                              event.begin, event.begin + event.seconds});
+                              event.begin, event.begin + event.seconds,
+                              event.note});
   }
   if (measured.times.empty())
     throw plan::Error(path + ": no events of step " +
@@ -313,9 +317,13 @@ json fidelityJson(const plan::Bundle &bundle, const planner::Cluster &cluster,
     bool modelled = row.cls == CostClass::Gemm ||
                     row.cls == CostClass::Attention ||
                     row.cls == CostClass::MemoryBound;
-    row.skipped = modelled && row.predicted > 0 &&
-                  row.measured < kSkippedShare * row.predicted &&
-                  row.measured < kSkippedSeconds;
+    bool elsewhere = time.note.rfind("folded", 0) == 0 ||
+                     time.note.rfind("run inside", 0) == 0;
+    row.skipped = elsewhere || (modelled && row.predicted > 0 &&
+                                row.measured < kSkippedShare * row.predicted &&
+                                row.measured < kSkippedSeconds);
+    if (!elsewhere && !time.note.empty())
+      row.kind += " [" + time.note + "]";
     rows.push_back(std::move(row));
     spanBegin = std::min(spanBegin, time.begin);
     spanEnd = std::max(spanEnd, time.end);
@@ -591,8 +599,8 @@ std::string fidelityText(const json &f) {
   const json &skipped = f["skipped"];
   if (skipped["count"].get<int64_t>() > 0)
     os << "skipped: " << skipped["count"].get<int64_t>()
-       << " instructions measured under 2% of their prediction (not run as "
-          "themselves, e.g. folded into a GEMM epilogue): "
+       << " instructions not run as themselves (noted as folded into a gemm "
+          "or run inside a norm, or measured under 2% of their prediction): "
        << milliseconds(skipped["predicted_s"].get<double>())
        << " ms predicted, fitted to nothing\n";
   const json &kinds = f["kinds"];

@@ -316,6 +316,17 @@ public:
   void replay() override;
   bool graphEnabled() const override { return options_.graph; }
   bool timesInstructions() const override { return options_.deviceTimes; }
+  std::string_view instructionNote(const Instruction &inst) const override {
+    if (folded_.count(&inst))
+      return "folded into the gemm before it";
+    if (deferredAdds_.count(&inst))
+      return "run inside the norm after it";
+    if (deferredNorms_.count(&inst))
+      return "run inside the residual add after it";
+    if (cudnnKernels_.count(&inst))
+      return "cuDNN";
+    return {};
+  }
   void markInstruction(int64_t stream, int64_t mark) override;
   std::vector<double> markTimes(int64_t count) override;
   void pushRange(const std::string &name) override;

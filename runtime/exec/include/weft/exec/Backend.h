@@ -311,6 +311,15 @@ public:
     (void)count;
     return {};
   }
+  /// How the backend runs `inst` where that is not as itself, for traces
+  /// and profiles (CUDA: "folded into the gemm before it", "run inside the
+  /// norm after it", "run inside the residual add after it", "cuDNN");
+  /// empty otherwise. Valid after prepare().
+  virtual std::string_view
+  instructionNote(const plan::Instruction &inst) const {
+    (void)inst;
+    return {};
+  }
   /// A named range per plan phase for profilers (CUDA: NVTX).
   virtual void pushRange(const std::string &name) { (void)name; }
   virtual void popRange() {}

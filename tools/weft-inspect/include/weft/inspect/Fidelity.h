@@ -15,11 +15,12 @@
 //       optimizer steps on the device.
 //
 // Totals, so the instructions that fill the step decide and the calibrated
-// step adds up to the measured one. Instructions measured under 2% of their
-// prediction and under 1 us did not run as themselves (a kernel folded into a
-// GEMM epilogue, say): they are counted apart and fit nothing. The fitted
-// constants go into a cluster file's "cost_constants" (planner::CostOverrides),
-// which weftc and weft-inspect then cost with.
+// step adds up to the measured one. Instructions the trace notes as run
+// elsewhere (folded into a gemm, run inside a norm), and any measured under 2%
+// of their prediction and under 1 us, did not run as themselves: they are
+// counted apart and fit nothing; other notes (cuDNN) split their kind. The
+// fitted constants go into a cluster file's "cost_constants"
+// (planner::CostOverrides), which weftc and weft-inspect then cost with.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_INSPECT_FIDELITY_H
@@ -45,6 +46,9 @@ struct MeasuredStep {
     int64_t stream = 0, instruction = 0;
     double seconds = 0;
     double begin = 0, end = 0; // since the trace's origin
+    /// weft-run's args.note: how the backend ran it elsewhere ("folded into
+    /// the gemm before it", "run inside the norm after it", "cuDNN", ...).
+    std::string note;
   };
   std::vector<Time> times;
 };
