@@ -71,6 +71,8 @@ grep -q "^measured cost constants (the cluster's cost_constants): GEMMs at" \
   plan.out || fail "weftc plan does not say it uses them: $(head -3 plan.out)"
 "$inspect" bundle timeline --cluster cal.json --json >timeline.out ||
   fail "timeline --cluster cal.json"
+grep -q '"cluster": "cal.json (--cluster), with its measured cost_constants"' \
+  timeline.out || fail "timeline does not say it costs with measured constants"
 "$inspect" bundle fidelity --measured real.json --json >fit.out || fail "fit"
 python3 -c "
 import json

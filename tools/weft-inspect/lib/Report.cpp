@@ -74,9 +74,10 @@ static std::vector<int64_t> ranksOf(const plan::Bundle &bundle, int64_t role) {
 // Cluster and inspection
 //===----------------------------------------------------------------------===//
 
-planner::Cluster resolveCluster(const plan::Bundle &bundle,
-                                const std::optional<std::string> &spec,
-                                std::string &source) {
+/// resolveCluster without the note on measured constants.
+static planner::Cluster findCluster(const plan::Bundle &bundle,
+                                    const std::optional<std::string> &spec,
+                                    std::string &source) {
   try {
     if (spec) {
       source = *spec + " (--cluster)";
@@ -101,6 +102,15 @@ planner::Cluster resolveCluster(const plan::Bundle &bundle,
     // One error type for the driver: a bad cluster is bad input too.
     throw plan::Error(error.what());
   }
+}
+
+planner::Cluster resolveCluster(const plan::Bundle &bundle,
+                                const std::optional<std::string> &spec,
+                                std::string &source) {
+  planner::Cluster cluster = findCluster(bundle, spec, source);
+  if (!cluster.costOverrides.empty())
+    source += ", with its measured cost_constants";
+  return cluster;
 }
 
 Inspection::Inspection(const plan::Bundle &bundle, planner::Cluster cluster,

@@ -23,7 +23,8 @@ namespace weft::inspect {
 /// The cluster to cost a bundle on: `spec` (a file or preset) when given,
 /// else the bundle's config "cluster" (a preset name, file or cluster
 /// object), else dgx-h100-80g with enough nodes for the world. `source`
-/// says which was taken.
+/// says which was taken (and ", with its measured cost_constants" when the
+/// cluster carries them).
 planner::Cluster resolveCluster(const plan::Bundle &bundle,
                                 const std::optional<std::string> &spec,
                                 std::string &source);
