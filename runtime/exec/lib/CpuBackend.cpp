@@ -321,7 +321,8 @@ void CpuBackend::prepare(const plan::Bundle &bundle,
                                  "kernels[" + std::to_string(kernel.id) + "]")};
   }
   size_t maxOperands = forEachInstruction(
-      program, "", [&](const Instruction &inst, const std::string &where) {
+      program, "",
+      [&](const Instruction &inst, size_t, const std::string &where) {
         if (inst.opcode == Opcode::Kernel)
           prepareKernel(bundle, program, inst, where);
         else

@@ -21,8 +21,9 @@ inline std::string describeInstruction(const plan::Program &program,
   return text;
 }
 
-/// Calls `visit(inst, where)` for every instruction of `program` in stream
-/// order, `where` = prefix + "role R " + describeInstruction(...); returns
+/// Calls `visit(inst, stream, where)` for every instruction of `program` in
+/// stream order, `stream` its stream's index, `where` = prefix + "role R " +
+/// describeInstruction(...); returns
 /// the most operands (reads + writes) one instruction has, which sizes the
 /// backends' per-call operand vectors.
 template <typename Visit>
@@ -34,8 +35,9 @@ size_t forEachInstruction(const plan::Program &program,
       const plan::Instruction &inst = program.streams[s].instructions[i];
       maxOperands =
           std::max(maxOperands, inst.reads.size() + inst.writes.size());
-      visit(inst, prefix + "role " + std::to_string(program.role) + " " +
-                      describeInstruction(program, s, i));
+      visit(inst, s,
+            prefix + "role " + std::to_string(program.role) + " " +
+                describeInstruction(program, s, i));
     }
   return maxOperands;
 }

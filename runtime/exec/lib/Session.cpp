@@ -320,7 +320,7 @@ void Session::validateLocally() {
 
   bool loadsData = false, optimizes = false, clips = false;
   forEachInstruction(
-      program, "", [&](const Instruction &inst, const std::string &at) {
+      program, "", [&](const Instruction &inst, size_t, const std::string &at) {
         optimizes = optimizes || inst.opcode == Opcode::OptimizerStep;
         clips = clips || inst.opcode == Opcode::Clip;
         if (inst.opcode == Opcode::LoadBatch) {

@@ -274,7 +274,11 @@ public:
 
   std::string_view name() const override { return "cuda"; }
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override;
-  int64_t foldedKernels() const override { return foldedKernels_; }
+  int64_t foldedKernels() const override {
+    return std::count_if(
+        folded_.begin(), folded_.end(),
+        [](const Instruction *inst) { return inst->opcode == Opcode::Kernel; });
+  }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
   bool hostAddressable() const override { return false; }
@@ -394,7 +398,8 @@ private:
   }
 
   void prepareKernel(const plan::Bundle &bundle, const plan::Program &program,
-                     const Instruction &inst, const std::string &where);
+                     const Instruction &inst, size_t stream,
+                     const std::string &where);
   void prepareOther(const plan::Program &program, const Instruction &inst,
                     const std::string &where);
   /// Loads `kernel`'s generated code: the bundle's fatbin when it has one
@@ -489,7 +494,6 @@ private:
   /// and those it did (execute skips them).
   std::unordered_map<const Instruction *, GemmEpilogue> epilogues_;
   std::unordered_set<const Instruction *> folded_; // kernels and slot fills
-  int64_t foldedKernels_ = 0;
   /// A byte of a region, from allocateRegion's base.
   std::byte *at(const PreparedGemm::Place &place) const {
     return regionBase_.at(place.region) + place.offset;
@@ -508,7 +512,6 @@ private:
   // accumulator), then the step scalars.
   void *workspace_ = nullptr;
   std::vector<StreamWorkspaceNeeds> workspaceNeeds_; // by plan stream
-  size_t preparingStream_ = 0; // the stream prepare() is visiting
   WorkspaceLayout workspaceLayout_;
   kernels::AdamWStep *stepDevice_ = nullptr;
   kernels::AdamWStep *stepHost_ = nullptr; // pinned
@@ -822,17 +825,11 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
       epilogues_[epilogue.gemm] = epilogue;
   workspaceNeeds_.assign(numStreams, {});
   size_t maxOperands = forEachInstruction(
-      program, prefix(), [&](const Instruction &inst, const std::string &at) {
-        for (size_t stream = 0; stream < program.streams.size(); ++stream) {
-          const std::vector<Instruction> &insts =
-              program.streams[stream].instructions;
-          if (!insts.empty() && &inst >= &insts.front() &&
-              &inst <= &insts.back())
-            preparingStream_ = stream;
-        }
-        workspaceNeeds_[preparingStream_].gemms |= inst.opcode == Opcode::Gemm;
+      program, prefix(),
+      [&](const Instruction &inst, size_t stream, const std::string &at) {
+        workspaceNeeds_[stream].gemms |= inst.opcode == Opcode::Gemm;
         if (inst.opcode == Opcode::Kernel)
-          prepareKernel(bundle, program, inst, at);
+          prepareKernel(bundle, program, inst, stream, at);
         else
           prepareOther(program, inst, at);
       });
@@ -895,7 +892,7 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
     std::fprintf(stderr,
                  "weft-run: cuda: %lld of %zu bias adds, GELU activations and "
                  "bias gradients run as GEMM epilogues\n",
-                 (long long)foldedKernels_, candidates);
+                 (long long)foldedKernels(), candidates);
   }
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
@@ -914,7 +911,7 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
 
 void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
                                   const plan::Program &program,
-                                  const Instruction &inst,
+                                  const Instruction &inst, size_t stream,
                                   const std::string &where) {
   const plan::Kernel &kernel = bundle.kernels[size_t(inst.kernel)];
   const ResolvedKernel &resolved = kernels_[size_t(inst.kernel)];
@@ -935,7 +932,7 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
       generatedArgs_.resize(operands);
       generatedArgAddresses_.resize(operands);
     }
-    int64_t &scratch = workspaceNeeds_[preparingStream_].scratchFloats;
+    int64_t &scratch = workspaceNeeds_[stream].scratchFloats;
     scratch = std::max(scratch, widened);
     return;
   }
@@ -952,7 +949,7 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
   if (options_.cudnnAttention && halfKernels_.count(&inst))
     prepareCudnnAttention(resolved, inst, kernelScratch, what);
   int64_t scratch = (kernelScratch + 63) / 64 * 64;
-  int64_t &needed = workspaceNeeds_[preparingStream_].scratchFloats;
+  int64_t &needed = workspaceNeeds_[stream].scratchFloats;
   needed = std::max(needed, scratch + widened);
 }
 
@@ -1161,9 +1158,7 @@ void DeviceBackend::prepareOther(const plan::Program &program,
         prepared.bias = place(e.bias);
         prepared.aux = place(e.aux);
         prepared.output = place(e.output);
-        for (const Instruction *inst : e.folded)
-          if (folded_.insert(inst).second && inst->opcode == Opcode::Kernel)
-            ++foldedKernels_;
+        folded_.insert(e.folded.begin(), e.folded.end());
       }
     }
     prepared.f64 = inst.dtype == DType::F64;
