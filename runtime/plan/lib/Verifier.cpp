@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <map>
 #include <tuple>
 
 using namespace weft::plan;
@@ -730,4 +731,45 @@ VerifyResult weft::plan::verify(const Bundle &bundle) {
   for (size_t role = 0; role < bundle.programs.size(); ++role)
     LocalChecker(bundle, role, result.diagnostics).run();
   return result;
+}
+
+std::vector<std::vector<std::vector<int64_t>>>
+weft::plan::completedBefore(const Program &program) {
+  size_t streams = program.streams.size();
+  std::map<int64_t, int64_t> records;
+  for (const Stream &stream : program.streams)
+    for (const Instruction &inst : stream.instructions)
+      if (inst.opcode == Opcode::RecordEvent && ++records[inst.event] > 1)
+        return {}; // which record a wait means is not fixed
+  std::vector<std::vector<std::vector<int64_t>>> completed(streams);
+  std::vector<size_t> pc(streams, 0);
+  std::vector<std::vector<int64_t>> clock(streams,
+                                          std::vector<int64_t>(streams, 0));
+  std::map<int64_t, std::vector<int64_t>> recorded; // event -> snapshot
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t s = 0; s < streams; ++s) {
+      const std::vector<Instruction> &insts = program.streams[s].instructions;
+      completed[s].resize(insts.size());
+      for (; pc[s] < insts.size(); ++pc[s], moved = true) {
+        const Instruction &inst = insts[pc[s]];
+        if (inst.opcode == Opcode::WaitEvent) {
+          auto snapshot = recorded.find(inst.event);
+          if (snapshot == recorded.end())
+            break; // blocked until another stream records it
+          for (size_t t = 0; t < streams; ++t)
+            clock[s][t] = std::max(clock[s][t], snapshot->second[t]);
+        }
+        // In order on its own stream: everything before has finished.
+        clock[s][s] = int64_t(pc[s]);
+        completed[s][pc[s]] = clock[s];
+        if (inst.opcode == Opcode::RecordEvent)
+          recorded[inst.event] = clock[s];
+      }
+    }
+  }
+  for (size_t s = 0; s < streams; ++s)
+    if (pc[s] < program.streams[s].instructions.size())
+      return {}; // a wait no record satisfies: no order is known
+  return completed;
 }

@@ -29,6 +29,7 @@
 #include "weft/exec/cuda/Workspace.h"
 #include "weft/kernels/Activations.h"
 #include "weft/kernels/Common.h"
+#include "weft/plan/Verifier.h"
 
 #include <gtest/gtest.h>
 
@@ -503,7 +504,7 @@ TEST(CudaHost, BiasGradFoldsWhereOtherStreamsWriteAfterIt) {
   {
     LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
     dataParallel(p, 3); // after the bias_grad
-    auto done = completedBefore(p.program);
+    auto done = plan::completedBefore(p.program);
     ASSERT_EQ(done.size(), 2u);
     // The all-reduce starts after all three instructions before the record.
     EXPECT_EQ(done[1][1], (std::vector<int64_t>{3, 1}));
@@ -527,12 +528,12 @@ TEST(CudaHost, BiasGradFoldsWhereOtherStreamsWriteAfterIt) {
         {"relay",
          {event(Opcode::WaitEvent, 0), event(Opcode::RecordEvent, 1)}});
     p.program.numEvents = 2;
-    EXPECT_EQ(completedBefore(p.program)[1][1][0], 3);
+    EXPECT_EQ(plan::completedBefore(p.program)[1][1][0], 3);
     EXPECT_EQ(p.folds(), 1u);
     // A relay that records before waiting orders nothing.
     std::swap(p.program.streams[2].instructions[0],
               p.program.streams[2].instructions[1]);
-    EXPECT_EQ(completedBefore(p.program)[1][1][0], 0);
+    EXPECT_EQ(plan::completedBefore(p.program)[1][1][0], 0);
     EXPECT_EQ(p.folds(), 0u);
   }
   {
@@ -541,7 +542,7 @@ TEST(CudaHost, BiasGradFoldsWhereOtherStreamsWriteAfterIt) {
     dataParallel(p, 3);
     p.instructions().insert(p.instructions().begin(),
                             event(Opcode::RecordEvent, 0));
-    EXPECT_TRUE(completedBefore(p.program).empty());
+    EXPECT_TRUE(plan::completedBefore(p.program).empty());
     EXPECT_EQ(p.folds(), 0u);
   }
   {
@@ -549,7 +550,7 @@ TEST(CudaHost, BiasGradFoldsWhereOtherStreamsWriteAfterIt) {
     LinearProgram p(DType::BF16, DType::BF16, Tail::BiasGrad);
     dataParallel(p, 3);
     p.program.streams[1].instructions[0].event = 7;
-    EXPECT_TRUE(completedBefore(p.program).empty());
+    EXPECT_TRUE(plan::completedBefore(p.program).empty());
     EXPECT_EQ(p.folds(), 0u);
   }
 }

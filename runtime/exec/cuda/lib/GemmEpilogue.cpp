@@ -5,9 +5,8 @@
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/kernels/Activations.h"
+#include "weft/plan/Verifier.h"
 
-#include <algorithm>
-#include <map>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -119,7 +118,7 @@ public:
   /// `at` of stream `stream` has finished.
   bool waitsFor(size_t s, size_t j, size_t stream, size_t at) const {
     if (!ordered) {
-      completed = completedBefore(program);
+      completed = plan::completedBefore(program);
       ordered = true;
     }
     return !completed.empty() && completed[s][j][stream] > int64_t(at);
@@ -234,47 +233,6 @@ private:
 };
 
 } // namespace
-
-std::vector<std::vector<std::vector<int64_t>>>
-completedBefore(const plan::Program &program) {
-  size_t streams = program.streams.size();
-  std::map<int64_t, int64_t> records;
-  for (const plan::Stream &stream : program.streams)
-    for (const Instruction &inst : stream.instructions)
-      if (inst.opcode == Opcode::RecordEvent && ++records[inst.event] > 1)
-        return {}; // which record a wait means is not fixed
-  std::vector<std::vector<std::vector<int64_t>>> completed(streams);
-  std::vector<size_t> pc(streams, 0);
-  std::vector<std::vector<int64_t>> clock(streams,
-                                          std::vector<int64_t>(streams, 0));
-  std::map<int64_t, std::vector<int64_t>> recorded; // event -> snapshot
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (size_t s = 0; s < streams; ++s) {
-      const std::vector<Instruction> &insts = program.streams[s].instructions;
-      completed[s].resize(insts.size());
-      for (; pc[s] < insts.size(); ++pc[s], moved = true) {
-        const Instruction &inst = insts[pc[s]];
-        if (inst.opcode == Opcode::WaitEvent) {
-          auto snapshot = recorded.find(inst.event);
-          if (snapshot == recorded.end())
-            break; // blocked until another stream records it
-          for (size_t t = 0; t < streams; ++t)
-            clock[s][t] = std::max(clock[s][t], snapshot->second[t]);
-        }
-        // In order on its own stream: everything before has finished.
-        clock[s][s] = int64_t(pc[s]);
-        completed[s][pc[s]] = clock[s];
-        if (inst.opcode == Opcode::RecordEvent)
-          recorded[inst.event] = clock[s];
-      }
-    }
-  }
-  for (size_t s = 0; s < streams; ++s)
-    if (pc[s] < program.streams[s].instructions.size())
-      return {}; // a wait no record satisfies: no order is known
-  return completed;
-}
 
 std::vector<ResidualNorm> findResidualNorms(const plan::Bundle &bundle,
                                             const plan::Program &program) {

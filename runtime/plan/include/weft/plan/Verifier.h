@@ -47,6 +47,15 @@ struct VerifyResult {
 /// finds.
 VerifyResult verify(const Bundle &bundle);
 
+/// For every instruction of `program` ([stream][index]), how many
+/// instructions of each stream have finished before it starts: those before
+/// it on its stream, and through each wait_event what its record_event's
+/// stream had run before the record (transitively): the happens-before
+/// order the verifier's race check uses, as a table. Empty when an event is
+/// recorded twice or a wait is never satisfied (no order is known then).
+std::vector<std::vector<std::vector<int64_t>>>
+completedBefore(const Program &program);
+
 } // namespace weft::plan
 
 #endif // WEFT_PLAN_VERIFIER_H

@@ -61,24 +61,16 @@ struct GemmEpilogue {
 /// epilogues need m to be a multiple of 8 (the aux matrix's leading dimension).
 /// A bias_grad after a gemm (right after it, or past record_events and a
 /// zero fill of exactly its slot, which folds too) whose A (not transposed,
-/// lda == m) is its
-/// input, summing its k rows of m columns into m elements (BiasGradA), folds
-/// only where the bias gradient still holds the step's zero fill (the
-/// epilogue overwrites, bias_grad accumulates): every write of it on another
-/// stream waits for the bias_grad through the plan's events (completedBefore:
-/// a data-parallel plan's all-reduce of the gradients), and its last writer
-/// before on the stream is a fill of 0 covering it.
+/// lda == m) is its input, summing its k rows of m columns into m elements
+/// (BiasGradA), folds only where the bias gradient still holds the step's
+/// zero fill (the epilogue overwrites, bias_grad accumulates): every write of
+/// it on another stream waits for the bias_grad through the plan's events
+/// (plan::completedBefore; a data-parallel plan's all-reduce of the
+/// gradients), and its last writer before on the stream is a fill of 0
+/// covering it.
 /// Outputs and bias have the gemm's dtype (bf16, f16 or f32).
 std::vector<GemmEpilogue> findGemmEpilogues(const plan::Bundle &bundle,
                                             const plan::Program &program);
-
-/// For every instruction of `program` ([stream][index]), how many
-/// instructions of each stream have finished before it starts: those before
-/// it on its stream, and through each wait_event what its record_event's
-/// stream had run before the record (transitively). Empty when an event is
-/// recorded twice or a wait is never satisfied (no order is known then).
-std::vector<std::vector<std::vector<int64_t>>>
-completedBefore(const plan::Program &program);
 
 /// A residual_add directly followed on its stream by a layer_norm_forward or
 /// rms_norm_forward over its output.
