@@ -305,12 +305,14 @@ Cluster parseCluster(const json &root, const std::string &source) {
     CostOverrides &o = cluster.costOverrides;
     o.matmulPeakFraction = reader.optionalNumberIn(
         *constants, "matmul_peak_fraction", prefix, 0, false, 1);
-    o.matmulHalfDim = reader.optionalNumberIn(*constants, "matmul_half_dim",
-                                              prefix, 0, true, 65536);
+    o.matmulHalfDim =
+        reader.optionalNumberIn(*constants, "matmul_half_dim", prefix, 0, true,
+                                CostOverrides::kMaxMatmulHalfDim);
     o.memoryBandwidthFraction = reader.optionalNumberIn(
         *constants, "memory_bandwidth_fraction", prefix, 0, false, 1);
-    o.attentionEfficiency = reader.optionalNumberIn(
-        *constants, "attention_efficiency", prefix, 0, false, 64);
+    o.attentionEfficiency =
+        reader.optionalNumberIn(*constants, "attention_efficiency", prefix, 0,
+                                false, CostOverrides::kMaxAttentionEfficiency);
   }
   return cluster;
 }

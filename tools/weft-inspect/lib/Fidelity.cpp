@@ -201,6 +201,24 @@ struct Row {
   bool skipped = false;
 };
 
+/// Rows summed: a class, a kind, or the skipped ones.
+struct Totals {
+  int64_t count = 0;
+  double measured = 0, predicted = 0, calibrated = 0;
+  void add(const Row &row) {
+    ++count;
+    measured += row.measured;
+    predicted += row.predicted;
+    calibrated += row.calibrated;
+  }
+  json toJson() const {
+    return {{"count", count},
+            {"measured_s", measured},
+            {"predicted_s", predicted},
+            {"calibrated_s", calibrated}};
+  }
+};
+
 bool touchesHost(const plan::Program &program, const plan::Instruction &inst) {
   for (const auto *ranges : {&inst.reads, &inst.writes})
     for (const plan::BufferRange &range : *ranges)
@@ -393,8 +411,9 @@ json fidelityJson(const plan::Bundle &bundle, const planner::Cluster &cluster,
                               efficiency.instructions);
       if (efficiency.instructions == 0)
         break;
-      double next =
-          clampTo(current * std::exp(shift), 1e-6, 64.0, efficiency.clamped);
+      double next = clampTo(current * std::exp(shift), 1e-6,
+                            planner::CostOverrides::kMaxAttentionEfficiency,
+                            efficiency.clamped);
       bool settled = std::abs(next / current - 1) < 1e-12;
       current = next;
       if (settled)
@@ -438,62 +457,43 @@ json fidelityJson(const plan::Bundle &bundle, const planner::Cluster &cluster,
   out["program_instructions"] = programSize;
   out["measured_span_s"] = spanEnd > spanBegin ? spanEnd - spanBegin : 0.0;
 
-  double measuredSum = 0, predictedSum = 0, calibratedSum = 0;
-  json classes = json::array();
-  for (CostClass cls : kClasses) {
-    int64_t count = 0;
-    double m = 0, p = 0, c = 0;
-    for (const Row &row : rows)
-      if (row.cls == cls && !row.skipped) {
-        ++count;
-        m += row.measured;
-        p += row.predicted;
-        c += row.calibrated;
-      }
-    measuredSum += m;
-    predictedSum += p;
-    calibratedSum += c;
-    if (count)
-      classes.push_back({{"class", className(cls)},
-                         {"count", count},
-                         {"measured_s", m},
-                         {"predicted_s", p},
-                         {"calibrated_s", c}});
-  }
-  out["classes"] = classes;
-  int64_t skipped = 0;
-  double skippedPredicted = 0, skippedMeasured = 0;
-  for (const Row &row : rows)
+  Totals all, skipped;
+  std::map<CostClass, Totals> byClass;
+  std::map<std::string, std::pair<CostClass, Totals>> byKindName;
+  for (const Row &row : rows) {
     if (row.skipped) {
-      ++skipped;
-      skippedPredicted += row.predicted;
-      skippedMeasured += row.measured;
+      skipped.add(row);
+      continue;
     }
-  out["skipped"] = {{"count", skipped},
-                    {"measured_s", skippedMeasured},
-                    {"predicted_s", skippedPredicted}};
-  out["measured_s"] = measuredSum + skippedMeasured;
-  out["predicted_s"] = predictedSum + skippedPredicted;
-  out["calibrated_s"] = calibratedSum;
+    all.add(row);
+    byClass[row.cls].add(row);
+    auto &[cls, kind] = byKindName[row.kind];
+    cls = row.cls;
+    kind.add(row);
+  }
+  json classes = json::array();
+  for (CostClass cls : kClasses)
+    if (auto it = byClass.find(cls); it != byClass.end()) {
+      json c = it->second.toJson();
+      c["class"] = className(cls);
+      classes.push_back(std::move(c));
+    }
+  out["classes"] = classes;
+  out["skipped"] = {{"count", skipped.count},
+                    {"measured_s", skipped.measured},
+                    {"predicted_s", skipped.predicted}};
+  out["measured_s"] = all.measured + skipped.measured;
+  out["predicted_s"] = all.predicted + skipped.predicted;
+  out["calibrated_s"] = all.calibrated;
 
   // By kind, the ones that took longest first.
-  std::map<std::string, json> kinds;
-  for (const Row &row : rows) {
-    if (row.skipped)
-      continue;
-    json &k = kinds[row.kind];
-    if (k.is_null())
-      k = {{"kind", row.kind},   {"class", className(row.cls)},
-           {"count", 0},         {"measured_s", 0.0},
-           {"predicted_s", 0.0}, {"calibrated_s", 0.0}};
-    k["count"] = k["count"].get<int64_t>() + 1;
-    k["measured_s"] = k["measured_s"].get<double>() + row.measured;
-    k["predicted_s"] = k["predicted_s"].get<double>() + row.predicted;
-    k["calibrated_s"] = k["calibrated_s"].get<double>() + row.calibrated;
-  }
   std::vector<json> byKind;
-  for (auto &[name, k] : kinds)
+  for (const auto &[name, entry] : byKindName) {
+    json k = entry.second.toJson();
+    k["kind"] = name;
+    k["class"] = className(entry.first);
     byKind.push_back(std::move(k));
+  }
   std::stable_sort(
       byKind.begin(), byKind.end(), [](const json &a, const json &b) {
         return a["measured_s"].get<double>() > b["measured_s"].get<double>();

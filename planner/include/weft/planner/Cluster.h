@@ -55,10 +55,15 @@ struct HostSpec {
 /// Cost-model constants measured on this cluster's GPUs (see
 /// CostConstants); unset ones keep the model's defaults.
 struct CostOverrides {
+  /// The largest values a cluster file may give (the fractions are at most
+  /// 1; all but the half dim are positive): weft-inspect's fit clamps to them.
+  static constexpr double kMaxMatmulHalfDim = 65536;
+  static constexpr double kMaxAttentionEfficiency = 64;
+
   std::optional<double> matmulPeakFraction;      // (0, 1]
-  std::optional<double> matmulHalfDim;           // >= 0
+  std::optional<double> matmulHalfDim;           // [0, kMaxMatmulHalfDim]
   std::optional<double> memoryBandwidthFraction; // (0, 1]
-  std::optional<double> attentionEfficiency;     // (0, 64]
+  std::optional<double> attentionEfficiency;     // (0, kMaxAttentionEfficiency]
   bool empty() const {
     return !matmulPeakFraction && !matmulHalfDim && !memoryBandwidthFraction &&
            !attentionEfficiency;
