@@ -351,29 +351,22 @@ def check(args):
 def profile(args):
     """Per-instruction time of one step of a `weft-run --trace` taken with
     --device-times (or CUDA_LAUNCH_BLOCKING=1 --no-graph: every launch waited
-    for, so host time is device time plus the launch), summed per opcode and
-    kernel name."""
-    plan = json.load(open(os.path.join(args.bundle, "plan.json")))
-    kernels = {k["id"]: k["name"] for k in plan["kernels"]}
-    program = plan["programs"][0]
-    events = json.load(open(args.trace))["traceEvents"]
-    step = max(e["args"]["step"] for e in events)
-    totals, counts = {}, {}
-    for e in events:
-        if e["args"]["step"] != step:
-            continue
-        inst = program["streams"][e["tid"]]["instructions"][e["args"]["instruction"]]
-        key = inst["op"] + (f" {kernels[inst['kernel']]}" if "kernel" in inst else "")
-        if inst["op"] == "gemm":
-            key += f" {inst['m']}x{inst['n']}x{inst['k']}"
-        if e["args"].get("note"):  # folded into a gemm, inside a norm, cuDNN
-            key += f" [{e['args']['note']}]"
-        totals[key] = totals.get(key, 0) + e["dur"] / 1e3
-        counts[key] = counts.get(key, 0) + 1
-    total = sum(totals.values())
-    print(f"step {step}: {total:.1f} ms in {sum(counts.values())} instructions")
-    for key, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:args.top]:
-        print(f"{ms:10.2f} ms {100 * ms / total:5.1f}% x{counts[key]:<4d} {key}")
+    for, so host time is device time plus the launch), summed per kind of
+    instruction (opcode, kernel, GEMM shape, the backend's note) as
+    `weft-inspect fidelity` sums them."""
+    result = subprocess.run([os.path.join(args.tools, "weft-inspect"), args.bundle,
+                             "fidelity", "--measured", args.trace, "--json"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"FAIL profile: {result.stderr.strip()}")
+        return 1
+    d = json.loads(result.stdout)
+    total = d["measured_s"] * 1e3
+    print(f"step {d['step']}: {total:.1f} ms in {d['instructions']} instructions "
+          f"({d['skipped']['count']} run inside others)")
+    for kind in d["kinds"][:args.top]:
+        ms = kind["measured_s"] * 1e3
+        print(f"{ms:10.2f} ms {100 * ms / total:5.1f}% x{kind['count']:<4d} {kind['kind']}")
     return 0
 
 
@@ -435,6 +428,7 @@ def main():
     pr.add_argument("bundle")
     pr.add_argument("trace")
     pr.add_argument("--top", type=int, default=25)
+    pr.add_argument("--tools", default=".gpu/tools")
     f = sub.add_parser("fidelity")
     f.add_argument("bundle")
     f.add_argument("trace")
