@@ -179,17 +179,21 @@ void appendKernel(plan::Bundle &bundle, plan::Program &program,
   program.streams[0].instructions.push_back(inst);
 }
 
-/// A new arena buffer of `bytes` after the others (256-byte aligned), as a
-/// range over all of it.
-plan::BufferRange appendArenaBuffer(plan::Program &program, int64_t bytes,
-                                    DType type) {
+/// A new buffer of `bytes` after the others of its region (256-byte
+/// aligned; arena or persistent), as a range over all of it.
+plan::BufferRange appendBuffer(plan::Program &program, plan::Region region,
+                               int64_t bytes, DType type,
+                               const char *name = "") {
   plan::Buffer b;
   b.id = int64_t(program.buffers.size());
-  b.region = plan::Region::Arena;
-  b.offset = program.arenaBytes;
+  b.name = name;
+  b.region = region;
+  int64_t &end = region == plan::Region::Arena ? program.arenaBytes
+                                               : program.persistentBytes;
+  b.offset = end;
   b.size = bytes;
   b.dtype = type;
-  program.arenaBytes += (bytes + 255) / 256 * 256;
+  end += (bytes + 255) / 256 * 256;
   program.buffers.push_back(b);
   return plan::BufferRange{b.id, 0, bytes};
 }
@@ -204,18 +208,7 @@ struct LinearProgram {
     const plan::BufferRange y = program.streams[0].instructions[0].writes[0];
     auto add = [&](const char *name, plan::Region region, int64_t bytes,
                    DType type) {
-      plan::Buffer b;
-      b.id = int64_t(program.buffers.size());
-      b.name = name;
-      b.region = region;
-      int64_t &end = region == plan::Region::Arena ? program.arenaBytes
-                                                   : program.persistentBytes;
-      b.offset = end;
-      b.size = bytes;
-      b.dtype = type;
-      end += (bytes + 255) / 256 * 256;
-      program.buffers.push_back(b);
-      return plan::BufferRange{b.id, 0, b.size};
+      return appendBuffer(program, region, bytes, type, name);
     };
     auto kernel = [&](const char *name, std::map<std::string, int64_t> c,
                       std::vector<plan::BufferRange> reads,
@@ -562,7 +555,7 @@ TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
     program.streams.resize(1);
     bundle.kernels.clear();
     auto buffer = [&](int64_t bytes, DType type) {
-      return appendArenaBuffer(program, bytes, type);
+      return appendBuffer(program, plan::Region::Arena, bytes, type);
     };
     const DType bf = DType::BF16, f = DType::F32;
     plan::BufferRange x = buffer(64, bf), gamma = buffer(16, bf),
@@ -663,7 +656,7 @@ TEST(CudaHost, ResidualAddsBeforeANormRunInsideIt) {
     program.streams.resize(1);
     bundle.kernels.clear();
     auto buffer = [&](int64_t bytes, DType type) {
-      return appendArenaBuffer(program, bytes, type);
+      return appendBuffer(program, plan::Region::Arena, bytes, type);
     };
     const DType bf = DType::BF16, f = DType::F32;
     plan::BufferRange a = buffer(64, bf), b = buffer(64, bf),
