@@ -15,11 +15,6 @@ int64_t countValidTargets(int64_t rows, const std::int32_t *targets) {
   return count;
 }
 
-/// The number of real (not padding) columns of a shard; -1 means all.
-static int64_t validColumnsOf(int64_t vocabLocal, int64_t validColumns) {
-  return validColumns < 0 ? vocabLocal : std::min(validColumns, vocabLocal);
-}
-
 /// Shared tail of the fused and the sharded forms: given each row's global
 /// log-sum-exp and target logit, the mean loss and this shard's gradient
 /// (zero on padding columns).

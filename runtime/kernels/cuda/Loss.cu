@@ -85,7 +85,7 @@ cudaError_t crossEntropyForwardBackward(int64_t rows, int64_t vocab,
                                         float *dLogits, cudaStream_t stream,
                                         int64_t validColumns) {
   storage::F32 s;
-  int64_t valid = validColumns < 0 ? vocab : validColumns;
+  int64_t valid = validColumnsOf(vocab, validColumns);
   cudaError_t err = launchRows<kLseBlockSize>(
       rows, valid, stream, loss::rowLse<WarpRows, storage::F32>,
       loss::rowLse<LseBlockRows, storage::F32>, s, rows, vocab, valid, logits,
@@ -145,7 +145,7 @@ cudaError_t halfCrossEntropy(HalfType type, int64_t rows, int64_t vocab,
   if (err != cudaSuccess)
     return err;
   storage::Half16 s = halfStorage(type);
-  int64_t valid = validColumns < 0 ? vocab : validColumns;
+  int64_t valid = validColumnsOf(vocab, validColumns);
   err = launchRows<kLseBlockSize>(
       rows, valid, stream, loss::lossRows<WarpRows, storage::Half16>,
       loss::lossRows<LseBlockRows, storage::Half16>, s, rows, vocab, valid,

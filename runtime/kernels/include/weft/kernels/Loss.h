@@ -19,6 +19,13 @@
 
 namespace weft::kernels {
 
+/// The real (not padding) columns of rows `vocab` wide: validColumns, at
+/// most vocab; -1 (any negative) means all of them.
+WEFT_HD inline std::int64_t validColumnsOf(std::int64_t vocab,
+                                           std::int64_t validColumns) {
+  return validColumns < 0 || validColumns > vocab ? vocab : validColumns;
+}
+
 template <typename T> WEFT_HD inline T rowMax(std::int64_t n, const T *x) {
   T m = -math::infinity<T>();
   for (std::int64_t i = 0; i < n; ++i)
