@@ -3,7 +3,6 @@
 #include "weft/kernels/Loss.h"
 #include "weft/kernels/CpuKernels.h"
 
-#include <algorithm>
 #include <vector>
 
 namespace weft::kernels::cpu {
