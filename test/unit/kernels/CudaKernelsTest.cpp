@@ -722,9 +722,8 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocab) +
                    " valid " + std::to_string(valid));
       vector<float> values = random(rows * vocab, -8, 8);
-      for (int64_t r = 0; valid >= 0 && r < rows; ++r)
-        for (int64_t c = valid; c < vocab; ++c)
-          values[r * vocab + c] = 3e4f;
+      if (valid >= 0)
+        test::fillPadding(values, rows, vocab, valid, 3e4f);
       const vector<std::uint16_t> logits = bits(values);
       vector<std::int32_t> targets =
           randomIds(rng, rows, std::int32_t(valid < 0 ? vocab : valid));
@@ -883,9 +882,7 @@ void CudaKernelsTest::runCrossEntropy(int64_t rows, int64_t vocab,
                std::to_string(vocab) + " valid " + std::to_string(valid));
   vector<float> logits = random(rows * vocab, -8, 8);
   int64_t words = valid < 0 ? vocab : valid;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = words; c < vocab; ++c)
-      logits[r * vocab + c] = 3e4f;
+  test::fillPadding(logits, rows, vocab, words, 3e4f);
   vector<std::int32_t> targets = randomIds(rng, rows, std::int32_t(words));
   for (int64_t r = 0; r < rows; r += 7)
     targets[r] = kIgnoreIndex;
@@ -964,9 +961,7 @@ void CudaKernelsTest::runShardPhases(int64_t rows, int64_t vocabLocal,
                                      std::int32_t vocab) {
   SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocabLocal));
   vector<float> logits = random(rows * vocabLocal, -6, 6);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = valid; c < vocabLocal; ++c)
-      logits[r * vocabLocal + c] = 50.0f;
+  test::fillPadding(logits, rows, vocabLocal, valid, 50.0f);
   vector<std::int32_t> targets = randomIds(rng, rows, vocab);
   for (int64_t r = 0; r < rows; r += 9)
     targets[r] = kIgnoreIndex;

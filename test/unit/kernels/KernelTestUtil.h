@@ -35,6 +35,17 @@ inline std::vector<std::int32_t> randomIds(std::mt19937_64 &rng, std::size_t n,
   return v;
 }
 
+/// Sets columns `valid` and beyond of `rows` rows `width` apart to `value`:
+/// padding a kernel must not read (a value far above the others changes any
+/// max or sum that reads it).
+template <typename T>
+void fillPadding(std::vector<T> &x, std::int64_t rows, std::int64_t width,
+                 std::int64_t valid, T value) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = valid; c < width; ++c)
+      x[std::size_t(r * width + c)] = value;
+}
+
 template <typename To, typename From>
 std::vector<To> convert(const std::vector<From> &v) {
   return std::vector<To>(v.begin(), v.end());

@@ -515,9 +515,7 @@ constexpr float kLargeLogit = 3e4f;
 template <typename T, typename Fill>
 std::vector<T> paddedLogits(const LossShape &shape, T large, Fill fill) {
   std::vector<T> logits = fill(std::size_t(shape.rows * shape.vocab));
-  for (std::int64_t r = 0; r < shape.rows; ++r)
-    for (std::int64_t c = shape.valid; c < shape.vocab; ++c)
-      logits[std::size_t(r * shape.vocab + c)] = large;
+  test::fillPadding(logits, shape.rows, shape.vocab, shape.valid, large);
   return logits;
 }
 
