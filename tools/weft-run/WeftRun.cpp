@@ -52,9 +52,6 @@ struct CliOptions {
   weft::exec::HostMemoryKind offloadTo = weft::exec::HostMemoryKind::Pinned;
   bool resume = false;
   bool quiet = false;
-  /// --backend cuda: capture the step as a CUDA graph after a warm-up step
-  /// (--no-graph: issue every step instruction by instruction).
-  bool cudaGraph = true;
 };
 
 /// Parses argv; returns an error message for bad usage.
@@ -81,7 +78,6 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       continue;
     }
     if (arg == "--no-graph") {
-      cli.cudaGraph = false;
       cli.session.graph = false;
       continue;
     }
@@ -98,10 +94,8 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       cli.session.halfKernels = true;
       continue;
     }
-    if (arg == "--device-times") { // marks eagerly issued steps only
+    if (arg == "--device-times") { // the session turns graph capture off
       cli.session.deviceTimes = true;
-      cli.cudaGraph = false;
-      cli.session.graph = false;
       continue;
     }
     if (arg == "--generated-kernels") {
