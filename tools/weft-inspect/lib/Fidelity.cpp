@@ -521,19 +521,11 @@ json fidelityJson(const plan::Bundle &bundle, const planner::Cluster &cluster,
 
 planner::Cluster calibratedCluster(planner::Cluster cluster,
                                    const json &fidelity) {
-  planner::CostOverrides &o = cluster.costOverrides;
-  for (const auto &[name, value] : fidelity.at("cost_constants").items()) {
-    double v = value.get<double>();
-    if (name == "matmul_peak_fraction")
-      o.matmulPeakFraction = v;
-    else if (name == "matmul_half_dim")
-      o.matmulHalfDim = v;
-    else if (name == "attention_efficiency")
-      o.attentionEfficiency = v;
-    else if (name == "memory_bandwidth_fraction")
-      o.memoryBandwidthFraction = v;
-  }
-  return cluster;
+  // Through the cluster schema: one mapping of names to constants, and the
+  // parser's range checks.
+  json file = planner::toJson(cluster);
+  file["cost_constants"].update(fidelity.at("cost_constants"));
+  return planner::parseCluster(file, "the fitted cluster");
 }
 
 //===----------------------------------------------------------------------===//
