@@ -219,15 +219,6 @@ struct Totals {
   }
 };
 
-bool touchesHost(const plan::Program &program, const plan::Instruction &inst) {
-  for (const auto *ranges : {&inst.reads, &inst.writes})
-    for (const plan::BufferRange &range : *ranges)
-      if (range.buffer >= 0 && size_t(range.buffer) < program.buffers.size() &&
-          program.buffers[size_t(range.buffer)].region == plan::Region::Host)
-        return true;
-  return false;
-}
-
 const plan::Kernel *kernelOf(const plan::Bundle &bundle,
                              const plan::Instruction &inst) {
   return inst.opcode == Opcode::Kernel && inst.kernel >= 0 &&
@@ -242,13 +233,11 @@ CostClass classify(const plan::Bundle &bundle, const plan::Program &program,
     return CostClass::Communication;
   if (inst.opcode == Opcode::Gemm)
     return CostClass::Gemm;
-  bool device = !touchesHost(program, inst);
-  if (const plan::Kernel *kernel = kernelOf(bundle, inst)) {
-    if (kernel->name == "attention_forward" ||
-        kernel->name == "attention_backward")
-      return CostClass::Attention;
+  if (attentionKernel(bundle, inst))
+    return CostClass::Attention;
+  bool device = hostOperands(program, inst) == 0;
+  if (kernelOf(bundle, inst))
     return device ? CostClass::MemoryBound : CostClass::Other;
-  }
   bool memoryBound =
       inst.opcode == Opcode::Fill || inst.opcode == Opcode::OptimizerStep ||
       inst.opcode == Opcode::GradNorm || inst.opcode == Opcode::Clip;
@@ -265,7 +254,7 @@ std::string kindOf(const plan::Bundle &bundle, const plan::Program &program,
     kind += " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
             std::to_string(g.k) + " " + std::string(plan::toString(inst.dtype));
   }
-  if (touchesHost(program, inst))
+  if (hostOperands(program, inst) > 0)
     kind += " (host)";
   return kind;
 }

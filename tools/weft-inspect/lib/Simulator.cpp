@@ -34,6 +34,31 @@ bool isCommOp(Opcode opcode) {
   return plan::isCollective(opcode) || plan::isPointToPoint(opcode);
 }
 
+int64_t hostOperands(const plan::Program &program,
+                     const plan::Instruction &inst) {
+  auto onHost = [&](const plan::BufferRange &range) {
+    return range.buffer >= 0 &&
+           range.buffer < int64_t(program.buffers.size()) &&
+           program.buffers[range.buffer].region == plan::Region::Host;
+  };
+  int64_t host = 0;
+  for (const auto *ranges : {&inst.reads, &inst.writes})
+    host += std::count_if(ranges->begin(), ranges->end(), onHost);
+  return host;
+}
+
+const plan::Kernel *attentionKernel(const plan::Bundle &bundle,
+                                    const plan::Instruction &inst) {
+  if (inst.opcode != Opcode::Kernel || inst.kernel < 0 ||
+      inst.kernel >= int64_t(bundle.kernels.size()))
+    return nullptr;
+  const plan::Kernel &kernel = bundle.kernels[size_t(inst.kernel)];
+  return kernel.name == "attention_forward" ||
+                 kernel.name == "attention_backward"
+             ? &kernel
+             : nullptr;
+}
+
 static planner::Precision precisionOf(plan::DType dtype) {
   switch (dtype) {
   case plan::DType::BF16:
@@ -104,14 +129,8 @@ InstructionCosts::hostSeconds(const plan::Instruction &inst,
       bundle.rankRoles[rank] >= int64_t(bundle.programs.size()))
     return std::nullopt;
   const plan::Program &program = bundle.programs[bundle.rankRoles[rank]];
-  auto onHost = [&](const plan::BufferRange &range) {
-    return range.buffer >= 0 &&
-           range.buffer < int64_t(program.buffers.size()) &&
-           program.buffers[range.buffer].region == plan::Region::Host;
-  };
-  size_t host = 0, total = inst.reads.size() + inst.writes.size();
-  for (const auto *ranges : {&inst.reads, &inst.writes})
-    host += size_t(std::count_if(ranges->begin(), ranges->end(), onHost));
+  size_t host = size_t(hostOperands(program, inst)),
+         total = inst.reads.size() + inst.writes.size();
   if (host == 0)
     return std::nullopt;
   const planner::HostSpec &spec = *hardware.host;
@@ -142,13 +161,11 @@ double InstructionCosts::gemmSeconds(double m, double n, double k,
 std::optional<double>
 InstructionCosts::attentionSeconds(const plan::Instruction &inst,
                                    int64_t rank) const {
-  if (inst.kernel < 0 || inst.kernel >= int64_t(bundle.kernels.size()) ||
-      inst.writes.empty())
+  const plan::Kernel *found = attentionKernel(bundle, inst);
+  if (!found || inst.writes.empty())
     return std::nullopt;
-  const plan::Kernel &kernel = bundle.kernels[size_t(inst.kernel)];
+  const plan::Kernel &kernel = *found;
   bool forward = kernel.name == "attention_forward";
-  if (!forward && kernel.name != "attention_backward")
-    return std::nullopt;
   auto constant = [&](const char *name) {
     auto it = kernel.constants.find(name);
     return it == kernel.constants.end() ? 0.0 : double(it->second);

@@ -30,6 +30,14 @@ namespace weft::inspect {
 
 bool isComputeOp(plan::Opcode opcode);
 bool isCommOp(plan::Opcode opcode); // collectives and send/recv
+/// How many of `inst`'s operands lie in `program`'s host region (optimizer
+/// offload): such an instruction is costed on the host.
+int64_t hostOperands(const plan::Program &program,
+                     const plan::Instruction &inst);
+/// The attention kernel `inst` runs (attention_forward or _backward), costed
+/// by its score and context GEMMs; null for any other instruction.
+const plan::Kernel *attentionKernel(const plan::Bundle &bundle,
+                                    const plan::Instruction &inst);
 
 /// Seconds of one instruction in isolation (no waiting).
 class InstructionCosts {
