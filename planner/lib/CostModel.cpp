@@ -646,9 +646,7 @@ double vocabShardRows(int64_t vocab, int64_t tp) {
   int64_t aligned = (rows + 7) / 8 * 8;
   return double((tp - 1) * aligned < vocab ? aligned : rows);
 }
-} // namespace
 
-namespace {
 /// The vector parameters of one layer, rank-local under TP: the norms and
 /// the linear biases (column-parallel ones split, row-parallel ones whole).
 std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
