@@ -10,6 +10,7 @@
 #include "weft/planner/Error.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -254,12 +255,12 @@ GroupSpan spanOfGroup(const Cluster &cluster, int64_t size, int64_t stride) {
   return GroupSpan{size, perNode, (size + perNode - 1) / perNode};
 }
 
-double collectiveTime(Collective kind, const Cluster &cluster,
-                      const CostConstants &constants, const GroupSpan &span,
-                      double bytes) {
+CommTime collectiveCost(Collective kind, const Cluster &cluster,
+                        const CostConstants &constants, const GroupSpan &span,
+                        double bytes) {
   int64_t n = span.size;
   if (n <= 1 || bytes <= 0)
-    return 0;
+    return {};
   double intraBw =
       cluster.intraNodeBandwidthGBs * 1e9 * constants.intraNodeBusEfficiency;
   double bandwidth = intraBw;
@@ -276,32 +277,33 @@ double collectiveTime(Collective kind, const Cluster &cluster,
   // of the hop it takes, and only the hops between nodes are slow (a
   // reduce-scatter or all-gather takes n-1 steps, nodes-1 of them between
   // nodes; an all-reduce 2(n-1), 2*nodes); a tree climbs n/nodes-1 steps in
-  // a node and log2(nodes) between nodes, up and down.
+  // a node and log2(nodes) between nodes, up and down. Ring and tree move
+  // the same bytes per rank, so the faster is the one of lower latency.
   double steps = double(n - 1);
   double perRankShare = steps / n * bytes / bandwidth;
   if (kind != Collective::AllReduce)
-    return perRankShare + (steps - (nodes - 1)) * intra + (nodes - 1) * inter;
+    return {(steps - (nodes - 1)) * intra + (nodes - 1) * inter, perRankShare};
   double interSteps = span.nodes > 1 ? std::min(2 * steps, 2 * nodes) : 0;
-  double ring =
-      2 * perRankShare + (2 * steps - interSteps) * intra + interSteps * inter;
-  if (n < constants.treeMinRanks)
-    return ring;
-  double tree = 2 * perRankShare + 2 * ((double(n) / nodes - 1) * intra +
-                                        std::ceil(std::log2(nodes)) * inter);
-  return std::min(ring, tree);
+  double ring = (2 * steps - interSteps) * intra + interSteps * inter;
+  double latency = ring;
+  if (n >= constants.treeMinRanks)
+    latency = std::min(ring, 2 * ((double(n) / nodes - 1) * intra +
+                                  std::ceil(std::log2(nodes)) * inter));
+  return {latency, 2 * perRankShare};
 }
 
-double pointToPointTime(const Cluster &cluster, const CostConstants &constants,
-                        bool crossesNodes, double bytes) {
+CommTime pointToPointCost(const Cluster &cluster,
+                          const CostConstants &constants, bool crossesNodes,
+                          double bytes) {
   if (bytes <= 0)
-    return 0;
+    return {};
   if (crossesNodes)
-    return bytes / (cluster.interNodeBandwidthGBs * 1e9 *
-                    constants.interNodeBusEfficiency) +
-           cluster.interNodeLatencyUs * 1e-6;
-  return bytes / (cluster.intraNodeBandwidthGBs * 1e9 *
-                  constants.intraNodeBusEfficiency) +
-         cluster.intraNodeLatencyUs * 1e-6;
+    return {cluster.interNodeLatencyUs * 1e-6,
+            bytes / (cluster.interNodeBandwidthGBs * 1e9 *
+                     constants.interNodeBusEfficiency)};
+  return {cluster.intraNodeLatencyUs * 1e-6,
+          bytes / (cluster.intraNodeBandwidthGBs * 1e9 *
+                   constants.intraNodeBusEfficiency)};
 }
 
 int64_t ranksSharingHost(const Cluster &cluster) {
@@ -328,6 +330,16 @@ struct CostModel::PerMicroBatch {
   double firstStageExtra = 0; // embedding, forward + backward
   double lastStageExtra = 0;  // final norm, LM head and loss
   double pointToPoint = 0;    // one activation transfer between stages
+  /// ZeRO-3: a layer's gathered matrices in the order the forward first
+  /// uses them (q|k|v fused or q, k, v; the attention output; gate and up;
+  /// down), which is their slot order; the backward uses them in reverse.
+  struct GatheredTensor {
+    double elements = 0; // rank-local
+    double forward = 0;  // compute from its first use to the next one's
+    double backward = 0; // the same in the backward (from the next one in
+                         // forward order's use to this one's)
+  };
+  std::vector<GatheredTensor> gatheredTensors;
   double layerTotal() const {
     return layerForward + layerBackward + layerRecompute + layerTpForward +
            layerTpBackward + layerTpRecompute;
@@ -540,6 +552,55 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   if (c.recompute == Recompute::Full)
     costs.layerTpRecompute = costs.layerTpForward;
 
+  // ZeRO-3's gathered matrices and the compute between their first uses,
+  // which add up to the layer's forward and backward (TP collectives and
+  // recompute included). Forward: q|k|v, attention, output projection,
+  // residual add and norm, gate, up, activation, down, residual add and
+  // norm. The backward meets them in reverse: down, activation, up, gate,
+  // norm and residual, output projection, attention, q|k|v, norm and
+  // residual; a layer's re-run comes right before its down projection's
+  // gradient. GPT-2 fuses q|k|v into one parameter, the others keep three.
+  auto linearOf = [&](double m, double n, double k) {
+    return linear * gemmSeconds(m, n, k) / shapeSeconds;
+  };
+  double perElement = tokens * e / hbm;
+  double blockEnd = 5 * h / spShard * perElement; // residual add + norm
+  double softmax = softmaxElems * perElement;
+  double activation = (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t * perElement;
+  double attentionBackward = costs.layerBackward - 2 * forward + 2 * attention;
+  double ffnHere = double(ms.ffnSize) / t;
+  auto add = [&](double elements, double forwardSeconds,
+                 double backwardSeconds) {
+    costs.gatheredTensors.push_back(
+        {elements, forwardSeconds, backwardSeconds});
+  };
+  double qkvSeconds = linearOf(tokens, qkvOut, h);
+  double rerun = costs.layerRecompute + costs.layerTpRecompute;
+  if (ms.family == "gpt2") {
+    add(h * qkvOut, qkvSeconds + attention + softmax,
+        2 * qkvSeconds + 2 * blockEnd + tpCollective + rerun);
+  } else {
+    // q, k and v share the fused shape's seconds by their columns.
+    double q = double(ms.numHeads) * ms.headDim / t,
+           kv = double(ms.numKvHeads) * ms.headDim / t;
+    add(h * q, qkvSeconds * q / qkvOut,
+        2 * qkvSeconds * q / qkvOut + 2 * blockEnd + tpCollective + rerun);
+    add(h * kv, qkvSeconds * kv / qkvOut, 2 * qkvSeconds * kv / qkvOut);
+    add(h * kv, qkvSeconds * kv / qkvOut + attention + softmax,
+        2 * qkvSeconds * kv / qkvOut);
+  }
+  double outSeconds = linearOf(tokens, h, attnOut);
+  add(attnOut * h, outSeconds + blockEnd + tpCollective,
+      2 * outSeconds + attentionBackward + 2 * softmax);
+  double upSeconds = linearOf(tokens, mlpOut, h) / (ms.gatedMlp ? 2 : 1);
+  if (ms.gatedMlp)
+    add(h * ffnHere, upSeconds, 2 * upSeconds + 2 * blockEnd + tpCollective);
+  add(h * ffnHere, upSeconds + activation,
+      2 * upSeconds + (ms.gatedMlp ? 0.0 : 2 * blockEnd + tpCollective));
+  double downSeconds = linearOf(tokens, h, ffnHere);
+  add(ffnHere * h, downSeconds + blockEnd + tpCollective,
+      2 * downSeconds + 2 * activation);
+
   // Embedding: gather + position add forward, scatter-add backward (3h
   // elements each way); the vocabulary-parallel lookup ends in one TP
   // collective.
@@ -661,6 +722,32 @@ std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
     vectors.push_back(h);
   }
   return vectors;
+}
+
+/// The seconds one pass over ZeRO-3's gather units takes beyond its compute
+/// (docs/planner.md, "ZeRO-3"): unit k's gather starts once gather k-1 is
+/// done and compute has begun using unit k - depth (the compiled plan's
+/// prefetch); compute begins using unit k once that gather is done and unit
+/// k-1's compute has run. `scatter`: a reduce-scatter of the unit's
+/// gradients after its compute, on a stream of its own, which may end after
+/// the compute does.
+double exposedGathers(const std::vector<double> &gather,
+                      const std::vector<double> &compute,
+                      const std::vector<double> &scatter, int64_t depth) {
+  std::vector<double> use(gather.size());
+  double gathered = 0, computed = 0, scattered = 0, busy = 0;
+  for (size_t k = 0; k < gather.size(); ++k) {
+    double start = gathered;
+    if (k >= size_t(depth))
+      start = std::max(start, use[k - size_t(depth)]);
+    gathered = start + gather[k];
+    use[k] = std::max(gathered, computed);
+    computed = use[k] + compute[k];
+    busy += compute[k];
+    if (!scatter.empty())
+      scattered = std::max(scattered, computed) + scatter[k];
+  }
+  return std::max(computed, scattered) - busy;
 }
 
 /// weft-schedule's default persist-threshold for a rank of `stage`.
@@ -951,11 +1038,11 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   // The part of the last backward that DP collectives already occupy
   // (optimizer offload's gradient copies share what is left).
   double reduceBusy = 0;
-  // `calls` DP collectives moving `bytes` in all: the bytes once, and the
-  // latency (a one-byte collective's time) of every call after the first.
+  // `calls` DP collectives moving `bytes` in all: the bytes once, the
+  // latency of every call.
   auto inCalls = [&](Collective kind, double bytes, double calls) {
-    return collectiveTime(kind, hardware, consts, dpSpan, bytes) +
-           (calls - 1) * collectiveTime(kind, hardware, consts, dpSpan, 1.0);
+    CommTime one = collectiveCost(kind, hardware, consts, dpSpan, bytes);
+    return CommTime{calls * one.latency, one.transfer};
   };
   if (c.dp > 1 && c.zero < 3) {
     double gradBytes = rankParams * elem;
@@ -979,7 +1066,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     }
     Collective reduce =
         c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
-    double reduceTime = inCalls(reduce, gradBytes, calls);
+    double reduceTime = inCalls(reduce, gradBytes, calls).total();
     reduceBusy = std::min(reduceTime, backwardWindow);
     // Buckets reduce while backward continues; the last one cannot hide.
     double exposed = std::max(reduceTime / calls, reduceTime - backwardWindow);
@@ -988,51 +1075,100 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     if (c.zero >= 1) {
       // Updated parameter shards are all-gathered under the next forward.
       double gather =
-          inCalls(Collective::AllGather, rankParams * elem, buckets);
+          inCalls(Collective::AllGather, rankParams * elem, buckets).total();
       time.dpComm += std::max(0.0, gather - forwardWindow);
     }
   } else if (c.dp > 1) {
-    // ZeRO-3: every layer's parameters are gathered before its forward and
-    // again before its backward, and its gradients reduce-scattered after.
-    // Prefetching `depth` buckets ahead hides a gather under the previous
-    // layer's compute, up to the share of a layer the prefetch covers.
-    // The persistent small parameters are not gathered; the others are
-    // gathered tensor by tensor (small neighbours coalesced into buckets).
-    double layerBytes = double(spec.layerParams) / c.tp * elem;
-    double calls = std::max(std::ceil(layerBytes / c.bucketBytes),
-                            double(zero3GatheredTensorsPerLayer(c.tp)));
-    double gather = inCalls(Collective::AllGather, layerBytes, calls);
-    double scatter = inCalls(Collective::ReduceScatter, layerBytes, calls);
-    double coverage =
-        std::min(1.0, double(c.prefetchDepth) * c.bucketBytes / layerBytes);
-    double forwardExposed =
-        std::max(0.0, gather - coverage * overlap *
-                                   (costs.layerForward + costs.layerTpForward));
-    // With full recompute a layer backward's re-run ops gather what they
-    // read again (weft-schedule gathers per phase): every layer parameter
-    // but the MLP's (selective re-runs only the norms, whose small
-    // parameters persist).
-    double rerunGather = 0;
-    if (c.recompute == Recompute::Full) {
-      double attentionParams = double(spec.hiddenSize) * spec.headDim *
-                               (2.0 * spec.numHeads + 2.0 * spec.numKvHeads);
-      double share = std::min(1.0, attentionParams /
-                                       std::max(1.0, double(spec.layerParams)));
-      // The same calls over the attention's share of the bytes (the
-      // latency of a share of them).
-      double latency =
-          collectiveTime(Collective::AllGather, hardware, consts, dpSpan, 1.0);
-      rerunGather = collectiveTime(Collective::AllGather, hardware, consts,
-                                   dpSpan, share * layerBytes) +
-                    (calls - 1) * share * latency;
+    // ZeRO-3: every layer's units are gathered before their first use in
+    // the forward and again in the backward, `prefetch_depth` units ahead
+    // of compute, and their gradients reduce-scattered after the backward
+    // used them. The small persistent parameters are not gathered; vectors
+    // over the persistence threshold are gathered with the q|k|v unit. In
+    // backward the gathers share the links' bandwidth with the
+    // reduce-scatters on the other stream (each waits out its own latency).
+    // Compute hides transfers at `overlap` of its speed.
+    int64_t depth = std::max<int64_t>(1, c.prefetchDepth);
+    // Gather units as weft-schedule forms them: a tensor, or neighbours
+    // used one after the other, each at most a quarter of the limit and
+    // together at most the limit, `bucket_bytes` capped at the stage's
+    // second largest gathered parameter. Only the forward's order runs
+    // through slot order, so the backward gathers tensor by tensor.
+    const std::vector<PerMicroBatch::GatheredTensor> &tensors =
+        costs.gatheredTensors;
+    double matrix = 0;
+    for (const PerMicroBatch::GatheredTensor &tensor : tensors)
+      matrix = std::max(matrix, tensor.elements);
+    bool firstStage = slowest == 0, lastStage = slowest == c.pp - 1;
+    double table = double(spec.vocabSize) * spec.hiddenSize / c.tp;
+    double positions =
+        spec.rotary ? 0.0 : double(spec.maxPositions) * spec.hiddenSize;
+    std::vector<double> gathered = {matrix, matrix};
+    if (firstStage)
+      gathered.insert(gathered.end(), {table, positions});
+    if (lastStage && !spec.tiedHead)
+      gathered.push_back(table);
+    std::sort(gathered.begin(), gathered.end(), std::greater<double>());
+    double limit = std::min(double(c.bucketBytes), gathered[1] * elem);
+    // Vectors over the persistence threshold: gathered with the first unit
+    // (their calls' latency; their bytes are few).
+    double vectorCalls =
+        double(zero3GatheredTensorsPerLayer(c.tp)) - (spec.gatedMlp ? 5 : 4);
+    auto bytesOf = [&](const PerMicroBatch::GatheredTensor &tensor) {
+      return tensor.elements * elem;
+    };
+    std::vector<double> forwardGathers, forwardCompute, backwardGathers,
+        backwardCompute, backwardScatters;
+    for (size_t k = 0; k < tensors.size();) {
+      double bytes = bytesOf(tensors[k]), compute = tensors[k].forward;
+      size_t next = k + 1;
+      while (next < tensors.size() && 4 * bytes <= limit &&
+             4 * bytesOf(tensors[next]) <= limit &&
+             bytes + bytesOf(tensors[next]) <= limit) {
+        bytes += bytesOf(tensors[next]);
+        compute += tensors[next++].forward;
+      }
+      double calls = 1 + (k == 0 ? vectorCalls : 0.0);
+      forwardGathers.push_back(
+          inCalls(Collective::AllGather, bytes, calls).total());
+      forwardCompute.push_back(overlap * compute);
+      k = next;
     }
-    double backwardExposed =
-        std::max(0.0, gather + rerunGather + scatter -
-                          coverage * overlap *
-                              (costs.layerBackward + costs.layerRecompute +
-                               costs.layerTpBackward + costs.layerTpRecompute));
-    // The first gather of each micro-batch has nothing to hide behind.
-    time.zeroComm = m * (layers * (forwardExposed + backwardExposed) + gather);
+    for (size_t k = tensors.size(); k-- > 0;) {
+      double bytes = bytesOf(tensors[k]);
+      double calls = 1 + (k == 0 ? vectorCalls : 0.0);
+      CommTime gather = inCalls(Collective::AllGather, bytes, calls);
+      CommTime scatter = inCalls(Collective::ReduceScatter, bytes, calls);
+      // The gathers share the links' bandwidth with the reduce-scatters on
+      // the other stream; each waits out its own calls' latency.
+      double seconds = gather.total() + scatter.transfer;
+      // With full recompute the re-run attention gathers its parameters
+      // again (weft-schedule gathers per phase), before the down
+      // projection's gradient.
+      if (c.recompute == Recompute::Full && k + 1 == tensors.size())
+        for (size_t a = 0; a + (spec.gatedMlp ? 3 : 2) < tensors.size(); ++a)
+          seconds +=
+              inCalls(Collective::AllGather, bytesOf(tensors[a]), 1).total();
+      backwardGathers.push_back(seconds);
+      backwardCompute.push_back(overlap * tensors[k].backward);
+      backwardScatters.push_back(scatter.total() + gather.transfer);
+    }
+    size_t perLayerForward = forwardGathers.size(),
+           perLayerBackward = backwardGathers.size();
+    for (int64_t layer = 1; layer < int64_t(layers); ++layer) {
+      for (size_t u = 0; u < perLayerForward; ++u) {
+        forwardGathers.push_back(forwardGathers[u]);
+        forwardCompute.push_back(forwardCompute[u]);
+      }
+      for (size_t u = 0; u < perLayerBackward; ++u) {
+        backwardGathers.push_back(backwardGathers[u]);
+        backwardCompute.push_back(backwardCompute[u]);
+        backwardScatters.push_back(backwardScatters[u]);
+      }
+    }
+    time.zeroComm =
+        m * (exposedGathers(forwardGathers, forwardCompute, {}, depth) +
+             exposedGathers(backwardGathers, backwardCompute, backwardScatters,
+                            depth));
   }
 
   double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;

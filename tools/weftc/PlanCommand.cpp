@@ -40,6 +40,7 @@ Constraints constraintsFrom(const PlanOptions &options) {
   }
   c.microBatch = options.microBatch;
   c.virtualStages = options.virtualStages;
+  c.prefetchDepth = options.prefetchDepth;
   if (options.recompute)
     c.recompute = parseFlag("--recompute", *options.recompute, parseRecompute);
   if (options.schedule)

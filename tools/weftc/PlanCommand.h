@@ -25,7 +25,8 @@ struct PlanOptions {
   std::string cluster;
   std::optional<int64_t> globalBatch, seqLen;
   std::string precision = "bf16";
-  std::optional<int64_t> tp, pp, dp, zero, microBatch, virtualStages;
+  std::optional<int64_t> tp, pp, dp, zero, microBatch, virtualStages,
+      prefetchDepth;
   std::optional<std::string> recompute, schedule, sequenceParallel;
   /// `--offload none|optimizer|auto` (unset or auto: searched) and
   /// `--attention flash|eager` (plan only; compile lowers neither choice).

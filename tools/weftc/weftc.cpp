@@ -110,6 +110,11 @@ cl::opt<std::string>
 cl::opt<int64_t> planVirtualStages(
     "virtual-stages", cl::desc("Fix the model chunks per pipeline rank"),
     cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
+cl::opt<int64_t> planPrefetchDepth(
+    "prefetch-depth",
+    cl::desc("Fix the ZeRO-3 prefetch depth: gather units issued ahead of "
+             "compute (searched over 1, 2, 4)"),
+    cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<std::string> planSequenceParallel(
     "sequence-parallel", cl::desc("Fix sequence parallelism: on|off"),
     cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
@@ -389,6 +394,7 @@ int collectPlanOptions(StringRef command, weft::PlanOptions &options) {
   options.zero = optionalFlag(planZero);
   options.microBatch = optionalFlag(planMicroBatch);
   options.virtualStages = optionalFlag(planVirtualStages);
+  options.prefetchDepth = optionalFlag(planPrefetchDepth);
   options.recompute = optionalFlag(planRecompute);
   options.schedule = optionalFlag(planSchedule);
   options.sequenceParallel = optionalFlag(planSequenceParallel);
@@ -398,7 +404,8 @@ int collectPlanOptions(StringRef command, weft::PlanOptions &options) {
         std::pair{"--seq-len", options.seqLen}, std::pair{"--tp", options.tp},
         std::pair{"--pp", options.pp}, std::pair{"--dp", options.dp},
         std::pair{"--micro-batch", options.microBatch},
-        std::pair{"--virtual-stages", options.virtualStages}})
+        std::pair{"--virtual-stages", options.virtualStages},
+        std::pair{"--prefetch-depth", options.prefetchDepth}})
     if (value && *value <= 0)
       return fail(command + ": " + flag +
                   ": expected a positive integer, got " + llvm::Twine(*value));

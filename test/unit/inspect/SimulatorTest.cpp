@@ -286,6 +286,108 @@ TEST(Simulator, CollectiveMembersPayTheLatencyOnce) {
   EXPECT_DOUBLE_EQ(stepTime(bundleOf(false)), 100 + 4 * 2);
 }
 
+/// Four ranks, two per node, one program: its streams all-reduce 25 f32
+/// (100 B: 100 s alone on the unit cluster's links) in the group families
+/// they name, stream s after a kernel touching delays[s] bytes (seconds).
+/// Family 0 (TP) pairs the ranks of a node (NVLink), family 1 (DP) the ranks of
+/// the two nodes (the NICs).
+Bundle concurrentTransfers(const std::vector<int64_t> &families,
+                           const std::vector<int64_t> &delays) {
+  Bundle bundle = baseBundle({2, 1, 2}, 1);
+  bundle.groups.push_back({0, GroupKind::TP, {{0, 1}, {2, 3}}});
+  bundle.groups.push_back({1, GroupKind::DP, {{0, 2}, {1, 3}}});
+  bundle.rankRoles = {0, 0, 0, 0};
+  Program program;
+  int64_t streams = int64_t(families.size());
+  program.persistentBytes = 384 * streams;
+  for (int64_t s = 0; s < streams; ++s) // buffer ids are their indices
+    program.buffers.push_back(buffer(s, "grads" + std::to_string(s),
+                                     Region::Persistent, 128 * s, 100));
+  for (int64_t s = 0; s < streams; ++s)
+    program.buffers.push_back(buffer(streams + s, "in" + std::to_string(s),
+                                     Region::Persistent,
+                                     128 * streams + 256 * s, 256));
+  for (size_t s = 0; s < families.size(); ++s) {
+    int64_t grads = int64_t(s), input = streams + int64_t(s);
+    std::vector<Instruction> insts;
+    if (delays[s] > 0) // reads and writes half the delay's bytes each
+      insts.push_back(kernel(0, {{input, 0, delays[s] / 2}},
+                             {{input, 128, delays[s] / 2}}, "bwd"));
+    insts.push_back(comm(Opcode::AllReduce, families[s], 25, {{grads, 0, 100}},
+                         {{grads, 0, 100}}, "bwd"));
+    program.streams.push_back({"sync" + std::to_string(s), insts});
+  }
+  bundle.programs.push_back(program);
+  return bundle;
+}
+
+planner::Cluster twoNodes() {
+  planner::Cluster cluster = unitCluster();
+  cluster.nodes = 2;
+  cluster.gpusPerNode = 2;
+  return cluster;
+}
+
+double transferEnd(const Timeline &timeline, size_t stream) {
+  return timeline.roles[0].streams[stream].back().end;
+}
+
+TEST(Simulator, TransfersOnOneLinkShareItsBandwidth) {
+  Bundle bundle = concurrentTransfers({0, 0}, {0, 0});
+  ASSERT_TRUE(plan::verify(bundle).ok());
+  InstructionCosts costs(bundle, twoNodes(), unitConstants());
+  Timeline timeline = simulate(bundle, costs);
+  // Alone 100 s each; together each moves at half the rate.
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 0), 200);
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 1), 200);
+  EXPECT_DOUBLE_EQ(timeline.roles[0].streams[1].back().start, 0);
+}
+
+TEST(Simulator, TransfersOnDifferentLinksDoNotSlowEachOther) {
+  // TP within the node, DP across the nodes: NVLink and the NICs.
+  Bundle bundle = concurrentTransfers({0, 1}, {0, 0});
+  ASSERT_TRUE(plan::verify(bundle).ok());
+  InstructionCosts costs(bundle, twoNodes(), unitConstants());
+  const Instruction &tp = bundle.programs[0].streams[0].instructions[0];
+  const Instruction &dp = bundle.programs[0].streams[1].instructions[0];
+  EXPECT_EQ(costs.linkUse(tp, 0)->link, Link::IntraNode);
+  EXPECT_EQ(costs.linkUse(dp, 0)->link, Link::InterNode);
+  EXPECT_DOUBLE_EQ(costs.linkUse(tp, 0)->time.latency, 0);
+  Timeline timeline = simulate(bundle, costs);
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 0), 100);
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 1), 100);
+}
+
+TEST(Simulator, ALaterTransferSharesOnlyWhatIsLeft) {
+  // Stream 1 starts its all-reduce at 50 s: stream 0 moved half alone, the
+  // other half at half rate (50-150); stream 1 then finishes alone at 200.
+  Bundle bundle = concurrentTransfers({0, 0}, {0, 50});
+  plan::VerifyResult verified = plan::verify(bundle);
+  ASSERT_TRUE(verified.ok()) << verified.diagnostics.front().message;
+  InstructionCosts costs(bundle, twoNodes(), unitConstants());
+  Timeline timeline = simulate(bundle, costs);
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 0), 150);
+  EXPECT_DOUBLE_EQ(timeline.roles[0].streams[1].back().start, 50);
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 1), 200);
+  EXPECT_DOUBLE_EQ(timeline.stepTimeS, 200);
+}
+
+TEST(Simulator, ConcurrentTransfersEachWaitOutTheirOwnLatency) {
+  // 1 s per ring hop: an all-reduce over two ranks takes two hops. Shared
+  // bytes (200 s for both), unshared latency: 202 s, not 204 s.
+  planner::Cluster cluster = twoNodes();
+  cluster.intraNodeLatencyUs = 1e6;
+  Bundle bundle = concurrentTransfers({0, 0}, {0, 0});
+  InstructionCosts costs(bundle, cluster, unitConstants());
+  const Instruction &first = bundle.programs[0].streams[0].instructions[0];
+  EXPECT_DOUBLE_EQ(costs.linkUse(first, 0)->time.latency, 2);
+  EXPECT_DOUBLE_EQ(costs.linkUse(first, 0)->time.transfer, 100);
+  EXPECT_DOUBLE_EQ(costs.seconds(first, 0), 102);
+  Timeline timeline = simulate(bundle, costs);
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 0), 202);
+  EXPECT_DOUBLE_EQ(transferEnd(timeline, 1), 202);
+}
+
 TEST(Simulator, DeadlockIsOneLineError) {
   plan::Bundle bundle = pipelineBundle();
   // Stage 0 now waits for the gradient before sending the activation: both

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace weft::planner;
@@ -360,21 +361,73 @@ TEST(Time, CollectivesFollowTheTopology) {
   // Latency per hop, as NCCL's tuning model: 32 ranks over 4 nodes (8 per
   // node) reduce-scatter in 31 steps, 3 of them between nodes; a ring
   // all-reduce one rank per node crosses nodes on every one of its 6 steps.
-  double tiny = 1e-6;
-  auto latencyOf = [&](Collective kind, const GroupSpan &span,
-                       double bandwidth) {
-    double share = double(span.size - 1) / double(span.size) * tiny / bandwidth;
-    return collectiveTime(kind, c, k, span, tiny) -
-           (kind == Collective::AllReduce ? 2 : 1) * share;
-  };
-  double nicBw = 8 * 25e9 * k.interNodeBusEfficiency;
-  double nvlinkBw = 300e9 * k.intraNodeBusEfficiency;
+  // The split into latency and transfer (what concurrent transfers share).
   EXPECT_NEAR(
-      latencyOf(Collective::ReduceScatter, packed, std::min(nicBw, nvlinkBw)),
+      collectiveCost(Collective::ReduceScatter, c, k, packed, 1.0).latency,
       28 * 2e-6 + 3 * 5e-6, 1e-12);
-  EXPECT_NEAR(
-      latencyOf(Collective::AllReduce, dp, 25e9 * k.interNodeBusEfficiency),
-      6 * 5e-6, 1e-12);
+  EXPECT_NEAR(collectiveCost(Collective::AllReduce, c, k, dp, 1.0).latency,
+              6 * 5e-6, 1e-12);
+  CommTime split = collectiveCost(Collective::AllGather, c, k, dp, bytes);
+  EXPECT_DOUBLE_EQ(split.transfer,
+                   3.0 / 4 * bytes / (25e9 * k.interNodeBusEfficiency));
+  EXPECT_DOUBLE_EQ(split.total(),
+                   collectiveTime(Collective::AllGather, c, k, dp, bytes));
+  CommTime p2p = pointToPointCost(c, k, /*crossesNodes=*/true, bytes);
+  EXPECT_DOUBLE_EQ(p2p.latency, 5e-6);
+  EXPECT_DOUBLE_EQ(p2p.transfer, bytes / (25e9 * k.interNodeBusEfficiency));
+}
+
+TEST(Time, ZeroThreeBackwardSharesTheLinksNotTheLatency) {
+  // Links so fast that only latency is left, and no compute hides ZeRO-3's
+  // transfers: per layer and micro-batch the forward gathers its four
+  // matrices one after the other (none is under a quarter of the 25 MB
+  // bucket; the vectors persist), then the backward gathers them again
+  // while the reduce-scatters run on their own stream, each waiting out its
+  // own calls' latency (side by side, not one after the other): only the
+  // last reduce-scatter ends after the last gather.
+  Cluster cluster = clusterPreset("dgx-a100-80g:2");
+  cluster.intraNodeBandwidthGBs = cluster.interNodeBandwidthGBs = 1e12;
+  CostConstants k;
+  k.commOverlapFraction = 0;
+  TrainingConfig training;
+  training.globalBatch = 64;
+  training.seqLen = 2048;
+  training.precision = Precision::BF16;
+  ParallelConfig c = dataParallel(3, 16, 64);
+  c.recompute = Recompute::None;
+  ModelSpec model = gpt1p3b();
+  Estimate estimate = CostModel(model, cluster, training, k).evaluate(c);
+  double latency = collectiveCost(Collective::AllGather, cluster, k,
+                                  spanOfGroup(cluster, 16, 1), 1.0)
+                       .latency;
+  double layers = double(model.numLayers), microBatches = double(c.gradAccum);
+  EXPECT_NEAR(estimate.time.zeroComm,
+              microBatches * (2 * layers * 4 + 1) * latency,
+              1e-3 * estimate.time.zeroComm);
+}
+
+TEST(Time, ZeroThreeDeeperPrefetchHidesUnevenGathers) {
+  // gpt2-medium's shape on 64 GPUs over 8 nodes: each gather waits out 56
+  // NVLink and 7 NIC hops, longer than the compute between some first uses
+  // (the attention output projection's), which one unit of prefetch cannot
+  // smooth over and two can.
+  TrainingConfig training;
+  training.globalBatch = 256;
+  training.seqLen = 1024;
+  training.precision = Precision::BF16;
+  CostModel model(weft::planner::test::gpt(1024, 24, 16),
+                  clusterPreset("dgx-a100-80g:8"), training);
+  ParallelConfig c = dataParallel(3, 64, 256);
+  c.microBatch = 2;
+  c.gradAccum = 2;
+  c.recompute = Recompute::None;
+  auto exposed = [&](int64_t depth) {
+    c.prefetchDepth = depth;
+    return model.evaluate(c).time.zeroComm;
+  };
+  EXPECT_GT(exposed(1), 1.05 * exposed(2)); // 26.8 against 23.8 ms
+  EXPECT_GE(exposed(2), exposed(4));
+  EXPECT_GT(exposed(4), 0); // each pass's first gather has nothing to hide
 }
 
 TEST(Time, ModelFlopsAndThroughputIdentities) {

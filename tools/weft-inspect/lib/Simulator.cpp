@@ -5,8 +5,11 @@
 #include "weft/plan/Error.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <limits>
 #include <map>
+#include <queue>
 #include <set>
 #include <tuple>
 
@@ -190,6 +193,39 @@ InstructionCosts::attentionSeconds(const plan::Instruction &inst,
   return forward ? seconds : 2.5 * seconds;
 }
 
+std::optional<LinkUse> InstructionCosts::linkUse(const plan::Instruction &inst,
+                                                 int64_t rank) const {
+  auto collective = [&](planner::Collective kind) -> LinkUse {
+    const planner::GroupSpan &span = spans[inst.group][groupOf(inst, rank)];
+    return {
+        span.nodes > 1 ? Link::InterNode : Link::IntraNode,
+        planner::collectiveCost(kind, hardware, consts, span, commBytes(inst))};
+  };
+  switch (inst.opcode) {
+  case Opcode::AllReduce:
+    return collective(planner::Collective::AllReduce);
+  case Opcode::ReduceScatter:
+    return collective(planner::Collective::ReduceScatter);
+  case Opcode::AllGather:
+  case Opcode::Broadcast:
+    // A pipelined ring broadcast moves the buffer over every link once, like
+    // an all-gather of the same bytes.
+    return collective(planner::Collective::AllGather);
+  case Opcode::Send:
+  case Opcode::Recv: {
+    int64_t peer =
+        bundle.groups[inst.group].groups[groupOf(inst, rank)][inst.peer];
+    bool crossesNodes =
+        peer / hardware.gpusPerNode != rank / hardware.gpusPerNode;
+    return LinkUse{crossesNodes ? Link::InterNode : Link::IntraNode,
+                   planner::pointToPointCost(hardware, consts, crossesNodes,
+                                             commBytes(inst))};
+  }
+  default:
+    return std::nullopt;
+  }
+}
+
 double InstructionCosts::seconds(const plan::Instruction &inst,
                                  int64_t rank) const {
   switch (inst.opcode) {
@@ -213,29 +249,12 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
                          consts.memoryBandwidthFraction),
                     attentionSeconds(inst, rank).value_or(0.0));
   case Opcode::AllReduce:
-    return planner::collectiveTime(
-        planner::Collective::AllReduce, hardware, consts,
-        spans[inst.group][groupOf(inst, rank)], commBytes(inst));
   case Opcode::ReduceScatter:
-    return planner::collectiveTime(
-        planner::Collective::ReduceScatter, hardware, consts,
-        spans[inst.group][groupOf(inst, rank)], commBytes(inst));
   case Opcode::AllGather:
   case Opcode::Broadcast:
-    // A pipelined ring broadcast moves the buffer over every link once, like
-    // an all-gather of the same bytes.
-    return planner::collectiveTime(
-        planner::Collective::AllGather, hardware, consts,
-        spans[inst.group][groupOf(inst, rank)], commBytes(inst));
   case Opcode::Send:
-  case Opcode::Recv: {
-    int64_t peer =
-        bundle.groups[inst.group].groups[groupOf(inst, rank)][inst.peer];
-    bool crossesNodes =
-        peer / hardware.gpusPerNode != rank / hardware.gpusPerNode;
-    return planner::pointToPointTime(hardware, consts, crossesNodes,
-                                     commBytes(inst));
-  }
+  case Opcode::Recv:
+    return linkUse(inst, rank)->time.total();
   case Opcode::RecordEvent:
   case Opcode::WaitEvent:
   case Opcode::Release:
@@ -246,7 +265,7 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
 
 namespace {
 
-/// A stream of one role, as the worklist sees it.
+/// A stream of one role, as the event queue sees it.
 struct StreamRef {
   int64_t role;
   int64_t stream;
@@ -255,7 +274,6 @@ struct StreamRef {
 /// Operations that have arrived at one rendezvous.
 struct Rendezvous {
   int64_t arrived = 0;
-  double latest = 0;
   std::vector<StreamRef> members;
 };
 
@@ -264,6 +282,45 @@ struct Rendezvous {
 // (source role, destination role, channel, sequence) with the first slot set
 // to -2 - source so the two kinds of key never collide.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+
+/// A collective or send/recv under way. Its bytes cross `link` of every
+/// member role, shared evenly with the other transfers crossing the same
+/// link of a member (the busiest member sets the pace); then its latency
+/// passes, which nothing shares.
+struct Transfer {
+  std::vector<StreamRef> members;
+  std::vector<int64_t> roles; // distinct
+  Link link = Link::IntraNode;
+  double start = 0;
+  double latency = 0;
+  double remaining = 0; // seconds of bytes left at the link's full rate,
+  double updated = 0;   // as of this time
+  double rate = 1;      // share of the link
+  uint64_t version = 0; // of the rate: older BytesDone entries are stale
+};
+
+/// When a transfer's bytes will all be across at its current rate.
+struct BytesDone {
+  double time = 0;
+  uint64_t order = 0;
+  int64_t transfer = -1;
+  uint64_t version = 0;
+  bool operator>(const BytesDone &other) const {
+    return std::tie(time, order) > std::tie(other.time, other.order);
+  }
+};
+
+/// Something that happens at `time`: a stream may go on (transfer < 0), or
+/// a transfer's latency has passed. Ties run in the order scheduled.
+struct Wakeup {
+  double time = 0;
+  uint64_t order = 0;
+  StreamRef ref{-1, -1};
+  int64_t transfer = -1;
+  bool operator>(const Wakeup &other) const {
+    return std::tie(time, order) > std::tie(other.time, other.order);
+  }
+};
 
 class Simulation {
 public:
@@ -276,7 +333,7 @@ private:
   struct RoleState {
     std::vector<size_t> pc;
     std::vector<double> clock;
-    std::vector<bool> arrived; // waiting at a rendezvous
+    std::vector<bool> arrived; // waiting at a rendezvous or for a transfer
     std::vector<double> eventTime;
     std::vector<std::vector<int64_t>> eventWaiters;
     std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> sequence;
@@ -285,6 +342,16 @@ private:
   void advance(StreamRef ref);
   Key rendezvousKey(StreamRef ref, const plan::Instruction &inst,
                     int64_t &expected);
+  void schedule(double time, StreamRef ref, int64_t transfer = -1);
+  void begin(const plan::Instruction &inst, StreamRef last,
+             std::vector<StreamRef> members);
+  void finish(int64_t transfer);
+  /// The bytes of transfer `id` are all across: its link is free for the
+  /// others, its latency starts.
+  void bytesDone(int64_t id);
+  /// The rates of the transfers on the links of `transfer`'s roles, after
+  /// one started or finished sharing them.
+  void shareLinks(const Transfer &transfer);
   [[noreturn]] void reportStuck() const;
 
   const plan::Bundle &bundle;
@@ -302,7 +369,17 @@ private:
   std::vector<std::vector<int64_t>> channelOf; // [role][stream]
   std::vector<RoleState> states;
   std::map<Key, Rendezvous> pending;
-  std::vector<StreamRef> worklist;
+  std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<Wakeup>>
+      wakeups;
+  uint64_t scheduled = 0;
+  double now = 0;
+  std::map<int64_t, Transfer> transfers; // by id
+  int64_t nextTransfer = 0;
+  /// [role][link]: the transfers whose bytes are crossing it.
+  std::vector<std::array<std::vector<int64_t>, 2>> onLink;
+  std::priority_queue<BytesDone, std::vector<BytesDone>,
+                      std::greater<BytesDone>>
+      bytesDoneAt;
   Timeline timeline;
 };
 
@@ -334,6 +411,85 @@ Key Simulation::rendezvousKey(StreamRef ref, const plan::Instruction &inst,
   return {-2 - source, destination, channel, seq};
 }
 
+void Simulation::schedule(double time, StreamRef ref, int64_t transfer) {
+  wakeups.push({time, scheduled++, ref, transfer});
+}
+
+void Simulation::shareLinks(const Transfer &changed) {
+  std::vector<int64_t> affected;
+  for (int64_t role : changed.roles) {
+    const std::vector<int64_t> &ids = onLink[role][size_t(changed.link)];
+    affected.insert(affected.end(), ids.begin(), ids.end());
+  }
+  std::sort(affected.begin(), affected.end());
+  affected.erase(std::unique(affected.begin(), affected.end()), affected.end());
+  for (int64_t id : affected) {
+    Transfer &transfer = transfers.at(id);
+    size_t busiest = 1;
+    for (int64_t role : transfer.roles)
+      busiest = std::max(busiest, onLink[role][size_t(transfer.link)].size());
+    double rate = 1.0 / double(busiest);
+    if (rate == transfer.rate && transfer.version > 0)
+      continue;
+    transfer.remaining = std::max(
+        0.0, transfer.remaining - transfer.rate * (now - transfer.updated));
+    transfer.updated = now;
+    transfer.rate = rate;
+    bytesDoneAt.push(
+        {now + transfer.remaining / rate, scheduled++, id, ++transfer.version});
+  }
+}
+
+void Simulation::bytesDone(int64_t id) {
+  const Transfer &transfer = transfers.at(id);
+  for (int64_t role : transfer.roles) {
+    std::vector<int64_t> &ids = onLink[role][size_t(transfer.link)];
+    ids.erase(std::find(ids.begin(), ids.end(), id));
+  }
+  shareLinks(transfer);
+  schedule(now + transfer.latency, {-1, -1}, id);
+}
+
+void Simulation::begin(const plan::Instruction &inst, StreamRef last,
+                       std::vector<StreamRef> members) {
+  LinkUse use = *costs.linkUse(inst, timeline.roles[last.role].firstRank);
+  int64_t id = nextTransfer++;
+  Transfer &transfer = transfers[id];
+  for (StreamRef member : members)
+    if (std::find(transfer.roles.begin(), transfer.roles.end(), member.role) ==
+        transfer.roles.end())
+      transfer.roles.push_back(member.role);
+  transfer.members = std::move(members);
+  transfer.link = use.link;
+  transfer.start = now;
+  transfer.latency = use.time.latency;
+  transfer.remaining = use.time.transfer;
+  if (transfer.remaining <= 0) {
+    schedule(now + transfer.latency, {-1, -1}, id);
+    return;
+  }
+  transfer.updated = now;
+  for (int64_t role : transfer.roles)
+    onLink[role][size_t(transfer.link)].push_back(id);
+  shareLinks(transfer);
+}
+
+void Simulation::finish(int64_t id) {
+  Transfer &transfer = transfers.at(id);
+  for (StreamRef member : transfer.members) {
+    RoleState &state = states[member.role];
+    InstTiming &done = timeline.roles[member.role]
+                           .streams[member.stream][state.pc[member.stream]];
+    done.start = transfer.start;
+    done.end = now;
+    state.clock[member.stream] = now;
+    ++state.pc[member.stream];
+    state.arrived[member.stream] = false;
+    schedule(now, member);
+  }
+  transfers.erase(id);
+}
+
 void Simulation::advance(StreamRef ref) {
   RoleState &state = states[ref.role];
   const plan::Stream &stream = bundle.programs[ref.role].streams[ref.stream];
@@ -342,6 +498,9 @@ void Simulation::advance(StreamRef ref) {
   size_t &pc = state.pc[ref.stream];
   double &clock = state.clock[ref.stream];
   int64_t rank = timeline.roles[ref.role].firstRank;
+  // Instructions that touch no link run ahead of simulated time (their
+  // durations are fixed); a transfer starts only once `now` reaches it, so
+  // the transfers sharing a link are known when its rate is set.
   while (pc < stream.instructions.size()) {
     const plan::Instruction &inst = stream.instructions[pc];
     InstTiming &timing = timings[pc];
@@ -354,39 +513,30 @@ void Simulation::advance(StreamRef ref) {
       timing = {clock, std::max(clock, recorded), std::max(clock, recorded)};
     } else if (isCommOp(inst.opcode)) {
       if (state.arrived[ref.stream])
-        return; // still waiting for its partners
+        return; // waiting for its partners or its bytes
+      if (clock > now) {
+        schedule(clock, ref);
+        return;
+      }
       int64_t expected = 0;
       Key key = rendezvousKey(ref, inst, expected);
       Rendezvous &meeting = pending[key];
       meeting.members.push_back(ref);
-      meeting.latest = std::max(meeting.latest, clock);
       timing.arrive = clock;
       state.arrived[ref.stream] = true;
       if (++meeting.arrived < expected)
         return;
-      double start = meeting.latest;
-      double end = start + costs.seconds(inst, rank);
-      for (StreamRef member : meeting.members) {
-        RoleState &other = states[member.role];
-        InstTiming &done = timeline.roles[member.role]
-                               .streams[member.stream][other.pc[member.stream]];
-        done.start = start;
-        done.end = end;
-        other.clock[member.stream] = end;
-        ++other.pc[member.stream];
-        other.arrived[member.stream] = false;
-        if (member.role != ref.role || member.stream != ref.stream)
-          worklist.push_back(member);
-      }
+      std::vector<StreamRef> members = std::move(meeting.members);
       pending.erase(key);
-      continue;
+      begin(inst, ref, std::move(members));
+      return;
     } else {
       double end = clock + costs.seconds(inst, rank);
       timing = {clock, clock, end};
       if (inst.opcode == Opcode::RecordEvent) {
         state.eventTime[inst.event] = clock;
         for (int64_t waiter : state.eventWaiters[inst.event])
-          worklist.push_back({ref.role, waiter});
+          schedule(clock, {ref.role, waiter});
         state.eventWaiters[inst.event].clear();
       }
     }
@@ -421,6 +571,7 @@ Timeline Simulation::run() {
   timeline.roles.resize(numRoles);
   states.resize(numRoles);
   channelOf.resize(numRoles);
+  onLink.resize(numRoles);
   for (int64_t rank = int64_t(rankRoles.size()) - 1; rank >= 0; --rank)
     timeline.roles[rankRoles[rank]].firstRank = rank;
   std::map<std::pair<int64_t, std::set<int64_t>>, int64_t> meetingIds;
@@ -460,13 +611,39 @@ Timeline Simulation::run() {
       if (timeline.roles[role].firstRank < 0)
         state.pc[s] = stream.instructions.size();
       else
-        worklist.push_back({int64_t(role), int64_t(s)});
+        schedule(0, {int64_t(role), int64_t(s)});
     }
   }
-  while (!worklist.empty()) {
-    StreamRef ref = worklist.back();
-    worklist.pop_back();
-    advance(ref);
+  // Time order: the next wakeup, or the next transfer whose bytes are all
+  // across (at a tie the transfer first, so it does not share its last
+  // instant with one starting then).
+  while (true) {
+    // Entries from before a rate change are stale (the transfer may have
+    // finished since).
+    while (!bytesDoneAt.empty()) {
+      auto it = transfers.find(bytesDoneAt.top().transfer);
+      if (it != transfers.end() &&
+          it->second.version == bytesDoneAt.top().version)
+        break;
+      bytesDoneAt.pop();
+    }
+    if (!bytesDoneAt.empty() &&
+        (wakeups.empty() || bytesDoneAt.top().time <= wakeups.top().time)) {
+      BytesDone done = bytesDoneAt.top();
+      bytesDoneAt.pop();
+      now = done.time;
+      bytesDone(done.transfer);
+      continue;
+    }
+    if (wakeups.empty())
+      break;
+    Wakeup wakeup = wakeups.top();
+    wakeups.pop();
+    now = wakeup.time;
+    if (wakeup.transfer >= 0)
+      finish(wakeup.transfer);
+    else
+      advance(wakeup.ref);
   }
   for (size_t role = 0; role < numRoles; ++role) {
     const plan::Program &program = bundle.programs[role];

@@ -217,13 +217,32 @@ struct GroupSpan {
 GroupSpan spanOfGroup(const Cluster &cluster, int64_t size, int64_t stride);
 
 enum class Collective { AllReduce, AllGather, ReduceScatter };
+/// A transfer's time as its two alpha-beta terms: the hops' latency, and the
+/// bytes over the link bandwidth (what concurrent transfers on the same links
+/// share: weft-inspect's simulator).
+struct CommTime {
+  double latency = 0;
+  double transfer = 0;
+  double total() const { return latency + transfer; }
+};
 /// Alpha-beta time of a collective over `bytes` (the full, unsharded
 /// buffer). Ring, or tree for large groups, whichever is faster.
-double collectiveTime(Collective kind, const Cluster &cluster,
-                      const CostConstants &constants, const GroupSpan &span,
-                      double bytes);
-double pointToPointTime(const Cluster &cluster, const CostConstants &constants,
-                        bool crossesNodes, double bytes);
+CommTime collectiveCost(Collective kind, const Cluster &cluster,
+                        const CostConstants &constants, const GroupSpan &span,
+                        double bytes);
+CommTime pointToPointCost(const Cluster &cluster,
+                          const CostConstants &constants, bool crossesNodes,
+                          double bytes);
+inline double collectiveTime(Collective kind, const Cluster &cluster,
+                             const CostConstants &constants,
+                             const GroupSpan &span, double bytes) {
+  return collectiveCost(kind, cluster, constants, span, bytes).total();
+}
+inline double pointToPointTime(const Cluster &cluster,
+                               const CostConstants &constants,
+                               bool crossesNodes, double bytes) {
+  return pointToPointCost(cluster, constants, crossesNodes, bytes).total();
+}
 /// Optimizer offload's host side (docs/planner.md, "Optimizer offload"): the
 /// ranks sharing one node's CPU and DRAM, and the seconds of the CPU AdamW
 /// per parameter of one rank (memory- or compute-bound, the node shared by

@@ -4,7 +4,8 @@
 // starts no earlier than its record_event, a collective starts when the last
 // member arrives and ends together for all members, a send/recv pair is a
 // rendezvous. Instruction durations come from the planner's cost model
-// (docs/inspect.md, "Cost model").
+// (docs/inspect.md, "Cost model"); transfers crossing the same link of a rank
+// at once share its bandwidth (docs/inspect.md, "Links").
 //
 // Ranks of one role run the same program and arrive at every collective
 // together with their own group of the family it names (the DP replicas of a
@@ -39,6 +40,14 @@ int64_t hostOperands(const plan::Program &program,
 const plan::Kernel *attentionKernel(const plan::Bundle &bundle,
                                     const plan::Instruction &inst);
 
+/// The links a rank's transfers cross: its GPUs' NVLink (groups and peers
+/// within its node) or its node's NICs (those spanning nodes).
+enum class Link { IntraNode, InterNode };
+struct LinkUse {
+  Link link = Link::IntraNode;
+  planner::CommTime time; // alone on the link
+};
+
 /// Seconds of one instruction in isolation (no waiting).
 class InstructionCosts {
 public:
@@ -50,6 +59,10 @@ public:
   /// Bytes the communication instruction moves per rank (the full buffer of
   /// an all-gather or reduce-scatter, the payload otherwise).
   double commBytes(const plan::Instruction &inst) const;
+  /// The link a collective or send/recv of `rank` crosses and its time
+  /// alone on it; nullopt for other instructions.
+  std::optional<LinkUse> linkUse(const plan::Instruction &inst,
+                                 int64_t rank) const;
 
   const planner::Cluster &cluster() const { return hardware; }
   const planner::CostConstants &constants() const { return consts; }
