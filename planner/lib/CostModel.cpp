@@ -492,11 +492,19 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double elementwiseElems = 10 * h / spShard + softmaxElems +
                             (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t;
   double elementwise = tokens * elementwiseElems * e / hbm;
+  // Sequence parallelism as compiled: each block's all-gather and
+  // reduce-scatter stage the full activations through copies between the
+  // batch-major layout and the rank-major blocks the collective moves (read
+  // + write, 2h per token each; lowering.md, "SP"), in
+  // the forward and again in the backward.
+  double spStaging =
+      c.sequenceParallel ? tokens * 2 * (2 * h) * e / hbm : 0.0; // per block
 
   PerMicroBatch costs;
-  double forward = linear + attention + elementwise;
+  double forward = linear + attention + elementwise + 2 * spStaging;
   costs.layerForward = forward;
-  costs.layerBackward = 2 * forward; // input and weight gradients
+  // Input and weight gradients (the staging copies once more, not twice).
+  costs.layerBackward = 2 * forward - 2 * spStaging;
   // Flash attention's backward recomputes the scores: 5 s*s*d GEMMs against
   // the forward's 2 (2.5x, not 2x; Dao 2023).
   if (flash)
@@ -548,7 +556,22 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
           : collectiveTime(Collective::AllReduce, hardware, consts, tpSpan,
                            activationBytes);
   costs.layerTpForward = 2 * tpCollective;
-  costs.layerTpBackward = 2 * tpCollective;
+  // The backward's all-reduces carry the column-parallel layers' input
+  // gradients (q|k|v's and the MLP up projection's); the compiled plan runs
+  // them on a `tp` stream (weft-overlap-tp-collectives) under the same
+  // layer's weight-gradient GEMM, which does not depend on them. With
+  // sequence parallelism that GEMM reads the all-gathered input, and the
+  // compiled plan overlaps neither collective.
+  auto linearOf = [&](double m, double n, double k) {
+    return linear * gemmSeconds(m, n, k) / shapeSeconds;
+  };
+  double qkvSeconds = linearOf(tokens, qkvOut, h);
+  double mlpUpSeconds = linearOf(tokens, mlpOut, h);
+  double overlap = c.sequenceParallel ? 0.0 : consts.commOverlapFraction;
+  double qkvGradCollective = std::max(0.0, tpCollective - overlap * qkvSeconds);
+  double upGradCollective =
+      std::max(0.0, tpCollective - overlap * mlpUpSeconds);
+  costs.layerTpBackward = qkvGradCollective + upGradCollective;
   if (c.recompute == Recompute::Full)
     costs.layerTpRecompute = costs.layerTpForward;
 
@@ -560,45 +583,47 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // norm and residual, output projection, attention, q|k|v, norm and
   // residual; a layer's re-run comes right before its down projection's
   // gradient. GPT-2 fuses q|k|v into one parameter, the others keep three.
-  auto linearOf = [&](double m, double n, double k) {
-    return linear * gemmSeconds(m, n, k) / shapeSeconds;
-  };
   double perElement = tokens * e / hbm;
   double blockEnd = 5 * h / spShard * perElement; // residual add + norm
   double softmax = softmaxElems * perElement;
   double activation = (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t * perElement;
-  double attentionBackward = costs.layerBackward - 2 * forward + 2 * attention;
+  double attentionBackward =
+      costs.layerBackward - 2 * forward + 2 * spStaging + 2 * attention;
   double ffnHere = double(ms.ffnSize) / t;
+  // (Only ZeRO-3 reads them; the search evaluates many other plans.)
   auto add = [&](double elements, double forwardSeconds,
                  double backwardSeconds) {
-    costs.gatheredTensors.push_back(
-        {elements, forwardSeconds, backwardSeconds});
+    if (c.zero == 3)
+      costs.gatheredTensors.push_back(
+          {elements, forwardSeconds, backwardSeconds});
   };
-  double qkvSeconds = linearOf(tokens, qkvOut, h);
   double rerun = costs.layerRecompute + costs.layerTpRecompute;
   if (ms.family == "gpt2") {
     add(h * qkvOut, qkvSeconds + attention + softmax,
-        2 * qkvSeconds + 2 * blockEnd + tpCollective + rerun);
+        2 * qkvSeconds + 2 * blockEnd + spStaging + qkvGradCollective + rerun);
   } else {
     // q, k and v share the fused shape's seconds by their columns.
     double q = double(ms.numHeads) * ms.headDim / t,
            kv = double(ms.numKvHeads) * ms.headDim / t;
     add(h * q, qkvSeconds * q / qkvOut,
-        2 * qkvSeconds * q / qkvOut + 2 * blockEnd + tpCollective + rerun);
+        2 * qkvSeconds * q / qkvOut + 2 * blockEnd + spStaging +
+            qkvGradCollective + rerun);
     add(h * kv, qkvSeconds * kv / qkvOut, 2 * qkvSeconds * kv / qkvOut);
     add(h * kv, qkvSeconds * kv / qkvOut + attention + softmax,
         2 * qkvSeconds * kv / qkvOut);
   }
   double outSeconds = linearOf(tokens, h, attnOut);
-  add(attnOut * h, outSeconds + blockEnd + tpCollective,
+  add(attnOut * h, outSeconds + blockEnd + spStaging + tpCollective,
       2 * outSeconds + attentionBackward + 2 * softmax);
-  double upSeconds = linearOf(tokens, mlpOut, h) / (ms.gatedMlp ? 2 : 1);
+  double upSeconds = mlpUpSeconds / (ms.gatedMlp ? 2 : 1);
   if (ms.gatedMlp)
-    add(h * ffnHere, upSeconds, 2 * upSeconds + 2 * blockEnd + tpCollective);
+    add(h * ffnHere, upSeconds,
+        2 * upSeconds + 2 * blockEnd + spStaging + upGradCollective);
   add(h * ffnHere, upSeconds + activation,
-      2 * upSeconds + (ms.gatedMlp ? 0.0 : 2 * blockEnd + tpCollective));
+      2 * upSeconds +
+          (ms.gatedMlp ? 0.0 : 2 * blockEnd + spStaging + upGradCollective));
   double downSeconds = linearOf(tokens, h, ffnHere);
-  add(ffnHere * h, downSeconds + blockEnd + tpCollective,
+  add(ffnHere * h, downSeconds + blockEnd + spStaging + tpCollective,
       2 * downSeconds + 2 * activation);
 
   // Embedding: gather + position add forward, scatter-add backward (3h
@@ -724,30 +749,60 @@ std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
   return vectors;
 }
 
-/// The seconds one pass over ZeRO-3's gather units takes beyond its compute
-/// (docs/planner.md, "ZeRO-3"): unit k's gather starts once gather k-1 is
-/// done and compute has begun using unit k - depth (the compiled plan's
-/// prefetch); compute begins using unit k once that gather is done and unit
-/// k-1's compute has run. `scatter`: a reduce-scatter of the unit's
-/// gradients after its compute, on a stream of its own, which may end after
-/// the compute does.
-double exposedGathers(const std::vector<double> &gather,
-                      const std::vector<double> &compute,
-                      const std::vector<double> &scatter, int64_t depth) {
-  std::vector<double> use(gather.size());
-  double gathered = 0, computed = 0, scattered = 0, busy = 0;
-  for (size_t k = 0; k < gather.size(); ++k) {
-    double start = gathered;
-    if (k >= size_t(depth))
-      start = std::max(start, use[k - size_t(depth)]);
-    gathered = start + gather[k];
-    use[k] = std::max(gathered, computed);
-    computed = use[k] + compute[k];
-    busy += compute[k];
-    if (!scatter.empty())
-      scattered = std::max(scattered, computed) + scatter[k];
+/// ZeRO-3's gather units of one layer in the order a pass uses them: each
+/// unit's gather, the compute from its first use to the next unit's, and
+/// (backward) the reduce-scatter of its gradients after that compute.
+struct GatherPass {
+  std::vector<double> gather, compute, scatter;
+};
+
+/// The seconds a pass over `layers` repetitions of `pass` takes beyond its
+/// compute (docs/planner.md, "ZeRO-3"): unit k's gather starts once gather
+/// k-1 is done and compute has begun using unit k - depth (the compiled
+/// plan's prefetch); compute begins using unit k once that gather is done and
+/// unit k-1's compute has run. The reduce-scatters run on a stream of their
+/// own, each after its unit's compute, and may end after the compute does.
+double exposedGathers(const GatherPass &pass, int64_t layers, int64_t depth) {
+  // When compute began using each of the last `depth` units (a ring).
+  std::vector<double> use(size_t(std::max<int64_t>(1, depth)), 0.0);
+  double gathered = 0, computed = 0, scattered = 0, layerCompute = 0;
+  for (double seconds : pass.compute)
+    layerCompute += seconds;
+  size_t units = pass.gather.size(), k = 0;
+  // The times relative to `computed` after the previous layer: once a layer
+  // leaves them as the one before did, every later layer repeats it (the
+  // recurrence is max-plus, invariant under a shift of all times).
+  std::vector<double> state, before;
+  double previous = 0;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    for (size_t u = 0; u < units; ++u, ++k) {
+      double &slot = use[k % use.size()]; // unit k - depth's, then k's
+      double start = k >= use.size() ? std::max(gathered, slot) : gathered;
+      gathered = start + pass.gather[u];
+      slot = std::max(gathered, computed);
+      computed = slot + pass.compute[u];
+      if (!pass.scatter.empty())
+        scattered = std::max(scattered, computed) + pass.scatter[u];
+    }
+    state.assign({gathered - computed,
+                  pass.scatter.empty() ? 0.0 : scattered - computed});
+    for (double time : use)
+      state.push_back(time - computed);
+    double step = computed - previous;
+    previous = computed;
+    bool repeats = state.size() == before.size();
+    for (size_t i = 0; repeats && i < state.size(); ++i)
+      repeats = std::abs(state[i] - before[i]) <=
+                1e-12 * std::max(1.0, std::abs(computed));
+    if (repeats) {
+      double rest = double(layers - layer - 1) * step;
+      computed += rest;
+      scattered += rest;
+      break;
+    }
+    std::swap(state, before);
   }
-  return std::max(computed, scattered) - busy;
+  return std::max(computed, scattered) - double(layers) * layerCompute;
 }
 
 /// weft-schedule's default persist-threshold for a rank of `stage`.
@@ -1116,8 +1171,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     auto bytesOf = [&](const PerMicroBatch::GatheredTensor &tensor) {
       return tensor.elements * elem;
     };
-    std::vector<double> forwardGathers, forwardCompute, backwardGathers,
-        backwardCompute, backwardScatters;
+    GatherPass forward, backward;
     for (size_t k = 0; k < tensors.size();) {
       double bytes = bytesOf(tensors[k]), compute = tensors[k].forward;
       size_t next = k + 1;
@@ -1128,9 +1182,9 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
         compute += tensors[next++].forward;
       }
       double calls = 1 + (k == 0 ? vectorCalls : 0.0);
-      forwardGathers.push_back(
+      forward.gather.push_back(
           inCalls(Collective::AllGather, bytes, calls).total());
-      forwardCompute.push_back(overlap * compute);
+      forward.compute.push_back(overlap * compute);
       k = next;
     }
     for (size_t k = tensors.size(); k-- > 0;) {
@@ -1148,27 +1202,13 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
         for (size_t a = 0; a + (spec.gatedMlp ? 3 : 2) < tensors.size(); ++a)
           seconds +=
               inCalls(Collective::AllGather, bytesOf(tensors[a]), 1).total();
-      backwardGathers.push_back(seconds);
-      backwardCompute.push_back(overlap * tensors[k].backward);
-      backwardScatters.push_back(scatter.total() + gather.transfer);
+      backward.gather.push_back(seconds);
+      backward.compute.push_back(overlap * tensors[k].backward);
+      backward.scatter.push_back(scatter.total() + gather.transfer);
     }
-    size_t perLayerForward = forwardGathers.size(),
-           perLayerBackward = backwardGathers.size();
-    for (int64_t layer = 1; layer < int64_t(layers); ++layer) {
-      for (size_t u = 0; u < perLayerForward; ++u) {
-        forwardGathers.push_back(forwardGathers[u]);
-        forwardCompute.push_back(forwardCompute[u]);
-      }
-      for (size_t u = 0; u < perLayerBackward; ++u) {
-        backwardGathers.push_back(backwardGathers[u]);
-        backwardCompute.push_back(backwardCompute[u]);
-        backwardScatters.push_back(backwardScatters[u]);
-      }
-    }
-    time.zeroComm =
-        m * (exposedGathers(forwardGathers, forwardCompute, {}, depth) +
-             exposedGathers(backwardGathers, backwardCompute, backwardScatters,
-                            depth));
+    int64_t passLayers = int64_t(layers);
+    time.zeroComm = m * (exposedGathers(forward, passLayers, depth) +
+                         exposedGathers(backward, passLayers, depth));
   }
 
   double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;

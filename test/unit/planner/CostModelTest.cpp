@@ -446,6 +446,57 @@ TEST(Time, ModelFlopsAndThroughputIdentities) {
   EXPECT_EQ(e.time.bubble, 0);
 }
 
+/// gpt1p3b on one DGX H100 with TP 8, micro-batch 4, no recompute.
+ParallelConfig tensorParallel(bool sequenceParallel) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.microBatch = 4;
+  c.gradAccum = 16;
+  c.recompute = Recompute::None;
+  c.sequenceParallel = sequenceParallel;
+  return c;
+}
+
+TEST(Time, TensorParallelBackwardHidesUnderWeightGradients) {
+  // The forward's two all-reduces are exposed; the backward's run under
+  // the q|k|v and MLP up weight-gradient GEMMs (the compiled plan's `tp`
+  // stream), except with SP, where the plan overlaps neither.
+  TrainingConfig training{64, 2048, Precision::BF16};
+  Cluster cluster = clusterPreset("dgx-h100-80g");
+  CostConstants serial;
+  serial.commOverlapFraction = 0;
+  auto tpComm = [&](bool sp, const CostConstants &k) {
+    return CostModel(gpt1p3b(), cluster, training, k)
+        .evaluate(tensorParallel(sp))
+        .time.tpComm;
+  };
+  double exposed = tpComm(false, serial), hidden = tpComm(false, {});
+  EXPECT_LT(hidden, 0.9 * exposed);
+  EXPECT_GE(hidden, 0.5 * exposed); // the forward's half
+  EXPECT_DOUBLE_EQ(tpComm(true, {}), tpComm(true, serial));
+}
+
+TEST(Time, SequenceParallelCountsItsStagingCopies) {
+  // Free collectives, so only compute differs: SP runs the norms and
+  // residual adds (10h elements per token and pass, the backward twice) on
+  // a t-th of the tokens, and stages each of a layer's four collectives'
+  // activations through a copy (2h each), in the forward and the backward.
+  TrainingConfig training{64, 2048, Precision::BF16};
+  Cluster cluster = clusterPreset("dgx-h100-80g");
+  cluster.intraNodeBandwidthGBs = 1e12;
+  cluster.intraNodeLatencyUs = 0;
+  CostConstants k;
+  CostModel model(gpt1p3b(), cluster, training, k);
+  ParallelConfig c = tensorParallel(false);
+  double compute = model.evaluate(c).time.compute;
+  double sequenceParallel = model.evaluate(tensorParallel(true)).time.compute;
+  double h = 2048, t = 8, tokens = 2048.0 * c.microBatch;
+  double hbm = cluster.gpu.memoryBandwidthGBs * 1e9 * k.memoryBandwidthFraction;
+  double perLayer = tokens * 2 / hbm * (3 * (10 * h / t - 10 * h) + 2 * 8 * h);
+  EXPECT_NEAR(sequenceParallel - compute, double(c.gradAccum) * 24 * perLayer,
+              1e-9 * compute);
+}
+
 TEST(Time, RecomputeAndPipelineCostTime) {
   // Eager attention: selective recompute has scores to recompute.
   CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g"),
