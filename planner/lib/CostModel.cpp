@@ -492,19 +492,11 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double elementwiseElems = 10 * h / spShard + softmaxElems +
                             (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t;
   double elementwise = tokens * elementwiseElems * e / hbm;
-  // Sequence parallelism as compiled: each block's all-gather and
-  // reduce-scatter stage the full activations through copies between the
-  // batch-major layout and the rank-major blocks the collective moves (read
-  // + write, 2h per token each; lowering.md, "SP"), in
-  // the forward and again in the backward.
-  double spStaging =
-      c.sequenceParallel ? tokens * 2 * (2 * h) * e / hbm : 0.0; // per block
 
   PerMicroBatch costs;
-  double forward = linear + attention + elementwise + 2 * spStaging;
+  double forward = linear + attention + elementwise;
   costs.layerForward = forward;
-  // Input and weight gradients (the staging copies once more, not twice).
-  costs.layerBackward = 2 * forward - 2 * spStaging;
+  costs.layerBackward = 2 * forward; // input and weight gradients
   // Flash attention's backward recomputes the scores: 5 s*s*d GEMMs against
   // the forward's 2 (2.5x, not 2x; Dao 2023).
   if (flash)
@@ -587,8 +579,7 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double blockEnd = 5 * h / spShard * perElement; // residual add + norm
   double softmax = softmaxElems * perElement;
   double activation = (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t * perElement;
-  double attentionBackward =
-      costs.layerBackward - 2 * forward + 2 * spStaging + 2 * attention;
+  double attentionBackward = costs.layerBackward - 2 * forward + 2 * attention;
   double ffnHere = double(ms.ffnSize) / t;
   // (Only ZeRO-3 reads them; the search evaluates many other plans.)
   auto add = [&](double elements, double forwardSeconds,
@@ -600,30 +591,28 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double rerun = costs.layerRecompute + costs.layerTpRecompute;
   if (ms.family == "gpt2") {
     add(h * qkvOut, qkvSeconds + attention + softmax,
-        2 * qkvSeconds + 2 * blockEnd + spStaging + qkvGradCollective + rerun);
+        2 * qkvSeconds + 2 * blockEnd + qkvGradCollective + rerun);
   } else {
     // q, k and v share the fused shape's seconds by their columns.
     double q = double(ms.numHeads) * ms.headDim / t,
            kv = double(ms.numKvHeads) * ms.headDim / t;
     add(h * q, qkvSeconds * q / qkvOut,
-        2 * qkvSeconds * q / qkvOut + 2 * blockEnd + spStaging +
-            qkvGradCollective + rerun);
+        2 * qkvSeconds * q / qkvOut + 2 * blockEnd + qkvGradCollective + rerun);
     add(h * kv, qkvSeconds * kv / qkvOut, 2 * qkvSeconds * kv / qkvOut);
     add(h * kv, qkvSeconds * kv / qkvOut + attention + softmax,
         2 * qkvSeconds * kv / qkvOut);
   }
   double outSeconds = linearOf(tokens, h, attnOut);
-  add(attnOut * h, outSeconds + blockEnd + spStaging + tpCollective,
+  add(attnOut * h, outSeconds + blockEnd + tpCollective,
       2 * outSeconds + attentionBackward + 2 * softmax);
   double upSeconds = mlpUpSeconds / (ms.gatedMlp ? 2 : 1);
   if (ms.gatedMlp)
     add(h * ffnHere, upSeconds,
-        2 * upSeconds + 2 * blockEnd + spStaging + upGradCollective);
+        2 * upSeconds + 2 * blockEnd + upGradCollective);
   add(h * ffnHere, upSeconds + activation,
-      2 * upSeconds +
-          (ms.gatedMlp ? 0.0 : 2 * blockEnd + spStaging + upGradCollective));
+      2 * upSeconds + (ms.gatedMlp ? 0.0 : 2 * blockEnd + upGradCollective));
   double downSeconds = linearOf(tokens, h, ffnHere);
-  add(ffnHere * h, downSeconds + blockEnd + spStaging + tpCollective,
+  add(ffnHere * h, downSeconds + blockEnd + tpCollective,
       2 * downSeconds + 2 * activation);
 
   // Embedding: gather + position add forward, scatter-add backward (3h

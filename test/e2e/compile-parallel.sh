@@ -27,7 +27,7 @@
 #   tp2-sp          TP 2 with sequence parallelism (micro-batches of 1)
 #   tp2-pp2-sp      TP 2 x PP 2 with sequence parallelism
 #   tp2-sp-mb2      TP 2 + SP with micro-batches of 2 sequences (sequence
-#                   collectives through [TP, batch, seq/TP, h] staging)
+#                   collectives with one member per sequence)
 #   tp2-pp2-sp-mb2  TP 2 x PP 2 + SP, micro-batches of 2, selective recompute
 #   pp2-interleaved PP 2 x 2 virtual stages (the model needs 4 blocks)
 #   dp2-tp2-pp2     DP 2 x TP 2 x PP 2 (8 ranks), 2 micro-batches per replica

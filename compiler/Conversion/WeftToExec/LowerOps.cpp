@@ -453,23 +453,22 @@ LogicalResult RoleScheduler::lowerAllReduce(Operation *op, Value input,
 LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
   // The sequence is dimension 1 of [batch, seq, hidden]: a TP rank's part is
   // [batch, seq / TP, hidden]. all_gather and reduce_scatter exchange one
-  // contiguous block per TP rank, so with several sequences per micro-batch
-  // the blocks go through a staging buffer in [TP, batch, seq / TP, hidden]
-  // order, one copy per (TP rank, sequence) on each side; with one sequence
-  // the staging layout is the tensor's own and there are no copies.
+  // contiguous block per TP rank, which is a sequence's [seq / TP, hidden]
+  // part: one member per sequence of the micro-batch (one NCCL group), each
+  // between a rank's part of that sequence and the whole sequence, so no
+  // staging copies reorder the blocks.
   Location loc = op->getLoc();
   int64_t batch = par.microBatch;
-  // Copies between [batch, seq, w] `full` and [TP, batch, seq/TP, w]
-  // `staged`, in the direction `toStaged`; `part` is one rank's elements.
-  auto restage = [&](Slice full, Slice staged, int64_t part, bool toStaged) {
-    int64_t piece = part / batch; // seq/TP rows of one sequence
-    for (int64_t r = 0; r < par.tp; ++r)
-      for (int64_t b = 0; b < batch; ++b) {
-        Slice f = full.sub((b * par.tp + r) * piece, piece);
-        Slice s = staged.sub(r * part + b * piece, piece);
-        wx::CopyOp::create(builder, loc, ranges({toStaged ? f : s}),
-                           ranges({toStaged ? s : f}), phase());
-      }
+  // Member b of a collective between a rank's [batch, seq/TP, w] `part` and
+  // the [batch, seq, w] `full`: sequence b of each.
+  auto members = [&](Slice part, Slice full) {
+    SmallVector<Slice> parts, fulls;
+    int64_t piece = part.elements() / batch;
+    for (int64_t b = 0; b < batch; ++b) {
+      parts.push_back(part.sub(b * piece, piece));
+      fulls.push_back(full.sub(b * piece * par.tp, piece * par.tp));
+    }
+    return std::pair{ranges(parts), ranges(fulls)};
   };
   StringRef tp = bundle.family(Family::TP).getValue();
   auto check = [&](ArrayRef<int16_t> axes, int64_t dim) -> LogicalResult {
@@ -484,12 +483,9 @@ LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
       return failure();
     Slice in = lookup(gather.getInput());
     Slice out = activation("sp.gather", in.elements() * par.tp);
-    Slice staged =
-        batch == 1 ? out : activation("sp.gather.staged", out.elements());
-    wx::AllGatherOp::create(builder, loc, in.elements(), in.type, tp,
-                            ranges({in}), ranges({staged}), phase());
-    if (batch > 1)
-      restage(out, staged, in.elements(), /*toStaged=*/false);
+    auto [reads, writes] = members(in, out);
+    wx::AllGatherOp::create(builder, loc, in.elements(), in.type, tp, reads,
+                            writes, phase());
     values[gather.getResult()] = out;
     return success();
   }
@@ -502,13 +498,10 @@ LogicalResult RoleScheduler::lowerSequenceCollective(Operation *op) {
     Slice in = lookup(scatter.getInput());
     sequenceSharded.insert(scatter.getResult());
     Slice out = activation("sp.scatter", in.elements() / par.tp);
-    Slice staged =
-        batch == 1 ? in : activation("sp.scatter.staged", in.elements());
-    if (batch > 1)
-      restage(in, staged, out.elements(), /*toStaged=*/true);
+    auto [writes, reads] = members(out, in);
     wx::ReduceScatterOp::create(builder, loc, wx::ReduceKind::sum,
-                                out.elements(), out.type, tp, ranges({staged}),
-                                ranges({out}), phase());
+                                out.elements(), out.type, tp, reads, writes,
+                                phase());
     values[scatter.getResult()] = out;
     return success();
   }
