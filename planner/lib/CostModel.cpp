@@ -552,8 +552,9 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // gradients (q|k|v's and the MLP up projection's); the compiled plan runs
   // them on a `tp` stream (weft-overlap-tp-collectives) under the same
   // layer's weight-gradient GEMM, which does not depend on them. With
-  // sequence parallelism that GEMM reads the all-gathered input, and the
-  // compiled plan overlaps neither collective.
+  // sequence parallelism the plan orders its reduce-scatters the same way,
+  // but simulated they hide far less than this would say (planner.md "TP"),
+  // so SP's backward collectives count as exposed.
   auto linearOf = [&](double m, double n, double k) {
     return linear * gemmSeconds(m, n, k) / shapeSeconds;
   };
