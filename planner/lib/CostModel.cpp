@@ -539,31 +539,33 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // an all-gather and a reduce-scatter each, the same volume).
   GroupSpan tpSpan = spanOfGroup(hardware, c.tp, 1);
   double activationBytes = tokens * h * e;
-  double tpCollective =
-      c.sequenceParallel
-          ? collectiveTime(Collective::AllGather, hardware, consts, tpSpan,
-                           activationBytes) +
-                collectiveTime(Collective::ReduceScatter, hardware, consts,
-                               tpSpan, activationBytes)
-          : collectiveTime(Collective::AllReduce, hardware, consts, tpSpan,
-                           activationBytes);
+  double tpGather = c.sequenceParallel
+                        ? collectiveTime(Collective::AllGather, hardware,
+                                         consts, tpSpan, activationBytes)
+                        : 0.0;
+  double tpReduce = c.sequenceParallel
+                        ? collectiveTime(Collective::ReduceScatter, hardware,
+                                         consts, tpSpan, activationBytes)
+                        : collectiveTime(Collective::AllReduce, hardware,
+                                         consts, tpSpan, activationBytes);
+  double tpCollective = tpGather + tpReduce;
   costs.layerTpForward = 2 * tpCollective;
-  // The backward's all-reduces carry the column-parallel layers' input
-  // gradients (q|k|v's and the MLP up projection's); the compiled plan runs
-  // them on a `tp` stream (weft-overlap-tp-collectives) under the same
-  // layer's weight-gradient GEMM, which does not depend on them. With
-  // sequence parallelism the plan orders its reduce-scatters the same way,
-  // but simulated they hide far less than this would say (planner.md "TP"),
-  // so SP's backward collectives count as exposed.
+  // The backward's reductions (all-reduce, or SP's reduce-scatter) carry the
+  // column-parallel layers' input gradients (q|k|v's and the MLP up
+  // projection's); the compiled plan runs them on a `tp` stream
+  // (weft-overlap-tp-collectives) under the same layer's weight-gradient
+  // GEMM, which does not depend on them. SP's all-gathers (of the output
+  // gradients, before the row-parallel layers' GEMMs) stay exposed.
   auto linearOf = [&](double m, double n, double k) {
     return linear * gemmSeconds(m, n, k) / shapeSeconds;
   };
   double qkvSeconds = linearOf(tokens, qkvOut, h);
   double mlpUpSeconds = linearOf(tokens, mlpOut, h);
-  double overlap = c.sequenceParallel ? 0.0 : consts.commOverlapFraction;
-  double qkvGradCollective = std::max(0.0, tpCollective - overlap * qkvSeconds);
+  double overlap = consts.commOverlapFraction;
+  double qkvGradCollective =
+      tpGather + std::max(0.0, tpReduce - overlap * qkvSeconds);
   double upGradCollective =
-      std::max(0.0, tpCollective - overlap * mlpUpSeconds);
+      tpGather + std::max(0.0, tpReduce - overlap * mlpUpSeconds);
   costs.layerTpBackward = qkvGradCollective + upGradCollective;
   if (c.recompute == Recompute::Full)
     costs.layerTpRecompute = costs.layerTpForward;

@@ -37,20 +37,27 @@ void overlapTpCollectives(ProgramOp program) {
       &getOrCreateStream(program, "tp").getBody().front());
   for (Operation *collective : collectives) {
     // An instruction the collective stays ordered with: one that writes its
-    // input, or reads or writes its output, or an event (a wait may stand
-    // for another stream's write of its input; a record may order another
-    // stream's access to its buffers).
-    auto ordered = [&](Operation *op) {
-      return isa<WaitEventOp, RecordEventOp>(op) ||
-             overlaps(op, "writes", collective, "reads") ||
+    // input, or reads or writes its output.
+    auto touches = [&](Operation *op) {
+      return overlaps(op, "writes", collective, "reads") ||
              overlaps(op, "reads", collective, "writes") ||
              overlaps(op, "writes", collective, "writes");
     };
-    Operation *after = collective->getPrevNode(); // the last it follows
-    while (after && !ordered(after))
+    // The last instruction it follows: one it touches, or a wait (which may
+    // stand for another stream's write of its input). A record before it
+    // may be passed: whoever waits for that record was never ordered after
+    // the collective, and still is not (DP gradient buckets record events
+    // between a layer's input-gradient GEMMs and its weight-gradient GEMMs,
+    // which would otherwise keep the collective from overlapping them).
+    Operation *after = collective->getPrevNode();
+    while (after && !touches(after) && !isa<WaitEventOp>(after))
       after = after->getPrevNode();
-    Operation *before = collective->getNextNode(); // the first to follow it
-    while (before && !ordered(before))
+    // The first instruction to follow it: one it touches, or an event (a
+    // record may order another stream's access to its buffers after it; a
+    // wait, conservatively, too).
+    Operation *before = collective->getNextNode();
+    while (before && !touches(before) &&
+           !isa<WaitEventOp, RecordEventOp>(before))
       before = before->getNextNode();
     if (after) {
       int64_t ready = recordAfter(after, events);

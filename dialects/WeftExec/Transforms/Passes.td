@@ -200,11 +200,14 @@ def WeftOverlapTpCollectives
     it must follow; `compute` waits for it right before the first
     instruction that must follow it, so independent compute in between
     overlaps it (e.g. a weight-gradient GEMM under the all-reduce of the
-    input gradient). A collective follows an instruction that writes its
-    input, reads or writes its output, or is an event (a wait may stand for
-    another stream's write of its input; a record may order another
-    stream's access to its buffers): conservative, no event `compute`
-    records or waits for is crossed.
+    input gradient). A collective follows the last instruction before it
+    that writes its input, reads or writes its output, or waits for an event
+    (which may stand for another stream's write of its input); records
+    before it are passed (their waiters were never ordered after the
+    collective; DP gradient buckets record between a layer's input- and
+    weight-gradient GEMMs). The first instruction after it that touches its
+    buffers or is an event (a record may order another stream's access to
+    its buffers after it) waits for it.
   }];
 }
 

@@ -458,9 +458,10 @@ ParallelConfig tensorParallel(bool sequenceParallel) {
 }
 
 TEST(Time, TensorParallelBackwardHidesUnderWeightGradients) {
-  // The forward's two all-reduces are exposed; the backward's run under
-  // the q|k|v and MLP up weight-gradient GEMMs (the compiled plan's `tp`
-  // stream), except with SP, where the plan overlaps neither.
+  // The forward's collectives are exposed; the backward's reductions (the
+  // all-reduces, or SP's reduce-scatters) run under the q|k|v and MLP up
+  // weight-gradient GEMMs (the compiled plan's `tp` stream); SP's backward
+  // all-gathers stay exposed.
   TrainingConfig training{64, 2048, Precision::BF16};
   Cluster cluster = clusterPreset("dgx-h100-80g");
   CostConstants serial;
@@ -473,7 +474,10 @@ TEST(Time, TensorParallelBackwardHidesUnderWeightGradients) {
   double exposed = tpComm(false, serial), hidden = tpComm(false, {});
   EXPECT_LT(hidden, 0.9 * exposed);
   EXPECT_GE(hidden, 0.5 * exposed); // the forward's half
-  EXPECT_DOUBLE_EQ(tpComm(true, {}), tpComm(true, serial));
+  // SP: the reduce-scatters are half of the backward's traffic.
+  double spExposed = tpComm(true, serial), spHidden = tpComm(true, {});
+  EXPECT_LT(spHidden, 0.95 * spExposed);
+  EXPECT_GE(spHidden, 0.75 * spExposed);
 }
 
 TEST(Time, SequenceParallelShardsTheNormsAndResiduals) {
