@@ -598,8 +598,10 @@ static json explainDifference(const Inspection &inspection, double planned) {
       "the simulator costs the instructions the bundle contains with the "
       "planner's per-operation formulas and overlaps exactly what the "
       "streams and events allow; the planner's closed form assumes 90% of "
-      "forward/backward hides DP and ZeRO traffic, a bubble of (PP-1)/v "
-      "stage times and blocking pipeline transfers");
+      "forward/backward hides ZeRO 0-2 traffic, follows ZeRO-3's gather "
+      "pipeline and the TP reductions under the weight gradients, and "
+      "charges a bubble of (PP-1)/v stage times and blocking pipeline "
+      "transfers");
   return lines;
 }
 
