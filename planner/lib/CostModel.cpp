@@ -934,10 +934,15 @@ MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
   if (c.zero == 3 && c.dp > 1) {
     // ZeRO-3 gathers parameter by parameter into the arena, at most
     // `prefetch_depth` gathers ahead of the one in use, each released after
-    // its last use in the phase. The peak: the largest tensor in use with
-    // `depth` layer matrices gathered ahead.
+    // its last use in the phase (weft-schedule's default live bound leaves
+    // room for the largest and depth + 1 layer matrices). The peak: the
+    // largest tensor in use with `depth` layer matrices gathered ahead, and
+    // where one stage holds a tied embedding from the embedding to the head
+    // (PP = 1), the table beside the matrix in use and those ahead.
     double depth = double(std::max<int64_t>(1, c.prefetchDepth));
-    memory.zero3Buffers = (largest + depth * layerMatrix) * elem;
+    bool tableHeld = spec.tiedHead && layout.pp == 1 && largest > layerMatrix;
+    memory.zero3Buffers =
+        (largest + (depth + (tableHeld ? 1.0 : 0.0)) * layerMatrix) * elem;
   }
   // The GPU runtime's communication staging, beside the static plan: ZeRO-3
   // prefetches `prefetch_depth` all-gather buckets of `bucket_bytes` (what

@@ -204,7 +204,7 @@ cl::opt<int64_t> zero3PersistThreshold(
 cl::opt<int64_t> zero3MaxLiveBytes(
     "zero3-max-live-bytes",
     cl::desc("ZeRO-3: bound on gathered-and-not-released parameter bytes "
-             "(0: the largest gather plus prefetch depth times the second "
+             "(0: the largest gather plus prefetch depth + 1 times the second "
              "largest)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<int64_t> maxLiveGradBytes(

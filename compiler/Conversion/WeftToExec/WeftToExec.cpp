@@ -633,7 +633,8 @@ LogicalResult RoleScheduler::declareParameters() {
     // Gather units: buckets of small neighbours up to `bucket_bytes` and at
     // most the second largest gathered parameter (a layer matrix: what the
     // planner's memory model counts per gather); the live bound: the
-    // largest gather plus `prefetch_depth` of those.
+    // largest gather (a tied embedding stays gathered from the embedding to
+    // the head) plus the unit in use and `prefetch_depth` ahead of it.
     llvm::sort(gatheredBytes, std::greater<int64_t>());
     int64_t first = gatheredBytes.empty() ? 0 : gatheredBytes[0];
     int64_t second = gatheredBytes.size() > 1 ? gatheredBytes[1] : first;
@@ -642,7 +643,7 @@ LogicalResult RoleScheduler::declareParameters() {
     liveGatherBound =
         options.maxLiveGatheredBytes > 0
             ? options.maxLiveGatheredBytes
-            : first + std::max<int64_t>(1, par.prefetchDepth) * second;
+            : first + (std::max<int64_t>(1, par.prefetchDepth) + 1) * second;
   } else {
     for (LocalParam &param : params)
       for (ParamPiece &piece : param.pieces)
