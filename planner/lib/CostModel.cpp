@@ -845,13 +845,13 @@ double CostModel::zero3PersistentParams(const Layout &layout, int64_t stage,
   return persisted;
 }
 
-int64_t CostModel::zero3GatheredTensorsPerLayer(int64_t tp) const {
+int64_t CostModel::zero3GatheredVectorsPerLayer(int64_t tp) const {
   double threshold = persistThreshold(spec, false, tp);
-  int64_t tensors = spec.gatedMlp ? 5 : 4; // q|k|v, out, MLP matrices
+  int64_t vectors = 0;
   for (double v : layerVectors(spec, tp))
     if (v > threshold)
-      ++tensors;
-  return tensors;
+      ++vectors;
+  return vectors;
 }
 
 MemoryBreakdown CostModel::stageMemory(const ParallelConfig &c,
@@ -1163,8 +1163,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     double limit = std::min(double(c.bucketBytes), gathered[1] * elem);
     // Vectors over the persistence threshold: gathered with the first unit
     // (their calls' latency; their bytes are few).
-    double vectorCalls =
-        double(zero3GatheredTensorsPerLayer(c.tp)) - (spec.gatedMlp ? 5 : 4);
+    double vectorCalls = double(zero3GatheredVectorsPerLayer(c.tp));
     auto bytesOf = [&](const PerMicroBatch::GatheredTensor &tensor) {
       return tensor.elements * elem;
     };

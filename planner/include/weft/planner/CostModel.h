@@ -296,8 +296,9 @@ private:
   /// at most min(100000, largest parameter / 64) rank-local elements).
   double zero3PersistentParams(const Layout &layout, int64_t stage,
                                int64_t tp) const;
-  /// ZeRO-3: the parameter tensors of one layer that are gathered.
-  int64_t zero3GatheredTensorsPerLayer(int64_t tp) const;
+  /// ZeRO-3: the vector parameters of one layer over the persistence
+  /// threshold, gathered rather than kept whole.
+  int64_t zero3GatheredVectorsPerLayer(int64_t tp) const;
   /// weft-schedule's default `max-live-grad-bytes` for a ZeRO-2/3 rank
   /// holding `params` parameters (of an end stage or not): the largest
   /// gradient plus three times the second largest, with accumulation each with
