@@ -160,10 +160,6 @@ TEST(CudaHost, GemmKeysSeparateWhatChangesTheAlgorithm) {
   EXPECT_NE(gemmShapeProblem(bad).find("positive"), std::string::npos);
 }
 
-/// y = W x (m outputs, n tokens, k inputs) then, as a linear layer lowers,
-/// y += bias in place (Tail::Bias), then an MLP's act = gelu(y)
-/// (Tail::GeluForward); or, as the MLP's backward, dy = W x then
-/// dy *= gelu'(pre) in place (Tail::GeluBackward).
 /// Appends kernel `name` (no source) and its launch at the end of stream 0.
 void appendKernel(plan::Bundle &bundle, plan::Program &program,
                   const char *name, std::map<std::string, int64_t> constants,
@@ -198,6 +194,21 @@ plan::BufferRange appendBuffer(plan::Program &program, plan::Region region,
   return plan::BufferRange{b.id, 0, bytes};
 }
 
+/// Empties `program` to one stream and `bundle` of its kernels; returns a
+/// maker of arena buffers in it (appendBuffer).
+auto clearProgram(plan::Bundle &bundle, plan::Program &program) {
+  program = {};
+  program.streams.resize(1);
+  bundle.kernels.clear();
+  return [&program](int64_t bytes, DType type) {
+    return appendBuffer(program, plan::Region::Arena, bytes, type);
+  };
+}
+
+/// y = W x (m outputs, n tokens, k inputs) then, as a linear layer lowers,
+/// y += bias in place (Tail::Bias), then an MLP's act = gelu(y)
+/// (Tail::GeluForward); or, as the MLP's backward, dy = W x then
+/// dy *= gelu'(pre) in place (Tail::GeluBackward).
 struct LinearProgram {
   enum class Tail { Bias, GeluForward, GeluBackward, BiasGrad };
   plan::Bundle bundle;
@@ -551,12 +562,7 @@ TEST(CudaHost, BiasGradFoldsWhereOtherStreamsWriteAfterIt) {
 TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
   // dx = layer_norm_backward(...); sum = residual_add(other, dx).
   auto build = [](plan::Bundle &bundle, plan::Program &program) {
-    program = {};
-    program.streams.resize(1);
-    bundle.kernels.clear();
-    auto buffer = [&](int64_t bytes, DType type) {
-      return appendBuffer(program, plan::Region::Arena, bytes, type);
-    };
+    auto buffer = clearProgram(bundle, program);
     const DType bf = DType::BF16, f = DType::F32;
     plan::BufferRange x = buffer(64, bf), gamma = buffer(16, bf),
                       mean = buffer(16, f), rstd = buffer(16, f),
@@ -652,12 +658,7 @@ TEST(CudaHost, ResidualAddsBeforeANormRunInsideIt) {
   plan::Bundle bundle;
   plan::Program program;
   auto build = [&] {
-    program = {};
-    program.streams.resize(1);
-    bundle.kernels.clear();
-    auto buffer = [&](int64_t bytes, DType type) {
-      return appendBuffer(program, plan::Region::Arena, bytes, type);
-    };
+    auto buffer = clearProgram(bundle, program);
     const DType bf = DType::BF16, f = DType::F32;
     plan::BufferRange a = buffer(64, bf), b = buffer(64, bf),
                       sum = buffer(64, bf), gamma = buffer(16, bf),
