@@ -104,25 +104,27 @@ fi
 profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
   for tag in widening fast cudnn; do
-    flags=""; [ $tag = fast ] && flags="--half-kernels --gemm-epilogues"
-    [ $tag = cudnn ] && flags="--half-kernels --gemm-epilogues --cudnn-attention"
-    echo "== where a step's time goes: GPT-2 124M bf16, batch 32, timed on the device ($tag: $flags)"
+    # fast and cudnn run the bundle compiled with --gemm-epilogues.
+    flags="" bundle=$profile
+    [ $tag = fast ] && flags="--half-kernels" bundle=$profile-epilogues
+    [ $tag = cudnn ] && flags="--half-kernels --cudnn-attention" bundle=$profile-epilogues
+    echo "== where a step's time goes: GPT-2 124M bf16, batch 32, timed on the device ($tag: $flags, $bundle)"
     # Device times (timing events around every instruction); should they
     # fail, every launch waited for (host times then are device times plus
     # the launch).
     trace="$OUT/profile-trace-$tag.json"
-    timeout 90 .gpu/tools/weft-run $profile --data .gpu/e2e/tokens.bin --steps 2 --backend cuda \
+    timeout 90 .gpu/tools/weft-run $bundle --data .gpu/e2e/tokens.bin --steps 2 --backend cuda \
         --device-times $flags --trace "$trace" --quiet ||
       { echo "device times failed: the profile waits for every launch instead"; status=1
-        CUDA_LAUNCH_BLOCKING=1 timeout 90 .gpu/tools/weft-run $profile --data .gpu/e2e/tokens.bin \
+        CUDA_LAUNCH_BLOCKING=1 timeout 90 .gpu/tools/weft-run $bundle --data .gpu/e2e/tokens.bin \
           --steps 2 --backend cuda --no-graph $flags --trace "$trace" --quiet; }
-    [ -f "$trace" ] && python3 scripts/gpu-e2e.py profile $profile "$trace" | tee "$OUT/profile-$tag.txt" ||
+    [ -f "$trace" ] && python3 scripts/gpu-e2e.py profile $bundle "$trace" | tee "$OUT/profile-$tag.txt" ||
       status=1
     # The cost model fitted to this step; the timed steps of the same mode
     # simulated with it (plan fidelity).
     mode=cuda; [ $tag = fast ] && mode=cuda-fast; [ $tag = cudnn ] && mode=cuda-cudnn
     [ -f "$OUT/profile-trace-$tag.json" ] &&
-      python3 scripts/gpu-e2e.py fidelity $profile "$OUT/profile-trace-$tag.json" --mode $mode |
+      python3 scripts/gpu-e2e.py fidelity $bundle "$OUT/profile-trace-$tag.json" --mode $mode |
         tee "$OUT/fidelity-$tag.txt" || status=1
     pack
   done

@@ -115,6 +115,10 @@ def throughput_config(name, out):
     return path
 
 
+# The suffix of a bundle's twin compiled with --gemm-epilogues.
+EPILOGUES = "-epilogues"
+
+
 def stage(args):
     tool = lambda name: os.path.join(args.build, "bin", name)
     shutil.rmtree(args.out, ignore_errors=True)
@@ -128,6 +132,9 @@ def stage(args):
         flags = [throughput_config(f[1:], args.out) if f.startswith("@") else f
                  for f in flags]
         subprocess.run([tool("weftc"), "compile"] + flags + ["-o", bundle],
+                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([tool("weftc"), "compile"] + flags +
+                       ["--gemm-epilogues", "-o", bundle + EPILOGUES],
                        check=True, stdout=subprocess.DEVNULL)
         summary = json.loads(subprocess.run(
             [tool("weft-inspect"), bundle, "summary", "--json"], check=True,
@@ -172,6 +179,11 @@ class GpuMemorySampler:
 
 
 def weft_run(tools, bundle, tokens, steps, metrics, log, *extra):
+    # The GEMM epilogues are the compiler's: their rows run the bundle's
+    # twin compiled with --gemm-epilogues (stage()).
+    if "--gemm-epilogues" in extra:
+        extra = [e for e in extra if e != "--gemm-epilogues"]
+        bundle += EPILOGUES
     cmd = [os.path.join(tools, "weft-run"), bundle, "--data", tokens,
            "--steps", str(steps), "--metrics", metrics] + list(extra)
     with open(log, "w") as out:
@@ -394,7 +406,10 @@ def fidelity(args):
         if not case["kind"].startswith("speed") or not os.path.exists(summary):
             continue
         measured = json.load(open(summary))["step_ms"]
-        timeline = subprocess.run([inspect, os.path.join(args.dir, name), "timeline",
+        # The modes with GEMM epilogues timed the bundle's twin.
+        bundle = os.path.join(args.dir, name) + (
+            EPILOGUES if args.mode in ("cuda-fast", "cuda-cudnn") else "")
+        timeline = subprocess.run([inspect, bundle, "timeline",
                                    "--cluster", calibrated, "--json"],
                                   capture_output=True, text=True)
         if timeline.returncode != 0:
@@ -402,8 +417,7 @@ def fidelity(args):
             failed += 1
             continue
         simulated = json.loads(timeline.stdout)["simulated_step_time_s"] * 1e3
-        sample = "in-sample" if os.path.samefile(os.path.join(args.dir, name),
-                                                 args.bundle) else "out-of-sample"
+        sample = "in-sample" if os.path.samefile(bundle, args.bundle) else "out-of-sample"
         print(f"{name} {args.mode}: measured {measured:.1f} ms, simulated with the fitted "
               f"constants {simulated:.1f} ms ({(simulated / measured - 1) * 100:+.1f}%, "
               f"{sample}), the bundle's prediction {case['predicted_step_s'] * 1e3:.1f} ms")

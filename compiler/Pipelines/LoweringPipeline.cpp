@@ -38,7 +38,8 @@ void weft::buildStepPipeline(mlir::OpPassManager &pm) {
 
 void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
                              const LoweringOptions &lowering,
-                             const mlir::weft::WeftScheduleOptions &schedule) {
+                             const mlir::weft::WeftScheduleOptions &schedule,
+                             bool gemmEpilogues) {
   switch (stage) {
   case CompileStage::Lower:
     buildLoweringPipeline(pm, lowering);
@@ -47,15 +48,18 @@ void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
     pm.addPass(mlir::weft::createWeftAutodiff());
     return;
   case CompileStage::Exec:
-    buildExecStage(pm, mlir::weft::createWeftSchedule(schedule));
+    buildExecStage(pm, mlir::weft::createWeftSchedule(schedule), gemmEpilogues);
     return;
   }
 }
 
 void weft::buildExecStage(mlir::OpPassManager &pm,
-                          std::unique_ptr<mlir::Pass> schedule) {
+                          std::unique_ptr<mlir::Pass> schedule,
+                          bool gemmEpilogues) {
   pm.addPass(std::move(schedule));
   buildStepPipeline(pm);
+  if (gemmEpilogues)
+    pm.addPass(mlir::weftx::createWeftFuseGemmEpilogues());
   pm.addPass(mlir::weftx::createWeftPlanMemory());
   pm.addPass(mlir::weftx::createWeftGenerateKernels());
 }
@@ -78,7 +82,7 @@ static mlir::LogicalResult buildCompileFromStrings(
     return mlir::failure();
   weft::buildLoweringPipeline(pm, *lowering);
   pm.addPass(mlir::weft::createWeftAutodiff());
-  weft::buildExecStage(pm, std::move(schedule));
+  weft::buildExecStage(pm, std::move(schedule), options.gemmEpilogues);
   return mlir::success();
 }
 
@@ -97,7 +101,8 @@ void weft::registerLoweringPipeline() {
   mlir::registerPassPipeline(
       "weft-compile",
       "Every stage of `weftc compile` (weft-lower, weft-autodiff, "
-      "weft-schedule, weft-step, weft-plan-memory, weft-generate-kernels): "
+      "weft-schedule, weft-step, [weft-fuse-gemm-epilogues,] "
+      "weft-plan-memory, weft-generate-kernels): "
       "--weft-compile='lower={dp=2 zero=1} schedule={seq-len=8}'",
       buildCompileFromStrings,
       [](llvm::function_ref<void(const mlir::detail::PassOptions &)> print) {

@@ -72,18 +72,22 @@ void buildStepPipeline(mlir::OpPassManager &pm);
 enum class CompileStage {
   Lower,    // weft-lower: mesh, tensor partition, stage functions (L1)
   Autodiff, // weft-autodiff: backward functions
-  Exec,     // weft-schedule, weft-step, weft-plan-memory,
-            // weft-generate-kernels: the placed weftx bundle (L2)
+  Exec,     // weft-schedule, weft-step, [weft-fuse-gemm-epilogues,]
+            // weft-plan-memory, weft-generate-kernels: the placed weftx
+            // bundle (L2)
 };
 
-/// Appends the passes of one compile stage to `pm` (a module pass manager).
+/// Appends the passes of one compile stage to `pm` (a module pass manager);
+/// `gemmEpilogues` adds weft-fuse-gemm-epilogues to the exec stage.
 void buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
                        const LoweringOptions &lowering,
-                       const mlir::weft::WeftScheduleOptions &schedule);
+                       const mlir::weft::WeftScheduleOptions &schedule,
+                       bool gemmEpilogues = false);
 
 /// Appends the exec stage with `schedule` (a weft-schedule pass) first.
 void buildExecStage(mlir::OpPassManager &pm,
-                    std::unique_ptr<mlir::Pass> schedule);
+                    std::unique_ptr<mlir::Pass> schedule,
+                    bool gemmEpilogues = false);
 
 /// `weft-compile`'s options: the options of weft-lower and of
 /// weft-schedule, each in braces, e.g.
@@ -94,6 +98,10 @@ struct CompilePipelineOptions
                             llvm::cl::desc("weft-lower's options")};
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("weft-schedule's options")};
+  Option<bool> gemmEpilogues{
+      *this, "gemm-epilogues",
+      llvm::cl::desc("Run weft-fuse-gemm-epilogues before weft-plan-memory"),
+      llvm::cl::init(false)};
 };
 
 /// Registers `weft-lower`, `weft-step` and `weft-compile` (every stage of

@@ -203,6 +203,14 @@ plan::Instruction BundleBuilder::buildInstruction(InstructionOpInterface inst) {
                        int64_t(op.getLdc()),
                        op.getAlpha().convertToDouble(),
                        op.getBeta().convertToDouble()};
+        if (std::optional<GemmEpilogueKind> epilogue = op.getEpilogue()) {
+          result.epilogue = parseShared(plan::parseGemmEpilogue,
+                                        stringifyGemmEpilogueKind(*epilogue));
+          for (auto kernel :
+               op.getEpilogueKernels()->getAsRange<FlatSymbolRefAttr>())
+            result.epilogueKernels.push_back(
+                kernelIds.lookup(kernel.getAttr()));
+        }
       })
       .Case([&](LoadBatchOp op) {
         result.opcode = plan::Opcode::LoadBatch;

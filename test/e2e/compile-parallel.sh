@@ -65,6 +65,11 @@
 #   dp2-zero3-full  DP 2 with ZeRO-3, full recompute (the backward gathers
 #                   the parameters of the re-run ops)
 #   dp2-tp2-pp2-zero3-full  the 8-rank ZeRO-3 layout with full recompute
+# GEMM epilogues: LAYOUT-epilogues compiles LAYOUT with --gemm-epilogues
+# (weft-fuse-gemm-epilogues); the CPU backend runs each epilogue as the
+# kernels it folds, so besides matching the serial run every step's loss and
+# gradient norm (and the exported parameters) must be bit-identical to LAYOUT
+# compiled without it; `serial` is the serial run itself.
 # Mixed precision: LAYOUT-bf16 or LAYOUT-fp16 compiles both runs (the serial
 # one too) in that precision (docs/lowering.md, "Mixed precision"). Rounding
 # to half precision differs with the order of operations, so the tolerances
@@ -82,7 +87,12 @@ precision=fp32
 case $layout in
 *-bf16 | *-fp16) precision=${layout##*-} layout=${layout%-*} ;;
 esac
+epilogues=0
 case $layout in
+*-epilogues) epilogues=1 layout=${layout%-epilogues} ;;
+esac
+case $layout in
+serial) ranks=1 flags="--dp 1 --micro-batch 4" ;;
 dp2) ranks=2 flags="--dp 2 --micro-batch 2" ;;
 dp2-zero1) ranks=2 flags="--dp 2 --zero 1 --micro-batch 2" ;;
 tp2) ranks=2 flags="--tp 2 --dp 1 --micro-batch 4" ;;
@@ -164,6 +174,10 @@ dp2-tp2-pp2-zero3-full)
   ;;
 *) echo "FAIL: unknown layout '$layout'"; exit 1 ;;
 esac
+base_flags=$flags
+if [ $epilogues = 1 ]; then
+  layout=$layout-epilogues flags="$flags --gemm-epilogues"
+fi
 work=$1/compile-parallel-$(basename "$model" .json)-$layout-$precision
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
@@ -205,6 +219,16 @@ fi
 train "$layout" "$ranks" $flags
 baseline=""
 case " $flags " in
+*" --gemm-epilogues "*)
+  # The CPU backend runs an epilogue as the kernels it folds.
+  baseline="${layout%-epilogues}"
+  if [ "$base_flags" = "--dp 1 --micro-batch 4" ]; then
+    baseline=serial
+  else
+    # shellcheck disable=SC2086
+    train "$baseline" "$ranks" $base_flags
+  fi
+  ;;
 *" --recompute "*)
   baseline="$layout-no-recompute"
   if [ "${flags% --recompute *}" = "--dp 1 --micro-batch 4" ]; then
@@ -268,7 +292,7 @@ base, layout, params = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 a, b = ([json.loads(l) for l in open(n + ".jsonl")] for n in (base, layout))
 for step, (x, y) in enumerate(zip(a, b), 1):
     assert (x["loss"], x["grad_norm"]) == (y["loss"], y["grad_norm"]), \
-        f"step {step}: without recompute {x}, with {y}"
+        f"step {step}: {base} {x}, {layout} {y}"
 if params:
     raw = [open(n + ".safetensors", "rb").read() for n in (base, layout)]
     assert raw[0] == raw[1], "exported parameters differ"

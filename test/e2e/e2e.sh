@@ -140,7 +140,10 @@ cuda-backend)
     bundle --data tokens.bin --backend cuda
   # --no-graph is a flag (no value), accepted before and after --backend.
   expect_error "no CUDA device: \|built without CUDA\|does not drive it yet" 1 \
-    bundle --no-graph --data tokens.bin --backend cuda ;;
+    bundle --no-graph --data tokens.bin --backend cuda
+  # The GEMM epilogues are decided by the compiler now.
+  expect_error "gemm-epilogues is a compiler option now: weftc compile" 1 \
+    bundle --data tokens.bin --backend cuda --gemm-epilogues ;;
 deadlock-verifier)
   "$gen" deadlock bundle || fail generator
   expect_error "deadlock: rank 0" 2 bundle --data tokens.bin ;;

@@ -26,7 +26,7 @@ namespace {
 
 const char *const kUsage =
     "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
-    "                [--no-graph] [--half-kernels] [--gemm-epilogues]\n"
+    "                [--no-graph] [--half-kernels]\n"
     "                [--cudnn-attention]\n"
     "                [--generated-kernels] [--kernel-cache DIR|off]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
@@ -85,10 +85,9 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       cli.session.halfKernels = true;
       continue;
     }
-    if (arg == "--gemm-epilogues") {
-      cli.session.gemmEpilogues = true;
-      continue;
-    }
+    if (arg == "--gemm-epilogues") // decided ahead of time now
+      return "--gemm-epilogues is a compiler option now: weftc compile "
+             "--gemm-epilogues";
     if (arg == "--cudnn-attention") { // cuDNN takes the 16-bit operands
       cli.session.cudnnAttention = true;
       cli.session.halfKernels = true;
@@ -228,7 +227,7 @@ void writeTrace(const weft::exec::Session &session, const std::string &path) {
     nlohmann::json args = {{"instruction", event.instruction},
                            {"step", event.step},
                            {"stream", program.streams[event.stream].name}};
-    // Where the backend ran it elsewhere (folded into a gemm, inside a norm).
+    // Where the backend ran it elsewhere (inside a norm) or how (cuDNN).
     if (std::string_view note = session.backend().instructionNote(inst);
         !note.empty())
       args["note"] = std::string(note);

@@ -176,6 +176,13 @@ cl::opt<bool> verifyEach(
              "(the model and lowering stages always are; the bundle is "
              "verified, IR and plan, before it is written)"),
     cl::sub(compileCmd), cl::cat(compileCategory));
+cl::opt<bool> gemmEpilogues(
+    "gemm-epilogues",
+    cl::desc("Fold the bias adds, tanh GELUs (and their backward) and bias "
+             "gradients right after a gemm into the gemm's epilogue "
+             "(weft-fuse-gemm-epilogues: one cuBLASLt call on a GPU; the CPU "
+             "backend runs the same kernels after the gemm)"),
+    cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<std::string> cudaArch(
     "cuda-arch",
     cl::desc("Also compile every generated kernel with nvcc into a fatbin in "
@@ -669,7 +676,7 @@ int runCompile(mlir::MLIRContext &context) {
     // full verification per pass costs ~0.3 s each at 175B, and emission
     // verifies the result anyway (verify-weftx and the plan verifier).
     pm.enableVerifier(stage != weft::CompileStage::Exec || verifyEach);
-    weft::buildCompileStage(pm, stage, lowering, schedule);
+    weft::buildCompileStage(pm, stage, lowering, schedule, gemmEpilogues);
     if (mlir::failed(pm.run(**module)))
       return fail("compile: " + firstError);
     if (printAfter == stage) {

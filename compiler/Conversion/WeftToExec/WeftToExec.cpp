@@ -424,10 +424,11 @@ void RoleScheduler::gemm(bool transA, bool transB, int64_t m, int64_t n,
   if (accumulate)
     reads.push_back(c);
   assert(a.type == c.type && b.type == c.type && "GEMM operands' dtypes");
-  wx::GemmOp::create(builder, program.getLoc(), c.type, transB, transA, n, m, k,
-                     ldb, lda, ldc, APFloat(1.0),
-                     APFloat(accumulate ? 1.0 : 0.0), ranges(reads),
-                     ranges({c}), phase());
+  wx::GemmOp::create(
+      builder, program.getLoc(), c.type, transB, transA, n, m, k, ldb, lda, ldc,
+      APFloat(1.0), APFloat(accumulate ? 1.0 : 0.0),
+      /*epilogue=*/wx::GemmEpilogueKindAttr(),
+      /*epilogue_kernels=*/ArrayAttr(), ranges(reads), ranges({c}), phase());
 }
 
 Slice RoleScheduler::tpAllReduce(Slice in, StringRef name, bool inPlace) {

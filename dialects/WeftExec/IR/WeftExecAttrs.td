@@ -36,6 +36,16 @@ def Weftx_ReduceKind : I32EnumAttr<"ReduceKind", "a reduction", [
   let cppNamespace = "::mlir::weftx";
 }
 
+def Weftx_GemmEpilogueKind : I32EnumAttr<"GemmEpilogueKind",
+    "what a gemm computes after the product in its own call", [
+    I32EnumAttrCase<"bias", 0>,
+    I32EnumAttrCase<"gelu_bias", 1>,
+    I32EnumAttrCase<"dgelu", 2>,
+    I32EnumAttrCase<"bias_grad", 3>,
+  ]> {
+  let cppNamespace = "::mlir::weftx";
+}
+
 def Weftx_InitKind : I32EnumAttr<"InitKind", "how a parameter is initialized", [
     I32EnumAttrCase<"normal", 0>,
     I32EnumAttrCase<"zeros", 1>,

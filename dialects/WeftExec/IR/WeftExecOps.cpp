@@ -527,10 +527,69 @@ static LogicalResult verifyRangeBytes(Operation *op, StringRef kind,
                            << " needs " << bytes;
 }
 
+ArrayRef<StringLiteral>
+GemmOp::getEpilogueKernelNames(GemmEpilogueKind epilogue) {
+  static constexpr StringLiteral bias[] = {"bias_add"},
+                                 geluBias[] = {"bias_add",
+                                               "activation_forward"},
+                                 dgelu[] = {"activation_backward"},
+                                 biasGrad[] = {"bias_grad"};
+  switch (epilogue) {
+  case GemmEpilogueKind::bias:
+    return bias;
+  case GemmEpilogueKind::gelu_bias:
+    return geluBias;
+  case GemmEpilogueKind::dgelu:
+    return dgelu;
+  case GemmEpilogueKind::bias_grad:
+    return biasGrad;
+  }
+  return {};
+}
+
+std::pair<unsigned, unsigned>
+GemmOp::getEpilogueOperands(GemmEpilogueKind epilogue) {
+  switch (epilogue) {
+  case GemmEpilogueKind::bias:
+  case GemmEpilogueKind::dgelu:
+    return {1, 0};
+  case GemmEpilogueKind::gelu_bias:
+    return {1, 1};
+  case GemmEpilogueKind::bias_grad:
+    return {0, 1};
+  }
+  return {0, 0};
+}
+
 LogicalResult GemmOp::verify() {
   bool accumulates = getBeta().convertToDouble() != 0;
-  int64_t numReads = accumulates ? 3 : 2;
-  if (failed(verifyRangeCounts(*this, numReads, numReads, 1, 1)))
+  int64_t numReads = accumulates ? 3 : 2, numWrites = 1;
+  std::optional<GemmEpilogueKind> epilogue = getEpilogue();
+  if (epilogue.has_value() != bool(getEpilogueKernels()))
+    return emitOpError() << "has an epilogue exactly when it lists the "
+                            "epilogue's kernels";
+  if (epilogue) {
+    auto [reads, writes] = getEpilogueOperands(*epilogue);
+    numReads += reads;
+    numWrites += writes;
+    StringRef name = stringifyGemmEpilogueKind(*epilogue);
+    size_t kernels = getEpilogueKernelNames(*epilogue).size();
+    if (getEpilogueKernels()->size() != kernels)
+      return emitOpError() << "epilogue " << name << " folds " << kernels
+                           << " kernels, got " << getEpilogueKernels()->size();
+    if (accumulates && (*epilogue == GemmEpilogueKind::gelu_bias ||
+                        *epilogue == GemmEpilogueKind::dgelu))
+      return emitOpError() << "epilogue " << name << " needs beta 0";
+    if (*epilogue == GemmEpilogueKind::bias_grad
+            ? getTransA() || getLda() != getM()
+            : getLdc() != getM())
+      return emitOpError() << "epilogue " << name << " needs "
+                           << (*epilogue == GemmEpilogueKind::bias_grad
+                                   ? "A not transposed with lda == m"
+                                   : "ldc == m");
+  }
+  if (failed(
+          verifyRangeCounts(*this, numReads, numReads, numWrites, numWrites)))
     return failure();
   if (accumulates && getReads()[2] != getWrites()[0])
     return emitOpError() << "with beta != 0 reads C as read range 2, which "
@@ -771,6 +830,38 @@ LogicalResult RecvOp::verify() {
 }
 LogicalResult RecvOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyCommunication(*this, symbolTable);
+}
+
+LogicalResult GemmOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  std::optional<GemmEpilogueKind> epilogue = getEpilogue();
+  if (!epilogue)
+    return success();
+  ArrayRef<StringLiteral> names = getEpilogueKernelNames(*epilogue);
+  int64_t m = getM(), n = getN(), k = getK();
+  for (auto [index, symbol] :
+       llvm::enumerate(getEpilogueKernels()->getAsRange<FlatSymbolRefAttr>())) {
+    auto kernel = lookupInModule<KernelOp>(*this, symbolTable, symbol);
+    if (!kernel)
+      return emitOpError() << symbol << " does not name a weftx.kernel";
+    // `name.N` is a specialization of registry kernel `name`.
+    StringRef name = kernel.getSymName().split('.').first;
+    if (name != names[index])
+      return emitOpError() << "epilogue kernel " << index << " (" << symbol
+                           << ") is not a " << names[index];
+    auto constant = [&](StringRef key) -> int64_t {
+      auto value = kernel.getConstants().getAs<IntegerAttr>(key);
+      return value ? value.getInt() : -1;
+    };
+    bool fits =
+        name == "bias_add"    ? constant("width") == m && constant("rows") == n
+        : name == "bias_grad" ? constant("width") == m && constant("rows") == k
+                              : constant("n") == m * n;
+    if (!fits)
+      return emitOpError() << "epilogue kernel " << symbol
+                           << " does not have the gemm's shape (m " << m
+                           << ", n " << n << ", k " << k << ")";
+  }
+  return success();
 }
 
 LogicalResult LaunchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {

@@ -279,10 +279,22 @@ def Weftx_LaunchOp : Weftx_InstrOp<"launch",
 def Weftx_GemmOp : Weftx_InstrOp<"gemm",
     (ins Weftx_ElementTypeAttr:$dtype, UnitAttr:$trans_a, UnitAttr:$trans_b,
          Weftx_Count:$m, Weftx_Count:$n, Weftx_Count:$k, Weftx_Count:$lda,
-         Weftx_Count:$ldb, Weftx_Count:$ldc, F64Attr:$alpha, F64Attr:$beta),
+         Weftx_Count:$ldb, Weftx_Count:$ldc, F64Attr:$alpha, F64Attr:$beta,
+         OptionalAttr<Weftx_GemmEpilogueKind>:$epilogue,
+         OptionalAttr<FlatSymbolRefArrayAttr>:$epilogue_kernels),
     [{ $dtype (`trans_a` $trans_a^)? (`trans_b` $trans_b^)? `m` $m `n` $n `k` $k
-       `lda` $lda `ldb` $ldb `ldc` $ldc `alpha` $alpha `beta` $beta }]> {
+       `lda` $lda `ldb` $ldb `ldc` $ldc `alpha` $alpha `beta` $beta
+       (`epilogue` $epilogue^ $epilogue_kernels)? }],
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Column-major BLAS C = alpha * op(A) * op(B) + beta * C";
+  let extraClassDeclaration = [{
+    /// The registry names of the kernels `epilogue` folds, in order.
+    static ::llvm::ArrayRef<::llvm::StringLiteral>
+    getEpilogueKernelNames(GemmEpilogueKind epilogue);
+    /// Extra reads and writes of `epilogue` after the product's.
+    static std::pair<unsigned, unsigned>
+    getEpilogueOperands(GemmEpilogueKind epilogue);
+  }];
   let description = [{
     Reads A and B, and C (`reads[2]`, equal to `writes[0]`) exactly when
     `beta != 0`; writes C. Each range must hold its column-major matrix with
@@ -291,6 +303,28 @@ def Weftx_GemmOp : Weftx_InstrOp<"gemm",
     ```mlir
     weftx.gemm f32 m 4 n 4 k 8 lda 4 ldb 8 ldc 4 alpha 1.0 beta 0.0
         reads(@a[0 +: 128], @b[0 +: 128]) writes(@c[0 +: 64])
+    ```
+
+    An `epilogue` (set by `weft-fuse-gemm-epilogues`) computes the kernels
+    `epilogue_kernels` that ran right after the gemm, inside it; their extra
+    operands follow the product's:
+
+    | epilogue | kernels | extra reads | extra writes |
+    |---|---|---|---|
+    | `bias` | bias_add | bias | |
+    | `gelu_bias` | bias_add, activation_forward | bias | activation |
+    | `dgelu` | activation_backward | activation input | |
+    | `bias_grad` | bias_grad | | bias gradient (written, not added to) |
+
+    `gelu_bias` and `dgelu` need `beta` 0; all but `bias_grad` need
+    `ldc == m`, and `bias_grad` (the sum of A's columns) A untransposed with
+    `lda == m`.
+
+    ```mlir
+    weftx.gemm bf16 m 256 n 32 k 64 lda 256 ldb 64 ldc 256 alpha 1.0 beta 0.0
+        epilogue gelu_bias [@bias_add, @activation_forward]
+        reads(@w[0 +: 32768], @x[0 +: 4096], @b[0 +: 512])
+        writes(@up[0 +: 16384], @act[0 +: 16384])
     ```
   }];
 }

@@ -39,6 +39,43 @@ def WeftPlanMemory : Pass<"weft-plan-memory", "::mlir::ModuleOp"> {
   ];
 }
 
+def WeftFuseGemmEpilogues : Pass<"weft-fuse-gemm-epilogues",
+                                 "::mlir::ModuleOp"> {
+  let summary = "Fold the bias add, tanh GELU and bias gradient kernels right "
+                "after a gemm into the gemm's epilogue";
+  let description = [{
+    Runs before `weft-plan-memory`, so that memory planning, the plan, its
+    simulation and every backend see one instruction where a GPU runs one
+    cuBLASLt call (`weftx.gemm`'s `epilogue`; docs/lowering.md, "GEMM
+    epilogues"). On one stream, past `record_event`s and `release`s only
+    (nothing else can observe the gemm's output in between), a gemm on
+    f32, bf16 or f16 storage followed by
+
+    * a `bias_add` over its packed output in place, with a bias of the
+      gemm's type along `m`: `bias`; and when `beta` is 0 and then a tanh
+      GELU `activation_forward` of that output into another range of its
+      size: `gelu_bias` (`m` a multiple of 8, cuBLASLt's aux leading
+      dimension);
+    * a tanh GELU `activation_backward` over its output in place (`beta` 0,
+      `m` a multiple of 8): `dgelu`;
+    * a `bias_grad` summing its A (untransposed, `lda == m`: a weight
+      gradient's output gradient) into `m` elements, where the gradient
+      still holds the zeros of a fill (the epilogue writes, `bias_grad`
+      adds): the last write of it before on the stream is a fill of 0
+      covering it, which folds too if it sits between them, and every
+      write of it on another stream waits for the `bias_grad`:
+      `bias_grad`.
+
+    An output the epilogue adds may not overlap the gemm's operands.
+  }];
+  let statistics = [
+    Statistic<"numBias", "bias", "Gemms given a bias epilogue">,
+    Statistic<"numGeluBias", "gelu-bias", "Gemms given a gelu_bias epilogue">,
+    Statistic<"numDGelu", "dgelu", "Gemms given a dgelu epilogue">,
+    Statistic<"numBiasGrad", "bias-grad", "Gemms given a bias_grad epilogue">,
+  ];
+}
+
 def WeftGenerateKernels : Pass<"weft-generate-kernels", "::mlir::ModuleOp"> {
   let summary = "Write the CUDA C++ source of every weftx.kernel, specialized "
                 "to its constants";

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "WeftExec/Transforms/Passes.h"
 
+#include "WeftExec/Transforms/HappensBefore.h"
+
 #include "WeftExec/IR/WeftExecOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Threading.h"
@@ -37,87 +39,6 @@ struct OffsetInfo : llvm::DenseMapInfo<int64_t> {
     return llvm::hash_value(offset);
   }
 };
-
-/// The happens-before relation of one program's instructions, from vector
-/// clocks: clock(s, i, t) is how many instructions of stream t are known to
-/// have completed when instruction i of stream s starts (itself included for
-/// t == s).
-class HappensBefore {
-public:
-  /// Executes the streams in an interleaving that honors events. Returns
-  /// the first wait that can never be satisfied, if any (then the relation
-  /// is incomplete).
-  Operation *build(ProgramOp program);
-
-  unsigned numStreams() const { return streams.size(); }
-  /// Instructions of all streams, the length of the interleaving.
-  int64_t numPositions() const { return numPositionsTotal; }
-  int64_t numInstructions(unsigned stream) const {
-    return streams[stream].size();
-  }
-  ArrayRef<InstructionOpInterface> getInstructions(unsigned stream) const {
-    return streams[stream];
-  }
-  int64_t clock(unsigned stream, int64_t index, unsigned other) const {
-    return clocks[stream][index * numStreams() + other];
-  }
-  /// Position of (stream, index) in the interleaving.
-  int64_t position(unsigned stream, int64_t index) const {
-    return positions[stream][index];
-  }
-
-private:
-  SmallVector<SmallVector<InstructionOpInterface>> streams;
-  /// Per stream, the clocks of its instructions one after another.
-  SmallVector<SmallVector<int64_t, 0>> clocks;
-  SmallVector<SmallVector<int64_t, 0>> positions;
-  int64_t numPositionsTotal = 0;
-};
-
-Operation *HappensBefore::build(ProgramOp program) {
-  for (StreamOp stream : program.getStreams())
-    streams.push_back(llvm::to_vector(
-        stream.getBody().front().getOps<InstructionOpInterface>()));
-  unsigned numStreams = streams.size();
-  clocks.resize(numStreams);
-  positions.resize(numStreams);
-  for (unsigned s = 0; s < numStreams; ++s) {
-    clocks[s].reserve(streams[s].size() * numStreams);
-    positions[s].reserve(streams[s].size());
-  }
-  SmallVector<SmallVector<int64_t>> current(
-      numStreams, SmallVector<int64_t>(numStreams, 0));
-  llvm::DenseMap<int64_t, SmallVector<int64_t>> recorded;
-  int64_t position = 0;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (unsigned s = 0; s < numStreams; ++s) {
-      while (positions[s].size() < streams[s].size()) {
-        int64_t index = positions[s].size();
-        Operation *op = streams[s][index];
-        if (auto wait = dyn_cast<WaitEventOp>(op)) {
-          auto it = recorded.find(wait.getEvent());
-          if (it == recorded.end())
-            break;
-          for (unsigned t = 0; t < numStreams; ++t)
-            current[s][t] = std::max(current[s][t], it->second[t]);
-        }
-        current[s][s] = index + 1;
-        if (auto record = dyn_cast<RecordEventOp>(op))
-          recorded[record.getEvent()] = current[s];
-        clocks[s].append(current[s].begin(), current[s].end());
-        positions[s].push_back(position++);
-        progress = true;
-      }
-    }
-  }
-  numPositionsTotal = position;
-  for (unsigned s = 0; s < numStreams; ++s)
-    if (positions[s].size() < streams[s].size())
-      return streams[s][positions[s].size()];
-  return nullptr;
-}
 
 /// Where the buffers of one program are accessed: per buffer and stream, the
 /// first and last instruction (kNever and -1 where the stream never touches

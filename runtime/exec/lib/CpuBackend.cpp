@@ -283,6 +283,12 @@ private:
                  const std::vector<Operand> &writes);
   void runGemm(const Instruction &inst, const std::vector<Operand> &reads,
                const std::vector<Operand> &writes);
+  /// A gemm's epilogue, as the kernels it folds (plan::epilogueSteps): the
+  /// unfused plan's bits.
+  void runEpilogue(const Instruction &gemm, int64_t stream,
+                   const std::vector<Operand> &reads,
+                   const std::vector<Operand> &writes,
+                   const StepContext &context);
   void runOptimizer(const Instruction &inst, const std::vector<Operand> &reads,
                     const std::vector<Operand> &writes,
                     const StepContext &context);
@@ -305,11 +311,15 @@ private:
   std::vector<float> workspace_;        // bf16/f16 operands widened to fp32
   std::vector<std::pair<Operand, float *>> widenedCopies_; // per call
   KernelCall call_; // reused so execute() never allocates
+  /// The steps of each gemm with an epilogue, and their operands (reused).
+  std::map<const Instruction *, std::vector<plan::EpilogueStep>> epilogues_;
+  std::vector<Operand> stepReads_, stepWrites_;
 };
 
 void CpuBackend::prepare(const plan::Bundle &bundle,
                          const plan::Program &program) {
   program_ = &program;
+  epilogues_.clear();
   requests_.assign(program.streams.size(), {});
   kernels_.assign(bundle.kernels.size(), {});
   for (const plan::Kernel &kernel : bundle.kernels) {
@@ -327,10 +337,20 @@ void CpuBackend::prepare(const plan::Bundle &bundle,
           prepareKernel(bundle, program, inst, where);
         else
           prepareOther(program, inst, where);
+        if (inst.epilogue != plan::GemmEpilogue::None)
+          epilogues_[&inst] = prepareEpilogueSteps(
+              inst, where, [&](const Instruction &step, const std::string &at) {
+                if (step.opcode == Opcode::Kernel)
+                  prepareKernel(bundle, program, step, at);
+                else
+                  prepareOther(program, step, at);
+              });
       });
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
   call_.readIndices.reserve(maxOperands);
+  stepReads_.reserve(maxOperands);
+  stepWrites_.reserve(maxOperands);
 }
 
 void CpuBackend::prepareKernel(const plan::Bundle &bundle,
@@ -368,7 +388,7 @@ void CpuBackend::prepareOther(const plan::Program &program,
     workspace_.resize(size_t(a + b + c));
 }
 
-void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
+void CpuBackend::execute(const Instruction &inst, int64_t stream,
                          const std::vector<Operand> &reads,
                          const std::vector<Operand> &writes,
                          const StepContext &context) {
@@ -378,6 +398,8 @@ void CpuBackend::execute(const Instruction &inst, int64_t /*stream*/,
     return;
   case Opcode::Gemm:
     runGemm(inst, reads, writes);
+    if (inst.epilogue != plan::GemmEpilogue::None)
+      runEpilogue(inst, stream, reads, writes, context);
     return;
   case Opcode::Copy:
     std::memmove(writes[0].data, reads[0].data, size_t(reads[0].bytes));
@@ -498,6 +520,16 @@ void CpuBackend::runGemm(const Instruction &inst,
   cpu::gemm(g.transB, g.transA, g.n, g.m, g.k, float(g.alpha), wb, g.ldb, wa,
             g.lda, float(g.beta), wc, g.ldc);
   narrowHalf(inst.dtype, c, wc, writes[0].data);
+}
+
+void CpuBackend::runEpilogue(const Instruction &gemm, int64_t stream,
+                             const std::vector<Operand> &reads,
+                             const std::vector<Operand> &writes,
+                             const StepContext &context) {
+  for (const plan::EpilogueStep &step : epilogues_.at(&gemm)) {
+    epilogueOperands(step, reads, writes, stepReads_, stepWrites_);
+    execute(step.inst, stream, stepReads_, stepWrites_, context);
+  }
 }
 
 void CpuBackend::runOptimizer(const Instruction &inst,

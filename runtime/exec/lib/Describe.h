@@ -1,8 +1,10 @@
-//===- Describe.h - Naming instructions in messages -------------*- C++ -*-===//
+//===- Describe.h - Naming and walking a program's instructions -*- C++ -*-===//
 #ifndef WEFT_EXEC_LIB_DESCRIBE_H
 #define WEFT_EXEC_LIB_DESCRIBE_H
 
+#include "weft/exec/Backend.h"
 #include "weft/plan/Bundle.h"
+#include "weft/plan/Epilogue.h"
 
 #include <algorithm>
 #include <string>
@@ -40,6 +42,40 @@ size_t forEachInstruction(const plan::Program &program,
                 describeInstruction(program, s, i));
     }
   return maxOperands;
+}
+
+/// The steps a backend runs for `gemm`'s epilogue after the plain gemm
+/// (plan::epilogueSteps), each passed to `prepare(step, where)` first, where
+/// names the gemm and its epilogue.
+template <typename Prepare>
+std::vector<plan::EpilogueStep>
+prepareEpilogueSteps(const plan::Instruction &gemm, const std::string &where,
+                     Prepare &&prepare) {
+  std::vector<plan::EpilogueStep> steps = plan::epilogueSteps(gemm);
+  std::string what = where + " (its " +
+                     std::string(plan::toString(gemm.epilogue)) + " epilogue)";
+  for (const plan::EpilogueStep &step : steps)
+    prepare(step.inst, what);
+  return steps;
+}
+
+/// A step's operands, picked from the fused gemm's `reads` and `writes`
+/// into `stepReads` and `stepWrites` (cleared first; reused, so a step does
+/// not allocate once they have grown).
+inline void epilogueOperands(const plan::EpilogueStep &step,
+                             const std::vector<Operand> &reads,
+                             const std::vector<Operand> &writes,
+                             std::vector<Operand> &stepReads,
+                             std::vector<Operand> &stepWrites) {
+  auto pick = [&](const plan::GemmOperand &ref) -> const Operand & {
+    return ref.write ? writes[ref.index] : reads[ref.index];
+  };
+  stepReads.clear();
+  stepWrites.clear();
+  for (const plan::GemmOperand &ref : step.reads)
+    stepReads.push_back(pick(ref));
+  for (const plan::GemmOperand &ref : step.writes)
+    stepWrites.push_back(pick(ref));
 }
 
 } // namespace weft::exec

@@ -262,7 +262,6 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
         options.graph && !(options.trace && options.deviceTimes);
     cudaOptions.deviceTimes = options.trace && options.deviceTimes;
     cudaOptions.halfKernels = options.halfKernels;
-    cudaOptions.gemmEpilogues = options.gemmEpilogues;
     cudaOptions.cudnnAttention = options.cudnnAttention;
     cudaOptions.generatedKernels = options.generatedKernels;
     cudaOptions.kernelCache = options.kernelCache;

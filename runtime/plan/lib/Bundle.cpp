@@ -34,6 +34,12 @@ constexpr SpellingTable<GroupKind, 5> kGroupKinds = {
      {GroupKind::Custom, "custom"}}};
 constexpr SpellingTable<ReduceOp, 3> kReduceOps = {
     {{ReduceOp::Sum, "sum"}, {ReduceOp::Max, "max"}, {ReduceOp::Min, "min"}}};
+constexpr SpellingTable<GemmEpilogue, 5> kGemmEpilogues = {
+    {{GemmEpilogue::None, "none"},
+     {GemmEpilogue::Bias, "bias"},
+     {GemmEpilogue::GeluBias, "gelu_bias"},
+     {GemmEpilogue::DGelu, "dgelu"},
+     {GemmEpilogue::BiasGrad, "bias_grad"}}};
 constexpr SpellingTable<Opcode, 17> kOpcodes = {
     {{Opcode::Kernel, "kernel"},
      {Opcode::Gemm, "gemm"},
@@ -86,6 +92,13 @@ std::string_view weft::plan::toString(ReduceOp op) {
 }
 std::string_view weft::plan::toString(Opcode opcode) {
   return spell(kOpcodes, opcode);
+}
+std::string_view weft::plan::toString(GemmEpilogue epilogue) {
+  return spell(kGemmEpilogues, epilogue);
+}
+std::optional<GemmEpilogue>
+weft::plan::parseGemmEpilogue(std::string_view text) {
+  return parse(kGemmEpilogues, text);
 }
 std::optional<DType> weft::plan::parseDType(std::string_view text) {
   return parse(kDTypes, text);

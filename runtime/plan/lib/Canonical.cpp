@@ -345,6 +345,12 @@ void writeInstruction(CanonicalWriter &w, const Instruction &inst) {
     w.key("dtype");
     w.string(toString(inst.dtype));
   }
+  if (gemm && inst.epilogue != GemmEpilogue::None) {
+    w.key("epilogue");
+    w.string(toString(inst.epilogue));
+    w.key("epilogue_kernels");
+    writeIntegers(w, inst.epilogueKernels);
+  }
   if (op == Opcode::RecordEvent || op == Opcode::WaitEvent) {
     w.key("event");
     w.integer(inst.event);
@@ -756,7 +762,8 @@ bool weft::plan::detail::sameInstruction(const Instruction &a,
            a.gemm.k == b.gemm.k && a.gemm.lda == b.gemm.lda &&
            a.gemm.ldb == b.gemm.ldb && a.gemm.ldc == b.gemm.ldc &&
            sameBits(a.gemm.alpha, b.gemm.alpha) &&
-           sameBits(a.gemm.beta, b.gemm.beta) && a.dtype == b.dtype;
+           sameBits(a.gemm.beta, b.gemm.beta) && a.dtype == b.dtype &&
+           a.epilogue == b.epilogue && a.epilogueKernels == b.epilogueKernels;
   case Opcode::LoadBatch:
     return a.microbatch == b.microbatch;
   case Opcode::Fill:

@@ -62,6 +62,10 @@ json instructionToJson(const Instruction &inst) {
     out["alpha"] = inst.gemm.alpha;
     out["beta"] = inst.gemm.beta;
     out["dtype"] = toString(inst.dtype);
+    if (inst.epilogue != GemmEpilogue::None) {
+      out["epilogue"] = toString(inst.epilogue);
+      out["epilogue_kernels"] = inst.epilogueKernels;
+    }
     break;
   case Opcode::LoadBatch:
     out["microbatch"] = inst.microbatch;
@@ -393,6 +397,11 @@ Instruction readInstruction(ObjectReader &reader) {
     inst.gemm.alpha = reader.number("alpha");
     inst.gemm.beta = reader.number("beta");
     readDType();
+    if (reader.has("epilogue")) {
+      inst.epilogue =
+          reader.enumeration("epilogue", parseGemmEpilogue, "gemm epilogue");
+      inst.epilogueKernels = reader.integers("epilogue_kernels");
+    }
     break;
   case Opcode::LoadBatch:
     inst.microbatch = reader.integer("microbatch");

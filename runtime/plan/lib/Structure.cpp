@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/plan/Epilogue.h"
 #include "weft/plan/Serialize.h"
 
 #include <map>
@@ -227,6 +228,69 @@ private:
   }
 
   /// Operand counts [min, max] of reads and writes; max -1 is unbounded.
+  /// A gemm's epilogue: the kernels it folds, of the registry kinds it
+  /// stands for, with the gemm's shapes (what a cuBLASLt epilogue computes:
+  /// the bias along m over a packed D, the bias gradient summing A's k
+  /// columns).
+  void checkEpilogue(const Instruction &inst, const std::string &path,
+                     const EpilogueShape &shape) {
+    const GemmParams &g = inst.gemm;
+    if (inst.epilogue == GemmEpilogue::None) {
+      if (!inst.epilogueKernels.empty())
+        error(path + ".epilogue_kernels", "kernels listed without an epilogue");
+      return;
+    }
+    if (shape.needsBetaZero && g.beta != 0)
+      error(path + ".beta", "the " + std::string(toString(inst.epilogue)) +
+                                " epilogue needs beta 0");
+    if (inst.epilogueKernels.size() != shape.kernels.size()) {
+      error(path + ".epilogue_kernels",
+            "the " + std::string(toString(inst.epilogue)) + " epilogue folds " +
+                str(int64_t(shape.kernels.size())) +
+                (shape.kernels.size() == 1 ? " kernel" : " kernels") +
+                ", got " + str(int64_t(inst.epilogueKernels.size())));
+      return;
+    }
+    bool packed = inst.epilogue == GemmEpilogue::BiasGrad
+                      ? !g.transA && g.lda == g.m
+                      : g.ldc == g.m;
+    if (!packed)
+      error(path, std::string("the ") + std::string(toString(inst.epilogue)) +
+                      " epilogue needs " +
+                      (inst.epilogue == GemmEpilogue::BiasGrad
+                           ? "A not transposed with lda == m"
+                           : "ldc == m"));
+    for (size_t i = 0; i < shape.kernels.size(); ++i) {
+      std::string where = at(path + ".epilogue_kernels", i);
+      int64_t id = inst.epilogueKernels[i];
+      if (id < 0 || id >= int64_t(bundle.kernels.size())) {
+        error(where, "unknown kernel " + str(id));
+        continue;
+      }
+      const Kernel &kernel = bundle.kernels[size_t(id)];
+      std::string_view name = kernel.name;
+      name = name.substr(0, name.find('.'));
+      if (name != shape.kernels[i]) {
+        error(where, "kernel '" + kernel.name + "' is not a " +
+                         std::string(shape.kernels[i]));
+        continue;
+      }
+      auto constant = [&](const char *key) {
+        auto it = kernel.constants.find(key);
+        return it == kernel.constants.end() ? int64_t(-1) : it->second;
+      };
+      bool fits = name == "bias_add"
+                      ? constant("width") == g.m && constant("rows") == g.n
+                  : name == "bias_grad"
+                      ? constant("width") == g.m && constant("rows") == g.k
+                      : constant("n") == g.m * g.n;
+      if (!fits)
+        error(where, "kernel '" + kernel.name +
+                         "' does not have the gemm's shape (m " + str(g.m) +
+                         ", n " + str(g.n) + ", k " + str(g.k) + ")");
+    }
+  }
+
   void checkOperandCount(const Instruction &inst, const std::string &path,
                          int64_t minReads, int64_t maxReads, int64_t minWrites,
                          int64_t maxWrites) {
@@ -431,9 +495,12 @@ private:
     case Opcode::Gemm: {
       const GemmParams &gemm = inst.gemm;
       bool accumulates = gemm.beta != 0;
-      checkOperandCount(inst, path, accumulates ? 3 : 2, accumulates ? 3 : 2, 1,
-                        1);
-      if (accumulates && inst.reads.size() == 3 && inst.writes.size() == 1 &&
+      EpilogueShape epilogue = epilogueShape(inst.epilogue);
+      int64_t reads = int64_t(productReads(inst) + epilogue.reads),
+              writes = int64_t(1 + epilogue.writes);
+      checkOperandCount(inst, path, reads, reads, writes, writes);
+      checkEpilogue(inst, path, epilogue);
+      if (accumulates && inst.reads.size() >= 3 && !inst.writes.empty() &&
           !(inst.reads[2] == inst.writes[0]))
         error(path + ".reads[2]", "with beta != 0 the third read must be the "
                                   "output range (C)");

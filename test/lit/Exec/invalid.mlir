@@ -633,6 +633,126 @@ module {
 
 module {
   weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{expects exactly 3 read ranges, got 2}}
+      weftx.gemm f32 m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 0.0 epilogue bias [@bias_add] reads(@a[0 +: 64], @a[64 +: 64]) writes(@a[128 +: 64])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{epilogue gelu_bias folds 2 kernels, got 1}}
+      weftx.gemm f32 m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 0.0 epilogue gelu_bias [@bias_add] reads(@a[0 +: 64], @a[64 +: 64], @a[192 +: 16]) writes(@a[128 +: 64])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{epilogue dgelu needs beta 0}}
+      weftx.gemm f32 m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 1.0 epilogue dgelu [@bias_add] reads(@a[0 +: 64], @a[64 +: 64], @a[128 +: 64], @a[192 +: 64]) writes(@a[128 +: 64])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{epilogue bias needs ldc == m}}
+      weftx.gemm f32 m 4 n 2 k 4 lda 4 ldb 4 ldc 8 alpha 1.0 beta 0.0 epilogue bias [@bias_add] reads(@a[0 +: 64], @a[64 +: 32], @a[192 +: 16]) writes(@a[128 +: 64])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{epilogue bias_grad needs A not transposed with lda == m}}
+      weftx.gemm f32 trans_a m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 0.0 epilogue bias_grad [@bias_add] reads(@a[0 +: 64], @a[64 +: 64]) writes(@a[128 +: 64], @a[192 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{epilogue kernel 0 (@residual_add) is not a bias_add}}
+      weftx.gemm f32 m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 0.0 epilogue bias [@residual_add] reads(@a[0 +: 64], @a[64 +: 64], @a[192 +: 16]) writes(@a[128 +: 64])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{epilogue kernel @bias_add does not have the gemm's shape (m 4, n 2, k 4)}}
+      weftx.gemm f32 m 4 n 2 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 0.0 epilogue bias [@bias_add] reads(@a[0 +: 64], @a[64 +: 32], @a[192 +: 16]) writes(@a[128 +: 32])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{@nothing does not name a weftx.kernel}}
+      weftx.gemm f32 m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 0.0 epilogue bias [@nothing] reads(@a[0 +: 64], @a[64 +: 64], @a[192 +: 16]) writes(@a[128 +: 64])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
   weftx.program @r0 ranks [0] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {

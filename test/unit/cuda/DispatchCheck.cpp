@@ -3,12 +3,12 @@
 // weft-cuda-dispatch-check [--expect-folded] BUNDLE...
 //
 // For every role of each bundle, how the CUDA backend runs each kernel
-// instruction with --half-kernels and --gemm-epilogues (kernelDispatch,
-// host-only): counted per kernel and path, printed. Exits 1 when a kernel
-// has no CUDA entry, when a 16-bit operand widens (every kernel has a
-// 16-bit twin), or, with --expect-folded,
-// when a bias_add, a bias_grad or a tanh-GELU activation is not foldable
-// (single-stream GPT-2 plans fold them all), or when a
+// instruction with --half-kernels (kernelDispatch, host-only): counted per
+// kernel and path, printed. Exits 1 when a kernel has no CUDA entry, when a
+// 16-bit operand widens (every kernel has a 16-bit twin), or, with
+// --expect-folded (bundles compiled with --gemm-epilogues), when a bias_add,
+// a bias_grad or a tanh-GELU activation is left unfolded (single-stream
+// GPT-2 plans fold them all), or when a
 // 16-bit gemm has a leading dimension off 16 bytes (cuBLASLt's fast kernels
 // need every row aligned: the lowering pads the logits of odd vocabularies).
 // So a plan whose operand dtypes or layouts drift is caught here, not on a
@@ -19,7 +19,7 @@
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/CudaBackend.h"
-#include "weft/exec/cuda/GemmEpilogue.h"
+#include "weft/exec/cuda/NormFusion.h"
 #include "weft/kernels/Activations.h"
 #include "weft/plan/Serialize.h"
 
@@ -42,8 +42,6 @@ const char *pathName(KernelPath path) {
     return "16-bit";
   case KernelPath::Widened:
     return "widened";
-  case KernelPath::Foldable:
-    return "gemm epilogue";
   case KernelPath::Fused:
     return "in the norm next to it";
   case KernelPath::Generated:
@@ -109,11 +107,10 @@ int main(int argc, char **argv) {
             d.path == KernelPath::Missing ? "has no CUDA entry"
             // Every kernel a bf16/f16 plan runs has a 16-bit twin.
             : d.path == KernelPath::Widened ? "widens its 16-bit operands"
-            : expectFolded && d.path != KernelPath::Foldable &&
-                    (base == "bias_add" || base == "bias_grad" ||
-                     (gelu && (base == "activation_forward" ||
-                               base == "activation_backward")))
-                ? "is not foldable into its gemm"
+            : expectFolded && (base == "bias_add" || base == "bias_grad" ||
+                               (gelu && (base == "activation_forward" ||
+                                         base == "activation_backward")))
+                ? "is not folded into its gemm's epilogue"
                 : nullptr;
         if (problem) {
           ++failures;

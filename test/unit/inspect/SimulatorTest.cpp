@@ -37,6 +37,21 @@ TEST(InstructionCosts, FollowThePlannerFormulas) {
   gemm.opcode = plan::Opcode::Gemm;
   gemm.gemm = {false, false, 2, 3, 4, 2, 4, 2, 1.0, 0.0};
   EXPECT_DOUBLE_EQ(costs.seconds(gemm, 0), 2.0 * 2 * 3 * 4);
+  // An epilogue's own operands cross HBM once more: a bias read (8 bytes),
+  // then (gelu_bias) the activation written too (24 bytes); the product's
+  // operands, C included, are the gemm's.
+  gemm.reads = {{0, 0, 16}, {0, 0, 48}};
+  gemm.writes = {{0, 0, 24}};
+  EXPECT_DOUBLE_EQ(costs.seconds(gemm, 0), 2.0 * 2 * 3 * 4);
+  gemm.epilogue = plan::GemmEpilogue::Bias;
+  gemm.reads.push_back({0, 0, 8});
+  EXPECT_DOUBLE_EQ(costs.seconds(gemm, 0), 2.0 * 2 * 3 * 4 + 8);
+  gemm.epilogue = plan::GemmEpilogue::GeluBias;
+  gemm.writes.push_back({0, 0, 24});
+  EXPECT_DOUBLE_EQ(costs.seconds(gemm, 0), 2.0 * 2 * 3 * 4 + 8 + 24);
+  gemm.gemm.beta = 1; // C is the third read, the bias the fourth
+  gemm.reads.insert(gemm.reads.begin() + 2, {0, 0, 24});
+  EXPECT_DOUBLE_EQ(costs.seconds(gemm, 0), 2.0 * 2 * 3 * 4 + 8 + 24);
 
   // With the default constants the planner's own helper gives the time.
   planner::Cluster h100 = planner::clusterPreset("dgx-h100-80g");

@@ -265,17 +265,79 @@ TEST_F(BundleIOTest, RejectsMissingManifest) {
 }
 
 TEST_F(BundleIOTest, RejectsWrongVersion) {
-  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 6; }),
-            dir("edited") + "/plan.json: format_version: version 6 is not "
-                            "supported (this build reads version 5)");
-  // Version 4 (one range per collective) and version 3 (no host region)
-  // are not read either.
-  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 4; }),
-            dir("edited") + "/plan.json: format_version: version 4 is not "
-                            "supported (this build reads version 5)");
-  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 3; }),
-            dir("edited") + "/plan.json: format_version: version 3 is not "
-                            "supported (this build reads version 5)");
+  EXPECT_EQ(loadError([](json &m) { m["format_version"] = 7; }),
+            dir("edited") + "/plan.json: format_version: version 7 is not "
+                            "supported (this build reads version 6)");
+  // Version 5 (no gemm epilogues: it would run the product alone), version
+  // 4 (one range per collective) and version 3 (no host region) are not
+  // read either.
+  for (int version : {5, 4, 3})
+    EXPECT_EQ(loadError([&](json &m) { m["format_version"] = version; }),
+              dir("edited") + "/plan.json: format_version: version " +
+                  std::to_string(version) +
+                  " is not supported (this build reads version 6)");
+}
+
+/// dataParallelBundle with its gemm (instruction 2) given a bias epilogue:
+/// the bias is `w` and the folded kernel `bias_add.1` (id 1).
+Bundle biasEpilogueBundle() {
+  Bundle bundle = dataParallelBundle();
+  Kernel bias;
+  bias.id = 1;
+  bias.name = "bias_add.1";
+  bias.source = "kernels/bias_add.1.cu";
+  bias.constants = {{"rows", 8}, {"width", 8}};
+  bundle.kernels.push_back(bias);
+  bundle.files[bias.source] = "// bias_add\n";
+  Program &program = bundle.programs[0];
+  Instruction &gemm = program.streams[0].instructions[2];
+  gemm.gemm.transA = false;
+  gemm.epilogue = GemmEpilogue::Bias;
+  gemm.epilogueKernels = {1};
+  gemm.reads.push_back(whole(program, 0));
+  return bundle;
+}
+
+TEST_F(BundleIOTest, GemmEpiloguesRoundTripAndAreChecked) {
+  Bundle bundle = biasEpilogueBundle();
+  writeBundle(bundle, dir("a"));
+  Bundle loaded = loadBundle(dir("a"));
+  EXPECT_EQ(toJson(loaded), toJson(bundle));
+  const Instruction &gemm = loaded.programs[0].streams[0].instructions[2];
+  EXPECT_EQ(gemm.epilogue, GemmEpilogue::Bias);
+  EXPECT_EQ(gemm.epilogueKernels, std::vector<int64_t>{1});
+  // The epilogue changes the content hash.
+  EXPECT_NE(contentHash(bundle), contentHash(dataParallelBundle()));
+
+  std::string at =
+      dir("edited") + "/plan.json: programs[0].streams[0].instructions[2]";
+  auto edit = [&](std::function<void(json &)> change) {
+    return loadError(
+        [&](json &m) {
+          change(m["programs"][0]["streams"][0]["instructions"][2]);
+        },
+        bundle);
+  };
+  EXPECT_EQ(edit([](json &g) { g["epilogue"] = "gelu"; }),
+            at + ".epilogue: unknown gemm epilogue 'gelu'");
+  EXPECT_EQ(edit([](json &g) { g["epilogue_kernels"] = json::array(); }),
+            at + ".epilogue_kernels: the bias epilogue folds 1 kernel, got 0");
+  EXPECT_EQ(edit([](json &g) { g["epilogue_kernels"] = {0}; }),
+            at + ".epilogue_kernels[0]: kernel 'embed' is not a bias_add");
+  EXPECT_EQ(edit([](json &g) { g["epilogue_kernels"] = {2}; }),
+            at + ".epilogue_kernels[0]: unknown kernel 2");
+  EXPECT_EQ(edit([](json &g) { g["reads"].erase(2); }),
+            at + ".reads: gemm needs exactly 3 reads ranges, got 2");
+  EXPECT_EQ(edit([](json &g) { g["epilogue"] = "dgelu"; }),
+            at + ".epilogue_kernels[0]: kernel 'bias_add.1' is not a "
+                 "activation_backward");
+  EXPECT_EQ(edit([](json &g) { g["epilogue"] = "bias_grad"; }),
+            at + ".reads: gemm needs exactly 2 reads ranges, got 3");
+  EXPECT_EQ(edit([](json &g) { g["n"] = 4; }),
+            at + ".epilogue_kernels[0]: kernel 'bias_add.1' does not have "
+                 "the gemm's shape (m 8, n 4, k 8)");
+  EXPECT_EQ(edit([](json &g) { g["ldc"] = 16; }),
+            at + ": the bias epilogue needs ldc == m");
 }
 
 TEST_F(BundleIOTest, RejectsVersion2Bundle) {
@@ -288,7 +350,7 @@ TEST_F(BundleIOTest, RejectsVersion2Bundle) {
               }
             }),
             dir("edited") + "/plan.json: format_version: version 2 is not "
-                            "supported (this build reads version 5)");
+                            "supported (this build reads version 6)");
   // The version 2 spelling under version 3 names the field.
   EXPECT_EQ(loadError([](json &m) {
               for (json &program : m["programs"]) {
@@ -307,7 +369,7 @@ TEST_F(BundleIOTest, RejectsVersion1Bundle) {
                   json::array({{{"id", 0}, {"kind", "dp"}, {"ranks", {0, 1}}}});
             }),
             dir("edited") + "/plan.json: format_version: version 1 is not "
-                            "supported (this build reads version 5)");
+                            "supported (this build reads version 6)");
   // The version 1 group spelling under version 3 names the missing field.
   EXPECT_EQ(loadError([](json &m) {
               m["groups"] =

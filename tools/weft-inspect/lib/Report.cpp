@@ -338,6 +338,8 @@ static std::string operandText(const plan::Bundle &bundle,
     out << g.m << "x" << g.n << "x" << g.k << " " << plan::toString(inst.dtype)
         << (g.transA ? " tA" : "") << (g.transB ? " tB" : "")
         << " alpha=" << g.alpha << " beta=" << g.beta;
+    if (inst.epilogue != plan::GemmEpilogue::None)
+      out << " +" << plan::toString(inst.epilogue);
     break;
   }
   case plan::Opcode::LoadBatch:

@@ -2,6 +2,7 @@
 
 #include "weft/inspect/Simulator.h"
 
+#include "weft/plan/Epilogue.h"
 #include "weft/plan/Error.h"
 
 #include <algorithm>
@@ -231,7 +232,16 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
   switch (inst.opcode) {
   case Opcode::Gemm: {
     const plan::GemmParams &g = inst.gemm;
-    return gemmSeconds(double(g.m), double(g.n), double(g.k), inst.dtype);
+    // An epilogue's own operands (the bias, the aux matrix written or read,
+    // the bias gradient) cross HBM once more, after the product's tiles.
+    double epilogueBytes = 0;
+    for (size_t r = plan::productReads(inst); r < inst.reads.size(); ++r)
+      epilogueBytes += double(inst.reads[r].bytes);
+    for (size_t w = 1; w < inst.writes.size(); ++w)
+      epilogueBytes += double(inst.writes[w].bytes);
+    return gemmSeconds(double(g.m), double(g.n), double(g.k), inst.dtype) +
+           epilogueBytes / (hardware.gpu.memoryBandwidthGBs * 1e9 *
+                            consts.memoryBandwidthFraction);
   }
   case Opcode::Kernel:
   case Opcode::LoadBatch:

@@ -19,13 +19,15 @@
 #include "weft/exec/Error.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/CudnnAttention.h"
-#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
+#include "weft/exec/cuda/NormFusion.h"
 #include "weft/exec/cuda/Workspace.h"
+#include "weft/kernels/Activations.h"
 #include "weft/kernels/Common.h"
 #include "weft/kernels/CpuKernels.h"
 #include "weft/kernels/Optimizer.h"
+#include "weft/plan/Epilogue.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -51,10 +53,12 @@ using plan::Instruction;
 using plan::Opcode;
 
 namespace {
+using plan::GemmEpilogue;
+
 /// Whether an epilogue reads or writes the aux matrix (else only the bias
-/// vector: Bias reads it, BiasGradA writes it).
-bool usesAux(EpilogueKind kind) {
-  return kind == EpilogueKind::GeluAuxBias || kind == EpilogueKind::DGelu;
+/// vector: Bias reads it, BiasGrad writes it).
+bool usesAux(GemmEpilogue kind) {
+  return kind == GemmEpilogue::GeluBias || kind == GemmEpilogue::DGelu;
 }
 } // namespace
 
@@ -173,9 +177,10 @@ struct PreparedGemm {
   float alpha32 = 1, beta32 = 0;
   double alpha64 = 1, beta64 = 0;
   bool f64 = false;
-  /// With an epilogue (GemmEpilogue.h): where its bias, aux matrix and D
-  /// live (the regions' bases are known once allocateRegion has run).
-  std::optional<EpilogueKind> epilogue;
+  /// With an epilogue cuBLASLt runs (weft/plan/Epilogue.h): where its bias,
+  /// aux matrix and D live (the regions' bases are known once
+  /// allocateRegion has run).
+  std::optional<GemmEpilogue> epilogue;
   struct Place {
     plan::Region region = plan::Region::Persistent;
     int64_t offset = 0; // bytes into the region
@@ -274,10 +279,10 @@ public:
 
   std::string_view name() const override { return "cuda"; }
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override;
-  int64_t foldedKernels() const override {
-    return std::count_if(
-        folded_.begin(), folded_.end(),
-        [](const Instruction *inst) { return inst->opcode == Opcode::Kernel; });
+  int64_t cublasEpilogues() const override {
+    return std::count_if(gemms_.begin(), gemms_.end(), [](const auto &entry) {
+      return entry.second.epilogue.has_value();
+    });
   }
   int64_t decommit(std::byte *data, int64_t bytes) override;
   void recommit(std::byte *data, int64_t bytes) override;
@@ -321,14 +326,14 @@ public:
   bool graphEnabled() const override { return options_.graph; }
   bool timesInstructions() const override { return options_.deviceTimes; }
   std::string_view instructionNote(const Instruction &inst) const override {
-    if (folded_.count(&inst))
-      return "folded into the gemm before it";
     if (deferredAdds_.count(&inst))
       return "run inside the norm after it";
     if (deferredNorms_.count(&inst))
       return "run inside the residual add after it";
     if (cudnnKernels_.count(&inst))
       return "cuDNN";
+    if (epilogueSteps_.count(&inst)) // cuBLASLt lacks the epilogue
+      return "epilogue as kernels";
     return {};
   }
   void markInstruction(int64_t stream, int64_t mark) override;
@@ -400,6 +405,11 @@ private:
   void prepareKernel(const plan::Bundle &bundle, const plan::Program &program,
                      const Instruction &inst, size_t stream,
                      const std::string &where);
+  /// A gemm's epilogue on cuBLASLt where it offers the shape (and the GELU
+  /// is the tanh one it computes); `prepared` then runs it.
+  void prepareEpilogue(const plan::Program &program, const Instruction &gemm,
+                       const GemmKey &key, PreparedGemm &prepared,
+                       const std::string &where);
   void prepareOther(const plan::Program &program, const Instruction &inst,
                     const std::string &where);
   /// Loads `kernel`'s generated code: the bundle's fatbin when it has one
@@ -490,10 +500,11 @@ private:
   cublasLtHandle_t lt_ = nullptr;
   std::map<GemmKey, GemmPlan> gemmCache_;
   std::unordered_map<const Instruction *, PreparedGemm> gemms_;
-  /// With gemmEpilogues: the kernels each gemm may fold (findGemmEpilogues),
-  /// and those it did (execute skips them).
-  std::unordered_map<const Instruction *, GemmEpilogue> epilogues_;
-  std::unordered_set<const Instruction *> folded_; // kernels and slot fills
+  /// The gemms whose epilogue cuBLASLt does not run: the kernels it folds
+  /// (plan::epilogueSteps), run after the plain gemm, and their operands.
+  std::unordered_map<const Instruction *, std::vector<plan::EpilogueStep>>
+      epilogueSteps_;
+  std::vector<Operand> stepReads_, stepWrites_;
   /// A byte of a region, from allocateRegion's base.
   std::byte *at(const PreparedGemm::Place &place) const {
     return regionBase_.at(place.region) + place.offset;
@@ -819,10 +830,6 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
                            "kernels[" + std::to_string(kernel.id) + "]");
     resolved.generated = options_.generatedKernels || !resolved.entry;
   }
-  // Generated code replaces the library kernels an epilogue would fold.
-  if (options_.gemmEpilogues && !options_.generatedKernels)
-    for (const GemmEpilogue &epilogue : findGemmEpilogues(bundle, program))
-      epilogues_[epilogue.gemm] = epilogue;
   workspaceNeeds_.assign(numStreams, {});
   size_t maxOperands = forEachInstruction(
       program, prefix(),
@@ -832,7 +839,19 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
           prepareKernel(bundle, program, inst, stream, at);
         else
           prepareOther(program, inst, at);
+        // An epilogue cuBLASLt does not run: the kernels it folds, after
+        // the gemm.
+        if (inst.epilogue != GemmEpilogue::None && !gemms_[&inst].epilogue)
+          epilogueSteps_[&inst] = prepareEpilogueSteps(
+              inst, at, [&](const Instruction &step, const std::string &what) {
+                if (step.opcode == Opcode::Kernel)
+                  prepareKernel(bundle, program, step, stream, what);
+                else
+                  prepareOther(program, step, what);
+              });
       });
+  stepReads_.reserve(maxOperands);
+  stepWrites_.reserve(maxOperands);
   // Residual adds run inside the 16-bit norm after them (forward) or before
   // them (backward) when both take the same 16-bit type.
   auto sameHalfType = [&](const Instruction *a, const Instruction *b) {
@@ -884,16 +903,12 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
                    "attention kernels run instead\n",
                    cudnnUnavailable_.c_str());
   }
-  if (options_.gemmEpilogues && options_.rank == 0) {
-    size_t candidates = 0;
-    for (const auto &[gemm, epilogue] : epilogues_)
-      for (const Instruction *inst : epilogue.folded)
-        candidates += inst->opcode == Opcode::Kernel;
+  if (options_.rank == 0 && (cublasEpilogues() || !epilogueSteps_.empty()))
     std::fprintf(stderr,
-                 "weft-run: cuda: %lld of %zu bias adds, GELU activations and "
-                 "bias gradients run as GEMM epilogues\n",
-                 (long long)foldedKernels(), candidates);
-  }
+                 "weft-run: cuda: %lld of %lld GEMM epilogues run in "
+                 "cuBLASLt (the others as their kernels after the gemm)\n",
+                 (long long)cublasEpilogues(),
+                 (long long)(cublasEpilogues() + epilogueSteps_.size()));
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
   call_.readIndices.reserve(maxOperands);
@@ -1027,12 +1042,12 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
     // The heuristic reads the bias and aux pointers' alignment from their
     // values (they are not dereferenced); runGemm sets the real ones before
     // every call.
-    EpilogueKind kind = *key.epilogue;
+    GemmEpilogue kind = *key.epilogue;
     cublasLtEpilogue_t epilogue =
-        kind == EpilogueKind::Bias          ? CUBLASLT_EPILOGUE_BIAS
-        : kind == EpilogueKind::GeluAuxBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-        : kind == EpilogueKind::DGelu       ? CUBLASLT_EPILOGUE_DGELU
-                                            : CUBLASLT_EPILOGUE_BGRADA;
+        kind == GemmEpilogue::Bias       ? CUBLASLT_EPILOGUE_BIAS
+        : kind == GemmEpilogue::GeluBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+        : kind == GemmEpilogue::DGelu    ? CUBLASLT_EPILOGUE_DGELU
+                                         : CUBLASLT_EPILOGUE_BGRADA;
     auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void *value,
                    size_t bytes) {
       check(
@@ -1043,7 +1058,7 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
     const void *bias = reinterpret_cast<const void *>(uintptr_t(key.alignBias));
     const void *aux = reinterpret_cast<const void *>(uintptr_t(key.alignAux));
     int64_t auxLd = key.m; // aux is packed like D
-    if (kind != EpilogueKind::DGelu)
+    if (kind != GemmEpilogue::DGelu)
       set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (usesAux(kind)) {
       set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
@@ -1100,6 +1115,64 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
   return &stored;
 }
 
+void DeviceBackend::prepareEpilogue(const plan::Program &program,
+                                    const Instruction &gemm, const GemmKey &key,
+                                    PreparedGemm &prepared,
+                                    const std::string &where) {
+  GemmEpilogue kind = gemm.epilogue;
+  // The operands after the product's (plan/Epilogue.h): the bias or the
+  // activation's input is the first extra read, the activation or the bias
+  // gradient the second write.
+  size_t extra = plan::productReads(gemm);
+  if (gemm.reads.size() < extra + plan::epilogueShape(kind).reads ||
+      gemm.writes.size() < 1 + plan::epilogueShape(kind).writes)
+    throw Error(where + ": the " + std::string(plan::toString(kind)) +
+                " epilogue's operands are missing");
+  if (usesAux(kind)) {
+    int64_t act = -1;
+    int64_t id = gemm.epilogueKernels.back();
+    if (id >= 0 && size_t(id) < kernels_.size()) {
+      const KernelConstants &c = kernels_[size_t(id)].constants;
+      if (auto it = c.find("act"); it != c.end())
+        act = it->second;
+    }
+    if (act != int64_t(kernels::Activation::GeluTanh))
+      return; // cuBLASLt's GELU is the tanh approximation
+  }
+  auto place = [&](const plan::BufferRange &range) {
+    const plan::Buffer &buffer = program.buffers[size_t(range.buffer)];
+    return PreparedGemm::Place{buffer.region, buffer.offset + range.offset};
+  };
+  // Bias, GeluBias: the bias read; BiasGrad: the gradient written. GeluBias:
+  // the pre-activation it writes as D; DGelu: the activation's input read.
+  plan::BufferRange bias, aux, output = gemm.writes[0];
+  if (kind == GemmEpilogue::BiasGrad)
+    bias = gemm.writes[1];
+  else if (kind != GemmEpilogue::DGelu)
+    bias = gemm.reads[extra];
+  if (kind == GemmEpilogue::GeluBias) {
+    aux = gemm.writes[0];
+    output = gemm.writes[1];
+  } else if (kind == GemmEpilogue::DGelu) {
+    aux = gemm.reads[extra];
+  }
+  GemmKey fused = key;
+  fused.epilogue = kind;
+  if (kind != GemmEpilogue::DGelu)
+    fused.alignBias = operandAlignment(place(bias).offset);
+  if (usesAux(kind))
+    fused.alignAux = operandAlignment(place(aux).offset);
+  fused.alignC = std::min(fused.alignC, operandAlignment(place(output).offset));
+  const GemmPlan *plan = findGemmPlan(fused, where);
+  if (!plan)
+    return;
+  prepared.plan = plan;
+  prepared.epilogue = kind;
+  prepared.bias = place(bias);
+  prepared.aux = place(aux);
+  prepared.output = place(output);
+}
+
 void DeviceBackend::prepareOther(const plan::Program &program,
                                  const Instruction &inst,
                                  const std::string &where) {
@@ -1138,29 +1211,8 @@ void DeviceBackend::prepareOther(const plan::Program &program,
     const plan::GemmParams &g = inst.gemm;
     PreparedGemm prepared;
     prepared.plan = &gemmPlan(key, where);
-    if (auto folds = epilogues_.find(&inst); folds != epilogues_.end()) {
-      const GemmEpilogue &e = folds->second;
-      auto place = [&](const plan::BufferRange &range) {
-        const plan::Buffer &buffer = program.buffers[size_t(range.buffer)];
-        return PreparedGemm::Place{buffer.region, buffer.offset + range.offset};
-      };
-      GemmKey fused = key;
-      fused.epilogue = e.kind;
-      if (e.kind != EpilogueKind::DGelu)
-        fused.alignBias = operandAlignment(place(e.bias).offset);
-      if (usesAux(e.kind))
-        fused.alignAux = operandAlignment(place(e.aux).offset);
-      fused.alignC =
-          std::min(fused.alignC, operandAlignment(place(e.output).offset));
-      if (const GemmPlan *plan = findGemmPlan(fused, where)) {
-        prepared.plan = plan;
-        prepared.epilogue = e.kind;
-        prepared.bias = place(e.bias);
-        prepared.aux = place(e.aux);
-        prepared.output = place(e.output);
-        folded_.insert(e.folded.begin(), e.folded.end());
-      }
-    }
+    if (inst.epilogue != GemmEpilogue::None)
+      prepareEpilogue(program, inst, key, prepared, where);
     prepared.f64 = inst.dtype == DType::F64;
     prepared.alpha32 = float(g.alpha);
     prepared.beta32 = float(g.beta);
@@ -1193,14 +1245,17 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
                             const std::vector<Operand> &writes,
                             const StepContext &context) {
   cudaStream_t s = streamOf(stream);
-  if (folded_.count(&inst)) // the gemm before it ran it
-    return;
   switch (inst.opcode) {
   case Opcode::Kernel:
     runKernel(inst, stream, reads, writes);
     return;
   case Opcode::Gemm:
     runGemm(inst, stream, reads, writes);
+    if (auto steps = epilogueSteps_.find(&inst); steps != epilogueSteps_.end())
+      for (const plan::EpilogueStep &step : steps->second) {
+        epilogueOperands(step, reads, writes, stepReads_, stepWrites_);
+        execute(step.inst, stream, stepReads_, stepWrites_, context);
+      }
     return;
   case Opcode::Copy:
     // cudaMemcpyDefault: the host region is pinned memory, so the same call
@@ -1488,7 +1543,7 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
                                            sizeof ptr),
             "cublasLtMatmulDescSetAttribute", where(inst, stream));
     };
-    if (*g.epilogue != EpilogueKind::DGelu)
+    if (*g.epilogue != GemmEpilogue::DGelu)
       set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, at(g.bias));
     if (usesAux(*g.epilogue))
       set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, at(g.aux));

@@ -13,8 +13,8 @@
 #include "weft/exec/Error.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/CudaBackend.h"
-#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
+#include "weft/exec/cuda/NormFusion.h"
 #include "weft/kernels/CudaKernels.h"
 
 #include <algorithm>
@@ -599,9 +599,6 @@ cudaError_t runNormBackwardAddHalf(const CudaHalfCall &k, bool layerNorm,
 
 std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                                            const plan::Program &program) {
-  std::unordered_set<const plan::Instruction *> folded;
-  for (const GemmEpilogue &e : findGemmEpilogues(bundle, program))
-    folded.insert(e.folded.begin(), e.folded.end());
   std::vector<KernelDispatch> out;
   for (const plan::Stream &stream : program.streams)
     for (const plan::Instruction &inst : stream.instructions) {
@@ -623,8 +620,6 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
             hasGeneratedSource(bundle, bundle.kernels.at(size_t(inst.kernel)))
                 ? KernelPath::Generated
                 : KernelPath::Missing;
-      else if (folded.count(&inst))
-        d.path = KernelPath::Foldable;
       else if (!sixteen)
         d.path = KernelPath::Fp32;
       else

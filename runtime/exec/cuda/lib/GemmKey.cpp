@@ -50,16 +50,18 @@ std::string describe(const GemmKey &key) {
          std::to_string(key.alignB) + "/" + std::to_string(key.alignC);
   if (key.epilogue) {
     switch (*key.epilogue) {
-    case EpilogueKind::Bias:
+    case plan::GemmEpilogue::None:
+      break;
+    case plan::GemmEpilogue::Bias:
       s += " +bias";
       break;
-    case EpilogueKind::GeluAuxBias:
+    case plan::GemmEpilogue::GeluBias:
       s += " +gelu_aux_bias";
       break;
-    case EpilogueKind::DGelu:
+    case plan::GemmEpilogue::DGelu:
       s += " +dgelu";
       break;
-    case EpilogueKind::BiasGradA:
+    case plan::GemmEpilogue::BiasGrad:
       s += " +bgrada";
       break;
     }

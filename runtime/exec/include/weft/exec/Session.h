@@ -58,9 +58,6 @@ struct Options {
   /// fp32 (weft-run --half-kernels). Off until those kernels have run on a
   /// GPU (docs/kernels.md).
   bool halfKernels = false;
-  /// Backends that can (CUDA): run a bias_add as the epilogue of the gemm
-  /// before it (weft-run --gemm-epilogues). Off until checked on a GPU.
-  bool gemmEpilogues = false;
   /// Backends that can (CUDA): run the 16-bit attention kernels on cuDNN's
   /// fused attention where libcudnn is there and takes their shape
   /// (weft-run --cudnn-attention, which implies --half-kernels). Off until

@@ -23,10 +23,10 @@
 namespace weft::plan {
 
 /// The manifest version this library reads and writes.
-inline constexpr int64_t kFormatVersion = 5;
+inline constexpr int64_t kFormatVersion = 6;
 
 /// Why a manifest of `version` cannot be read, e.g. "version 2 is not
-/// supported (this build reads version 5)".
+/// supported (this build reads version 6)".
 std::string unsupportedVersionReason(int64_t version);
 
 /// The optional side file beside a kernel's generated source that holds it
@@ -40,6 +40,11 @@ enum class DType { F32, F16, BF16, F64, I32, I64, U16, U8 };
 enum class Region { Persistent, Arena, Host };
 enum class GroupKind { TP, PP, DP, World, Custom };
 enum class ReduceOp { Sum, Max, Min };
+/// What a gemm computes in its own call after the product (cuBLASLt's
+/// epilogues; docs/plan-format.md, "gemm epilogues"): the kernels it
+/// replaces are listed in Instruction::epilogueKernels, and
+/// weft/plan/Epilogue.h spells out their operands.
+enum class GemmEpilogue { None, Bias, GeluBias, DGelu, BiasGrad };
 
 enum class Opcode {
   // Compute.
@@ -72,12 +77,14 @@ std::string_view toString(Region region);
 std::string_view toString(GroupKind kind);
 std::string_view toString(ReduceOp op);
 std::string_view toString(Opcode opcode);
+std::string_view toString(GemmEpilogue epilogue);
 /// Parse the spellings toString produces; nullopt for anything else.
 std::optional<DType> parseDType(std::string_view text);
 std::optional<Region> parseRegion(std::string_view text);
 std::optional<GroupKind> parseGroupKind(std::string_view text);
 std::optional<ReduceOp> parseReduceOp(std::string_view text);
 std::optional<Opcode> parseOpcode(std::string_view text);
+std::optional<GemmEpilogue> parseGemmEpilogue(std::string_view text);
 
 int64_t elementBytes(DType dtype);
 bool isCollective(Opcode opcode);   // all_reduce .. broadcast
@@ -229,13 +236,15 @@ struct Instruction {
   std::vector<BufferRange> writes;
   std::string phase; // free-form label for inspection, e.g. "fwd L3 mb2"
 
-  int64_t kernel = -1;       // kernel
-  std::vector<int64_t> args; // kernel: scalar arguments
-  GemmParams gemm;           // gemm
-  int64_t microbatch = 0;    // load_batch
-  double value = 0;          // fill
-  int64_t group = -1;        // collectives, send, recv: a group family id
-  int64_t peer = -1;         // send/recv: group-relative peer; broadcast: root
+  int64_t kernel = -1;                        // kernel
+  std::vector<int64_t> args;                  // kernel: scalar arguments
+  GemmParams gemm;                            // gemm
+  GemmEpilogue epilogue = GemmEpilogue::None; // gemm
+  std::vector<int64_t> epilogueKernels;       // gemm with an epilogue
+  int64_t microbatch = 0;                     // load_batch
+  double value = 0;                           // fill
+  int64_t group = -1; // collectives, send, recv: a group family id
+  int64_t peer = -1;  // send/recv: group-relative peer; broadcast: root
   ReduceOp reduce = ReduceOp::Sum; // all_reduce, reduce_scatter
   int64_t count = 0;        // elements (per rank for reduce_scatter output and
                             // all_gather input; the sum over the members of

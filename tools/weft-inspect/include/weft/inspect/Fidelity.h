@@ -16,7 +16,7 @@
 //
 // Totals, so the instructions that fill the step decide and the calibrated
 // step adds up to the measured one. Instructions the trace notes as run
-// elsewhere (folded into a gemm, run inside a norm), and any measured under 2%
+// elsewhere (run inside a norm), and any measured under 2%
 // of their prediction and under 1 us, did not run as themselves: they are
 // counted apart and fit nothing; other notes (cuDNN) split their kind. The
 // fitted constants go into a cluster file's "cost_constants"

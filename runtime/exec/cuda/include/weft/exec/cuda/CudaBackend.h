@@ -48,17 +48,12 @@ struct CudaBackendOptions {
   /// (the tensor-core attention) instead of being widened to fp32 scratch.
   /// Off by default until those kernels have been checked on a GPU.
   bool halfKernels = false;
-  /// A bias_add and a tanh-GELU activation (or its backward) right after
-  /// the gemm that produced their input run as the gemm's cuBLASLt epilogue
-  /// (GemmEpilogue.h): passes and roundings fewer. Off by default until
-  /// checked on a GPU.
-  bool gemmEpilogues = false;
   /// Registry kernels run the bundle's generated code (weft-generate-kernels:
   /// its fatbin where `weftc compile --cuda-arch` wrote one for this device,
   /// else NVRTC at load) instead of the library kernels; bf16/f16 operands
   /// are widened to fp32 around them. A kernel the library lacks runs its
-  /// generated code either way. Takes precedence over halfKernels and
-  /// gemmEpilogues for the kernels it runs.
+  /// generated code either way. Takes precedence over halfKernels for the
+  /// kernels it runs.
   bool generatedKernels = false;
   /// With halfKernels, the 16-bit attention kernels run on cuDNN's fused
   /// flash attention (libcudnn loaded at run time, deterministic backward)
@@ -84,13 +79,11 @@ bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
                        const std::vector<plan::DType> &reads,
                        const std::vector<plan::DType> &writes);
 /// How the backend runs one kernel instruction of a program with
-/// CudaBackendOptions::halfKernels and gemmEpilogues on (host-only: whether
-/// cuBLASLt takes a foldable epilogue is known only on a device).
+/// CudaBackendOptions::halfKernels on (host-only).
 enum class KernelPath {
   Fp32,      // fp32 (and i32) operands: the fp32 kernel as they are
   Half,      // 16-bit operands straight to the kernel's 16-bit twin
   Widened,   // 16-bit operands widened to fp32 scratch and narrowed back
-  Foldable,  // run inside the gemm before it (GemmEpilogue.h)
   Fused,     // a residual add run inside the 16-bit norm (backward) next to it
   Generated, // no library entry: the bundle's generated code
   Missing,   // neither a library entry nor a generated source (prepare() fails)
@@ -120,10 +113,10 @@ public:
   /// stagingBuffer() is this.
   virtual std::byte *pinnedStaging(int64_t bytes) = 0;
 
-  /// How many kernel instructions (bias_add, bias_grad, GELU activations)
-  /// prepare() folded into their gemm's epilogue
-  /// (CudaBackendOptions::gemmEpilogues).
-  virtual int64_t foldedKernels() const = 0;
+  /// How many gemms with an epilogue (weft-fuse-gemm-epilogues) run it in
+  /// cuBLASLt; the others run the kernels it folds after the gemm (a shape or
+  /// activation cuBLASLt does not offer).
+  virtual int64_t cublasEpilogues() const = 0;
 
   /// NCCL (issue 6): builds the world communicator from an ncclUniqueId that
   /// `broadcastId(bytes, size)` broadcasts from world rank 0 (a no-op for

@@ -11,7 +11,6 @@
 #ifndef WEFT_EXEC_CUDA_GEMMKEY_H
 #define WEFT_EXEC_CUDA_GEMMKEY_H
 
-#include "weft/exec/cuda/GemmEpilogue.h"
 #include "weft/plan/Bundle.h"
 
 #include <cstdint>
@@ -31,9 +30,9 @@ struct GemmKey {
   /// assumes 256 unless told, and an algorithm chosen for 256 may reject a
   /// less aligned pointer at launch).
   int alignA = 256, alignB = 256, alignC = 256;
-  /// A cuBLASLt epilogue (GemmEpilogue.h), with the alignments of the bias
-  /// vector and the aux matrix it reads or writes.
-  std::optional<EpilogueKind> epilogue;
+  /// A cuBLASLt epilogue (weft/plan/Epilogue.h), with the alignments of the
+  /// bias vector and the aux matrix it reads or writes.
+  std::optional<plan::GemmEpilogue> epilogue;
   int alignBias = 256, alignAux = 256;
 
   auto tie() const {
@@ -53,7 +52,8 @@ GemmKey gemmKeyOf(const plan::Program &program, const plan::Instruction &inst);
 int operandAlignment(int64_t byteOffset);
 
 /// "bf16 NT m=64 n=128 k=32 lda=64 ldb=128 ldc=64 beta=0" (errors, logs),
-/// then " +bias", " +gelu_aux_bias" or " +dgelu" with an epilogue.
+/// then " +bias", " +gelu_aux_bias", " +dgelu" or " +bgrada" with an
+/// epilogue.
 std::string describe(const GemmKey &key);
 
 /// Empty when the CUDA backend runs gemms of `dtype` (f32 exact, bf16/f16

@@ -1,0 +1,53 @@
+//===- HappensBefore.h - Instruction order across streams ------*- C++ -*-===//
+//
+// What weft-plan-memory and weft-fuse-gemm-epilogues need to know about the
+// order of a program's instructions: stream order plus record/wait events.
+//
+//===----------------------------------------------------------------------===//
+#ifndef WEFTEXEC_TRANSFORMS_HAPPENSBEFORE_H
+#define WEFTEXEC_TRANSFORMS_HAPPENSBEFORE_H
+
+#include "WeftExec/IR/WeftExecOps.h"
+#include "llvm/ADT/SmallVector.h"
+
+namespace mlir::weftx {
+
+/// The happens-before relation of one program's instructions, from vector
+/// clocks: clock(s, i, t) is how many instructions of stream t are known to
+/// have completed when instruction i of stream s starts (itself included for
+/// t == s).
+class HappensBefore {
+public:
+  /// Executes the streams in an interleaving that honors events. Returns
+  /// the first wait that can never be satisfied, if any (then the relation
+  /// is incomplete).
+  Operation *build(ProgramOp program);
+
+  unsigned numStreams() const { return streams.size(); }
+  /// Instructions of all streams, the length of the interleaving.
+  int64_t numPositions() const { return numPositionsTotal; }
+  int64_t numInstructions(unsigned stream) const {
+    return streams[stream].size();
+  }
+  ArrayRef<InstructionOpInterface> getInstructions(unsigned stream) const {
+    return streams[stream];
+  }
+  int64_t clock(unsigned stream, int64_t index, unsigned other) const {
+    return clocks[stream][index * numStreams() + other];
+  }
+  /// Position of (stream, index) in the interleaving.
+  int64_t position(unsigned stream, int64_t index) const {
+    return positions[stream][index];
+  }
+
+private:
+  SmallVector<SmallVector<InstructionOpInterface>> streams;
+  /// Per stream, the clocks of its instructions one after another.
+  SmallVector<SmallVector<int64_t, 0>> clocks;
+  SmallVector<SmallVector<int64_t, 0>> positions;
+  int64_t numPositionsTotal = 0;
+};
+
+} // namespace mlir::weftx
+
+#endif // WEFTEXEC_TRANSFORMS_HAPPENSBEFORE_H
