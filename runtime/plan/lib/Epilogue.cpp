@@ -2,8 +2,6 @@
 
 #include "weft/plan/Epilogue.h"
 
-#include <algorithm>
-
 using namespace weft::plan;
 
 EpilogueShape weft::plan::epilogueShape(GemmEpilogue epilogue) {
@@ -24,15 +22,6 @@ EpilogueShape weft::plan::epilogueShape(GemmEpilogue epilogue) {
 
 size_t weft::plan::productReads(const Instruction &gemm) {
   return gemm.gemm.beta != 0 ? 3 : 2;
-}
-
-Instruction weft::plan::plainGemm(const Instruction &gemm) {
-  Instruction plain = gemm;
-  plain.epilogue = GemmEpilogue::None;
-  plain.epilogueKernels.clear();
-  plain.reads.resize(std::min(plain.reads.size(), productReads(gemm)));
-  plain.writes.resize(std::min<size_t>(plain.writes.size(), 1));
-  return plain;
 }
 
 std::vector<EpilogueStep> weft::plan::epilogueSteps(const Instruction &gemm) {

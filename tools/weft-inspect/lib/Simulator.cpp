@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <functional>
-#include <limits>
 #include <map>
 #include <queue>
 #include <set>

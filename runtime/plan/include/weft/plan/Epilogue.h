@@ -33,9 +33,6 @@ EpilogueShape epilogueShape(GemmEpilogue epilogue);
 /// How many of a gemm's reads are the product's: A, B, and C when beta != 0.
 size_t productReads(const Instruction &gemm);
 
-/// The gemm without its epilogue: the product alone.
-Instruction plainGemm(const Instruction &gemm);
-
 /// An operand of the fused gemm: writes[index] or reads[index].
 struct GemmOperand {
   bool write = false;
@@ -49,8 +46,9 @@ struct EpilogueStep {
   std::vector<GemmOperand> reads, writes;
 };
 
-/// What runs after plainGemm(gemm) on the same stream to give the fused
-/// gemm's result: Bias: bias_add(D, bias -> D); GeluBias: that, then
+/// What runs after the product (the gemm's A, B[, C] and D, the operands a
+/// backend's plain gemm reads) on the same stream to give the fused gemm's
+/// result: Bias: bias_add(D, bias -> D); GeluBias: that, then
 /// activation_forward(D -> act); DGelu: activation_backward(x, D -> D);
 /// BiasGrad: a fill of 0 over the gradient, then bias_grad(A -> gradient)
 /// (the epilogue writes the gradient, bias_grad accumulates). Empty without
