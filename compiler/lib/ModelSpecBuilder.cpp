@@ -33,6 +33,7 @@ weft::buildModelSpec(mlir::func::FuncOp model, llvm::StringRef name) {
   spec.tiedHead = shape.tiedHead;
   spec.rmsNorm = shape.rmsNorm;
   spec.linearBias = shape.linearBias;
+  spec.mlpActivation = shape.mlpActivation;
   spec.totalParams = analysis.totalParams;
   spec.embeddingParams = analysis.embeddingParams;
   spec.layerParams = analysis.blockParams.front();

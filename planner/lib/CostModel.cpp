@@ -480,23 +480,54 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
                      t * (attnShapeSeconds / attnShapeFlops) /
                      consts.attentionEfficiency;
 
-  // Elementwise traffic per token in the forward pass, in elements: two norms
-  // (read + write: 4h), two bias-dropout-residual adds (read 2h, write h: 6h)
-  // -- done redundantly on every TP rank unless SP --, the fused
-  // scale-mask-softmax and attention dropout (4 a s; eager attention only,
-  // flash keeps the scores on chip), the MLP activation (GELU: read + write
-  // f; SwiGLU: read 2f, write f). Backward moves twice as much.
+  // Elementwise traffic per token, in elements: the kernels of the compiled
+  // plan (docs/planner.md, "Element-wise kernels"), each reading and writing
+  // its operands once. The norms, residual adds and the row-parallel biases
+  // (after the TP reduction) run on every TP rank unless SP shards them.
   bool flash = train.attention == Attention::Flash;
   double spShard = c.sequenceParallel ? t : 1.0;
+  double hs = h / spShard, ffnHere = double(ms.ffnSize) / t;
+  double perElement = tokens * e / hbm; // seconds per element per token
+  // The fused scale-mask-softmax and attention dropout (eager attention
+  // only: flash keeps the scores on chip).
   double softmaxElems = flash ? 0.0 : 4.0 * ms.numHeads * s / t;
-  double elementwiseElems = 10 * h / spShard + softmaxElems +
-                            (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t;
-  double elementwise = tokens * elementwiseElems * e / hbm;
+  // With epilogues a bias add folds into the GEMM before it when nothing
+  // comes between: the column-parallel ones always, the row-parallel ones
+  // (attention output, MLP down) only without TP (with it the reduction
+  // comes first); likewise the bias gradients. A tanh GELU after the biased
+  // up projection folds too, leaving the pre-activation (aux) written in the
+  // forward and read in the backward.
+  bool fold = train.gemmEpilogues && ms.linearBias;
+  bool foldRow = fold && c.tp == 1;
+  bool foldGelu = fold && !ms.gatedMlp && ms.mlpActivation == "gelu_tanh";
+  // Per block end (residual add, then norm): 2 in 1 out, then 1 in 1 out;
+  // backward: the norm's x, dy -> dx, then the branches' sum.
+  double blockEndF = 5 * hs, blockEndB = 6 * hs;
+  // Bias adds read and write the output (in place, or out of place after
+  // the reduction); bias gradients read the output gradient.
+  double qkvBias = ms.linearBias && !fold ? qkvOut : 0.0;
+  double upBias = ms.linearBias && !fold ? mlpOut : 0.0;
+  double rowBias = ms.linearBias && !foldRow ? hs : 0.0; // each of two
+  double activationF = ms.gatedMlp ? 3 * ffnHere         // act(gate) * up
+                       : foldGelu  ? ffnHere             // the aux matrix
+                                   : 2 * ffnHere;
+  double activationB = ms.gatedMlp ? 5 * ffnHere // g, u, dh -> dg, du
+                       : foldGelu  ? ffnHere
+                                   : 3 * ffnHere;
+  double rotary = ms.rotary
+                      ? 2 * (qkvOut - double(ms.numKvHeads) * ms.headDim / t)
+                      : 0.0; // q and k in place, each pass
+  double forwardElems = 2 * blockEndF + 2 * (qkvBias + upBias + 2 * rowBias) +
+                        activationF + rotary + softmaxElems;
+  double backwardElems = 2 * blockEndB + qkvBias + upBias + 2 * rowBias +
+                         activationB + rotary + 2 * softmaxElems;
+  double elementwise = forwardElems * perElement;
 
   PerMicroBatch costs;
   double forward = linear + attention + elementwise;
   costs.layerForward = forward;
-  costs.layerBackward = 2 * forward; // input and weight gradients
+  // Input and weight gradients: twice the forward's GEMMs.
+  costs.layerBackward = 2 * (linear + attention) + backwardElems * perElement;
   // Flash attention's backward recomputes the scores: 5 s*s*d GEMMs against
   // the forward's 2 (2.5x, not 2x; Dao 2023).
   if (flash)
@@ -578,12 +609,9 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // norm and residual, output projection, attention, q|k|v, norm and
   // residual; a layer's re-run comes right before its down projection's
   // gradient. GPT-2 fuses q|k|v into one parameter, the others keep three.
-  double perElement = tokens * e / hbm;
-  double blockEnd = 5 * h / spShard * perElement; // residual add + norm
-  double softmax = softmaxElems * perElement;
-  double activation = (ms.gatedMlp ? 3.0 : 2.0) * ms.ffnSize / t * perElement;
-  double attentionBackward = costs.layerBackward - 2 * forward + 2 * attention;
-  double ffnHere = double(ms.ffnSize) / t;
+  auto seconds = [&](double elements) { return elements * perElement; };
+  double softmax = seconds(softmaxElems);
+  double attentionBackward = 2 * attention + (flash ? 0.5 * attention : 0.0);
   // (Only ZeRO-3 reads them; the search evaluates many other plans.)
   auto add = [&](double elements, double forwardSeconds,
                  double backwardSeconds) {
@@ -592,31 +620,37 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
           {elements, forwardSeconds, backwardSeconds});
   };
   double rerun = costs.layerRecompute + costs.layerTpRecompute;
+  // The q|k|v part carries its bias adds and rotary forward, its bias
+  // gradients and a block end backward; the output projection its bias, a
+  // block end, and backward the attention and rotary; the up projection the
+  // activation and its bias, backward the other block end; the down
+  // projection its bias, a block end, backward the activation's gradient.
+  double qkvF = seconds(2 * qkvBias + rotary) + attention + softmax;
+  double qkvB = seconds(qkvBias + blockEndB) + qkvGradCollective + rerun;
   if (ms.family == "gpt2") {
-    add(h * qkvOut, qkvSeconds + attention + softmax,
-        2 * qkvSeconds + 2 * blockEnd + qkvGradCollective + rerun);
+    add(h * qkvOut, qkvSeconds + qkvF, 2 * qkvSeconds + qkvB);
   } else {
     // q, k and v share the fused shape's seconds by their columns.
     double q = double(ms.numHeads) * ms.headDim / t,
            kv = double(ms.numKvHeads) * ms.headDim / t;
-    add(h * q, qkvSeconds * q / qkvOut,
-        2 * qkvSeconds * q / qkvOut + 2 * blockEnd + qkvGradCollective + rerun);
+    add(h * q, qkvSeconds * q / qkvOut, 2 * qkvSeconds * q / qkvOut + qkvB);
     add(h * kv, qkvSeconds * kv / qkvOut, 2 * qkvSeconds * kv / qkvOut);
-    add(h * kv, qkvSeconds * kv / qkvOut + attention + softmax,
-        2 * qkvSeconds * kv / qkvOut);
+    add(h * kv, qkvSeconds * kv / qkvOut + qkvF, 2 * qkvSeconds * kv / qkvOut);
   }
   double outSeconds = linearOf(tokens, h, attnOut);
-  add(attnOut * h, outSeconds + blockEnd + tpCollective,
-      2 * outSeconds + attentionBackward + 2 * softmax);
+  add(attnOut * h, outSeconds + seconds(2 * rowBias + blockEndF) + tpCollective,
+      2 * outSeconds + attentionBackward + seconds(rowBias + rotary) +
+          2 * softmax);
   double upSeconds = mlpUpSeconds / (ms.gatedMlp ? 2 : 1);
+  double upB = seconds(upBias + blockEndB) + upGradCollective;
   if (ms.gatedMlp)
-    add(h * ffnHere, upSeconds,
-        2 * upSeconds + 2 * blockEnd + upGradCollective);
-  add(h * ffnHere, upSeconds + activation,
-      2 * upSeconds + (ms.gatedMlp ? 0.0 : 2 * blockEnd + upGradCollective));
+    add(h * ffnHere, upSeconds, 2 * upSeconds + upB);
+  add(h * ffnHere, upSeconds + seconds(2 * upBias + activationF),
+      2 * upSeconds + (ms.gatedMlp ? 0.0 : upB));
   double downSeconds = linearOf(tokens, h, ffnHere);
-  add(ffnHere * h, downSeconds + blockEnd + tpCollective,
-      2 * downSeconds + 2 * activation);
+  add(ffnHere * h,
+      downSeconds + seconds(2 * rowBias + blockEndF) + tpCollective,
+      2 * downSeconds + seconds(rowBias + activationB));
 
   // Embedding: gather + position add forward, scatter-add backward (3h
   // elements each way); the vocabulary-parallel lookup ends in one TP
@@ -629,8 +663,13 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double headShapeFlops = 2 * tokens * vocabHere * h;
   double head = ms.headFlopsPerToken * tokens / t *
                 (gemmSeconds(tokens, vocabHere, h) / headShapeFlops);
+  // The loss reads the logits and writes their gradient over them in
+  // their own precision; vocabulary-parallel, its three kernels read them
+  // three times (row max, sums, then the gradient).
+  double lossPasses = c.tp == 1 ? 2.0 : 4.0;
   costs.lastStageExtra = 3 * head + tokens * 12 * h * e / hbm +
-                         tokens * vocabHere * 2 * (e + 4) / hbm + tpCollective;
+                         tokens * vocabHere * lossPasses * e / hbm +
+                         tpCollective;
 
   // Stage boundaries carry s*b*h/t (Megatron's scatter/gather optimisation);
   // a boundary crosses nodes when a pipeline spans more than one node.

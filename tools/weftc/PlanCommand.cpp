@@ -82,7 +82,8 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
       loadDeepSpeedConfig(*options.fromDeepSpeed, cluster.worldSize());
   TrainingConfig training{
       ds.globalBatch, required(options.seqLen, "--seq-len"), ds.precision,
-      parseFlag("--attention", options.attention, parseAttention)};
+      parseFlag("--attention", options.attention, parseAttention),
+      options.gemmEpilogues};
   if (options.globalBatch && *options.globalBatch != ds.globalBatch)
     throw Error(*options.fromDeepSpeed + ": train_batch_size " +
                 std::to_string(ds.globalBatch) +
@@ -131,7 +132,8 @@ TrainingConfig trainingFrom(const PlanOptions &options) {
   return {required(options.globalBatch, "--global-batch"),
           required(options.seqLen, "--seq-len"),
           parseFlag("--precision", options.precision, parsePrecision),
-          parseFlag("--attention", options.attention, parseAttention)};
+          parseFlag("--attention", options.attention, parseAttention),
+          options.gemmEpilogues};
 }
 
 int planImpl(const ModelSpec &model, const PlanOptions &options) {

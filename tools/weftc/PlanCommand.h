@@ -33,6 +33,9 @@ struct PlanOptions {
   std::optional<std::string> offload;
   std::string attention = "flash";
   bool allowTpAcrossNodes = false;
+  /// `--gemm-epilogues`: the plan folds bias adds, tanh GELUs and bias
+  /// gradients into GEMM epilogues (TrainingConfig::gemmEpilogues).
+  bool gemmEpilogues = false;
   std::optional<std::string> fromDeepSpeed;
   int top = 5;
   bool explain = false;

@@ -127,6 +127,14 @@ cl::opt<std::string>
     planAttention("attention",
                   cl::desc("Attention implementation: flash|eager (flash)"),
                   cl::init("flash"), cl::sub(planCmd), cl::cat(planCategory));
+cl::opt<bool> gemmEpilogues(
+    "gemm-epilogues",
+    cl::desc("Fold the bias adds, tanh GELUs (and their backward) and bias "
+             "gradients right after a gemm into the gemm's epilogue "
+             "(compile: weft-fuse-gemm-epilogues, one cuBLASLt call on a GPU, "
+             "the CPU backend runs the same kernels after the gemm; plan and "
+             "compile: the planner costs them so)"),
+    cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<bool> planTpAcrossNodes("allow-tp-across-nodes",
                                 cl::desc("Let TP groups span nodes"),
                                 cl::sub(planCmd), cl::sub(compileCmd),
@@ -175,13 +183,6 @@ cl::opt<bool> verifyEach(
     cl::desc("Verify the weftx IR after every pass of the exec stage too "
              "(the model and lowering stages always are; the bundle is "
              "verified, IR and plan, before it is written)"),
-    cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<bool> gemmEpilogues(
-    "gemm-epilogues",
-    cl::desc("Fold the bias adds, tanh GELUs (and their backward) and bias "
-             "gradients right after a gemm into the gemm's epilogue "
-             "(weft-fuse-gemm-epilogues: one cuBLASLt call on a GPU; the CPU "
-             "backend runs the same kernels after the gemm)"),
     cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<std::string> cudaArch(
     "cuda-arch",
@@ -406,6 +407,7 @@ int collectPlanOptions(StringRef command, weft::PlanOptions &options) {
   options.schedule = optionalFlag(planSchedule);
   options.sequenceParallel = optionalFlag(planSequenceParallel);
   options.allowTpAcrossNodes = planTpAcrossNodes;
+  options.gemmEpilogues = gemmEpilogues;
   for (auto [flag, value] :
        {std::pair{"--global-batch", options.globalBatch},
         std::pair{"--seq-len", options.seqLen}, std::pair{"--tp", options.tp},

@@ -125,6 +125,7 @@ ModelAnalysis::ModelAnalysis(func::FuncOp model) {
             return;
           shape.ffnSize = dim(mlp.getUpWeight(), 1);
           shape.gatedMlp = static_cast<bool>(mlp.getGateWeight());
+          shape.mlpActivation = mlp.getActivation().str();
         })
         .Case([&](RMSNormOp) { shape.rmsNorm = true; })
         .Case([&](LMHeadOp head) {

@@ -14,6 +14,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <string>
+
 namespace mlir::weft {
 
 /// Forward FLOPs per token of one part of the model (multiply-add = 2).
@@ -34,6 +36,7 @@ struct ModelShape {
   int64_t numHeads = 0, numKvHeads = 0, headDim = 0, maxPositions = 0;
   bool causal = true, rotary = false, gatedMlp = false, tiedHead = false;
   bool rmsNorm = false, linearBias = false;
+  std::string mlpActivation; // weft.mlp's: gelu, gelu_tanh, relu or silu
 };
 
 class ModelAnalysis {

@@ -46,6 +46,16 @@ public:
       : kernels(kernels), order(order) {
     for (BufferOp buffer : program.getBuffers())
       buffers[buffer.getSymNameAttr()] = buffer;
+    streams.resize(order.numStreams());
+    for (unsigned s = 0; s < order.numStreams(); ++s)
+      for (InstructionOpInterface inst : order.getInstructions(s)) {
+        Operation *op = inst;
+        if (auto list = op->getAttrOfType<ArrayAttr>("writes"))
+          for (RangeAttr range : list.getAsRange<RangeAttr>())
+            writers[range.getBuffer().getAttr()].push_back(
+                {s, int64_t(streams[s].size()), range, op});
+        streams[s].push_back(op);
+      }
   }
 
   /// The kernel `op` launches when it is a specialization of registry kernel
@@ -88,15 +98,6 @@ public:
           return false;
     return true;
   }
-  static bool writes(Operation *op, RangeAttr range) {
-    auto list = op->getAttrOfType<ArrayAttr>("writes");
-    if (list)
-      for (RangeAttr write : list.getAsRange<RangeAttr>())
-        if (overlap(write, range))
-          return true;
-    return false;
-  }
-
   /// A gemm on float storage with one output and no epilogue yet.
   static bool floatGemm(GemmOp gemm) {
     Type type = gemm.getDtype();
@@ -127,31 +128,30 @@ public:
   /// runs, and nothing on another stream writes it before that instruction
   /// has finished: every write of it on another stream waits (through the
   /// events) for `at`, and its last writer before on this stream is a fill
-  /// of 0 covering it.
+  /// of 0 covering it. (One pass over the writes of its buffer.)
   bool stillZeroFilled(unsigned stream, int64_t at, RangeAttr range) const {
-    for (unsigned s = 0; s < order.numStreams(); ++s) {
-      if (s == stream)
-        continue;
-      ArrayRef<InstructionOpInterface> insts = order.getInstructions(s);
-      for (int64_t j = 0; j < int64_t(insts.size()); ++j)
-        if (writes(insts[j], range) && order.clock(s, j, stream) <= at)
-          return false;
-    }
-    ArrayRef<InstructionOpInterface> insts = order.getInstructions(stream);
-    for (int64_t j = at - 1; j >= 0; --j) {
-      Operation *op = insts[j];
-      if (!writes(op, range))
-        continue;
-      auto fill = dyn_cast<FillOp>(op);
-      if (!fill || fill.getValue().convertToDouble() != 0)
-        return false;
-      for (RangeAttr w : fill.getWrites().getAsRange<RangeAttr>())
-        if (w.getBuffer() == range.getBuffer() &&
-            w.getOffset() <= range.getOffset() && range.getEnd() <= w.getEnd())
-          return true;
+    auto it = writers.find(range.getBuffer().getAttr());
+    if (it == writers.end())
       return false;
+    const Write *last = nullptr; // the last write before `at` on `stream`
+    for (const Write &write : it->second) {
+      if (!overlap(write.range, range))
+        continue;
+      if (write.stream != stream) {
+        if (order.clock(write.stream, write.index, stream) <= at)
+          return false;
+      } else if (write.index < at && (!last || write.index > last->index)) {
+        last = &write;
+      }
     }
-    return false; // nothing says what it holds
+    auto fill = last ? dyn_cast<FillOp>(last->op) : FillOp();
+    if (!fill || fill.getValue().convertToDouble() != 0)
+      return false; // nothing says it holds zeros
+    for (RangeAttr w : fill.getWrites().getAsRange<RangeAttr>())
+      if (w.getBuffer() == range.getBuffer() &&
+          w.getOffset() <= range.getOffset() && range.getEnd() <= w.getEnd())
+        return true;
+    return false;
   }
 
   /// A bias_add over the gemm's output in place, the bias along m.
@@ -221,10 +221,7 @@ public:
 
   /// What the epilogue of gemm `index` of `stream` can take over.
   std::optional<Fold> match(unsigned stream, int64_t index) const {
-    ArrayRef<InstructionOpInterface> list = order.getInstructions(stream);
-    SmallVector<Operation *> insts;
-    for (InstructionOpInterface inst : list)
-      insts.push_back(inst);
+    ArrayRef<Operation *> insts = streams[stream];
     auto gemm = dyn_cast<GemmOp>(insts[index]);
     if (!gemm || !floatGemm(gemm))
       return std::nullopt;
@@ -299,6 +296,16 @@ private:
   SymbolTable &kernels;
   const HappensBefore &order;
   DenseMap<StringAttr, BufferOp> buffers;
+  /// Each stream's instructions, and every write of each buffer (stream by
+  /// stream, in order).
+  struct Write {
+    unsigned stream;
+    int64_t index;
+    RangeAttr range;
+    Operation *op;
+  };
+  SmallVector<SmallVector<Operation *>> streams;
+  DenseMap<StringAttr, SmallVector<Write>> writers;
 };
 
 void apply(const Fold &fold) {

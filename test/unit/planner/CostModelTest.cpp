@@ -481,10 +481,11 @@ TEST(Time, TensorParallelBackwardHidesUnderWeightGradients) {
 }
 
 TEST(Time, SequenceParallelShardsTheNormsAndResiduals) {
-  // Free collectives, so only compute differs: SP runs the norms and
-  // residual adds (10h elements per token and pass, the backward twice) on
-  // a t-th of the tokens. Its collectives move each sequence's blocks
-  // directly (one member per sequence): no copies to count.
+  // Free collectives, so only compute differs: SP runs the norms, residual
+  // adds and the row-parallel biases after the reduction on a t-th of the
+  // tokens (forward 10h + 4h elements per token, backward 12h + 2h; see
+  // docs/planner.md, "Element-wise kernels"). Its collectives move each
+  // sequence's blocks directly (one member per sequence): no copies.
   TrainingConfig training{64, 2048, Precision::BF16};
   Cluster cluster = clusterPreset("dgx-h100-80g");
   cluster.intraNodeBandwidthGBs = 1e12;
@@ -496,9 +497,44 @@ TEST(Time, SequenceParallelShardsTheNormsAndResiduals) {
   double sequenceParallel = model.evaluate(tensorParallel(true)).time.compute;
   double h = 2048, t = 8, tokens = 2048.0 * c.microBatch;
   double hbm = cluster.gpu.memoryBandwidthGBs * 1e9 * k.memoryBandwidthFraction;
-  double perLayer = tokens * 2 / hbm * 3 * (10 * h / t - 10 * h);
+  double perLayer = tokens * 2 / hbm * (28 * h / t - 28 * h);
   EXPECT_NEAR(sequenceParallel - compute, double(c.gradAccum) * 24 * perLayer,
               1e-9 * compute);
+}
+
+TEST(Time, GemmEpiloguesRemoveTheKernelsTheyFold) {
+  // One GPU, so only the layers' element-wise kernels differ: with epilogues
+  // the bias adds (q|k|v 3h, the MLP up f, attention output and down h
+  // each: read and written) and bias gradients (dy read) cost nothing, and
+  // the tanh GELU costs its aux matrix instead of a read and a write
+  // forward and two reads and a write backward: per token and layer
+  // 2(3h + f + 2h) + 3h + f + 2h + (2f - f) + (3f - f) = 15h + 6f elements.
+  // An erf GELU does not fold (cuBLASLt's is the tanh one), nor does
+  // anything of a model without biases.
+  TrainingConfig training{64, 2048, Precision::BF16};
+  Cluster cluster = clusterPreset("h100-1gpu");
+  CostConstants k;
+  ParallelConfig c = dataParallel(0, 1, 64);
+  c.recompute = Recompute::None;
+  auto compute = [&](const ModelSpec &model, bool epilogues) {
+    TrainingConfig t = training;
+    t.gemmEpilogues = epilogues;
+    return CostModel(model, cluster, t, k).evaluate(c).time.compute;
+  };
+  ModelSpec gpt = gpt1p3b();
+  double h = 2048, f = 4 * h, tokens = 2048.0 * c.microBatch;
+  double hbm = cluster.gpu.memoryBandwidthGBs * 1e9 * k.memoryBandwidthFraction;
+  double perElement =
+      double(c.gradAccum) * gpt.numLayers * tokens * 2 / hbm; // bf16
+  EXPECT_NEAR(compute(gpt, false) - compute(gpt, true),
+              (15 * h + 6 * f) * perElement, 1e-9 * compute(gpt, false));
+  ModelSpec erf = gpt;
+  erf.mlpActivation = "gelu";
+  EXPECT_NEAR(compute(erf, false) - compute(erf, true),
+              (15 * h + 3 * f) * perElement, 1e-9 * compute(erf, false));
+  ModelSpec unbiased = gpt;
+  unbiased.linearBias = false;
+  EXPECT_DOUBLE_EQ(compute(unbiased, false), compute(unbiased, true));
 }
 
 TEST(Time, RecomputeAndPipelineCostTime) {

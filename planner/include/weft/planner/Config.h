@@ -58,6 +58,10 @@ struct TrainingConfig {
   /// How attention is computed (an implementation property of the training
   /// code, not a search dimension: flash is never worse).
   Attention attention = Attention::Flash;
+  /// Bias adds, the tanh GELU after a biased up projection (and its
+  /// backward) and bias gradients run in their GEMMs' epilogues (`weftc
+  /// compile --gemm-epilogues`); otherwise as kernels of their own.
+  bool gemmEpilogues = false;
 };
 
 /// One fully specified plan. Invariants (checked by checkParallelConfig):

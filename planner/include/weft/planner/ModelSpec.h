@@ -33,6 +33,10 @@ struct ModelSpec {
   bool tiedHead = true;   // LM head shares the token embedding
   bool rmsNorm = false;   // RMSNorm (one vector) instead of LayerNorm (two)
   bool linearBias = true; // linear layers carry biases
+  /// The MLP's activation: gelu (erf), gelu_tanh, relu or silu. A tanh GELU
+  /// after a biased up projection folds into its GEMM's epilogue
+  /// (TrainingConfig::gemmEpilogues).
+  std::string mlpActivation = "gelu_tanh";
 
   // Exact parameter counts from the IR (unique parameters; a tied head is
   // counted once, with the embedding).
