@@ -64,8 +64,8 @@ std::string header(const CostModel &model) {
   os << "model " << model.model().name << " on " << c.name << " (" << c.nodes
      << "x" << c.gpusPerNode << " " << c.gpu.model << "), global "
      << "batch " << t.globalBatch << " x " << t.seqLen << " tokens, "
-     << toString(t.precision)
-     << (t.gemmEpilogues ? ", GEMM epilogues" : "") << "\n";
+     << toString(t.precision) << (t.gemmEpilogues ? ", GEMM epilogues" : "")
+     << "\n";
   if (!c.costOverrides.empty()) {
     const CostConstants &k = model.constants();
     std::streamsize precision = os.precision(3);
