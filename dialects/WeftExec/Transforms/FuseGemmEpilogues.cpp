@@ -163,7 +163,7 @@ public:
     RangeAttr y = range(gemm.getWrites(), 0),
               bias = range(launch.getReads(), 1);
     bool fits = range(launch.getReads(), 0) == y &&
-                range(launch.getWrites(), 0) == y &&
+                range(launch.getWrites(), 0) == y && !overlap(bias, y) &&
                 constant(k, "width") == int64_t(gemm.getM()) &&
                 constant(k, "rows") == int64_t(gemm.getN()) &&
                 dtype(y) == gemm.getDtype() && dtype(bias) == gemm.getDtype() &&
