@@ -576,7 +576,8 @@ LogicalResult GemmOp::verify() {
     size_t kernels = getEpilogueKernelNames(*epilogue).size();
     if (getEpilogueKernels()->size() != kernels)
       return emitOpError() << "epilogue " << name << " folds " << kernels
-                           << " kernels, got " << getEpilogueKernels()->size();
+                           << (kernels == 1 ? " kernel" : " kernels")
+                           << ", got " << getEpilogueKernels()->size();
     if (accumulates && (*epilogue == GemmEpilogueKind::gelu_bias ||
                         *epilogue == GemmEpilogueKind::dgelu))
       return emitOpError() << "epilogue " << name << " needs beta 0";

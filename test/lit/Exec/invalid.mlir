@@ -668,6 +668,21 @@ module {
   weftx.program @r0 ranks [0] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
+      // expected-error @+1 {{epilogue bias folds 1 kernel, got 2}}
+      weftx.gemm f32 m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 0.0 epilogue bias [@bias_add, @bias_add] reads(@a[0 +: 64], @a[64 +: 64], @a[192 +: 16]) writes(@a[128 +: 64])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.kernel @bias_add file "kernels/bias_add.cu" constants {rows = 4 : i64, width = 4 : i64} source ""
+  weftx.kernel @residual_add file "kernels/residual_add.cu" constants {n = 16 : i64} source ""
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
       // expected-error @+1 {{epilogue dgelu needs beta 0}}
       weftx.gemm f32 m 4 n 4 k 4 lda 4 ldb 4 ldc 4 alpha 1.0 beta 1.0 epilogue dgelu [@bias_add] reads(@a[0 +: 64], @a[64 +: 64], @a[128 +: 64], @a[192 +: 64]) writes(@a[128 +: 64])
     }
