@@ -459,12 +459,18 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double e = double(elem);
 
   // Linear layers: FLOPs from the IR; the GEMM shapes only set efficiency.
+  // The compiled plan runs q, k and v as three GEMMs (GPT-2's fused c_attn
+  // too: each reads its column block), and SwiGLU's gate and up as two.
   double qkvOut = double(ms.numHeads + 2 * ms.numKvHeads) * ms.headDim / t;
   double attnOut = double(ms.numHeads) * ms.headDim / t;
+  double kvOut = double(ms.numKvHeads) * ms.headDim / t;
   double mlpOut = (ms.gatedMlp ? 2.0 : 1.0) * ms.ffnSize / t;
-  double shapeSeconds =
-      gemmSeconds(tokens, qkvOut, h) + gemmSeconds(tokens, h, attnOut) +
-      gemmSeconds(tokens, mlpOut, h) + gemmSeconds(tokens, h, ms.ffnSize / t);
+  double qShape = gemmSeconds(tokens, attnOut, h),
+         kvShape = gemmSeconds(tokens, kvOut, h);
+  double upShape = (ms.gatedMlp ? 2.0 : 1.0) *
+                   gemmSeconds(tokens, double(ms.ffnSize) / t, h);
+  double shapeSeconds = qShape + 2 * kvShape + gemmSeconds(tokens, h, attnOut) +
+                        upShape + gemmSeconds(tokens, h, ms.ffnSize / t);
   double shapeFlops =
       2 * tokens * (h * qkvOut + attnOut * h + h * mlpOut + ms.ffnSize / t * h);
   double linear =
@@ -514,9 +520,8 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double activationB = ms.gatedMlp ? 5 * ffnHere // g, u, dh -> dg, du
                        : foldGelu  ? ffnHere
                                    : 3 * ffnHere;
-  double rotary = ms.rotary
-                      ? 2 * (qkvOut - double(ms.numKvHeads) * ms.headDim / t)
-                      : 0.0; // q and k in place, each pass
+  double rotary =
+      ms.rotary ? 2 * (attnOut + kvOut) : 0.0; // q and k in place, each pass
   double forwardElems = 2 * blockEndF + 2 * (qkvBias + upBias + 2 * rowBias) +
                         activationF + rotary + softmaxElems;
   double backwardElems = 2 * blockEndB + qkvBias + upBias + 2 * rowBias +
@@ -539,8 +544,8 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
     // op state: the QKV and MLP up/gate GEMMs, the attention forward and
     // the activation. Full re-runs the layer's forward, whose norms and
     // attention hand over their state: only the MLP's is recomputed.
-    double qkvLinear = linear * gemmSeconds(tokens, qkvOut, h) / shapeSeconds;
-    double upLinear = linear * gemmSeconds(tokens, mlpOut, h) / shapeSeconds;
+    double qkvLinear = linear * (qShape + 2 * kvShape) / shapeSeconds;
+    double upLinear = linear * upShape / shapeSeconds;
     double norms = tokens * 4 * h / spShard * e / hbm;
     double mlpInternals = upLinear + tokens * (ms.gatedMlp ? 3.0 : 2.0) *
                                          ms.ffnSize / t * e / hbm;
@@ -548,8 +553,7 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
     // grad op recomputes its internals from the saved input) nor the
     // residual add after it (docs/autodiff.md, "Recompute modes").
     double mlpLinear = linear *
-                       (gemmSeconds(tokens, mlpOut, h) +
-                        gemmSeconds(tokens, h, ms.ffnSize / t)) /
+                       (upShape + gemmSeconds(tokens, h, ms.ffnSize / t)) /
                        shapeSeconds;
     double mlpForward =
         mlpLinear +
@@ -590,8 +594,10 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   auto linearOf = [&](double m, double n, double k) {
     return linear * gemmSeconds(m, n, k) / shapeSeconds;
   };
-  double qkvSeconds = linearOf(tokens, qkvOut, h);
-  double mlpUpSeconds = linearOf(tokens, mlpOut, h);
+  double qSeconds = linear * qShape / shapeSeconds,
+         kvSeconds = linear * kvShape / shapeSeconds;
+  double qkvSeconds = qSeconds + 2 * kvSeconds;
+  double mlpUpSeconds = linear * upShape / shapeSeconds;
   double overlap = consts.commOverlapFraction;
   double qkvGradCollective =
       tpGather + std::max(0.0, tpReduce - overlap * qkvSeconds);
@@ -630,12 +636,9 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   if (ms.family == "gpt2") {
     add(h * qkvOut, qkvSeconds + qkvF, 2 * qkvSeconds + qkvB);
   } else {
-    // q, k and v share the fused shape's seconds by their columns.
-    double q = double(ms.numHeads) * ms.headDim / t,
-           kv = double(ms.numKvHeads) * ms.headDim / t;
-    add(h * q, qkvSeconds * q / qkvOut, 2 * qkvSeconds * q / qkvOut + qkvB);
-    add(h * kv, qkvSeconds * kv / qkvOut, 2 * qkvSeconds * kv / qkvOut);
-    add(h * kv, qkvSeconds * kv / qkvOut + qkvF, 2 * qkvSeconds * kv / qkvOut);
+    add(h * attnOut, qSeconds, 2 * qSeconds + qkvB);
+    add(h * kvOut, kvSeconds, 2 * kvSeconds);
+    add(h * kvOut, kvSeconds + qkvF, 2 * kvSeconds);
   }
   double outSeconds = linearOf(tokens, h, attnOut);
   add(attnOut * h, outSeconds + seconds(2 * rowBias + blockEndF) + tpCollective,
