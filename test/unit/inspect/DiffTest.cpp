@@ -74,6 +74,24 @@ TEST(Diff, CoalescingChangesLaunchesNotMembers) {
                                   }));
 }
 
+TEST(Diff, GemmEpiloguesAreCountedApart) {
+  // The same gemm without and with a bias epilogue (weftc compile
+  // --gemm-epilogues): the instruction count stays, the epilogue shows.
+  plan::Bundle before = dataParallelBundle();
+  plan::Instruction gemm;
+  gemm.opcode = plan::Opcode::Gemm;
+  gemm.gemm = {false, false, 4, 4, 4, 4, 4, 4, 1.0, 0.0};
+  auto &insts = before.programs[0].streams[0].instructions;
+  insts.insert(insts.begin(), gemm);
+  plan::Bundle after = before;
+  plan::Instruction &fused = after.programs[0].streams[0].instructions[0];
+  fused.epilogue = plan::GemmEpilogue::Bias;
+  fused.epilogueKernels = {0};
+  EXPECT_EQ(lines(before, after), (std::vector<std::string>{
+                                      "instructions: gemm +bias - -> 2",
+                                  }));
+}
+
 TEST(Diff, DifferentMeshesAndMissingItems) {
   plan::Bundle a = dataParallelBundle();
   plan::Bundle b = pipelineBundle();

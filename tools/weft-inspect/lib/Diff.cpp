@@ -47,8 +47,8 @@ static Flat predictionOf(const plan::Bundle &bundle) {
           {"mfu", number(bundle.prediction.mfu)}};
 }
 
-/// Instruction counts by opcode and collective counts, members and bytes by
-/// kind, summed over all ranks.
+/// Instruction counts by opcode (and of gemms by epilogue) and collective
+/// counts, members and bytes by kind, summed over all ranks.
 static std::pair<Flat, Flat> countsOf(const plan::Bundle &bundle) {
   std::map<std::string, double> opcodes, collectives;
   std::vector<int64_t> ranksOfRole(bundle.programs.size(), 0);
@@ -59,6 +59,10 @@ static std::pair<Flat, Flat> countsOf(const plan::Bundle &bundle) {
     for (const plan::Stream &stream : program.streams) {
       for (const plan::Instruction &inst : stream.instructions) {
         opcodes[std::string(plan::toString(inst.opcode))] += ranks;
+        // A gemm with an epilogue stands for it and the kernels it folds.
+        if (inst.epilogue != plan::GemmEpilogue::None)
+          opcodes["gemm +" + std::string(plan::toString(inst.epilogue))] +=
+              ranks;
         if (!isCommOp(inst.opcode))
           continue;
         std::string kind = commKind(bundle, inst);
