@@ -19,9 +19,15 @@
 // RUN: diff %t.compile %t.step
 // RUN: FileCheck %s --check-prefix=COMPILE < %t.compile
 // RUN: not weft-opt %s --weft-compile='schedule={seq-len=8 no-such-option=1}' 2>&1 | FileCheck %s --check-prefix=BAD-OPTION
+// With gemm-epilogues, weft-fuse-gemm-epilogues runs between weft-step and
+// weft-plan-memory.
+// RUN: weftc import gpt2-tiny | weft-opt --weft-compile='lower={dp=2 zero=1 tp=2} schedule={seq-len=8 precision=bf16} gemm-epilogues=true' > %t.fused
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1 tp=2' --weft-autodiff --weft-schedule='seq-len=8 precision=bf16' --weft-step --weft-fuse-gemm-epilogues --weft-plan-memory --weft-generate-kernels | diff - %t.fused
+// RUN: FileCheck %s --check-prefix=FUSED < %t.fused
 
 // COMPILE: weftx.program @role0 ranks [0, 2] arena
 // COMPILE: weftx.stream "reducescatter"
 // COMPILE: weftx.stream "allgather"
 // COMPILE: weftx.stream "tp"
 // BAD-OPTION: no-such-option
+// FUSED: weftx.gemm bf16 {{.*}} epilogue gelu_bias
