@@ -487,7 +487,7 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
                      consts.attentionEfficiency;
 
   // Elementwise traffic per token, in elements: the kernels of the compiled
-  // plan (docs/planner.md, "Element-wise kernels"), each reading and writing
+  // plan (docs/planner.md, "Time model"), each reading and writing
   // its operands once. The norms, residual adds and the row-parallel biases
   // (after the TP reduction) run on every TP rank unless SP shards them.
   bool flash = train.attention == Attention::Flash;

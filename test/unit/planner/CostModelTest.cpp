@@ -484,7 +484,7 @@ TEST(Time, SequenceParallelShardsTheNormsAndResiduals) {
   // Free collectives, so only compute differs: SP runs the norms, residual
   // adds and the row-parallel biases after the reduction on a t-th of the
   // tokens (forward 10h + 4h elements per token, backward 12h + 2h; see
-  // docs/planner.md, "Element-wise kernels"). Its collectives move each
+  // docs/planner.md, "Time model"). Its collectives move each
   // sequence's blocks directly (one member per sequence): no copies.
   TrainingConfig training{64, 2048, Precision::BF16};
   Cluster cluster = clusterPreset("dgx-h100-80g");
