@@ -1231,8 +1231,14 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
       CommTime gather = inCalls(Collective::AllGather, bytes, calls);
       CommTime scatter = inCalls(Collective::ReduceScatter, bytes, calls);
       // The gathers share the links' bandwidth with the reduce-scatters on
-      // the other stream; each waits out its own calls' latency.
-      double seconds = gather.total() + scatter.transfer;
+      // the other stream while both transfer, and each waits out its own
+      // calls' latency: a transfer is slowed by the share of the time the
+      // other stream is transferring (its transfer over its total), all of it
+      // when both are bandwidth-bound, little when latency dominates.
+      auto busy = [](const CommTime &t) {
+        return t.total() > 0 ? t.transfer / t.total() : 0.0;
+      };
+      double seconds = gather.total() + gather.transfer * busy(scatter);
       // With full recompute the re-run attention gathers its parameters
       // again (weft-schedule gathers per phase), before the down
       // projection's gradient.
@@ -1242,7 +1248,8 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
               inCalls(Collective::AllGather, bytesOf(tensors[a]), 1).total();
       backward.gather.push_back(seconds);
       backward.compute.push_back(overlap * tensors[k].backward);
-      backward.scatter.push_back(scatter.total() + gather.transfer);
+      backward.scatter.push_back(scatter.total() +
+                                 scatter.transfer * busy(gather));
     }
     int64_t passLayers = int64_t(layers);
     time.zeroComm = m * (exposedGathers(forward, passLayers, depth) +

@@ -425,8 +425,8 @@ TEST(Time, ZeroThreeDeeperPrefetchHidesUnevenGathers) {
     c.prefetchDepth = depth;
     return model.evaluate(c).time.zeroComm;
   };
-  EXPECT_GT(exposed(1), 1.05 * exposed(2)); // 26.8 against 23.8 ms
-  EXPECT_GE(exposed(2), exposed(4));
+  EXPECT_GT(exposed(1), 1.05 * exposed(2));
+  EXPECT_GE(exposed(2), exposed(4) * (1 - 1e-12)); // nothing more to hide
   EXPECT_GT(exposed(4), 0); // each pass's first gather has nothing to hide
 }
 
