@@ -1254,6 +1254,17 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     int64_t passLayers = int64_t(layers);
     time.zeroComm = m * (exposedGathers(forward, passLayers, depth) +
                          exposedGathers(backward, passLayers, depth));
+    // The step's edges on the first stage: nothing runs before the token
+    // and position tables' gathers, nor beside their gradients'
+    // reduce-scatters after the embedding's backward.
+    if (firstStage) {
+      double threshold = persistThreshold(spec, true, c.tp);
+      double edge = table + (positions > threshold ? positions : 0.0);
+      double calls = positions > threshold ? 2 : 1;
+      time.zeroComm +=
+          inCalls(Collective::AllGather, edge * elem, calls).total() +
+          inCalls(Collective::ReduceScatter, edge * elem, calls).total();
+    }
   }
 
   double optimizerParams = c.zero >= 1 ? rankParams / c.dp : rankParams;
