@@ -1162,8 +1162,17 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
         c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
     double reduceTime = inCalls(reduce, gradBytes, calls).total();
     reduceBusy = std::min(reduceTime, backwardWindow);
-    // Buckets reduce while backward continues; the last one cannot hide.
-    double exposed = std::max(reduceTime / calls, reduceTime - backwardWindow);
+    // Buckets reduce while backward continues; the last one cannot hide,
+    // nor, on the first stage, the token and position tables' gradients,
+    // which the embedding's backward completes last.
+    double tail = 1 / calls;
+    if (slowest == 0) {
+      double tables =
+          double(spec.vocabSize) * spec.hiddenSize / c.tp +
+          (spec.rotary ? 0.0 : double(spec.maxPositions) * spec.hiddenSize);
+      tail = std::max(tail, std::min(1.0, tables * elem / gradBytes));
+    }
+    double exposed = std::max(reduceTime * tail, reduceTime - backwardWindow);
     // ZeRO-2 keeps only its gradient shard, so every micro-batch reduces.
     time.dpComm = (c.zero == 2 ? m : 1.0) * exposed;
     if (c.zero >= 1) {

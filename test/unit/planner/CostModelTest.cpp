@@ -504,6 +504,32 @@ TEST(Time, SequenceParallelShardsTheNormsAndResiduals) {
               1e-9 * compute);
 }
 
+TEST(Time, DataParallelTablesGradientsReduceLast) {
+  // ZeRO-0 on 16 GPUs with a backward long enough to hide the gradient
+  // all-reduces: what stays exposed is what the backward completes last,
+  // the token and position tables' gradients (the embedding's backward runs
+  // at the very end), not just one 25 MiB bucket.
+  TrainingConfig training{256, 2048, Precision::BF16};
+  Cluster cluster = clusterPreset("dgx-a100-80g:2");
+  CostConstants k;
+  ParallelConfig c = dataParallel(0, 16, 256);
+  c.microBatch = 16;
+  c.gradAccum = 1;
+  c.recompute = Recompute::None;
+  ModelSpec model = gpt1p3b();
+  Estimate estimate = CostModel(model, cluster, training, k).evaluate(c);
+  double gradBytes = double(model.totalParams) * 2;
+  double calls = std::ceil(gradBytes / k.planBucketBytes);
+  CommTime one = collectiveCost(Collective::AllReduce, cluster, k,
+                                spanOfGroup(cluster, 16, 1), gradBytes);
+  double reduce = calls * one.latency + one.transfer;
+  double tables =
+      double(model.vocabSize + model.maxPositions) * model.hiddenSize * 2;
+  EXPECT_GT(tables / gradBytes, 2 / calls); // more than a bucket or two
+  EXPECT_NEAR(estimate.time.dpComm, reduce * tables / gradBytes,
+              1e-9 * estimate.time.dpComm);
+}
+
 TEST(Time, GemmEpiloguesRemoveTheKernelsTheyFold) {
   // One GPU, so only the layers' element-wise kernels differ: with epilogues
   // the bias adds (q|k|v 3h, the MLP up f, attention output and down h
