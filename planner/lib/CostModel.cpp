@@ -1138,6 +1138,12 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     CommTime one = collectiveCost(kind, hardware, consts, dpSpan, bytes);
     return CommTime{calls * one.latency, one.transfer};
   };
+  // The vocabulary table (this TP rank's rows) and the learned position
+  // table, in elements: on the first stage the embedding's backward
+  // completes their gradients last.
+  double table = double(spec.vocabSize) * spec.hiddenSize / c.tp;
+  double positions =
+      spec.rotary ? 0.0 : double(spec.maxPositions) * spec.hiddenSize;
   if (c.dp > 1 && c.zero < 3) {
     double gradBytes = rankParams * elem;
     // The compiled plan's calls: buckets of `bucket_bytes` (ZeRO-0
@@ -1166,12 +1172,9 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // nor, on the first stage, the token and position tables' gradients,
     // which the embedding's backward completes last.
     double tail = 1 / calls;
-    if (slowest == 0) {
-      double tables =
-          double(spec.vocabSize) * spec.hiddenSize / c.tp +
-          (spec.rotary ? 0.0 : double(spec.maxPositions) * spec.hiddenSize);
-      tail = std::max(tail, std::min(1.0, tables * elem / gradBytes));
-    }
+    if (slowest == 0)
+      tail =
+          std::max(tail, std::min(1.0, (table + positions) * elem / gradBytes));
     double exposed = std::max(reduceTime * tail, reduceTime - backwardWindow);
     // ZeRO-2 keeps only its gradient shard, so every micro-batch reduces.
     time.dpComm = (c.zero == 2 ? m : 1.0) * exposed;
@@ -1202,9 +1205,6 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     for (const PerMicroBatch::GatheredTensor &tensor : tensors)
       matrix = std::max(matrix, tensor.elements);
     bool firstStage = slowest == 0, lastStage = slowest == c.pp - 1;
-    double table = double(spec.vocabSize) * spec.hiddenSize / c.tp;
-    double positions =
-        spec.rotary ? 0.0 : double(spec.maxPositions) * spec.hiddenSize;
     std::vector<double> gathered = {matrix, matrix};
     if (firstStage)
       gathered.insert(gathered.end(), {table, positions});
