@@ -102,6 +102,11 @@ def Weftx_RangeAttr : Weftx_Attr<"Range", "range"> {
   let assemblyFormat = "`<` $buffer `[` $offset `+` `:` $bytes `]` `>`";
   let extraClassDeclaration = [{
     int64_t getEnd() const { return getOffset() + getBytes(); }
+    /// Whether the two ranges share a byte (of one buffer).
+    bool overlaps(RangeAttr other) const {
+      return getBuffer() == other.getBuffer() &&
+             getOffset() < other.getEnd() && other.getOffset() < getEnd();
+    }
   }];
 }
 

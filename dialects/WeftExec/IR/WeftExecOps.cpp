@@ -705,12 +705,6 @@ static LogicalResult verifyCommunication(OpTy op,
   return success();
 }
 
-/// Whether two ranges share a byte.
-static bool rangesOverlap(RangeAttr a, RangeAttr b) {
-  return a.getBuffer() == b.getBuffer() && a.getOffset() < b.getEnd() &&
-         b.getOffset() < a.getEnd();
-}
-
 /// The member checks of all_reduce, reduce_scatter and all_gather: member i
 /// reads `reads[i]` and writes `writes[i]`; the per-rank sides (both for
 /// all_reduce, the output of reduce_scatter, the input of all_gather) hold
@@ -761,7 +755,7 @@ template <typename OpTy> static LogicalResult verifyMembers(OpTy op) {
       auto written = cast<RangeAttr>(writes[i]);
       for (auto [other, attr] :
            {std::pair{"reads", reads[j]}, std::pair{"writes", writes[j]}})
-        if (rangesOverlap(written, cast<RangeAttr>(attr)))
+        if (written.overlaps(cast<RangeAttr>(attr)))
           return op.emitOpError()
                  << "member " << i << " writes " << describeRange(written)
                  << ", which member " << j << " " << other
@@ -844,8 +838,7 @@ LogicalResult GemmOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
     auto kernel = lookupInModule<KernelOp>(*this, symbolTable, symbol);
     if (!kernel)
       return emitOpError() << symbol << " does not name a weftx.kernel";
-    // `name.N` is a specialization of registry kernel `name`.
-    StringRef name = kernel.getSymName().split('.').first;
+    StringRef name = kernel.getRegistryName();
     if (name != names[index])
       return emitOpError() << "epilogue kernel " << index << " (" << symbol
                            << ") is not a " << names[index];

@@ -96,6 +96,13 @@ def Weftx_KernelOp : Weftx_Op<"kernel", [HasParent<"::mlir::ModuleOp">,
     $sym_name `file` $file `constants` $constants `source` $source attr-dict
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The runtime registry kernel it specializes: its name up to the first
+    /// `.` (`name.N` specializes `name`; docs/runtime.md).
+    ::llvm::StringRef getRegistryName() {
+      return getSymName().split('.').first;
+    }
+  }];
 }
 
 def Weftx_ParameterOp : Weftx_Op<"parameter", [

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "WeftExec/Transforms/HappensBefore.h"
 #include "WeftExec/Transforms/Passes.h"
+#include "WeftExec/Transforms/ProgramEdits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -65,8 +66,7 @@ public:
     if (!launch)
       return {};
     auto kernel = kernels.lookup<KernelOp>(launch.getKernel());
-    return kernel && kernel.getSymName().split('.').first == name ? kernel
-                                                                  : KernelOp();
+    return kernel && kernel.getRegistryName() == name ? kernel : KernelOp();
   }
   static int64_t constant(KernelOp kernel, StringRef name) {
     auto value = kernel.getConstants().getAs<IntegerAttr>(name);
@@ -85,18 +85,10 @@ public:
   static RangeAttr range(ArrayAttr ranges, size_t index) {
     return cast<RangeAttr>(ranges[index]);
   }
-  static bool overlap(RangeAttr a, RangeAttr b) {
-    return a.getBuffer() == b.getBuffer() && a.getOffset() < b.getEnd() &&
-           b.getOffset() < a.getEnd();
-  }
   /// Whether `range` is clear of every operand of `gemm` (an output the gemm
   /// does not write itself is written while it reads them).
   static bool clearOfGemm(GemmOp gemm, RangeAttr range) {
-    for (ArrayAttr ranges : {gemm.getReads(), gemm.getWrites()})
-      for (RangeAttr operand : ranges.getAsRange<RangeAttr>())
-        if (overlap(operand, range))
-          return false;
-    return true;
+    return !touches(gemm, "reads", range) && !touches(gemm, "writes", range);
   }
   /// A gemm on float storage with one output and no epilogue yet.
   static bool floatGemm(GemmOp gemm) {
@@ -135,7 +127,7 @@ public:
       return false;
     const Write *last = nullptr; // the last write before `at` on `stream`
     for (const Write &write : it->second) {
-      if (!overlap(write.range, range))
+      if (!write.range.overlaps(range))
         continue;
       if (write.stream != stream) {
         if (order.clock(write.stream, write.index, stream) <= at)
@@ -163,7 +155,7 @@ public:
     RangeAttr y = range(gemm.getWrites(), 0),
               bias = range(launch.getReads(), 1);
     bool fits = range(launch.getReads(), 0) == y &&
-                range(launch.getWrites(), 0) == y && !overlap(bias, y) &&
+                range(launch.getWrites(), 0) == y && !bias.overlaps(y) &&
                 constant(k, "width") == int64_t(gemm.getM()) &&
                 constant(k, "rows") == int64_t(gemm.getN()) &&
                 dtype(y) == gemm.getDtype() && dtype(bias) == gemm.getDtype() &&

@@ -1192,8 +1192,7 @@ LogicalResult GenerateKernelsPass::generate(KernelOp kernel,
 void GenerateKernelsPass::runOnOperation() {
   llvm::scope_exit forgetLaunches([&] { launches.reset(); });
   for (KernelOp kernel : getOperation().getOps<KernelOp>()) {
-    // Specializations are named `<registry name>.<suffix>` (docs/runtime.md).
-    StringRef registryName = kernel.getSymName().split('.').first;
+    StringRef registryName = kernel.getRegistryName();
     const KernelSpec *spec = findSpec(registryName);
     if (!spec) {
       kernel.emitWarning() << "no CUDA source is generated for kernel '"

@@ -15,8 +15,7 @@ bool weftx::touches(Operation *op, StringRef attr, RangeAttr range) {
   if (!list)
     return false;
   for (auto mine : list.getAsRange<RangeAttr>())
-    if (mine.getBuffer() == range.getBuffer() &&
-        mine.getOffset() < range.getEnd() && range.getOffset() < mine.getEnd())
+    if (mine.overlaps(range))
       return true;
   return false;
 }
