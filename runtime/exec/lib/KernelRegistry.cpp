@@ -4,6 +4,7 @@
 #include "weft/exec/Error.h"
 #include "weft/kernels/CpuKernels.h"
 #include "weft/kernels/KernelAbi.h"
+#include "weft/plan/Bundle.h"
 
 #include <algorithm>
 #include <cmath>
@@ -430,8 +431,7 @@ const std::vector<KernelSpec> &kernelRegistry() {
 }
 
 const KernelSpec *findKernel(std::string_view name) {
-  // Specializations of one kernel are named `<registry name>.<suffix>`.
-  name = name.substr(0, name.find('.'));
+  name = plan::registryName(name);
   const std::vector<KernelSpec> &registry = kernelRegistry();
   auto it = std::lower_bound(registry.begin(), registry.end(), name,
                              [](const KernelSpec &spec, std::string_view key) {

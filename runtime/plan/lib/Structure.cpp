@@ -227,7 +227,6 @@ private:
                         str(buffer.size) + " bytes");
   }
 
-  /// Operand counts [min, max] of reads and writes; max -1 is unbounded.
   /// A gemm's epilogue: the kernels it folds, of the registry kinds it
   /// stands for, with the gemm's shapes (what a cuBLASLt epilogue computes:
   /// the bias along m over a packed D, the bias gradient summing A's k
@@ -268,8 +267,7 @@ private:
         continue;
       }
       const Kernel &kernel = bundle.kernels[size_t(id)];
-      std::string_view name = kernel.name;
-      name = name.substr(0, name.find('.'));
+      std::string_view name = registryName(kernel.name);
       if (name != shape.kernels[i]) {
         error(where, "kernel '" + kernel.name + "' is not a " +
                          std::string(shape.kernels[i]));
@@ -291,6 +289,7 @@ private:
     }
   }
 
+  /// Operand counts [min, max] of reads and writes; max -1 is unbounded.
   void checkOperandCount(const Instruction &inst, const std::string &path,
                          int64_t minReads, int64_t maxReads, int64_t minWrites,
                          int64_t maxWrites) {

@@ -228,6 +228,9 @@ std::optional<LinkUse> InstructionCosts::linkUse(const plan::Instruction &inst,
 
 double InstructionCosts::seconds(const plan::Instruction &inst,
                                  int64_t rank) const {
+  // Bytes per second a device's memory-bound pass reaches.
+  double hbm =
+      hardware.gpu.memoryBandwidthGBs * 1e9 * consts.memoryBandwidthFraction;
   switch (inst.opcode) {
   case Opcode::Gemm: {
     const plan::GemmParams &g = inst.gemm;
@@ -239,8 +242,7 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
     for (size_t w = 1; w < inst.writes.size(); ++w)
       epilogueBytes += double(inst.writes[w].bytes);
     return gemmSeconds(double(g.m), double(g.n), double(g.k), inst.dtype) +
-           epilogueBytes / (hardware.gpu.memoryBandwidthGBs * 1e9 *
-                            consts.memoryBandwidthFraction);
+           epilogueBytes / hbm;
   }
   case Opcode::Kernel:
   case Opcode::LoadBatch:
@@ -253,9 +255,7 @@ double InstructionCosts::seconds(const plan::Instruction &inst,
       return *host;
     // Memory-bound: every byte the instruction touches crosses HBM once;
     // attention is bound by its GEMMs' FLOPs too.
-    return std::max(accessedBytes(inst) /
-                        (hardware.gpu.memoryBandwidthGBs * 1e9 *
-                         consts.memoryBandwidthFraction),
+    return std::max(accessedBytes(inst) / hbm,
                     attentionSeconds(inst, rank).value_or(0.0));
   case Opcode::AllReduce:
   case Opcode::ReduceScatter:

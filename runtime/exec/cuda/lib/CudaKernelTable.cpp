@@ -502,10 +502,6 @@ std::vector<CudaKernelEntry> buildTable() {
   return table;
 }
 
-std::string_view baseName(std::string_view name) {
-  return name.substr(0, name.find('.'));
-}
-
 } // namespace
 
 const std::vector<CudaKernelEntry> &cudaKernelTable() {
@@ -514,7 +510,7 @@ const std::vector<CudaKernelEntry> &cudaKernelTable() {
 }
 
 const CudaKernelEntry *findCudaKernel(std::string_view name) {
-  name = baseName(name);
+  name = plan::registryName(name);
   const std::vector<CudaKernelEntry> &table = cudaKernelTable();
   auto it =
       std::lower_bound(table.begin(), table.end(), name,
@@ -608,7 +604,7 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
       d.inst = &inst;
       d.kernel = bundle.kernels.at(size_t(inst.kernel)).name;
       const CudaKernelEntry *entry = findCudaKernel(d.kernel);
-      const KernelSpec *spec = findKernel(baseName(d.kernel));
+      const KernelSpec *spec = findKernel(plan::registryName(d.kernel));
       std::vector<plan::DType> reads = operandTypes(program, inst.reads),
                                writes = operandTypes(program, inst.writes);
       bool sixteen = std::any_of(reads.begin(), reads.end(), isHalfFloat) ||
@@ -675,7 +671,7 @@ std::vector<std::string_view> cudaKernelNames() {
 std::string cudaKernelMissing(std::string_view name) {
   if (findCudaKernel(name))
     return {};
-  std::string base(baseName(name));
+  std::string base(plan::registryName(name));
   if (!findKernel(base))
     return "kernel '" + std::string(name) +
            "' is in neither the CPU registry nor the CUDA kernel table";

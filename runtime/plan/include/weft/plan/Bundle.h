@@ -311,6 +311,12 @@ struct Kernel {
   std::map<std::string, int64_t> constants; // specialization constants
 };
 
+/// The runtime registry kernel a bundle kernel called `name` specializes:
+/// specializations of one kernel are named `<registry name>.<suffix>`.
+inline std::string_view registryName(std::string_view name) {
+  return name.substr(0, name.find('.'));
+}
+
 //===----------------------------------------------------------------------===//
 // Bundle
 //===----------------------------------------------------------------------===//
