@@ -104,7 +104,8 @@ fi
 profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
   for tag in widening fast cudnn; do
-    # fast and cudnn run the bundle compiled with --gemm-epilogues.
+    # fast and cudnn run the bundle compiled with --gemm-epilogues
+    # --residual-norms.
     flags="" bundle=$profile
     [ $tag = fast ] && flags="--half-kernels" bundle=$profile-epilogues
     [ $tag = cudnn ] && flags="--half-kernels --cudnn-attention" bundle=$profile-epilogues

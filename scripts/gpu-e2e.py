@@ -115,8 +115,10 @@ def throughput_config(name, out):
     return path
 
 
-# The suffix of a bundle's twin compiled with --gemm-epilogues.
+# The suffix of a bundle's twin compiled with the compiler's fusions:
+# --gemm-epilogues --residual-norms.
 EPILOGUES = "-epilogues"
+FUSIONS = ["--gemm-epilogues", "--residual-norms"]
 
 
 def stage(args):
@@ -134,7 +136,7 @@ def stage(args):
         subprocess.run([tool("weftc"), "compile"] + flags + ["-o", bundle],
                        check=True, stdout=subprocess.DEVNULL)
         subprocess.run([tool("weftc"), "compile"] + flags +
-                       ["--gemm-epilogues", "-o", bundle + EPILOGUES],
+                       FUSIONS + ["-o", bundle + EPILOGUES],
                        check=True, stdout=subprocess.DEVNULL)
         fused = json.loads(subprocess.run(
             [tool("weft-inspect"), bundle + EPILOGUES, "summary", "--json"],
@@ -148,7 +150,8 @@ def stage(args):
                        "tokens_per_step": summary["training"]["global_batch"] *
                        summary["training"]["seq_len"],
                        "predicted_step_s": summary["prediction"]["step_time_s"],
-                       # The twin's: the planner costs the fused GEMMs.
+                       # The twin's: the planner costs the fused GEMMs
+                       # and norms.
                        "predicted_step_s_epilogues":
                            fused["prediction"]["step_time_s"],
                        "predicted_mfu": summary["prediction"]["mfu"],
@@ -186,7 +189,7 @@ class GpuMemorySampler:
 
 def weft_run(tools, bundle, tokens, steps, metrics, log, *extra):
     # The GEMM epilogues are the compiler's: their rows run the bundle's
-    # twin compiled with --gemm-epilogues (stage()).
+    # twin compiled with them and the residual norms (stage()).
     if "--gemm-epilogues" in extra:
         extra = [e for e in extra if e != "--gemm-epilogues"]
         bundle += EPILOGUES

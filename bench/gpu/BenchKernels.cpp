@@ -270,8 +270,8 @@ int main(int argc, char **argv) {
         4.0 * n * 2 + tokens * 8, [&] {
           return gpu::halfLayerNormBackwardAdd(
               bf, tokens, hidden, x.get(), gamma.get(), mean.f32(), rstd.f32(),
-              y.get(), out.get(), dGamma.get(), dBeta.get(), x.get(), sum.get(),
-              /*storeDx=*/false, stream, scratch.f32());
+              y.get(), x.get(), sum.get(), dGamma.get(), dBeta.get(), stream,
+              scratch.f32());
         });
     add("bias_grad", dims(tokens, hidden), 1.0 * n * 2, [&] {
       return gpu::halfBiasGrad(bf, tokens, hidden, y.get(), dBeta.get(),

@@ -39,7 +39,7 @@ void weft::buildStepPipeline(mlir::OpPassManager &pm) {
 void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
                              const LoweringOptions &lowering,
                              const mlir::weft::WeftScheduleOptions &schedule,
-                             bool gemmEpilogues) {
+                             ExecFusions fusions) {
   switch (stage) {
   case CompileStage::Lower:
     buildLoweringPipeline(pm, lowering);
@@ -48,18 +48,20 @@ void weft::buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
     pm.addPass(mlir::weft::createWeftAutodiff());
     return;
   case CompileStage::Exec:
-    buildExecStage(pm, mlir::weft::createWeftSchedule(schedule), gemmEpilogues);
+    buildExecStage(pm, mlir::weft::createWeftSchedule(schedule), fusions);
     return;
   }
 }
 
 void weft::buildExecStage(mlir::OpPassManager &pm,
                           std::unique_ptr<mlir::Pass> schedule,
-                          bool gemmEpilogues) {
+                          ExecFusions fusions) {
   pm.addPass(std::move(schedule));
   buildStepPipeline(pm);
-  if (gemmEpilogues)
+  if (fusions.gemmEpilogues)
     pm.addPass(mlir::weftx::createWeftFuseGemmEpilogues());
+  if (fusions.residualNorms)
+    pm.addPass(mlir::weftx::createWeftFuseResidualNorms());
   pm.addPass(mlir::weftx::createWeftPlanMemory());
   pm.addPass(mlir::weftx::createWeftGenerateKernels());
 }
@@ -82,7 +84,8 @@ static mlir::LogicalResult buildCompileFromStrings(
     return mlir::failure();
   weft::buildLoweringPipeline(pm, *lowering);
   pm.addPass(mlir::weft::createWeftAutodiff());
-  weft::buildExecStage(pm, std::move(schedule), options.gemmEpilogues);
+  weft::buildExecStage(pm, std::move(schedule),
+                       {options.gemmEpilogues, options.residualNorms});
   return mlir::success();
 }
 
@@ -102,7 +105,7 @@ void weft::registerLoweringPipeline() {
       "weft-compile",
       "Every stage of `weftc compile` (weft-lower, weft-autodiff, "
       "weft-schedule, weft-step, [weft-fuse-gemm-epilogues,] "
-      "weft-plan-memory, weft-generate-kernels): "
+      "[weft-fuse-residual-norms,] weft-plan-memory, weft-generate-kernels): "
       "--weft-compile='lower={dp=2 zero=1} schedule={seq-len=8}'",
       buildCompileFromStrings,
       [](llvm::function_ref<void(const mlir::detail::PassOptions &)> print) {

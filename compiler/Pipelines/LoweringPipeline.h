@@ -73,21 +73,28 @@ enum class CompileStage {
   Lower,    // weft-lower: mesh, tensor partition, stage functions (L1)
   Autodiff, // weft-autodiff: backward functions
   Exec,     // weft-schedule, weft-step, [weft-fuse-gemm-epilogues,]
-            // weft-plan-memory, weft-generate-kernels: the placed weftx
-            // bundle (L2)
+        // [weft-fuse-residual-norms,] weft-plan-memory, weft-generate-kernels:
+        // the placed weftx bundle (L2)
+};
+
+/// The kernel fusions the exec stage decides before memory planning (each
+/// off unless asked for: `weftc compile --gemm-epilogues --residual-norms`).
+struct ExecFusions {
+  bool gemmEpilogues = false; // weft-fuse-gemm-epilogues
+  bool residualNorms = false; // weft-fuse-residual-norms
 };
 
 /// Appends the passes of one compile stage to `pm` (a module pass manager);
-/// `gemmEpilogues` adds weft-fuse-gemm-epilogues to the exec stage.
+/// `fusions` adds the fusion passes to the exec stage.
 void buildCompileStage(mlir::OpPassManager &pm, CompileStage stage,
                        const LoweringOptions &lowering,
                        const mlir::weft::WeftScheduleOptions &schedule,
-                       bool gemmEpilogues = false);
+                       ExecFusions fusions = {});
 
 /// Appends the exec stage with `schedule` (a weft-schedule pass) first.
 void buildExecStage(mlir::OpPassManager &pm,
                     std::unique_ptr<mlir::Pass> schedule,
-                    bool gemmEpilogues = false);
+                    ExecFusions fusions = {});
 
 /// `weft-compile`'s options: the options of weft-lower and of
 /// weft-schedule, each in braces, e.g.
@@ -101,6 +108,10 @@ struct CompilePipelineOptions
   Option<bool> gemmEpilogues{
       *this, "gemm-epilogues",
       llvm::cl::desc("Run weft-fuse-gemm-epilogues before weft-plan-memory"),
+      llvm::cl::init(false)};
+  Option<bool> residualNorms{
+      *this, "residual-norms",
+      llvm::cl::desc("Run weft-fuse-residual-norms before weft-plan-memory"),
       llvm::cl::init(false)};
 };
 

@@ -507,8 +507,11 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   bool foldRow = fold && c.tp == 1;
   bool foldGelu = fold && !ms.gatedMlp && ms.mlpActivation == "gelu_tanh";
   // Per block end (residual add, then norm): 2 in 1 out, then 1 in 1 out;
-  // backward: the norm's x, dy -> dx, then the branches' sum.
-  double blockEndF = 5 * hs, blockEndB = 6 * hs;
+  // backward: the norm's x, dy -> dx, then the branches' sum. Fused
+  // (residual norms) the sum is not read back, and dx neither stored nor
+  // read: a, b -> sum, y; x, dy, addend -> sum.
+  double blockEndF = (train.residualNorms ? 4 : 5) * hs,
+         blockEndB = (train.residualNorms ? 4 : 6) * hs;
   // Bias adds read and write the output (in place, or out of place after
   // the reduction); bias gradients read the output gradient.
   double qkvBias = ms.linearBias && !fold ? qkvOut : 0.0;

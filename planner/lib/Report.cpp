@@ -65,7 +65,7 @@ std::string header(const CostModel &model) {
      << "x" << c.gpusPerNode << " " << c.gpu.model << "), global "
      << "batch " << t.globalBatch << " x " << t.seqLen << " tokens, "
      << toString(t.precision) << (t.gemmEpilogues ? ", GEMM epilogues" : "")
-     << "\n";
+     << (t.residualNorms ? ", residual norms" : "") << "\n";
   if (!c.costOverrides.empty()) {
     const CostConstants &k = model.constants();
     std::streamsize precision = os.precision(3);

@@ -143,7 +143,8 @@ int check(int argc, char **argv) {
 
   // Column sums of parameter gradients round differently (docs/kernels.md).
   static const std::set<std::string> reordered = {
-      "bias_grad", "layer_norm_backward", "rms_norm_backward"};
+      "bias_grad", "layer_norm_backward", "layer_norm_backward_add",
+      "rms_norm_backward", "rms_norm_backward_add"};
   bool exact = !reordered.count(base);
   int64_t elements = 0, equal = 0, bad = 0;
   double worst = 0;

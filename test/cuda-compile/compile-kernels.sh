@@ -5,7 +5,8 @@
 #                      CHECKER MODEL...
 # For each MODEL, `weftc compile` writes a serial bundle (the command line of
 # test/e2e/compile.sh); MODEL:tp2 is the same on two ranks with tensor
-# parallelism 2 (vocabulary-parallel kernels); MODEL:constants is the serial
+# parallelism 2 (vocabulary-parallel kernels); MODEL:norms the serial bundle
+# with --residual-norms (the fused norms); MODEL:constants is the serial
 # bundle again, for kernels whose constants take other code paths (nvcc skips
 # the kernels an earlier bundle had, as for :tp2; the host check runs all). Every kernel listed in a
 # plan.json must have a generated source with CUDA entries in kernels/, and
@@ -34,6 +35,7 @@ for spec in "$@"; do
   model=${spec%%:*} bundle=${spec/:/-} flags=(--cluster "$clusters/cpu-sim-1.json")
   [ "${spec%:tp2}" = "$spec" ] ||
     flags=(--cluster "$clusters/cpu-sim-2.json" --tp 2)
+  [ "${spec%:norms}" = "$spec" ] || flags+=(--residual-norms)
   "$weftc" compile --model "$model" "${flags[@]}" \
     --global-batch 4 --seq-len 32 --lr 1e-2 --warmup-steps 2 \
     --decay-steps 20 --dp 1 --micro-batch 4 -o "$bundle" >/dev/null ||

@@ -69,7 +69,9 @@
 # (weft-fuse-gemm-epilogues); the CPU backend runs each epilogue as the
 # kernels it folds, so besides matching the serial run every step's loss and
 # gradient norm (and the exported parameters) must be bit-identical to LAYOUT
-# compiled without it; `serial` is the serial run itself.
+# compiled without it; `serial` is the serial run itself. Residual norms:
+# LAYOUT-norms compiles it with --residual-norms (weft-fuse-residual-norms),
+# bit-identical to LAYOUT the same way; LAYOUT-epilogues-norms takes both.
 # Mixed precision: LAYOUT-bf16 or LAYOUT-fp16 compiles both runs (the serial
 # one too) in that precision (docs/lowering.md, "Mixed precision"). Rounding
 # to half precision differs with the order of operations, so the tolerances
@@ -86,6 +88,10 @@ export_tool=${9:-}
 precision=fp32
 case $layout in
 *-bf16 | *-fp16) precision=${layout##*-} layout=${layout%-*} ;;
+esac
+norms=0
+case $layout in
+*-norms) norms=1 layout=${layout%-norms} ;;
 esac
 epilogues=0
 case $layout in
@@ -174,9 +180,12 @@ dp2-tp2-pp2-zero3-full)
   ;;
 *) echo "FAIL: unknown layout '$layout'"; exit 1 ;;
 esac
-base_flags=$flags
+base_flags=$flags base_layout=$layout
 if [ $epilogues = 1 ]; then
   layout=$layout-epilogues flags="$flags --gemm-epilogues"
+fi
+if [ $norms = 1 ]; then
+  layout=$layout-norms flags="$flags --residual-norms"
 fi
 work=$1/compile-parallel-$(basename "$model" .json)-$layout-$precision
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -219,9 +228,10 @@ fi
 train "$layout" "$ranks" $flags
 baseline=""
 case " $flags " in
-*" --gemm-epilogues "*)
-  # The CPU backend runs an epilogue as the kernels it folds.
-  baseline="${layout%-epilogues}"
+*" --gemm-epilogues "* | *" --residual-norms "*)
+  # The CPU backend runs an epilogue as the kernels it folds, and a fused
+  # norm as the norm and the add.
+  baseline=$base_layout
   if [ "$base_flags" = "--dp 1 --micro-batch 4" ]; then
     baseline=serial
   else

@@ -81,9 +81,12 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
   DeepSpeedPlan ds =
       loadDeepSpeedConfig(*options.fromDeepSpeed, cluster.worldSize());
   TrainingConfig training{
-      ds.globalBatch, required(options.seqLen, "--seq-len"), ds.precision,
+      ds.globalBatch,
+      required(options.seqLen, "--seq-len"),
+      ds.precision,
       parseFlag("--attention", options.attention, parseAttention),
-      options.gemmEpilogues};
+      options.gemmEpilogues,
+      options.residualNorms};
   if (options.globalBatch && *options.globalBatch != ds.globalBatch)
     throw Error(*options.fromDeepSpeed + ": train_batch_size " +
                 std::to_string(ds.globalBatch) +
@@ -133,7 +136,8 @@ TrainingConfig trainingFrom(const PlanOptions &options) {
           required(options.seqLen, "--seq-len"),
           parseFlag("--precision", options.precision, parsePrecision),
           parseFlag("--attention", options.attention, parseAttention),
-          options.gemmEpilogues};
+          options.gemmEpilogues,
+          options.residualNorms};
 }
 
 int planImpl(const ModelSpec &model, const PlanOptions &options) {

@@ -36,6 +36,9 @@ struct PlanOptions {
   /// `--gemm-epilogues`: the plan folds bias adds, tanh GELUs and bias
   /// gradients into GEMM epilogues (TrainingConfig::gemmEpilogues).
   bool gemmEpilogues = false;
+  /// `--residual-norms`: residual adds run inside the norms next to them
+  /// (TrainingConfig::residualNorms).
+  bool residualNorms = false;
   std::optional<std::string> fromDeepSpeed;
   int top = 5;
   bool explain = false;

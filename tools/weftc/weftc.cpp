@@ -135,6 +135,14 @@ cl::opt<bool> gemmEpilogues(
              "the CPU backend runs the same kernels after the gemm; plan and "
              "compile: the planner costs them so)"),
     cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
+cl::opt<bool> residualNorms(
+    "residual-norms",
+    cl::desc("Run each residual add inside the norm next to it: the "
+             "forward's in the norm after it, the backward's in the norm "
+             "backward before it, which then stores no input gradient "
+             "(compile: weft-fuse-residual-norms, bit for bit the same "
+             "results; plan and compile: the planner costs them so)"),
+    cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<bool> planTpAcrossNodes("allow-tp-across-nodes",
                                 cl::desc("Let TP groups span nodes"),
                                 cl::sub(planCmd), cl::sub(compileCmd),
@@ -408,6 +416,7 @@ int collectPlanOptions(StringRef command, weft::PlanOptions &options) {
   options.sequenceParallel = optionalFlag(planSequenceParallel);
   options.allowTpAcrossNodes = planTpAcrossNodes;
   options.gemmEpilogues = gemmEpilogues;
+  options.residualNorms = residualNorms;
   for (auto [flag, value] :
        {std::pair{"--global-batch", options.globalBatch},
         std::pair{"--seq-len", options.seqLen}, std::pair{"--tp", options.tp},
@@ -678,7 +687,8 @@ int runCompile(mlir::MLIRContext &context) {
     // full verification per pass costs ~0.3 s each at 175B, and emission
     // verifies the result anyway (verify-weftx and the plan verifier).
     pm.enableVerifier(stage != weft::CompileStage::Exec || verifyEach);
-    weft::buildCompileStage(pm, stage, lowering, schedule, gemmEpilogues);
+    weft::buildCompileStage(pm, stage, lowering, schedule,
+                            {gemmEpilogues, residualNorms});
     if (mlir::failed(pm.run(**module)))
       return fail("compile: " + firstError);
     if (printAfter == stage) {

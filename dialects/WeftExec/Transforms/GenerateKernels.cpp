@@ -294,22 +294,42 @@ void epsConstant(const Constants &c, KernelSource &k) {
              floatingLiteral(double(c["eps_nano"]) * 1e-9, true));
 }
 
-LogicalResult layerNormForward(const Constants &c, KernelSource &k, EmitError) {
+/// The residual add of the fused forward norms: each row's sum = a + b,
+/// which the norm then reads as x.
+void residualOperands(KernelSource &k, int64_t rows, int64_t width) {
+  k.read("a", rows * width);
+  k.read("b", rows * width);
+}
+constexpr StringLiteral kResidualRow =
+    "  const std::int64_t at = item * kWidth;\n"
+    "  for (std::int64_t i = 0; i < kWidth; ++i)\n"
+    "    sum[at + i] = a[at + i] + b[at + i];\n"
+    "  const float *xr = sum + at;\n";
+
+/// layer_norm_forward, or with `residual` residual_layer_norm_forward.
+LogicalResult layerNormForward(const Constants &c, KernelSource &k,
+                               bool residual) {
   int64_t rows = c["rows"], width = c["width"];
   bool bias = c["bias"];
   k.header = "weft/kernels/Norms.h";
   k.constant("kWidth", width);
   epsConstant(c, k);
-  k.read("x", rows * width);
+  if (residual)
+    residualOperands(k, rows, width);
+  else
+    k.read("x", rows * width);
   k.read("gamma", width);
   if (bias)
     k.read("beta", width);
+  if (residual)
+    k.write("sum", rows * width, "a + b");
   k.write("y", rows * width);
   k.write("mean", rows);
   k.write("rstd", rows);
   k.phase("one thread per row", rows,
           std::string(bias ? "" : "  const float *beta = nullptr;\n") +
-              "  const float *xr = x + item * kWidth;\n"
+              (residual ? kResidualRow.str()
+                        : "  const float *xr = x + item * kWidth;\n") +
               "  float rowMean, rowRstd;\n"
               "  layerNormRowStats(kWidth, xr, kEps, rowMean, rowRstd);\n"
               "  layerNormRowForward(kWidth, xr, gamma, beta, rowMean, "
@@ -319,9 +339,40 @@ LogicalResult layerNormForward(const Constants &c, KernelSource &k, EmitError) {
               "  rstd[item] = rowRstd;\n");
   return success();
 }
+LogicalResult layerNormForward(const Constants &c, KernelSource &k, EmitError) {
+  return layerNormForward(c, k, false);
+}
+LogicalResult residualLayerNormForward(const Constants &c, KernelSource &k,
+                                       EmitError) {
+  return layerNormForward(c, k, true);
+}
 
-LogicalResult layerNormBackward(const Constants &c, KernelSource &k,
-                                EmitError) {
+/// The input gradient phase of a norm backward: the row function `call`
+/// (layerNormRowBackward or rmsNormRowBackward; with `add` its ...Add form,
+/// which reads the addend and writes sum = dx + addend instead of dx) with
+/// `args` after the row of x.
+std::string inputGradRow(StringRef call, StringRef args, bool add) {
+  return ("  " + call + (add ? "Add" : "") + "(kWidth, x + item * kWidth, " +
+          args + ",\n      dy + item * kWidth, " +
+          (add ? "addend + item * kWidth, sum + item * kWidth"
+               : "dx + item * kWidth") +
+          ");\n")
+      .str();
+}
+/// A norm backward's last read and first write: dy and dx, or with `add`
+/// also the addend and sum = dx + addend instead of dx.
+void inputGradOperands(KernelSource &k, int64_t rows, int64_t width, bool add) {
+  k.read("dy", rows * width);
+  if (add) {
+    k.read("addend", rows * width);
+    k.write("sum", rows * width, "dx + addend; dx is not stored");
+  } else {
+    k.write("dx", rows * width, "may be dy");
+  }
+}
+
+/// layer_norm_backward, or with `add` layer_norm_backward_add.
+LogicalResult layerNormBackward(const Constants &c, KernelSource &k, bool add) {
   int64_t rows = c["rows"], width = c["width"];
   bool bias = c["bias"];
   k.header = "weft/kernels/Norms.h";
@@ -331,8 +382,7 @@ LogicalResult layerNormBackward(const Constants &c, KernelSource &k,
   k.read("gamma", width);
   k.read("mean", rows);
   k.read("rstd", rows);
-  k.read("dy", rows * width);
-  k.write("dx", rows * width, "may be dy");
+  inputGradOperands(k, rows, width, add);
   k.write("dGamma", width, "+=");
   if (bias)
     k.write("dBeta", width, "+=");
@@ -346,35 +396,59 @@ LogicalResult layerNormBackward(const Constants &c, KernelSource &k,
   body += "  }\n  dGamma[item] += sumGamma;\n";
   if (bias)
     body += "  dBeta[item] += sumBeta;\n";
-  // Parameter gradients first: dx may alias dy.
+  // Parameter gradients first: dx (or sum) may alias dy.
   k.phase("one thread per column: dGamma, dBeta", width, body);
-  k.phase("one thread per row: dx", rows,
-          "  layerNormRowBackward(kWidth, x + item * kWidth, gamma, "
-          "mean[item], rstd[item],\n"
-          "                       dy + item * kWidth, dx + item * kWidth);\n");
+  k.phase(add ? "one thread per row: dx + addend" : "one thread per row: dx",
+          rows,
+          inputGradRow("layerNormRowBackward", "gamma, mean[item], rstd[item]",
+                       add));
   k.note = kColumnNote;
   return success();
 }
+LogicalResult layerNormBackward(const Constants &c, KernelSource &k,
+                                EmitError) {
+  return layerNormBackward(c, k, false);
+}
+LogicalResult layerNormBackwardAdd(const Constants &c, KernelSource &k,
+                                   EmitError) {
+  return layerNormBackward(c, k, true);
+}
 
-LogicalResult rmsNormForward(const Constants &c, KernelSource &k, EmitError) {
+/// rms_norm_forward, or with `residual` residual_rms_norm_forward.
+LogicalResult rmsNormForward(const Constants &c, KernelSource &k,
+                             bool residual) {
   int64_t rows = c["rows"], width = c["width"];
   k.header = "weft/kernels/Norms.h";
   k.constant("kWidth", width);
   epsConstant(c, k);
-  k.read("x", rows * width);
+  if (residual)
+    residualOperands(k, rows, width);
+  else
+    k.read("x", rows * width);
   k.read("gamma", width);
+  if (residual)
+    k.write("sum", rows * width, "a + b");
   k.write("y", rows * width);
   k.write("rstd", rows);
   k.phase("one thread per row", rows,
-          "  const float *xr = x + item * kWidth;\n"
-          "  const float rowRstd = rmsNormRowRstd(kWidth, xr, kEps);\n"
-          "  rmsNormRowForward(kWidth, xr, gamma, rowRstd, y + item * "
-          "kWidth);\n"
-          "  rstd[item] = rowRstd;\n");
+          (residual ? kResidualRow.str()
+                    : std::string("  const float *xr = x + item * kWidth;\n")) +
+              "  const float rowRstd = rmsNormRowRstd(kWidth, xr, kEps);\n"
+              "  rmsNormRowForward(kWidth, xr, gamma, rowRstd, y + item * "
+              "kWidth);\n"
+              "  rstd[item] = rowRstd;\n");
   return success();
 }
+LogicalResult rmsNormForward(const Constants &c, KernelSource &k, EmitError) {
+  return rmsNormForward(c, k, false);
+}
+LogicalResult residualRmsNormForward(const Constants &c, KernelSource &k,
+                                     EmitError) {
+  return rmsNormForward(c, k, true);
+}
 
-LogicalResult rmsNormBackward(const Constants &c, KernelSource &k, EmitError) {
+/// rms_norm_backward, or with `add` rms_norm_backward_add.
+LogicalResult rmsNormBackward(const Constants &c, KernelSource &k, bool add) {
   int64_t rows = c["rows"], width = c["width"];
   k.header = "weft/kernels/Norms.h";
   k.constant("kRows", rows);
@@ -382,17 +456,23 @@ LogicalResult rmsNormBackward(const Constants &c, KernelSource &k, EmitError) {
   k.read("x", rows * width);
   k.read("gamma", width);
   k.read("rstd", rows);
-  k.read("dy", rows * width);
-  k.write("dx", rows * width, "may be dy");
+  inputGradOperands(k, rows, width, add);
   k.write("dGamma", width, "+=");
   k.phase("one thread per column: dGamma", width,
-          "  float sum = 0;\n" + columnSum("sum", "dy[at] * x[at] * rstd[r]") +
-              "  dGamma[item] += sum;\n");
-  k.phase("one thread per row: dx", rows,
-          "  rmsNormRowBackward(kWidth, x + item * kWidth, gamma, rstd[item],\n"
-          "                     dy + item * kWidth, dx + item * kWidth);\n");
+          "  float sumGamma = 0;\n" +
+              columnSum("sumGamma", "dy[at] * x[at] * rstd[r]") +
+              "  dGamma[item] += sumGamma;\n");
+  k.phase(add ? "one thread per row: dx + addend" : "one thread per row: dx",
+          rows, inputGradRow("rmsNormRowBackward", "gamma, rstd[item]", add));
   k.note = kColumnNote;
   return success();
+}
+LogicalResult rmsNormBackward(const Constants &c, KernelSource &k, EmitError) {
+  return rmsNormBackward(c, k, false);
+}
+LogicalResult rmsNormBackwardAdd(const Constants &c, KernelSource &k,
+                                 EmitError) {
+  return rmsNormBackward(c, k, true);
 }
 
 LogicalResult checkPositions(const Constants &c, EmitError emitError) {
@@ -786,11 +866,15 @@ const SmallVector<KernelSpec> &kernelSpecs() {
         {"gated_backward", gatedBackward},
         {"gated_forward", gatedForward},
         {"layer_norm_backward", layerNormBackward},
+        {"layer_norm_backward_add", layerNormBackwardAdd},
         {"layer_norm_forward", layerNormForward},
         {"position_embedding_backward", positionEmbeddingBackward},
         {"position_embedding_forward", positionEmbeddingForward},
         {"residual_add", residualAdd},
+        {"residual_layer_norm_forward", residualLayerNormForward},
+        {"residual_rms_norm_forward", residualRmsNormForward},
         {"rms_norm_backward", rmsNormBackward},
+        {"rms_norm_backward_add", rmsNormBackwardAdd},
         {"rms_norm_forward", rmsNormForward},
         {"rotary_backward", rotaryBackward},
         {"rotary_forward", rotaryForward},

@@ -76,6 +76,41 @@ def WeftFuseGemmEpilogues : Pass<"weft-fuse-gemm-epilogues",
   ];
 }
 
+def WeftFuseResidualNorms : Pass<"weft-fuse-residual-norms",
+                                 "::mlir::ModuleOp"> {
+  let summary = "Run each residual add inside the norm next to it: the "
+                "forward's in the norm after it, the backward's in the norm "
+                "backward before it";
+  let description = [{
+    Runs before `weft-plan-memory` (docs/lowering.md, "Residual norms"). On
+    one stream, past `record_event`s and `release`s only, replaces
+
+    * a `residual_add` (a, b -> sum) followed by a `layer_norm_forward` or
+      `rms_norm_forward` of that sum with one launch of
+      `residual_layer_norm_forward` / `residual_rms_norm_forward` (a, b,
+      gamma[, beta] -> sum, y, statistics);
+    * a `layer_norm_backward` or `rms_norm_backward` followed by a
+      `residual_add` of its input gradient dx and another range with one
+      launch of `layer_norm_backward_add` / `rms_norm_backward_add` (x,
+      gamma, statistics, dy, addend -> sum, parameter gradients), when no
+      other instruction reads dx's bytes and dx is an arena buffer: dx is
+      not stored, and its buffer leaves the program when nothing else
+      touches it.
+
+    Operands keep one type per add; the fused launch's outputs may not
+    overlap its inputs or each other. The fused launch takes the first
+    launch's place and phase; declarations follow the module's kernels, one
+    per fused kernel and constants (`name`, `name.N`), and kernels no launch
+    uses any more are erased. Bit for bit what the two launches give
+    (docs/runtime.md, "Kernel ABI").
+  }];
+  let statistics = [
+    Statistic<"numForward", "forward", "Residual adds run in the norm after them">,
+    Statistic<"numBackward", "backward",
+              "Residual adds run in the norm backward before them">,
+  ];
+}
+
 def WeftGenerateKernels : Pass<"weft-generate-kernels", "::mlir::ModuleOp"> {
   let summary = "Write the CUDA C++ source of every weftx.kernel, specialized "
                 "to its constants";

@@ -51,6 +51,14 @@ void narrowHalf(DType dtype, int64_t n, const float *in, std::byte *out) {
     cpu::toF16(n, in, reinterpret_cast<kernels::F16 *>(out));
 }
 
+/// An fp32 value as bf16 or f16 storage holds it.
+float roundToBf16(float x) {
+  return kernels::bf16ToFloat(kernels::floatToBf16(x));
+}
+float roundToF16(float x) {
+  return kernels::f16ToFloat(kernels::floatToF16(x));
+}
+
 size_t pageBytes() {
   static const size_t page = size_t(::sysconf(_SC_PAGESIZE));
   return page;
@@ -349,6 +357,7 @@ void CpuBackend::prepare(const plan::Bundle &bundle,
   call_.reads.reserve(maxOperands);
   call_.writes.reserve(maxOperands);
   call_.readIndices.reserve(maxOperands);
+  call_.writeRounding.reserve(maxOperands);
   stepReads_.reserve(maxOperands);
   stepWrites_.reserve(maxOperands);
 }
@@ -467,6 +476,7 @@ void CpuBackend::runKernel(const Instruction &inst, const StepContext &context,
   call_.reads.clear();
   call_.writes.clear();
   call_.readIndices.clear();
+  call_.writeRounding.clear();
   WidenedCopies copies(workspace_.data(), widenedCopies_);
   auto widen = [&](const Operand &operand) -> float * {
     if (!isHalfFloat(operand.dtype))
@@ -482,8 +492,12 @@ void CpuBackend::runKernel(const Instruction &inst, const StepContext &context,
         operand.dtype == DType::I32 ? operand.as<const int32_t>() : nullptr);
   }
   // Writes are widened too: gradient kernels accumulate into them.
-  for (const Operand &operand : writes)
+  for (const Operand &operand : writes) {
     call_.writes.push_back(widen(operand));
+    call_.writeRounding.push_back(operand.dtype == DType::BF16  ? roundToBf16
+                                  : operand.dtype == DType::F16 ? roundToF16
+                                                                : nullptr);
+  }
   kernel.spec->run(call_);
   for (size_t i = 0; i < writes.size(); ++i)
     if (isHalfFloat(writes[i].dtype))

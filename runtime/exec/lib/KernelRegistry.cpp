@@ -153,6 +153,75 @@ void rmsNormBackwardRun(const KernelCall &k) {
                        k.reads[2], k.reads[3], k.writes[0], k.writes[1]);
 }
 
+// The fused norms (weft-fuse-residual-norms): a residual_add and the norm
+// after it (forward) or before it (backward) in one call, bit for bit what
+// the two give, the intermediate rounded as the two kernels store it.
+
+/// Rounds `n` fp32 values in place as write `index`'s storage holds them.
+void roundLikeWrite(const KernelCall &k, size_t index, float *x, int64_t n) {
+  if (float (*round)(float) = k.rounding(index))
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = round(x[i]);
+}
+
+/// a, b, then the norm's reads after x; sum, then the norm's writes.
+KernelSignature withResidual(KernelSignature norm) {
+  norm.reads.insert(norm.reads.begin(), norm.reads.front());
+  norm.writes.insert(norm.writes.begin(), norm.writes.front());
+  return norm;
+}
+/// sum = a + b, rounded as stored: the norm's x.
+float *residualSum(const KernelCall &k) {
+  int64_t n = k.c("rows") * k.c("width");
+  cpu::residualAdd(n, k.reads[0], k.reads[1], k.writes[0]);
+  roundLikeWrite(k, 0, k.writes[0], n);
+  return k.writes[0];
+}
+
+KernelSignature residualLayerNormForwardSig(const KernelConstants &c) {
+  return withResidual(layerNormForwardSig(c));
+}
+void residualLayerNormForwardRun(const KernelCall &k) {
+  const float *sum = residualSum(k);
+  const float *beta = k.c("bias") ? k.reads[3] : nullptr;
+  cpu::layerNormForward(k.c("rows"), k.c("width"), sum, k.reads[2], beta,
+                        eps(k), k.writes[1], k.writes[2], k.writes[3]);
+}
+
+KernelSignature residualRmsNormForwardSig(const KernelConstants &c) {
+  return withResidual(rmsNormForwardSig(c));
+}
+void residualRmsNormForwardRun(const KernelCall &k) {
+  const float *sum = residualSum(k);
+  cpu::rmsNormForward(k.c("rows"), k.c("width"), sum, k.reads[2], eps(k),
+                      k.writes[1], k.writes[2]);
+}
+
+/// The norm backward's reads and the addend; sum instead of dx.
+KernelSignature withAdd(KernelSignature norm) {
+  norm.reads.push_back(norm.writes.front());
+  return norm;
+}
+
+KernelSignature layerNormBackwardAddSig(const KernelConstants &c) {
+  return withAdd(layerNormBackwardSig(c));
+}
+void layerNormBackwardAddRun(const KernelCall &k) {
+  float *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+  cpu::layerNormBackwardAdd(k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+                            k.reads[2], k.reads[3], k.reads[4], k.reads[5],
+                            k.writes[0], k.writes[1], dBeta, k.rounding(0));
+}
+
+KernelSignature rmsNormBackwardAddSig(const KernelConstants &c) {
+  return withAdd(rmsNormBackwardSig(c));
+}
+void rmsNormBackwardAddRun(const KernelCall &k) {
+  cpu::rmsNormBackwardAdd(k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+                          k.reads[2], k.reads[3], k.reads[4], k.writes[0],
+                          k.writes[1], k.rounding(0));
+}
+
 //===--- Embedding and rotary --------------------------------------------===//
 
 KernelSignature embeddingForwardSig(const KernelConstants &c) {
@@ -401,13 +470,20 @@ std::vector<KernelSpec> buildRegistry() {
       {"gated_backward", gatedBackwardSig, gatedBackwardRun},
       {"gated_forward", gatedForwardSig, gatedForwardRun},
       {"layer_norm_backward", layerNormBackwardSig, layerNormBackwardRun},
+      {"layer_norm_backward_add", layerNormBackwardAddSig,
+       layerNormBackwardAddRun},
       {"layer_norm_forward", layerNormForwardSig, layerNormForwardRun},
       {"position_embedding_backward", positionEmbeddingBackwardSig,
        positionEmbeddingBackwardRun},
       {"position_embedding_forward", positionEmbeddingForwardSig,
        positionEmbeddingForwardRun},
       {"residual_add", residualAddSig, residualAddRun},
+      {"residual_layer_norm_forward", residualLayerNormForwardSig,
+       residualLayerNormForwardRun},
+      {"residual_rms_norm_forward", residualRmsNormForwardSig,
+       residualRmsNormForwardRun},
       {"rms_norm_backward", rmsNormBackwardSig, rmsNormBackwardRun},
+      {"rms_norm_backward_add", rmsNormBackwardAddSig, rmsNormBackwardAddRun},
       {"rms_norm_forward", rmsNormForwardSig, rmsNormForwardRun},
       {"rotary_backward", rotarySig, rotaryBackwardRun},
       {"rotary_forward", rotarySig, rotaryForwardRun},

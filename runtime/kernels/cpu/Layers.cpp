@@ -65,6 +65,34 @@ void layerNormForward(int64_t rows, int64_t width, const T *x, const T *gamma,
   }
 }
 
+namespace {
+
+/// A function pointer as a rounding of norm input gradients (null: none).
+template <typename T> struct RoundWith {
+  T (*round)(T);
+  T operator()(T v) const { return round ? round(v) : v; }
+};
+
+/// One row's dGamma += dy xhat and dBeta (nullable) += dy.
+template <typename T>
+void layerNormParamGradRow(int64_t width, const T *xr, T mean, T rstd,
+                           const T *dyr, T *dGamma, T *dBeta) {
+  for (int64_t c = 0; c < width; ++c) {
+    dGamma[c] += dyr[c] * (xr[c] - mean) * rstd;
+    if (dBeta)
+      dBeta[c] += dyr[c];
+  }
+}
+
+template <typename T>
+void rmsNormParamGradRow(int64_t width, const T *xr, T rstd, const T *dyr,
+                         T *dGamma) {
+  for (int64_t c = 0; c < width; ++c)
+    dGamma[c] += dyr[c] * xr[c] * rstd;
+}
+
+} // namespace
+
 template <typename T>
 void layerNormBackward(int64_t rows, int64_t width, const T *x, const T *gamma,
                        const T *mean, const T *rstd, const T *dy, T *dx,
@@ -72,13 +100,23 @@ void layerNormBackward(int64_t rows, int64_t width, const T *x, const T *gamma,
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * width, *dyr = dy + r * width;
     // Parameter gradients first: dx may alias dy.
-    for (int64_t c = 0; c < width; ++c) {
-      dGamma[c] += dyr[c] * (xr[c] - mean[r]) * rstd[r];
-      if (dBeta)
-        dBeta[c] += dyr[c];
-    }
+    layerNormParamGradRow(width, xr, mean[r], rstd[r], dyr, dGamma, dBeta);
     layerNormRowBackward(width, xr, gamma, mean[r], rstd[r], dyr,
                          dx + r * width);
+  }
+}
+
+template <typename T>
+void layerNormBackwardAdd(int64_t rows, int64_t width, const T *x,
+                          const T *gamma, const T *mean, const T *rstd,
+                          const T *dy, const T *addend, T *sum, T *dGamma,
+                          T *dBeta, T (*round)(T)) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * width, *dyr = dy + r * width;
+    layerNormParamGradRow(width, xr, mean[r], rstd[r], dyr, dGamma, dBeta);
+    layerNormRowBackwardAdd(width, xr, gamma, mean[r], rstd[r], dyr,
+                            addend + r * width, sum + r * width,
+                            RoundWith<T>{round});
   }
 }
 
@@ -97,9 +135,20 @@ void rmsNormBackward(int64_t rows, int64_t width, const T *x, const T *gamma,
                      const T *rstd, const T *dy, T *dx, T *dGamma) {
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * width, *dyr = dy + r * width;
-    for (int64_t c = 0; c < width; ++c)
-      dGamma[c] += dyr[c] * xr[c] * rstd[r];
+    rmsNormParamGradRow(width, xr, rstd[r], dyr, dGamma);
     rmsNormRowBackward(width, xr, gamma, rstd[r], dyr, dx + r * width);
+  }
+}
+
+template <typename T>
+void rmsNormBackwardAdd(int64_t rows, int64_t width, const T *x, const T *gamma,
+                        const T *rstd, const T *dy, const T *addend, T *sum,
+                        T *dGamma, T (*round)(T)) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * width, *dyr = dy + r * width;
+    rmsNormParamGradRow(width, xr, rstd[r], dyr, dGamma);
+    rmsNormRowBackwardAdd(width, xr, gamma, rstd[r], dyr, addend + r * width,
+                          sum + r * width, RoundWith<T>{round});
   }
 }
 
@@ -204,8 +253,14 @@ void rotaryBackward(int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
   template void layerNormBackward<T>(int64_t, int64_t, const T *, const T *,   \
                                      const T *, const T *, const T *, T *,     \
                                      T *, T *);                                \
+  template void layerNormBackwardAdd<T>(                                       \
+      int64_t, int64_t, const T *, const T *, const T *, const T *, const T *, \
+      const T *, T *, T *, T *, T (*)(T));                                     \
   template void rmsNormForward<T>(int64_t, int64_t, const T *, const T *, T,   \
                                   T *, T *);                                   \
+  template void rmsNormBackwardAdd<T>(int64_t, int64_t, const T *, const T *,  \
+                                      const T *, const T *, const T *, T *,    \
+                                      T *, T (*)(T));                          \
   template void rmsNormBackward<T>(int64_t, int64_t, const T *, const T *,     \
                                    const T *, const T *, T *, T *);            \
   template void embeddingForward<T>(int64_t, int64_t, int64_t,                 \

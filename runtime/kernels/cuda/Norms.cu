@@ -110,6 +110,37 @@ rmsNormBackwardOn(S s, int64_t rows, int64_t width, const typename S::Elem *x,
                     gamma, rstd, dy, dx);
 }
 
+template <typename S>
+cudaError_t residualLayerNormForwardOn(
+    S s, int64_t rows, int64_t width, const typename S::Elem *a,
+    const typename S::Elem *b, typename S::Elem *sum,
+    const typename S::Elem *gamma, const typename S::Elem *beta, float eps,
+    typename S::Elem *y, float *mean, float *rstd, cudaStream_t stream) {
+  return launchRows(rows, width, stream,
+                    norm::residualLayerNormForward<WarpRows, S>,
+                    norm::residualLayerNormForward<BlockRows, S>, s, rows,
+                    width, a, b, sum, gamma, beta, eps, y, mean, rstd);
+}
+
+template <typename S>
+cudaError_t
+residualRmsNormForwardOn(S s, int64_t rows, int64_t width,
+                         const typename S::Elem *a, const typename S::Elem *b,
+                         typename S::Elem *sum, const typename S::Elem *gamma,
+                         float eps, typename S::Elem *y, float *rstd,
+                         cudaStream_t stream) {
+  return launchRows(rows, width, stream,
+                    norm::residualRmsNormForward<WarpRows, S>,
+                    norm::residualRmsNormForward<BlockRows, S>, s, rows, width,
+                    a, b, sum, gamma, eps, y, rstd);
+}
+
+/// Whether the norm backward with its residual add runs in one pass; if
+/// not, dx goes into `sum` and an add (sum += addend) follows.
+bool backwardAddInOnePass(const float *scratch, int64_t width) {
+  return scratch && norm::onePassFits(width);
+}
+
 } // namespace
 
 //===--- fp32 ------------------------------------------------------------===//
@@ -152,6 +183,52 @@ int64_t normBackwardScratchFloats(int64_t rows, int64_t width) {
              : 0;
 }
 
+cudaError_t residualLayerNormForward(int64_t rows, int64_t width,
+                                     const float *a, const float *b, float *sum,
+                                     const float *gamma, const float *beta,
+                                     float eps, float *y, float *mean,
+                                     float *rstd, cudaStream_t stream) {
+  return residualLayerNormForwardOn(storage::F32(), rows, width, a, b, sum,
+                                    gamma, beta, eps, y, mean, rstd, stream);
+}
+
+cudaError_t residualRmsNormForward(int64_t rows, int64_t width, const float *a,
+                                   const float *b, float *sum,
+                                   const float *gamma, float eps, float *y,
+                                   float *rstd, cudaStream_t stream) {
+  return residualRmsNormForwardOn(storage::F32(), rows, width, a, b, sum, gamma,
+                                  eps, y, rstd, stream);
+}
+
+cudaError_t layerNormBackwardAdd(int64_t rows, int64_t width, const float *x,
+                                 const float *gamma, const float *mean,
+                                 const float *rstd, const float *dy,
+                                 const float *addend, float *sum, float *dGamma,
+                                 float *dBeta, cudaStream_t stream,
+                                 float *scratch) {
+  if (backwardAddInOnePass(scratch, width))
+    return layerNormBackwardOn(storage::F32(), rows, width, x, gamma, mean,
+                               rstd, dy, static_cast<float *>(nullptr), dGamma,
+                               dBeta, scratch, stream, addend, sum);
+  cudaError_t err = layerNormBackward(rows, width, x, gamma, mean, rstd, dy,
+                                      sum, dGamma, dBeta, stream, nullptr);
+  return err ? err : residualAdd(rows * width, sum, addend, sum, stream);
+}
+
+cudaError_t rmsNormBackwardAdd(int64_t rows, int64_t width, const float *x,
+                               const float *gamma, const float *rstd,
+                               const float *dy, const float *addend, float *sum,
+                               float *dGamma, cudaStream_t stream,
+                               float *scratch) {
+  if (backwardAddInOnePass(scratch, width))
+    return rmsNormBackwardOn(storage::F32(), rows, width, x, gamma, rstd, dy,
+                             static_cast<float *>(nullptr), dGamma, scratch,
+                             stream, addend, sum);
+  cudaError_t err = rmsNormBackward(rows, width, x, gamma, rstd, dy, sum,
+                                    dGamma, stream, nullptr);
+  return err ? err : residualAdd(rows * width, sum, addend, sum, stream);
+}
+
 cudaError_t biasGrad(int64_t rows, int64_t width, const float *dy, float *dBias,
                      cudaStream_t stream) {
   return launchColumns(rows, width, stream, norm::biasGrad<storage::F32>,
@@ -183,38 +260,34 @@ cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
 cudaError_t halfLayerNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                      const void *x, const void *gamma,
                                      const float *mean, const float *rstd,
-                                     const void *dy, void *dx, void *dGamma,
-                                     void *dBeta, const void *addend, void *sum,
-                                     bool storeDx, cudaStream_t stream,
-                                     float *scratch) {
-  if (!scratch || !norm::onePassFits(width)) { // two kernels
-    cudaError_t err =
-        halfLayerNormBackward(type, rows, width, x, gamma, mean, rstd, dy, dx,
-                              dGamma, dBeta, stream, scratch);
-    return err ? err
-               : halfResidualAdd(type, rows * width, dx, addend, sum, stream);
-  }
-  return layerNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
-                             mean, rstd, in(dy), storeDx ? out(dx) : nullptr,
-                             out(dGamma), out(dBeta), scratch, stream,
-                             in(addend), out(sum));
+                                     const void *dy, const void *addend,
+                                     void *sum, void *dGamma, void *dBeta,
+                                     cudaStream_t stream, float *scratch) {
+  if (backwardAddInOnePass(scratch, width))
+    return layerNormBackwardOn(
+        halfStorage(type), rows, width, in(x), in(gamma), mean, rstd, in(dy),
+        static_cast<storage::Half16::Elem *>(nullptr), out(dGamma), out(dBeta),
+        scratch, stream, in(addend), out(sum));
+  cudaError_t err = halfLayerNormBackward(type, rows, width, x, gamma, mean,
+                                          rstd, dy, sum, dGamma, dBeta, stream);
+  return err ? err
+             : halfResidualAdd(type, rows * width, sum, addend, sum, stream);
 }
 
 cudaError_t halfRmsNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                    const void *x, const void *gamma,
-                                   const float *rstd, const void *dy, void *dx,
-                                   void *dGamma, const void *addend, void *sum,
-                                   bool storeDx, cudaStream_t stream,
-                                   float *scratch) {
-  if (!scratch || !norm::onePassFits(width)) { // two kernels
-    cudaError_t err = halfRmsNormBackward(type, rows, width, x, gamma, rstd, dy,
-                                          dx, dGamma, stream, scratch);
-    return err ? err
-               : halfResidualAdd(type, rows * width, dx, addend, sum, stream);
-  }
-  return rmsNormBackwardOn(halfStorage(type), rows, width, in(x), in(gamma),
-                           rstd, in(dy), storeDx ? out(dx) : nullptr,
-                           out(dGamma), scratch, stream, in(addend), out(sum));
+                                   const float *rstd, const void *dy,
+                                   const void *addend, void *sum, void *dGamma,
+                                   cudaStream_t stream, float *scratch) {
+  if (backwardAddInOnePass(scratch, width))
+    return rmsNormBackwardOn(
+        halfStorage(type), rows, width, in(x), in(gamma), rstd, in(dy),
+        static_cast<storage::Half16::Elem *>(nullptr), out(dGamma), scratch,
+        stream, in(addend), out(sum));
+  cudaError_t err = halfRmsNormBackward(type, rows, width, x, gamma, rstd, dy,
+                                        sum, dGamma, stream);
+  return err ? err
+             : halfResidualAdd(type, rows * width, sum, addend, sum, stream);
 }
 
 cudaError_t halfResidualLayerNormForward(HalfType type, int64_t rows,
@@ -223,12 +296,9 @@ cudaError_t halfResidualLayerNormForward(HalfType type, int64_t rows,
                                          const void *gamma, const void *beta,
                                          float eps, void *y, float *mean,
                                          float *rstd, cudaStream_t stream) {
-  using S = storage::Half16;
-  return launchRows(rows, width, stream,
-                    norm::residualLayerNormForward<WarpRows, S>,
-                    norm::residualLayerNormForward<BlockRows, S>,
-                    halfStorage(type), rows, width, in(a), in(b), out(sum),
-                    in(gamma), in(beta), eps, out(y), mean, rstd);
+  return residualLayerNormForwardOn(halfStorage(type), rows, width, in(a),
+                                    in(b), out(sum), in(gamma), in(beta), eps,
+                                    out(y), mean, rstd, stream);
 }
 
 cudaError_t halfResidualRmsNormForward(HalfType type, int64_t rows,
@@ -236,11 +306,9 @@ cudaError_t halfResidualRmsNormForward(HalfType type, int64_t rows,
                                        const void *b, void *sum,
                                        const void *gamma, float eps, void *y,
                                        float *rstd, cudaStream_t stream) {
-  using S = storage::Half16;
-  return launchRows(
-      rows, width, stream, norm::residualRmsNormForward<WarpRows, S>,
-      norm::residualRmsNormForward<BlockRows, S>, halfStorage(type), rows,
-      width, in(a), in(b), out(sum), in(gamma), eps, out(y), rstd);
+  return residualRmsNormForwardOn(halfStorage(type), rows, width, in(a), in(b),
+                                  out(sum), in(gamma), eps, out(y), rstd,
+                                  stream);
 }
 
 cudaError_t halfRmsNormForward(HalfType type, int64_t rows, int64_t width,

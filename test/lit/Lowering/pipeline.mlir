@@ -20,10 +20,13 @@
 // RUN: FileCheck %s --check-prefix=COMPILE < %t.compile
 // RUN: not weft-opt %s --weft-compile='schedule={seq-len=8 no-such-option=1}' 2>&1 | FileCheck %s --check-prefix=BAD-OPTION
 // With gemm-epilogues, weft-fuse-gemm-epilogues runs between weft-step and
-// weft-plan-memory.
+// weft-plan-memory; with residual-norms, weft-fuse-residual-norms after it.
 // RUN: weftc import gpt2-tiny | weft-opt --weft-compile='lower={dp=2 zero=1 tp=2} schedule={seq-len=8 precision=bf16} gemm-epilogues=true' > %t.fused
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1 tp=2' --weft-autodiff --weft-schedule='seq-len=8 precision=bf16' --weft-step --weft-fuse-gemm-epilogues --weft-plan-memory --weft-generate-kernels | diff - %t.fused
 // RUN: FileCheck %s --check-prefix=FUSED < %t.fused
+// RUN: weftc import gpt2-tiny | weft-opt --weft-compile='lower={dp=2 zero=1 tp=2} schedule={seq-len=8 precision=bf16} gemm-epilogues=true residual-norms=true' > %t.norms
+// RUN: weftc import gpt2-tiny | weft-opt --weft-lower='dp=2 zero=1 tp=2' --weft-autodiff --weft-schedule='seq-len=8 precision=bf16' --weft-step --weft-fuse-gemm-epilogues --weft-fuse-residual-norms --weft-plan-memory --weft-generate-kernels | diff - %t.norms
+// RUN: FileCheck %s --check-prefix=NORMS < %t.norms
 
 // COMPILE: weftx.program @role0 ranks [0, 2] arena
 // COMPILE: weftx.stream "reducescatter"
@@ -31,3 +34,5 @@
 // COMPILE: weftx.stream "tp"
 // BAD-OPTION: no-such-option
 // FUSED: weftx.gemm bf16 {{.*}} epilogue gelu_bias
+// NORMS: weftx.launch @residual_layer_norm_forward
+// NORMS: weftx.launch @layer_norm_backward_add

@@ -25,7 +25,6 @@
 #include "weft/exec/cuda/CudnnAttention.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
-#include "weft/exec/cuda/NormFusion.h"
 #include "weft/exec/cuda/Workspace.h"
 #include "weft/kernels/Activations.h"
 #include "weft/kernels/Common.h"
@@ -312,158 +311,6 @@ TEST(CudaHost, FusedGemmKeysNameTheirEpilogue) {
   EXPECT_EQ(describe(fused), describe(key) + " +bgrada");
 }
 
-TEST(CudaHost, ResidualAddsAfterANormBackwardRunInsideIt) {
-  // dx = layer_norm_backward(...); sum = residual_add(other, dx).
-  auto build = [](plan::Bundle &bundle, plan::Program &program) {
-    auto buffer = clearProgram(bundle, program);
-    const DType bf = DType::BF16, f = DType::F32;
-    plan::BufferRange x = buffer(64, bf), gamma = buffer(16, bf),
-                      mean = buffer(16, f), rstd = buffer(16, f),
-                      dx = buffer(64, bf), dGamma = buffer(16, bf),
-                      dBeta = buffer(16, bf), other = buffer(64, bf),
-                      sum = buffer(64, bf);
-    auto kernel = [&](const char *name, std::map<std::string, int64_t> c,
-                      std::vector<plan::BufferRange> reads,
-                      std::vector<plan::BufferRange> writes) {
-      appendKernel(bundle, program, name, std::move(c), std::move(reads),
-                   std::move(writes));
-    };
-    kernel("layer_norm_backward", {{"rows", 4}, {"width", 8}, {"bias", 1}},
-           {x, gamma, mean, rstd, dx}, {dx, dGamma, dBeta});
-    kernel("residual_add", {{"n", 32}}, {other, dx}, {sum});
-  };
-  plan::Bundle bundle;
-  plan::Program program;
-  build(bundle, program);
-  // (build() replaces the program: no reference to its instructions.)
-  auto insts = [&]() -> std::vector<plan::Instruction> & {
-    return program.streams[0].instructions;
-  };
-  std::vector<NormBackwardAdd> found = findNormBackwardAdds(bundle, program);
-  ASSERT_EQ(found.size(), 1u);
-  EXPECT_EQ(found[0].norm, &insts()[0]);
-  EXPECT_EQ(found[0].add, &insts()[1]);
-  EXPECT_TRUE(found[0].layerNorm);
-  EXPECT_EQ(found[0].addend, 0); // reads[1] is dx
-  // Only the norm (dy over dx) and the add read dx: the fused launch need
-  // not store it; unless another instruction reads it, or it persists.
-  EXPECT_TRUE(found[0].dxUnread);
-  plan::Instruction copy;
-  copy.opcode = Opcode::Copy;
-  copy.reads = {insts()[0].writes[0]};
-  copy.writes = {insts()[1].reads[0]};
-  program.streams.push_back({});
-  program.streams.back().instructions.push_back(copy);
-  found = findNormBackwardAdds(bundle, program);
-  ASSERT_EQ(found.size(), 1u);
-  EXPECT_FALSE(found[0].dxUnread);
-  program.streams.pop_back();
-  program.buffers[size_t(insts()[0].writes[0].buffer)].region =
-      plan::Region::Persistent;
-  EXPECT_FALSE(findNormBackwardAdds(bundle, program)[0].dxUnread);
-  build(bundle, program);
-  // dx first: the addend is reads[1]; RMSNorm's backward too.
-  std::swap(insts()[1].reads[0], insts()[1].reads[1]);
-  found = findNormBackwardAdds(bundle, program);
-  ASSERT_EQ(found.size(), 1u);
-  EXPECT_EQ(found[0].addend, 1);
-  bundle.kernels[0].name = "rms_norm_backward.2";
-  found = findNormBackwardAdds(bundle, program);
-  ASSERT_EQ(found.size(), 1u);
-  EXPECT_FALSE(found[0].layerNorm);
-  // Not fused: dx + dx, another range than dx, an add over another size,
-  // something between them, or the add first.
-  auto none = [&](const std::function<void()> &change) {
-    build(bundle, program);
-    change();
-    return findNormBackwardAdds(bundle, program).empty();
-  };
-  EXPECT_TRUE(none([&] { insts()[1].reads[0] = insts()[1].reads[1]; }));
-  EXPECT_TRUE(none([&] { insts()[1].reads[1] = insts()[0].reads[0]; }));
-  EXPECT_TRUE(none([&] { bundle.kernels[1].constants["n"] = 16; }));
-  EXPECT_TRUE(none([&] {
-    plan::Instruction record;
-    record.opcode = Opcode::RecordEvent;
-    record.event = 0;
-    insts().insert(insts().begin() + 1, record);
-  }));
-  EXPECT_TRUE(none([&] { std::swap(insts()[0], insts()[1]); }));
-  // The add's output in the bytes of the norm's input x, which the norm
-  // reads last (the memory plan reuses them): element for element, fused.
-  auto place = [&](const plan::BufferRange &range, const plan::BufferRange &at,
-                   int64_t shift) {
-    program.buffers[size_t(range.buffer)].offset =
-        program.buffers[size_t(at.buffer)].offset + shift;
-  };
-  build(bundle, program);
-  place(insts()[1].writes[0], insts()[0].reads[0], 0);
-  EXPECT_EQ(findNormBackwardAdds(bundle, program).size(), 1u);
-  // Half a row off, or over the fp32 statistics: one row's sum would land
-  // on bytes another row still reads.
-  EXPECT_TRUE(
-      none([&] { place(insts()[1].writes[0], insts()[0].reads[0], 32); }));
-  EXPECT_TRUE(
-      none([&] { place(insts()[1].writes[0], insts()[0].reads[2], 0); }));
-}
-
-TEST(CudaHost, ResidualAddsBeforeANormRunInsideIt) {
-  // sum = residual_add(a, b); y, mean, rstd = layer_norm_forward(sum).
-  plan::Bundle bundle;
-  plan::Program program;
-  auto build = [&] {
-    auto buffer = clearProgram(bundle, program);
-    const DType bf = DType::BF16, f = DType::F32;
-    plan::BufferRange a = buffer(64, bf), b = buffer(64, bf),
-                      sum = buffer(64, bf), gamma = buffer(16, bf),
-                      beta = buffer(16, bf), y = buffer(64, bf),
-                      mean = buffer(16, f), rstd = buffer(16, f);
-    appendKernel(bundle, program, "residual_add", {{"n", 32}}, {a, b}, {sum});
-    appendKernel(bundle, program, "layer_norm_forward",
-                 {{"rows", 4}, {"width", 8}, {"bias", 1}}, {sum, gamma, beta},
-                 {y, mean, rstd});
-  };
-  auto insts = [&]() -> std::vector<plan::Instruction> & {
-    return program.streams[0].instructions;
-  };
-  auto fused = [&](const std::function<void()> &change) {
-    build();
-    change();
-    return findResidualNorms(bundle, program).size();
-  };
-  build();
-  std::vector<ResidualNorm> found = findResidualNorms(bundle, program);
-  ASSERT_EQ(found.size(), 1u);
-  EXPECT_EQ(found[0].add, &insts()[0]);
-  EXPECT_EQ(found[0].norm, &insts()[1]);
-  EXPECT_TRUE(found[0].layerNorm);
-  auto place = [&](const plan::BufferRange &range, const plan::BufferRange &at,
-                   int64_t shift) {
-    program.buffers[size_t(range.buffer)].offset =
-        program.buffers[size_t(at.buffer)].offset + shift;
-  };
-  // y in the bytes of b, which the add reads last: element for element.
-  EXPECT_EQ(fused([&] { place(insts()[1].writes[0], insts()[0].reads[1], 0); }),
-            1u);
-  // Half a row off, or the fp32 statistics inside b: not fused.
-  EXPECT_EQ(
-      fused([&] { place(insts()[1].writes[0], insts()[0].reads[1], 32); }), 0u);
-  EXPECT_EQ(fused([&] { place(insts()[1].writes[1], insts()[0].reads[0], 0); }),
-            0u);
-  // The norm over another range, something between them, RMSNorm fuses.
-  EXPECT_EQ(fused([&] { insts()[1].reads[0] = insts()[0].reads[0]; }), 0u);
-  EXPECT_EQ(fused([&] {
-              plan::Instruction record;
-              record.opcode = Opcode::RecordEvent;
-              insts().insert(insts().begin() + 1, record);
-            }),
-            0u);
-  build();
-  bundle.kernels[1].name = "rms_norm_forward";
-  found = findResidualNorms(bundle, program);
-  ASSERT_EQ(found.size(), 1u);
-  EXPECT_FALSE(found[0].layerNorm);
-}
-
 TEST(CudaHost, WorkspaceIsSizedPerStream) {
   // A compute stream with scratch and gemms, a communication stream with
   // neither, a stream with a little scratch and gemms.
@@ -630,6 +477,20 @@ TEST(CudaHost, HalfKernelsTakeOneSixteenBitTypeWithFp32Statistics) {
                                  {bf, bf, f, f, bf}, {bf, f, f}));
   EXPECT_TRUE(
       takesHalfOperands("rms_norm_backward", norm, {bf, bf, f, bf}, {bf, bf}));
+  // The fused norms: a and b (forward), the addend and the sum (backward)
+  // 16-bit too.
+  EXPECT_TRUE(takesHalfOperands("residual_layer_norm_forward", norm,
+                                {bf, bf, bf, bf}, {bf, bf, f, f}));
+  EXPECT_FALSE(takesHalfOperands("residual_layer_norm_forward", norm,
+                                 {bf, bf, bf, bf}, {bf, bf, bf, f}));
+  EXPECT_TRUE(takesHalfOperands("residual_rms_norm_forward", norm, {h, h, h},
+                                {h, h, f}));
+  EXPECT_TRUE(takesHalfOperands("layer_norm_backward_add", norm,
+                                {bf, bf, f, f, bf, bf}, {bf, bf, bf}));
+  EXPECT_FALSE(takesHalfOperands("layer_norm_backward_add", norm,
+                                 {bf, bf, f, f, bf, f}, {bf, bf, bf}));
+  EXPECT_TRUE(takesHalfOperands("rms_norm_backward_add", norm,
+                                {bf, bf, f, bf, bf}, {bf, bf}));
   EXPECT_TRUE(takesHalfOperands("bias_grad", norm, {bf}, {bf}));
   KernelConstants loss{{"rows", 4}, {"vocab", 10}, {"grad", 1}};
   EXPECT_TRUE(takesHalfOperands("cross_entropy", loss, {bf, i}, {f, bf}));

@@ -19,7 +19,6 @@
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/CudaBackend.h"
-#include "weft/exec/cuda/NormFusion.h"
 #include "weft/kernels/Activations.h"
 #include "weft/plan/Serialize.h"
 
@@ -42,8 +41,6 @@ const char *pathName(KernelPath path) {
     return "16-bit";
   case KernelPath::Widened:
     return "widened";
-  case KernelPath::Fused:
-    return "in the norm next to it";
   case KernelPath::Generated:
     return "generated";
   case KernelPath::Missing:
@@ -123,14 +120,7 @@ int main(int argc, char **argv) {
       for (const auto &[key, count] : counts)
         std::printf(" %s %s x%d;", key.first.c_str(), pathName(key.second),
                     count);
-      // Of the adds after a norm's backward, those whose dx only the add
-      // reads (the fused launch does not store it).
-      int unread = 0;
-      for (const auto &pair :
-           weft::exec::cuda::findNormBackwardAdds(bundle, program))
-        unread += pair.dxUnread;
-      std::printf(" norm backward dx unread x%d; 16-bit gemms x%d;\n", unread,
-                  gemms);
+      std::printf(" 16-bit gemms x%d;\n", gemms);
     }
   }
   if (bundles == 0) {

@@ -14,11 +14,13 @@
 #include "weft/exec/Error.h"
 #include "weft/exec/KernelRegistry.h"
 #include "weft/exec/OperandChecks.h"
+#include "weft/kernels/Common.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 using namespace weft;
 using kernels::ConstantAbi;
@@ -166,4 +168,111 @@ TEST(KernelAbi, InPlaceHalfOperandsShareOneWidenedCopy) {
   // A new call starts over at the workspace's start.
   exec::WidenedCopies next(workspace.data(), placed);
   EXPECT_EQ(next.place(bOperand), std::make_pair(workspace.data(), true));
+}
+
+namespace {
+
+float roundToBf16(float x) {
+  return kernels::bf16ToFloat(kernels::floatToBf16(x));
+}
+
+/// Runs registry kernel `name` on `reads` (written into `writes`, sized by
+/// the signature), rounding write 0 through `round` where the kernel uses it.
+std::vector<std::vector<float>> runKernel(const char *name,
+                                          const exec::KernelConstants &given,
+                                          std::vector<std::vector<float>> reads,
+                                          float (*round)(float)) {
+  const exec::KernelSpec *spec = exec::findKernel(name);
+  EXPECT_NE(spec, nullptr) << name;
+  exec::KernelConstants constants = exec::resolveConstants(*spec, given, name);
+  exec::KernelSignature sig = spec->signature(constants);
+  EXPECT_EQ(sig.reads.size(), reads.size()) << name;
+  std::vector<std::vector<float>> writes;
+  for (const exec::OperandSpec &operand : sig.writes)
+    writes.emplace_back(size_t(operand.elements), 0.25f);
+  exec::KernelCall call;
+  call.constants = &constants;
+  for (std::vector<float> &read : reads)
+    call.reads.push_back(read.data());
+  for (std::vector<float> &write : writes) {
+    call.writes.push_back(write.data());
+    call.writeRounding.push_back(round);
+  }
+  spec->run(call);
+  return writes;
+}
+
+std::vector<float> randomFloats(size_t n, unsigned seed) {
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) // deterministic, spread over [-2, 2)
+    values[i] = float((i * 7919 + seed * 104729) % 4000) / 1000.0f - 2.0f;
+  return values;
+}
+
+} // namespace
+
+// The fused norms of weft-fuse-residual-norms are the residual add and the
+// norm next to it, bit for bit, when the intermediate (the sum, or dx) is
+// rounded as its storage would hold it between the two (bf16 here) or not at
+// all (fp32).
+TEST(KernelAbi, FusedNormsAreTheirTwoKernels) {
+  const int64_t rows = 3, width = 8, n = rows * width;
+  for (float (*round)(float) :
+       {roundToBf16, static_cast<float (*)(float)>(nullptr)}) {
+    SCOPED_TRACE(round ? "bf16 intermediate" : "fp32 intermediate");
+    auto stored = [&](std::vector<float> v) {
+      if (round)
+        for (float &x : v)
+          x = round(x);
+      return v;
+    };
+    std::vector<float> a = randomFloats(n, 1), b = randomFloats(n, 2),
+                       gamma = randomFloats(width, 3),
+                       beta = randomFloats(width, 4), dy = randomFloats(n, 5),
+                       addend = randomFloats(n, 6);
+    for (bool layerNorm : {true, false}) {
+      SCOPED_TRACE(layerNorm ? "layer norm" : "rms norm");
+      exec::KernelConstants c{{"rows", rows}, {"width", width}};
+      std::string norm = layerNorm ? "layer_norm" : "rms_norm";
+      std::vector<std::vector<float>> normReads =
+          layerNorm ? std::vector<std::vector<float>>{gamma, beta}
+                    : std::vector<std::vector<float>>{gamma};
+      // Forward: sum = a + b, then the norm of the stored sum.
+      std::vector<float> sum =
+          stored(runKernel("residual_add", {{"n", n}}, {a, b}, nullptr)[0]);
+      std::vector<std::vector<float>> reads{sum};
+      reads.insert(reads.end(), normReads.begin(), normReads.end());
+      std::vector<std::vector<float>> apart =
+          runKernel((norm + "_forward").c_str(), c, reads, nullptr);
+      reads = {a, b};
+      reads.insert(reads.end(), normReads.begin(), normReads.end());
+      std::vector<std::vector<float>> fused =
+          runKernel(("residual_" + norm + "_forward").c_str(), c, reads, round);
+      ASSERT_EQ(fused.size(), apart.size() + 1);
+      EXPECT_EQ(fused[0], sum) << "the sum";
+      for (size_t i = 0; i < apart.size(); ++i)
+        EXPECT_EQ(fused[i + 1], apart[i]) << "write " << i + 1;
+      // Backward: dx, the parameter gradients, then the stored dx + addend.
+      std::vector<float> stats = apart.back(); // rstd
+      reads = {sum, gamma};
+      if (layerNorm)
+        reads.push_back(apart[1]); // mean
+      reads.push_back(stats);
+      reads.push_back(dy);
+      apart = runKernel((norm + "_backward").c_str(), c, reads, nullptr);
+      std::vector<float> want = runKernel(
+          "residual_add", {{"n", n}}, {stored(apart[0]), addend}, nullptr)[0];
+      reads.push_back(addend);
+      fused = runKernel((norm + "_backward_add").c_str(), c, reads, round);
+      ASSERT_EQ(fused.size(), apart.size());
+      EXPECT_EQ(fused[0], want) << "dx + addend";
+      for (size_t i = 1; i < apart.size(); ++i)
+        EXPECT_EQ(fused[i], apart[i]) << "parameter gradient " << i;
+      // The rounding matters: without it the bf16 sum differs.
+      if (round)
+        EXPECT_NE(
+            runKernel((norm + "_backward_add").c_str(), c, reads, nullptr)[0],
+            want);
+    }
+  }
 }

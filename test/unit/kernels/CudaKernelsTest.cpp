@@ -571,6 +571,7 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       DeviceBuffer<float> fX(widen(x)), fG(widen(gamma)), fB(widen(beta)),
           fY(n), fDx(widen(dy)), fdG(widen(dGamma0)), fdB(widen(dBeta0));
       DeviceBuffer<float> hMean(rows), hRstd(rows), fMean(rows), fRstd(rows);
+      DeviceBuffer<float> fDy(widen(dy)); // read only
       // dx over dy, as the plans alias them.
       ASSERT_EQ(gpu::halfLayerNormForward(type, rows, width, hX.get(), hG.get(),
                                           hB.get(), 1e-5f, hY.get(),
@@ -615,25 +616,49 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
       same(odG, pdG, "one-pass layer norm dGamma");
       same(odB, pdB, "one-pass layer norm dBeta");
       EXPECT_EQ(oDx.toHost(), hDx.toHost()) << "one-pass dx = two-pass dx";
-      // With the residual add after it (sum = dx + addend, over the addend)
-      // in the same pass: the one-pass results and the add's, bit for bit;
-      // without storing dx, the same sum and dx (over dy) left as it was.
-      for (bool storeDx : {true, false}) {
+      // With the residual add after it (sum = dx + addend) in the same
+      // launch, dx not stored (layer_norm_backward_add): the backward's and
+      // the add's results, bit for bit, dy left as it was. One pass where
+      // the rows fit it (the sum over the addend, as it may be), else two
+      // passes with dx in the sum and an add; also the fp32 kernels.
+      const bool fits = gpu::normBackwardScratchFloats(rows, width) > 0;
+      for (bool onePass : {true, false}) {
+        SCOPED_TRACE(onePass ? "one pass" : "two passes");
         const vector<std::uint16_t> addend = bits(random(n));
-        DeviceBuffer<std::uint16_t> aDx(dy), adG(dGamma0), adB(dBeta0),
-            aSum(addend), want(addend);
+        DeviceBuffer<std::uint16_t> aDy(dy), adG(dGamma0), adB(dBeta0),
+            aAddend(addend), aSum(n), want(addend);
+        std::uint16_t *sum = onePass && fits ? aAddend.get() : aSum.get();
         ASSERT_EQ(gpu::halfLayerNormBackwardAdd(
                       type, rows, width, hX.get(), hG.get(), hMean.get(),
-                      hRstd.get(), aDx.get(), aDx.get(), adG.get(), adB.get(),
-                      aSum.get(), aSum.get(), storeDx, stream, scratch.get()),
+                      hRstd.get(), aDy.get(), aAddend.get(), sum, adG.get(),
+                      adB.get(), stream, onePass ? scratch.get() : nullptr),
                   cudaSuccess);
         ASSERT_EQ(gpu::halfResidualAdd(type, n, oDx.get(), want.get(),
                                        want.get(), stream),
                   cudaSuccess);
-        EXPECT_EQ(aDx.toHost(), storeDx ? oDx.toHost() : dy) << "fused add: dx";
-        EXPECT_EQ(adG.toHost(), odG.toHost()) << "fused add: dGamma";
-        EXPECT_EQ(adB.toHost(), odB.toHost()) << "fused add: dBeta";
-        EXPECT_EQ(aSum.toHost(), want.toHost()) << "fused add: sum";
+        sync();
+        EXPECT_EQ(aDy.toHost(), dy) << "fused add: dy";
+        EXPECT_EQ(adG.toHost(), (onePass ? odG : hdG).toHost())
+            << "fused add: dGamma";
+        EXPECT_EQ(adB.toHost(), (onePass ? odB : hdB).toHost())
+            << "fused add: dBeta";
+        EXPECT_EQ(onePass && fits ? aAddend.toHost() : aSum.toHost(),
+                  want.toHost())
+            << "fused add: sum";
+        DeviceBuffer<float> fAddend(widen(addend)), fSum(n), fWant(n),
+            fdG2(widen(dGamma0)), fdB2(widen(dBeta0));
+        ASSERT_EQ(gpu::layerNormBackwardAdd(
+                      rows, width, fX.get(), fG.get(), fMean.get(), fRstd.get(),
+                      fDy.get(), fAddend.get(), fSum.get(), fdG2.get(),
+                      fdB2.get(), stream, onePass ? scratch.get() : nullptr),
+                  cudaSuccess);
+        ASSERT_EQ(gpu::residualAdd(n, (onePass ? pDx : fDx).get(),
+                                   fAddend.get(), fWant.get(), stream),
+                  cudaSuccess);
+        sync();
+        EXPECT_EQ(fSum.toHost(), fWant.toHost()) << "fp32 fused add: sum";
+        EXPECT_EQ(fdG2.toHost(), (onePass ? pdG : fdG).toHost())
+            << "fp32 fused add: dGamma";
       }
 
       DeviceBuffer<std::uint16_t> rY(n), rDx(dy), rdG(dGamma0);
@@ -698,10 +723,35 @@ TEST_F(CudaKernelsTest, HalfRowKernelsEqualTheWideningPath) {
         EXPECT_EQ(y3.toHost(), y2.toHost())
             << (rms ? "rms" : "layer") << " norm";
         EXPECT_EQ(rstd3.toHost(), rstd2.toHost());
+        // The fp32 kernels: the same bits as the add and the norm apart.
+        DeviceBuffer<float> fA(widen(x)), fAddend(widen(dy)), fSum(n), fY2(n),
+            fRstd2(rows), fMean2(rows), fY3(n), fRstd3(rows), fMean3(rows);
+        ASSERT_EQ(
+            gpu::residualAdd(n, fA.get(), fAddend.get(), fSum.get(), stream),
+            cudaSuccess);
+        ASSERT_EQ(
+            rms ? gpu::rmsNormForward(rows, width, fSum.get(), fG.get(), 1e-6f,
+                                      fY2.get(), fRstd2.get(), stream)
+                : gpu::layerNormForward(rows, width, fSum.get(), fG.get(),
+                                        fB.get(), 1e-5f, fY2.get(),
+                                        fMean2.get(), fRstd2.get(), stream),
+            cudaSuccess);
+        ASSERT_EQ(rms ? gpu::residualRmsNormForward(
+                            rows, width, fA.get(), fAddend.get(), fA.get(),
+                            fG.get(), 1e-6f, fY3.get(), fRstd3.get(), stream)
+                      : gpu::residualLayerNormForward(
+                            rows, width, fA.get(), fAddend.get(), fA.get(),
+                            fG.get(), fB.get(), 1e-5f, fY3.get(), fMean3.get(),
+                            fRstd3.get(), stream),
+                  cudaSuccess);
+        sync();
+        EXPECT_EQ(fA.toHost(), fSum.toHost()) << "fp32 residual sum";
+        EXPECT_EQ(fY3.toHost(), fY2.toHost()) << "fp32 fused norm";
+        EXPECT_EQ(fRstd3.toHost(), fRstd2.toHost());
       }
 
       DeviceBuffer<std::uint16_t> hBias(dBeta0);
-      DeviceBuffer<float> fBias(widen(dBeta0)), fDy(widen(dy));
+      DeviceBuffer<float> fBias(widen(dBeta0));
       DeviceBuffer<std::uint16_t> hDy(dy);
       ASSERT_EQ(
           gpu::halfBiasGrad(type, rows, width, hDy.get(), hBias.get(), stream),

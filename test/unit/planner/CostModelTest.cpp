@@ -565,6 +565,38 @@ TEST(Time, GemmEpiloguesRemoveTheKernelsTheyFold) {
   EXPECT_DOUBLE_EQ(compute(unbiased, false), compute(unbiased, true));
 }
 
+TEST(Time, ResidualNormsReadNeitherTheSumNorDx) {
+  // Per token and layer two block ends: forward a, b -> sum, y instead of the
+  // add and the norm apart (5h: the sum read back), backward x, dy, addend ->
+  // sum instead of the norm backward and the add (6h: dx written and read):
+  // 2 (5h - 4h) + 2 (6h - 4h) = 6h elements; with SP each rank holds h/t.
+  TrainingConfig training{64, 2048, Precision::BF16};
+  Cluster cluster = clusterPreset("dgx-h100-80g");
+  CostConstants k;
+  ModelSpec gpt = gpt1p3b();
+  double h = 2048;
+  double hbm = cluster.gpu.memoryBandwidthGBs * 1e9 * k.memoryBandwidthFraction;
+  for (bool sp : {false, true}) {
+    ParallelConfig c = dataParallel(0, 1, 64);
+    c.tp = sp ? 2 : 1;
+    c.dp = 8 / c.tp;
+    c.microBatch = 2;
+    c.gradAccum = 64 / c.dp / c.microBatch;
+    c.sequenceParallel = sp;
+    c.recompute = Recompute::None;
+    auto compute = [&](bool fused) {
+      TrainingConfig t = training;
+      t.residualNorms = fused;
+      return CostModel(gpt, cluster, t, k).evaluate(c).time.compute;
+    };
+    double tokens = 2048.0 * c.microBatch;
+    double perElement = double(c.gradAccum) * gpt.numLayers * tokens * 2 / hbm;
+    EXPECT_NEAR(compute(false) - compute(true), 6 * h / c.tp * perElement,
+                1e-9 * compute(false))
+        << (sp ? "with SP" : "without");
+  }
+}
+
 TEST(Time, RecomputeAndPipelineCostTime) {
   // Eager attention: selective recompute has scores to recompute.
   CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g"),

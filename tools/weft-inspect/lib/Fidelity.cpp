@@ -324,11 +324,10 @@ json fidelityJson(const plan::Bundle &bundle, const planner::Cluster &cluster,
     bool modelled = row.cls == CostClass::Gemm ||
                     row.cls == CostClass::Attention ||
                     row.cls == CostClass::MemoryBound;
-    bool elsewhere = time.note.rfind("run inside", 0) == 0;
-    row.skipped = elsewhere || (modelled && row.predicted > 0 &&
-                                row.measured < kSkippedShare * row.predicted &&
-                                row.measured < kSkippedSeconds);
-    if (!elsewhere && !time.note.empty())
+    row.skipped = modelled && row.predicted > 0 &&
+                  row.measured < kSkippedShare * row.predicted &&
+                  row.measured < kSkippedSeconds;
+    if (!time.note.empty())
       row.kind += " [" + time.note + "]";
     rows.push_back(std::move(row));
     spanBegin = std::min(spanBegin, time.begin);
@@ -579,8 +578,8 @@ std::string fidelityText(const json &f) {
   const json &skipped = f["skipped"];
   if (skipped["count"].get<int64_t>() > 0)
     os << "skipped: " << skipped["count"].get<int64_t>()
-       << " instructions not run as themselves (noted as run inside a norm, "
-          "or measured under 2% of their prediction): "
+       << " instructions not run as themselves (measured under 2% of their "
+          "prediction): "
        << milliseconds(skipped["predicted_s"].get<double>())
        << " ms predicted, fitted to nothing\n";
   const json &kinds = f["kinds"];

@@ -62,6 +62,10 @@ struct TrainingConfig {
   /// backward) and bias gradients run in their GEMMs' epilogues (`weftc
   /// compile --gemm-epilogues`); otherwise as kernels of their own.
   bool gemmEpilogues = false;
+  /// Each residual add runs inside the norm next to it, the forward's in
+  /// the norm after it and the backward's in the norm backward before it,
+  /// which stores no dx (`weftc compile --residual-norms`).
+  bool residualNorms = false;
 };
 
 /// One fully specified plan. Invariants (checked by checkParallelConfig):

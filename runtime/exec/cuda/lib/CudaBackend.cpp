@@ -21,7 +21,6 @@
 #include "weft/exec/cuda/CudnnAttention.h"
 #include "weft/exec/cuda/GemmKey.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
-#include "weft/exec/cuda/NormFusion.h"
 #include "weft/exec/cuda/Workspace.h"
 #include "weft/kernels/Activations.h"
 #include "weft/kernels/Common.h"
@@ -326,10 +325,6 @@ public:
   bool graphEnabled() const override { return options_.graph; }
   bool timesInstructions() const override { return options_.deviceTimes; }
   std::string_view instructionNote(const Instruction &inst) const override {
-    if (deferredAdds_.count(&inst))
-      return "run inside the norm after it";
-    if (deferredNorms_.count(&inst))
-      return "run inside the residual add after it";
     if (cudnnKernels_.count(&inst))
       return "cuDNN";
     if (epilogueSteps_.count(&inst)) // cuBLASLt lacks the epilogue
@@ -543,27 +538,6 @@ private:
   void prepareCudnnAttention(const ResolvedKernel &kernel,
                              const Instruction &inst, int64_t &scratchFloats,
                              const std::string &what);
-  /// 16-bit residual adds run inside the norm after them: the adds (their
-  /// operands wait in pendingSum_ for the norm), and the norms with whether
-  /// each is a LayerNorm (else RMSNorm).
-  std::unordered_set<const Instruction *> deferredAdds_;
-  std::unordered_map<const Instruction *, bool> residualNorms_;
-  struct PendingSum {
-    const void *a = nullptr, *b = nullptr;
-    void *sum = nullptr;
-  };
-  std::vector<PendingSum> pendingSum_; // per stream
-  /// 16-bit norm backwards whose residual add right after them runs in their
-  /// launch: the norms (their call waits in pendingNorm_ for the add), and
-  /// the adds with the norm's kind and which of their reads is the addend.
-  std::unordered_set<const Instruction *> deferredNorms_;
-  struct NormAdd {
-    bool layerNorm = false;
-    int addend = 0;
-    bool storeDx = true; // false: only the add reads the norm's dx
-  };
-  std::unordered_map<const Instruction *, NormAdd> normAdds_;
-  std::vector<CudaHalfCall> pendingNorm_; // per stream
   float lossScale_ = 1; // training.loss_scale.initial (static only)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graphExec_ = nullptr;
@@ -852,25 +826,6 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
       });
   stepReads_.reserve(maxOperands);
   stepWrites_.reserve(maxOperands);
-  // Residual adds run inside the 16-bit norm after them (forward) or before
-  // them (backward) when both take the same 16-bit type.
-  auto sameHalfType = [&](const Instruction *a, const Instruction *b) {
-    auto x = halfKernels_.find(a), y = halfKernels_.find(b);
-    return x != halfKernels_.end() && y != halfKernels_.end() &&
-           x->second == y->second;
-  };
-  for (const ResidualNorm &pair : findResidualNorms(bundle, program))
-    if (sameHalfType(pair.add, pair.norm)) {
-      deferredAdds_.insert(pair.add);
-      residualNorms_[pair.norm] = pair.layerNorm;
-    }
-  for (const NormBackwardAdd &pair : findNormBackwardAdds(bundle, program))
-    if (sameHalfType(pair.norm, pair.add)) {
-      deferredNorms_.insert(pair.norm);
-      normAdds_[pair.add] = {pair.layerNorm, pair.addend, !pair.dxUnread};
-    }
-  pendingSum_.assign(numStreams, {});
-  pendingNorm_.assign(numStreams, {});
   if (compiler_ && options_.rank == 0)
     for (const std::string &warning : compiler_->warnings())
       std::fprintf(stderr, "weft-run: warning: cuda: %s\n", warning.c_str());
@@ -1336,11 +1291,6 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
             where(inst, stream) + " kernel '" + std::string(kernel.spec->name) +
                 "'");
   };
-  if (deferredAdds_.count(&inst)) { // the norm after it adds
-    pendingSum_[size_t(stream)] = {reads[0].data, reads[1].data,
-                                   writes[0].data};
-    return;
-  }
   auto half = halfKernels_.find(&inst);
   if (half != halfKernels_.end()) { // 16-bit operands as they are
     halfCall_.constants = &kernel.constants;
@@ -1354,25 +1304,6 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
       halfCall_.reads.push_back(operand.data);
     for (const Operand &operand : writes)
       halfCall_.writes.push_back(operand.data);
-    if (auto fused = residualNorms_.find(&inst);
-        fused != residualNorms_.end()) {
-      const PendingSum &p = pendingSum_[size_t(stream)];
-      fail(runResidualNormHalf(halfCall_, fused->second, p.a, p.b, p.sum),
-           "kernel launch");
-      return;
-    }
-    if (deferredNorms_.count(&inst)) { // the add after it runs it
-      pendingNorm_[size_t(stream)] = halfCall_;
-      return;
-    }
-    if (auto add = normAdds_.find(&inst); add != normAdds_.end()) {
-      fail(runNormBackwardAddHalf(pendingNorm_[size_t(stream)],
-                                  add->second.layerNorm,
-                                  halfCall_.reads[size_t(add->second.addend)],
-                                  halfCall_.writes[0], add->second.storeDx),
-           "kernel launch");
-      return;
-    }
     auto graph = cudnnKernels_.find(&inst);
     auto aligned = [](const void *p) {
       return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;

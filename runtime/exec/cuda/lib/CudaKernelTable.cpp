@@ -14,13 +14,10 @@
 #include "weft/exec/OperandChecks.h"
 #include "weft/exec/cuda/CudaBackend.h"
 #include "weft/exec/cuda/GeneratedKernels.h"
-#include "weft/exec/cuda/NormFusion.h"
 #include "weft/kernels/CudaKernels.h"
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
-#include <unordered_set>
 
 namespace weft::exec::cuda {
 
@@ -180,6 +177,58 @@ cudaError_t rmsNormBackwardHalf(const CudaHalfCall &k) {
                                   k.reads[1], f32(k.reads[2]), k.reads[3],
                                   k.writes[0], k.writes[1], k.stream,
                                   k.scratch);
+}
+
+// The fused norms (weft-fuse-residual-norms). The fp32 backward keeps the
+// two passes (then an add), as the plain one does.
+cudaError_t residualLayerNormForwardRun(const CudaKernelCall &k) {
+  const float *beta = k.c("bias") ? k.reads[3] : nullptr;
+  return gpu::residualLayerNormForward(k.c("rows"), k.c("width"), k.reads[0],
+                                       k.reads[1], k.writes[0], k.reads[2],
+                                       beta, eps(k), k.writes[1], k.writes[2],
+                                       k.writes[3], k.stream);
+}
+cudaError_t residualRmsNormForwardRun(const CudaKernelCall &k) {
+  return gpu::residualRmsNormForward(
+      k.c("rows"), k.c("width"), k.reads[0], k.reads[1], k.writes[0],
+      k.reads[2], eps(k), k.writes[1], k.writes[2], k.stream);
+}
+cudaError_t layerNormBackwardAddRun(const CudaKernelCall &k) {
+  float *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+  return gpu::layerNormBackwardAdd(k.c("rows"), k.c("width"), k.reads[0],
+                                   k.reads[1], k.reads[2], k.reads[3],
+                                   k.reads[4], k.reads[5], k.writes[0],
+                                   k.writes[1], dBeta, k.stream, nullptr);
+}
+cudaError_t rmsNormBackwardAddRun(const CudaKernelCall &k) {
+  return gpu::rmsNormBackwardAdd(k.c("rows"), k.c("width"), k.reads[0],
+                                 k.reads[1], k.reads[2], k.reads[3], k.reads[4],
+                                 k.writes[0], k.writes[1], k.stream, nullptr);
+}
+cudaError_t residualLayerNormForwardHalf(const CudaHalfCall &k) {
+  const void *beta = k.c("bias") ? k.reads[3] : nullptr;
+  return gpu::halfResidualLayerNormForward(
+      k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1], k.writes[0],
+      k.reads[2], beta, eps(k), k.writes[1], f32(k.writes[2]), f32(k.writes[3]),
+      k.stream);
+}
+cudaError_t residualRmsNormForwardHalf(const CudaHalfCall &k) {
+  return gpu::halfResidualRmsNormForward(
+      k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1], k.writes[0],
+      k.reads[2], eps(k), k.writes[1], f32(k.writes[2]), k.stream);
+}
+cudaError_t layerNormBackwardAddHalf(const CudaHalfCall &k) {
+  void *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+  return gpu::halfLayerNormBackwardAdd(
+      k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
+      f32(k.reads[2]), f32(k.reads[3]), k.reads[4], k.reads[5], k.writes[0],
+      k.writes[1], dBeta, k.stream, k.scratch);
+}
+cudaError_t rmsNormBackwardAddHalf(const CudaHalfCall &k) {
+  return gpu::halfRmsNormBackwardAdd(k.type, k.c("rows"), k.c("width"),
+                                     k.reads[0], k.reads[1], f32(k.reads[2]),
+                                     k.reads[3], k.reads[4], k.writes[0],
+                                     k.writes[1], k.stream, k.scratch);
 }
 
 //===--- Embedding and rotary --------------------------------------------===//
@@ -468,6 +517,9 @@ std::vector<CudaKernelEntry> buildTable() {
       // x gamma (mean rstd) dy in; dx dGamma [dBeta] out.
       {"layer_norm_backward", normBackwardScratch, layerNormBackwardRun,
        0b10011, 0b111, always, layerNormBackwardHalf},
+      // ... addend in; sum dGamma [dBeta] out.
+      {"layer_norm_backward_add", normBackwardScratch, layerNormBackwardAddRun,
+       0b110011, 0b111, always, layerNormBackwardAddHalf},
       // dOut in; dWpe out. x wpe in; out out.
       {"position_embedding_backward", none, positionEmbeddingBackwardRun, 0b1,
        0b1, always, positionEmbeddingBackwardHalf},
@@ -478,9 +530,17 @@ std::vector<CudaKernelEntry> buildTable() {
        layerNormForwardHalf},
       {"residual_add", none, residualAddRun, 0b11, 0b1, always,
        residualAddHalf},
+      // a b gamma [beta] in; sum y (mean rstd) out.
+      {"residual_layer_norm_forward", none, residualLayerNormForwardRun, 0b1111,
+       0b0011, always, residualLayerNormForwardHalf},
+      // a b gamma in; sum y (rstd) out.
+      {"residual_rms_norm_forward", none, residualRmsNormForwardRun, 0b111,
+       0b011, always, residualRmsNormForwardHalf},
       // x gamma (rstd) dy in; dx dGamma out.
       {"rms_norm_backward", normBackwardScratch, rmsNormBackwardRun, 0b1011,
        0b11, always, rmsNormBackwardHalf},
+      {"rms_norm_backward_add", normBackwardScratch, rmsNormBackwardAddRun,
+       0b11011, 0b11, always, rmsNormBackwardAddHalf},
       // x gamma in; y (rstd) out.
       {"rms_norm_forward", none, rmsNormForwardRun, 0b11, 0b01, always,
        rmsNormForwardHalf},
@@ -564,35 +624,6 @@ bool takesHalfOperands(std::string_view name, const KernelConstants &constants,
   return entry && halfPath(*entry, constants, reads, writes).has_value();
 }
 
-cudaError_t runResidualNormHalf(const CudaHalfCall &k, bool layerNorm,
-                                const void *a, const void *b, void *sum) {
-  if (layerNorm) {
-    const void *beta = k.c("bias") ? k.reads[2] : nullptr;
-    return gpu::halfResidualLayerNormForward(
-        k.type, k.c("rows"), k.c("width"), a, b, sum, k.reads[1], beta, eps(k),
-        k.writes[0], f32(k.writes[1]), f32(k.writes[2]), k.stream);
-  }
-  return gpu::halfResidualRmsNormForward(
-      k.type, k.c("rows"), k.c("width"), a, b, sum, k.reads[1], eps(k),
-      k.writes[0], f32(k.writes[1]), k.stream);
-}
-
-cudaError_t runNormBackwardAddHalf(const CudaHalfCall &k, bool layerNorm,
-                                   const void *addend, void *sum,
-                                   bool storeDx) {
-  if (layerNorm) {
-    void *dBeta = k.c("bias") ? k.writes[2] : nullptr;
-    return gpu::halfLayerNormBackwardAdd(
-        k.type, k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
-        f32(k.reads[2]), f32(k.reads[3]), k.reads[4], k.writes[0], k.writes[1],
-        dBeta, addend, sum, storeDx, k.stream, k.scratch);
-  }
-  return gpu::halfRmsNormBackwardAdd(k.type, k.c("rows"), k.c("width"),
-                                     k.reads[0], k.reads[1], f32(k.reads[2]),
-                                     k.reads[3], k.writes[0], k.writes[1],
-                                     addend, sum, storeDx, k.stream, k.scratch);
-}
-
 std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                                            const plan::Program &program) {
   std::vector<KernelDispatch> out;
@@ -629,22 +660,6 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
                 : KernelPath::Widened;
       out.push_back(std::move(d));
     }
-  // A residual add runs inside the norm after it, or the norm backward
-  // before it, when both take 16 bits.
-  std::unordered_map<const plan::Instruction *, size_t> index;
-  for (size_t i = 0; i < out.size(); ++i)
-    index[out[i].inst] = i;
-  auto fuse = [&](const plan::Instruction *addInst,
-                  const plan::Instruction *normInst) {
-    KernelDispatch &add = out[index.at(addInst)],
-                   &norm = out[index.at(normInst)];
-    if (add.path == KernelPath::Half && norm.path == KernelPath::Half)
-      add.path = KernelPath::Fused;
-  };
-  for (const ResidualNorm &pair : findResidualNorms(bundle, program))
-    fuse(pair.add, pair.norm);
-  for (const NormBackwardAdd &pair : findNormBackwardAdds(bundle, program))
-    fuse(pair.add, pair.norm);
   return out;
 }
 

@@ -104,16 +104,6 @@ halfPath(const CudaKernelEntry &entry, const KernelConstants &constants,
 std::vector<plan::DType>
 operandTypes(const plan::Program &program,
              const std::vector<plan::BufferRange> &ranges);
-/// The norm of `norm` (a layer_norm_forward, else an rms_norm_forward call
-/// on 16-bit operands) over sum = a + b, which it writes too.
-cudaError_t runResidualNormHalf(const CudaHalfCall &norm, bool layerNorm,
-                                const void *a, const void *b, void *sum);
-/// The backward of `norm` (a layer_norm_backward, else an rms_norm_backward
-/// call on 16-bit operands) and sum = its dx + addend in one pass, dx stored
-/// only with `storeDx`.
-cudaError_t runNormBackwardAddHalf(const CudaHalfCall &norm, bool layerNorm,
-                                   const void *addend, void *sum, bool storeDx);
-
 /// Whether the bundle holds `kernel`'s generated source with launch lines
 /// (GeneratedKernels.h). Host-only.
 bool hasGeneratedSource(const plan::Bundle &bundle, const plan::Kernel &kernel);

@@ -312,9 +312,8 @@ public:
     return {};
   }
   /// How the backend runs `inst` where that is not as itself, for traces
-  /// and profiles (CUDA: "folded into the gemm before it", "run inside the
-  /// norm after it", "run inside the residual add after it", "cuDNN");
-  /// empty otherwise. Valid after prepare().
+  /// and profiles (CUDA: "epilogue as kernels", "cuDNN"); empty otherwise.
+  /// Valid after prepare().
   virtual std::string_view
   instructionNote(const plan::Instruction &inst) const {
     (void)inst;

@@ -48,8 +48,15 @@ struct KernelCall {
   /// The step's loss scale: the loss kernels multiply the gradient they seed
   /// (d loss / d logits) by it.
   float lossScale = 1;
+  /// Per write, how its storage rounds an fp32 value (bf16 or f16; null or
+  /// absent for f32): what a kernel reading it back would see, for the fused
+  /// kernels that use a value they would otherwise have stored.
+  std::vector<float (*)(float)> writeRounding;
 
   int64_t c(const char *name) const { return constants->at(name); }
+  float (*rounding(size_t write) const)(float) {
+    return write < writeRounding.size() ? writeRounding[write] : nullptr;
+  }
 };
 
 struct KernelSpec {

@@ -75,12 +75,25 @@ template <typename T>
 void layerNormBackward(int64_t rows, int64_t width, const T *x, const T *gamma,
                        const T *mean, const T *rstd, const T *dy, T *dx,
                        T *dGamma, T *dBeta);
+/// layerNormBackward's parameter gradients, and instead of dx the residual
+/// add of it, sum = round(dx) + addend (dx not stored; `round`, nullable,
+/// gives dx as its storage would hold it). sum may be dy or addend.
+template <typename T>
+void layerNormBackwardAdd(int64_t rows, int64_t width, const T *x,
+                          const T *gamma, const T *mean, const T *rstd,
+                          const T *dy, const T *addend, T *sum, T *dGamma,
+                          T *dBeta, T (*round)(T));
 template <typename T>
 void rmsNormForward(int64_t rows, int64_t width, const T *x, const T *gamma,
                     T eps, T *y, T *rstd);
 template <typename T>
 void rmsNormBackward(int64_t rows, int64_t width, const T *x, const T *gamma,
                      const T *rstd, const T *dy, T *dx, T *dGamma);
+/// rmsNormBackward with the residual add of dx (as layerNormBackwardAdd).
+template <typename T>
+void rmsNormBackwardAdd(int64_t rows, int64_t width, const T *x, const T *gamma,
+                        const T *rstd, const T *dy, const T *addend, T *sum,
+                        T *dGamma, T (*round)(T));
 
 //===--- Embedding ([batch, seq] ids -> [batch, seq, hidden]) ------------===//
 

@@ -65,6 +65,35 @@ cudaError_t rmsNormBackward(int64_t rows, int64_t width, const float *x,
 /// The scratch floats of the one-pass norm backward (0: rows this wide run
 /// the two-pass kernels).
 int64_t normBackwardScratchFloats(int64_t rows, int64_t width);
+/// The fused norms (residual_layer_norm_forward and the others, the plan's
+/// weft-fuse-residual-norms): a residual add, sum = a + b (sum may alias a
+/// or b), and the norm over it in one pass: residualAdd then the norm on
+/// `sum`, bit for bit.
+cudaError_t residualLayerNormForward(int64_t rows, int64_t width,
+                                     const float *a, const float *b, float *sum,
+                                     const float *gamma, const float *beta,
+                                     float eps, float *y, float *mean,
+                                     float *rstd, cudaStream_t stream);
+cudaError_t residualRmsNormForward(int64_t rows, int64_t width, const float *a,
+                                   const float *b, float *sum,
+                                   const float *gamma, float eps, float *y,
+                                   float *rstd, cudaStream_t stream);
+/// A norm's backward and the residual add of its input gradient, sum = dx +
+/// addend, without storing dx: the backward then residualAdd, bit for bit.
+/// One pass with `scratch` (normBackwardScratchFloats) where rows fit it;
+/// otherwise the two-pass backward writes dx into `sum` and an add follows
+/// (sum must not alias addend).
+cudaError_t layerNormBackwardAdd(int64_t rows, int64_t width, const float *x,
+                                 const float *gamma, const float *mean,
+                                 const float *rstd, const float *dy,
+                                 const float *addend, float *sum, float *dGamma,
+                                 float *dBeta, cudaStream_t stream,
+                                 float *scratch);
+cudaError_t rmsNormBackwardAdd(int64_t rows, int64_t width, const float *x,
+                               const float *gamma, const float *rstd,
+                               const float *dy, const float *addend, float *sum,
+                               float *dGamma, cudaStream_t stream,
+                               float *scratch);
 
 cudaError_t embeddingForward(int64_t batch, int64_t seq, int64_t hidden,
                              const std::int32_t *ids, const float *wte,
@@ -223,9 +252,7 @@ cudaError_t halfLayerNormBackward(HalfType type, int64_t rows, int64_t width,
                                   const void *dy, void *dx, void *dGamma,
                                   void *dBeta, cudaStream_t stream,
                                   float *scratch = nullptr);
-/// A residual add (sum = a + b, which may alias a or b) and the norm over
-/// its output in one pass: halfResidualAdd then halfLayerNormForward (or
-/// halfRmsNormForward) on `sum`, bit for bit, with one read of the sum fewer.
+/// The fused norms on 16-bit storage (as their fp32 forms above).
 cudaError_t halfResidualLayerNormForward(HalfType type, int64_t rows,
                                          int64_t width, const void *a,
                                          const void *b, void *sum,
@@ -245,25 +272,17 @@ cudaError_t halfRmsNormBackward(HalfType type, int64_t rows, int64_t width,
                                 const float *rstd, const void *dy, void *dx,
                                 void *dGamma, cudaStream_t stream,
                                 float *scratch = nullptr);
-/// A norm's backward and the residual add after it over its input gradient
-/// (sum = dx + addend; sum may alias addend) in one pass:
-/// halfLayerNormBackward (or halfRmsNormBackward) then halfResidualAdd, bit
-/// for bit, without reading dx back, and without storing it unless `storeDx`.
-/// Two launches (dx stored) when the one-pass backward does not apply (no
-/// scratch, or rows too wide).
 cudaError_t halfLayerNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                      const void *x, const void *gamma,
                                      const float *mean, const float *rstd,
-                                     const void *dy, void *dx, void *dGamma,
-                                     void *dBeta, const void *addend, void *sum,
-                                     bool storeDx, cudaStream_t stream,
-                                     float *scratch);
+                                     const void *dy, const void *addend,
+                                     void *sum, void *dGamma, void *dBeta,
+                                     cudaStream_t stream, float *scratch);
 cudaError_t halfRmsNormBackwardAdd(HalfType type, int64_t rows, int64_t width,
                                    const void *x, const void *gamma,
-                                   const float *rstd, const void *dy, void *dx,
-                                   void *dGamma, const void *addend, void *sum,
-                                   bool storeDx, cudaStream_t stream,
-                                   float *scratch);
+                                   const float *rstd, const void *dy,
+                                   const void *addend, void *sum, void *dGamma,
+                                   cudaStream_t stream, float *scratch);
 cudaError_t halfBiasGrad(HalfType type, int64_t rows, int64_t width,
                          const void *dy, void *dBias, cudaStream_t stream);
 

@@ -41,22 +41,58 @@ WEFT_HD inline void layerNormRowForward(std::int64_t width, const T *x,
   }
 }
 
-/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+/// The identity: what a norm's input gradient needs when fp32 stores it.
+struct NoRounding {
+  template <typename T> WEFT_HD T operator()(T v) const { return v; }
+};
+
+/// One row's terms of the LayerNorm input gradient.
+template <typename T> struct LayerNormRowGrad {
+  T mean, rstd, meanG, meanGXhat;
+
+  /// dx of element x given dy and gamma there.
+  WEFT_HD T at(T x, T gamma, T dy) const {
+    T xhat = (x - mean) * rstd;
+    return rstd * (dy * gamma - meanG - xhat * meanGXhat);
+  }
+};
+
+/// mean(g) and mean(g * xhat) of one row, g = dy * gamma.
 template <typename T>
-WEFT_HD inline void layerNormRowBackward(std::int64_t width, const T *x,
-                                         const T *gamma, T mean, T rstd,
-                                         const T *dy, T *dx) {
+WEFT_HD inline LayerNormRowGrad<T>
+layerNormRowGrad(std::int64_t width, const T *x, const T *gamma, T mean, T rstd,
+                 const T *dy) {
   T sumG = 0, sumGXhat = 0;
   for (std::int64_t i = 0; i < width; ++i) {
     T g = dy[i] * gamma[i];
     sumG += g;
     sumGXhat += g * (x[i] - mean) * rstd;
   }
-  T meanG = sumG / T(width), meanGXhat = sumGXhat / T(width);
-  for (std::int64_t i = 0; i < width; ++i) {
-    T xhat = (x[i] - mean) * rstd;
-    dx[i] = rstd * (dy[i] * gamma[i] - meanG - xhat * meanGXhat);
-  }
+  return {mean, rstd, sumG / T(width), sumGXhat / T(width)};
+}
+
+/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+/// dx may be dy.
+template <typename T>
+WEFT_HD inline void layerNormRowBackward(std::int64_t width, const T *x,
+                                         const T *gamma, T mean, T rstd,
+                                         const T *dy, T *dx) {
+  LayerNormRowGrad<T> grad = layerNormRowGrad(width, x, gamma, mean, rstd, dy);
+  for (std::int64_t i = 0; i < width; ++i)
+    dx[i] = grad.at(x[i], gamma[i], dy[i]);
+}
+
+/// layerNormRowBackward, then the residual add of its dx: sum = round(dx) +
+/// addend, `round` giving dx as its storage would hold it (a 16-bit
+/// rounding, or NoRounding), without storing dx. sum may be dy or addend.
+template <typename T, typename Round = NoRounding>
+WEFT_HD inline void layerNormRowBackwardAdd(std::int64_t width, const T *x,
+                                            const T *gamma, T mean, T rstd,
+                                            const T *dy, const T *addend,
+                                            T *sum, Round round = {}) {
+  LayerNormRowGrad<T> grad = layerNormRowGrad(width, x, gamma, mean, rstd, dy);
+  for (std::int64_t i = 0; i < width; ++i)
+    sum[i] = round(grad.at(x[i], gamma[i], dy[i])) + addend[i];
 }
 
 /// 1/sqrt(mean(x^2) + eps) of one row.
@@ -73,17 +109,37 @@ WEFT_HD inline void rmsNormRowForward(std::int64_t width, const T *x,
     y[i] = x[i] * rstd * gamma[i];
 }
 
+/// mean(g * xhat) of one row, g = dy * gamma, xhat = x * rstd.
+template <typename T>
+WEFT_HD inline T rmsNormRowMeanGXhat(std::int64_t width, const T *x,
+                                     const T *gamma, T rstd, const T *dy) {
+  T sumGXhat = 0;
+  for (std::int64_t i = 0; i < width; ++i)
+    sumGXhat += dy[i] * gamma[i] * x[i] * rstd;
+  return sumGXhat / T(width);
+}
+
 /// dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * gamma, xhat = x*rstd.
+/// dx may be dy.
 template <typename T>
 WEFT_HD inline void rmsNormRowBackward(std::int64_t width, const T *x,
                                        const T *gamma, T rstd, const T *dy,
                                        T *dx) {
-  T sumGXhat = 0;
-  for (std::int64_t i = 0; i < width; ++i)
-    sumGXhat += dy[i] * gamma[i] * x[i] * rstd;
-  T meanGXhat = sumGXhat / T(width);
+  T meanGXhat = rmsNormRowMeanGXhat(width, x, gamma, rstd, dy);
   for (std::int64_t i = 0; i < width; ++i)
     dx[i] = rstd * (dy[i] * gamma[i] - x[i] * rstd * meanGXhat);
+}
+
+/// rmsNormRowBackward, then sum = round(dx) + addend (as
+/// layerNormRowBackwardAdd). sum may be dy or addend.
+template <typename T, typename Round = NoRounding>
+WEFT_HD inline void
+rmsNormRowBackwardAdd(std::int64_t width, const T *x, const T *gamma, T rstd,
+                      const T *dy, const T *addend, T *sum, Round round = {}) {
+  T meanGXhat = rmsNormRowMeanGXhat(width, x, gamma, rstd, dy);
+  for (std::int64_t i = 0; i < width; ++i)
+    sum[i] =
+        round(rstd * (dy[i] * gamma[i] - x[i] * rstd * meanGXhat)) + addend[i];
 }
 
 } // namespace weft::kernels

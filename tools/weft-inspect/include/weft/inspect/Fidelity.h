@@ -46,8 +46,8 @@ struct MeasuredStep {
     int64_t stream = 0, instruction = 0;
     double seconds = 0;
     double begin = 0, end = 0; // since the trace's origin
-    /// weft-run's args.note: how the backend ran it elsewhere ("folded into
-    /// the gemm before it", "run inside the norm after it", "cuDNN", ...).
+    /// weft-run's args.note: how the backend ran it ("epilogue as kernels",
+    /// "cuDNN", ...).
     std::string note;
   };
   std::vector<Time> times;

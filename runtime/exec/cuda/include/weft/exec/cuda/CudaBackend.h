@@ -84,7 +84,6 @@ enum class KernelPath {
   Fp32,      // fp32 (and i32) operands: the fp32 kernel as they are
   Half,      // 16-bit operands straight to the kernel's 16-bit twin
   Widened,   // 16-bit operands widened to fp32 scratch and narrowed back
-  Fused,     // a residual add run inside the 16-bit norm (backward) next to it
   Generated, // no library entry: the bundle's generated code
   Missing,   // neither a library entry nor a generated source (prepare() fails)
 };
