@@ -41,12 +41,10 @@ struct Fold {
 };
 
 /// Reads one program's instructions, buffers and the module's kernels.
-class Matcher {
+class Matcher : public LaunchQueries {
 public:
   Matcher(ProgramOp program, SymbolTable &kernels, const HappensBefore &order)
-      : kernels(kernels), order(order) {
-    for (BufferOp buffer : program.getBuffers())
-      buffers[buffer.getSymNameAttr()] = buffer;
+      : LaunchQueries(program, kernels), order(order) {
     streams.resize(order.numStreams());
     for (unsigned s = 0; s < order.numStreams(); ++s)
       for (InstructionOpInterface inst : order.getInstructions(s)) {
@@ -59,31 +57,11 @@ public:
       }
   }
 
-  /// The kernel `op` launches when it is a specialization of registry kernel
-  /// `name` (`name.N` specializes `name`).
-  KernelOp kernel(Operation *op, StringRef name) const {
-    auto launch = dyn_cast<LaunchOp>(op);
-    if (!launch)
-      return {};
-    auto kernel = kernels.lookup<KernelOp>(launch.getKernel());
-    return kernel && kernel.getRegistryName() == name ? kernel : KernelOp();
-  }
-  static int64_t constant(KernelOp kernel, StringRef name) {
-    auto value = kernel.getConstants().getAs<IntegerAttr>(name);
-    return value ? value.getInt() : -1;
-  }
-  Type dtype(RangeAttr range) const {
-    BufferOp buffer = buffers.lookup(range.getBuffer().getAttr());
-    return buffer ? buffer.getDtype() : Type();
-  }
   bool sameShape(RangeAttr range, RangeAttr like) const {
     return range.getBytes() == like.getBytes() && dtype(range) == dtype(like);
   }
   static int64_t elementBytes(GemmOp gemm) {
     return getElementBytes(gemm.getDtype());
-  }
-  static RangeAttr range(ArrayAttr ranges, size_t index) {
-    return cast<RangeAttr>(ranges[index]);
   }
   /// Whether `range` is clear of every operand of `gemm` (an output the gemm
   /// does not write itself is written while it reads them).
@@ -100,7 +78,7 @@ public:
   /// bias_grad over the gemm's A (m x k, packed, not transposed) into m
   /// elements of the gemm's type.
   KernelOp biasGradOfA(GemmOp gemm, Operation *next) const {
-    KernelOp k = kernel(next, "bias_grad");
+    KernelOp k = kernelOf(next, "bias_grad");
     auto launch = dyn_cast_or_null<LaunchOp>(next);
     if (!k || launch.getReads().size() != 1 || launch.getWrites().size() != 1 ||
         gemm.getTransA() || gemm.getLda() != gemm.getM())
@@ -148,7 +126,7 @@ public:
 
   /// A bias_add over the gemm's output in place, the bias along m.
   KernelOp biasAdd(GemmOp gemm, Operation *next) const {
-    KernelOp k = kernel(next, "bias_add");
+    KernelOp k = kernelOf(next, "bias_add");
     auto launch = dyn_cast_or_null<LaunchOp>(next);
     if (!k || launch.getReads().size() != 2 || launch.getWrites().size() != 1)
       return {};
@@ -167,7 +145,7 @@ public:
   /// (cuBLASLt's GELU is the tanh approximation; its aux matrix needs a
   /// leading dimension that is a multiple of 8).
   KernelOp gelu(GemmOp gemm, Operation *op, StringRef name) const {
-    KernelOp k = kernel(op, name);
+    KernelOp k = kernelOf(op, name);
     int64_t m = gemm.getM(), n = gemm.getN();
     if (!k ||
         constant(k, "act") != int64_t(weft::kernels::Activation::GeluTanh) ||
@@ -285,9 +263,7 @@ public:
   }
 
 private:
-  SymbolTable &kernels;
   const HappensBefore &order;
-  DenseMap<StringAttr, BufferOp> buffers;
   /// Each stream's instructions, and every write of each buffer (stream by
   /// stream, in order).
   struct Write {

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "WeftExec/IR/WeftExecOps.h"
 #include "WeftExec/Transforms/Passes.h"
+#include "WeftExec/Transforms/ProgramEdits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -39,11 +40,10 @@ struct Fusion {
   StringAttr dx; // backward: the buffer of the dx no longer stored
 };
 
-class Matcher {
+class Matcher : public LaunchQueries {
 public:
-  Matcher(ProgramOp program, SymbolTable &kernels) : kernels(kernels) {
-    for (BufferOp buffer : program.getBuffers())
-      buffers[buffer.getSymNameAttr()] = buffer;
+  Matcher(ProgramOp program, SymbolTable &kernels)
+      : LaunchQueries(program, kernels) {
     // Every read, per buffer: dx may go only when the add alone reads it.
     program.walk([&](InstructionOpInterface inst) {
       for (RangeAttr range : inst.getReadRanges())
@@ -52,22 +52,6 @@ public:
     });
   }
 
-  /// The registry kernel `op` launches, or null.
-  KernelOp kernelOf(Operation *op) const {
-    auto launch = dyn_cast_or_null<LaunchOp>(op);
-    return launch ? kernels.lookup<KernelOp>(launch.getKernel()) : KernelOp();
-  }
-  static int64_t constant(KernelOp kernel, StringRef name) {
-    auto value = kernel.getConstants().getAs<IntegerAttr>(name);
-    return value ? value.getInt() : -1;
-  }
-  Type dtype(RangeAttr range) const {
-    BufferOp buffer = buffers.lookup(range.getBuffer().getAttr());
-    return buffer ? buffer.getDtype() : Type();
-  }
-  static RangeAttr range(ArrayAttr ranges, size_t index) {
-    return cast<RangeAttr>(ranges[index]);
-  }
   /// Whether no range of `writes` overlaps a range of `reads` or another
   /// write (the fused kernels read a row before they write it, but their
   /// fallbacks on a GPU do not: docs/runtime.md, "Kernel ABI").
@@ -86,9 +70,8 @@ public:
   /// A residual_add of two ranges of `n` elements into a third, all of one
   /// type.
   bool residualAdd(LaunchOp add, int64_t n) const {
-    KernelOp k = kernelOf(add);
-    if (!k || k.getRegistryName() != "residual_add" ||
-        add.getReads().size() != 2 || add.getWrites().size() != 1 ||
+    KernelOp k = kernelOf(add, "residual_add");
+    if (!k || add.getReads().size() != 2 || add.getWrites().size() != 1 ||
         constant(k, "n") != n)
       return false;
     Type type = dtype(range(add.getWrites(), 0));
@@ -145,7 +128,7 @@ public:
     RangeAttr a = range(add.getReads(), 0), b = range(add.getReads(), 1);
     if ((a == dx) == (b == dx) || dtype(dx) != dtype(range(add.getWrites(), 0)))
       return std::nullopt;
-    BufferOp dxBuffer = buffers.lookup(dx.getBuffer().getAttr());
+    BufferOp dxBuffer = bufferOf(dx);
     if (!dxBuffer || dxBuffer.getRegion() != weftx::Region::arena)
       return std::nullopt;
     auto it = readers.find(dx.getBuffer().getAttr());
@@ -189,8 +172,6 @@ public:
   }
 
 private:
-  SymbolTable &kernels;
-  DenseMap<StringAttr, BufferOp> buffers;
   DenseMap<StringAttr, SmallVector<std::pair<Operation *, RangeAttr>>> readers;
 };
 

@@ -10,6 +10,32 @@
 using namespace mlir;
 using namespace mlir::weftx;
 
+LaunchQueries::LaunchQueries(ProgramOp program, SymbolTable &kernels)
+    : kernels(kernels) {
+  for (BufferOp buffer : program.getBuffers())
+    buffers[buffer.getSymNameAttr()] = buffer;
+}
+
+KernelOp LaunchQueries::kernelOf(Operation *op) const {
+  auto launch = dyn_cast_or_null<LaunchOp>(op);
+  return launch ? kernels.lookup<KernelOp>(launch.getKernel()) : KernelOp();
+}
+
+KernelOp LaunchQueries::kernelOf(Operation *op, StringRef name) const {
+  KernelOp kernel = kernelOf(op);
+  return kernel && kernel.getRegistryName() == name ? kernel : KernelOp();
+}
+
+int64_t LaunchQueries::constant(KernelOp kernel, StringRef name) {
+  auto value = kernel.getConstants().getAs<IntegerAttr>(name);
+  return value ? value.getInt() : -1;
+}
+
+Type LaunchQueries::dtype(RangeAttr range) const {
+  BufferOp buffer = bufferOf(range);
+  return buffer ? buffer.getDtype() : Type();
+}
+
 bool weftx::touches(Operation *op, StringRef attr, RangeAttr range) {
   auto list = op->getAttrOfType<ArrayAttr>(attr);
   if (!list)

@@ -11,11 +11,40 @@
 #include "WeftExec/IR/WeftExecOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include <optional>
 
 namespace mlir::weftx {
+
+/// What the fusion passes ask about one program's launches: the kernel a
+/// launch runs, its constants, and the element type of a range's buffer.
+class LaunchQueries {
+public:
+  LaunchQueries(ProgramOp program, SymbolTable &kernels);
+
+  /// The kernel `op` launches, or null (not a weftx.launch).
+  KernelOp kernelOf(Operation *op) const;
+  /// That kernel when it specializes registry kernel `name` (`name.N`
+  /// specializes `name`), else null.
+  KernelOp kernelOf(Operation *op, StringRef name) const;
+  /// Constant `name` of `kernel`, -1 when absent.
+  static int64_t constant(KernelOp kernel, StringRef name);
+  /// The element type of `range`'s buffer (null for an unknown buffer).
+  Type dtype(RangeAttr range) const;
+  BufferOp bufferOf(RangeAttr range) const {
+    return buffers.lookup(range.getBuffer().getAttr());
+  }
+  static RangeAttr range(ArrayAttr ranges, size_t index) {
+    return cast<RangeAttr>(ranges[index]);
+  }
+
+protected:
+  SymbolTable &kernels;
+  DenseMap<StringAttr, BufferOp> buffers;
+};
 
 /// Whether one of the `attr` ("reads" or "writes") ranges of `op` overlaps
 /// `range`.
