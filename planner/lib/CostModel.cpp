@@ -1179,13 +1179,22 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
       tail =
           std::max(tail, std::min(1.0, (table + positions) * elem / gradBytes));
     double exposed = std::max(reduceTime * tail, reduceTime - backwardWindow);
-    // ZeRO-2 keeps only its gradient shard, so every micro-batch reduces.
-    time.dpComm = (c.zero == 2 ? m : 1.0) * exposed;
+    time.dpComm = exposed;
+    // ZeRO-2 keeps only its gradient shard, so every micro-batch reduces;
+    // all but the last reduce under the next micro-batch's forward.
+    if (c.zero == 2)
+      time.dpComm += (m - 1) * std::max(0.0, exposed - forwardWindow);
     if (c.zero >= 1) {
-      // Updated parameter shards are all-gathered under the next forward.
+      // Updated parameter shards are all-gathered under the next forward,
+      // in order of first use, each waited for right before it: the first
+      // (on the first stage the token and position tables) hides under
+      // nothing.
       double gather =
           inCalls(Collective::AllGather, rankParams * elem, buckets).total();
-      time.dpComm += std::max(0.0, gather - forwardWindow);
+      double first = slowest == 0 ? (table + positions) * elem
+                                  : std::min(consts.planBucketBytes, gradBytes);
+      double firstGather = inCalls(Collective::AllGather, first, 1).total();
+      time.dpComm += std::max(firstGather, gather - forwardWindow);
     }
   } else if (c.dp > 1) {
     // ZeRO-3: every layer's units are gathered before their first use in
@@ -1303,7 +1312,21 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     time.offload = std::max(copy / buckets, copy - backwardLeft) +
                    std::max(copy / adamBuckets, copy - adamWindow);
   } else {
-    time.optimizer = optimizerParams * consts.optimizerBytesPerParam / hbm;
+    // The optimizer-phase passes over HBM as the compiled plan runs them
+    // (planner.md, "Time model"): AdamW reads the fp32 weights (the master
+    // copy when mixed), the gradient and both moments and writes the three
+    // fp32 tensors back, plus the compute-precision weights when mixed; the
+    // global gradient norm reads the gradients and the clip reads and
+    // writes them; each step zero-fills the gradients (ZeRO 0/1 the whole
+    // buffer; ZeRO-2/3 the shard, and every micro-batch's gradient slots in
+    // its backward, summed here: the compute stream runs them either way).
+    bool mixed = train.precision != Precision::FP32;
+    double adamBytes = 24 + elem + (mixed ? elem : 0);
+    double filled = c.zero >= 2 && c.dp > 1
+                        ? optimizerParams + rankParams * c.gradAccum
+                        : rankParams;
+    time.optimizer =
+        (optimizerParams * (adamBytes + 3 * elem) + filled * elem) / hbm;
   }
 
   est.stepTimeS = time.total();

@@ -597,6 +597,45 @@ TEST(Time, ResidualNormsReadNeitherTheSumNorDx) {
   }
 }
 
+TEST(Time, OptimizerPassesAreThePlans) {
+  // Bytes per local parameter the compiled plan's optimizer phase moves
+  // (counted from plan.json: optimizer_step, grad_norm, clip, fill): AdamW
+  // 24 + e (+ e mixed: the half weights), the norm e, the clip 2e, the zero
+  // fill e: bf16 36, fp32 44. ZeRO >= 1 steps the shard; ZeRO-1 still fills
+  // the whole gradient buffer, ZeRO-2 the shard and every micro-batch's
+  // slots. Ratios, so the parameter count and bandwidth drop out.
+  Cluster cluster = clusterPreset("dgx-a100-80g");
+  auto optimizer = [&](Precision precision, int zero) {
+    ParallelConfig c = dataParallel(zero, 8, 64); // 8 micro-batches
+    return CostModel(gpt1p3b(), cluster, {64, 2048, precision})
+        .evaluate(c)
+        .time.optimizer;
+  };
+  double bf16 = optimizer(Precision::BF16, 0);
+  EXPECT_NEAR(optimizer(Precision::FP32, 0) / bf16, 44.0 / 36, 1e-12);
+  EXPECT_NEAR(optimizer(Precision::BF16, 1) / bf16, (34.0 / 8 + 2) / 36, 1e-12);
+  EXPECT_NEAR(optimizer(Precision::BF16, 2) / bf16,
+              (34.0 / 8 + 2.0 / 8 + 8 * 2) / 36, 1e-12);
+}
+
+TEST(Time, ZeroTwoReducesUnderTheNextForward) {
+  // ZeRO-2 reduce-scatters every micro-batch's gradients; the compiled plan
+  // runs them on their own stream, under the next micro-batch's forward, so
+  // only the last micro-batch's tail shows: four times the micro-batches,
+  // the same exposed DP time (it was m times the tail). The updated shards'
+  // gathers show at least the first unit's: on the first stage the token
+  // table, which the forward reads first.
+  auto dpComm = [&](int zero, int64_t globalBatch) {
+    CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g:8"),
+                    {globalBatch, 2048, Precision::BF16});
+    ParallelConfig c = dataParallel(zero, 64, globalBatch);
+    return model.evaluate(c).time.dpComm;
+  };
+  EXPECT_GT(dpComm(2, 128), 0);
+  EXPECT_NEAR(dpComm(2, 512), dpComm(2, 128), 1e-12);
+  EXPECT_GT(dpComm(1, 128), 0);
+}
+
 TEST(Time, RecomputeAndPipelineCostTime) {
   // Eager attention: selective recompute has scores to recompute.
   CostModel model(gpt1p3b(), clusterPreset("dgx-a100-80g"),

@@ -54,9 +54,6 @@ struct CostConstants {
   /// default, 25 MiB): how many collectives ZeRO 0-2 issue.
   double planBucketBytes = 25 << 20;
 
-  // Optimizer: fused AdamW traffic per parameter (see docs).
-  double optimizerBytesPerParam = 32;
-
   // Optimizer offload (docs/planner.md, "Optimizer offload").
   /// Host DRAM traffic of the CPU AdamW step per parameter: fp32 master,
   /// gradient, m and v read, master, m and v written.
