@@ -141,7 +141,8 @@ cl::opt<bool> residualNorms(
              "forward's in the norm after it, the backward's in the norm "
              "backward before it, which then stores no input gradient "
              "(compile: weft-fuse-residual-norms, bit for bit the same "
-             "results; plan and compile: the planner costs them so)"),
+             "results on the CPU backend; plan and compile: the planner "
+             "costs them so)"),
     cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
 cl::opt<bool> planTpAcrossNodes("allow-tp-across-nodes",
                                 cl::desc("Let TP groups span nodes"),
