@@ -58,6 +58,7 @@ void weft::buildExecStage(mlir::OpPassManager &pm,
                           ExecFusions fusions) {
   pm.addPass(std::move(schedule));
   buildStepPipeline(pm);
+  pm.addPass(mlir::weftx::createWeftFoldZeroFills());
   if (fusions.gemmEpilogues)
     pm.addPass(mlir::weftx::createWeftFuseGemmEpilogues());
   if (fusions.residualNorms)
@@ -104,7 +105,8 @@ void weft::registerLoweringPipeline() {
   mlir::registerPassPipeline(
       "weft-compile",
       "Every stage of `weftc compile` (weft-lower, weft-autodiff, "
-      "weft-schedule, weft-step, [weft-fuse-gemm-epilogues,] "
+      "weft-schedule, weft-step, weft-fold-zero-fills, "
+      "[weft-fuse-gemm-epilogues,] "
       "[weft-fuse-residual-norms,] weft-plan-memory, weft-generate-kernels): "
       "--weft-compile='lower={dp=2 zero=1} schedule={seq-len=8}'",
       buildCompileFromStrings,

@@ -72,9 +72,10 @@ void buildStepPipeline(mlir::OpPassManager &pm);
 enum class CompileStage {
   Lower,    // weft-lower: mesh, tensor partition, stage functions (L1)
   Autodiff, // weft-autodiff: backward functions
-  Exec,     // weft-schedule, weft-step, [weft-fuse-gemm-epilogues,]
-        // [weft-fuse-residual-norms,] weft-plan-memory, weft-generate-kernels:
-        // the placed weftx bundle (L2)
+  Exec,     // weft-schedule, weft-step, weft-fold-zero-fills,
+            // [weft-fuse-gemm-epilogues,] [weft-fuse-residual-norms,]
+            // weft-plan-memory, weft-generate-kernels: the placed weftx
+            // bundle (L2)
 };
 
 /// The kernel fusions the exec stage decides before memory planning (each

@@ -1318,13 +1318,19 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // fp32 tensors back, plus the compute-precision weights when mixed; the
     // global gradient norm reads the gradients and the clip reads and
     // writes them; each step zero-fills the gradients (ZeRO 0/1 the whole
-    // buffer; ZeRO-2/3 the shard, and every micro-batch's gradient slots in
-    // its backward, summed here: the compute stream runs them either way).
+    // buffer; ZeRO-2/3 the shard, and in every micro-batch's backward the
+    // slots of the gradients no GEMM writes first (weft-fold-zero-fills:
+    // not the layers' matrices nor, on the last stage, the head's), summed
+    // here: the compute stream runs them either way).
     bool mixed = train.precision != Precision::FP32;
     double adamBytes = 24 + elem + (mixed ? elem : 0);
-    double filled = c.zero >= 2 && c.dp > 1
-                        ? optimizerParams + rankParams * c.gradAccum
-                        : rankParams;
+    double filled = rankParams;
+    if (c.zero >= 2 && c.dp > 1) {
+      double matrices = layers * spec.layerMatmulFlopsPerToken / 2 / c.tp +
+                        (slowest == c.pp - 1 ? table : 0.0);
+      filled = optimizerParams +
+               std::max(0.0, rankParams - matrices) * double(c.gradAccum);
+    }
     time.optimizer =
         (optimizerParams * (adamBytes + 3 * elem) + filled * elem) / hbm;
   }
