@@ -84,11 +84,10 @@ private:
   DenseMap<StringAttr, SmallVector<Access, 2>> byBuffer;
 };
 
-/// A GEMM that adds its product to C (beta 1, alpha any, no epilogue that
-/// needs beta 0) and C's column-major extent.
+/// A GEMM that adds its product to C (beta 1: C is reads[2]).
 bool accumulates(GemmOp gemm) {
   return gemm.getBeta().convertToDouble() == 1.0 &&
-         gemm.getWrites().size() >= 1 && gemm.getReads().size() >= 3;
+         gemm.getReads().size() >= 3;
 }
 
 /// The GEMMs of `insts` after `from` that write inside `slot` with beta 1,
