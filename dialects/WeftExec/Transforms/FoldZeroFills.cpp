@@ -14,7 +14,6 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "llvm/ADT/DenseMap.h"
 
 namespace mlir::weftx {
 #define GEN_PASS_DEF_WEFTFOLDZEROFILLS
@@ -26,68 +25,29 @@ using namespace mlir::weftx;
 
 namespace {
 
-/// An instruction's place in the program's order.
-struct At {
-  unsigned stream;
-  int64_t index;
-};
-
-/// One program's accesses of each buffer, stream by stream.
-class Accesses {
-public:
-  explicit Accesses(const HappensBefore &order) : order(order) {
-    for (unsigned s = 0; s < order.numStreams(); ++s)
-      for (auto [i, constInst] : llvm::enumerate(order.getInstructions(s))) {
-        InstructionOpInterface inst = constInst;
-        Operation *op = inst;
-        for (StringRef attr : {"reads", "writes"})
-          if (auto list = op->getAttrOfType<ArrayAttr>(attr))
-            for (RangeAttr range : list.getAsRange<RangeAttr>())
-              byBuffer[range.getBuffer().getAttr()].push_back(
-                  {{s, int64_t(i)}, range});
-      }
+/// Whether every access of `slot` but the fill (instruction `fill` of
+/// `stream`) and `gemms` (later instructions of that stream, in order)
+/// completes before the fill or starts after the last of the GEMMs.
+bool onlyBetween(const HappensBefore &order, const BufferAccesses &accesses,
+                 RangeAttr slot, unsigned stream, int64_t fill,
+                 ArrayRef<int64_t> gemms) {
+  int64_t last = gemms.back();
+  for (const BufferAccess &access : accesses.of(slot.getBuffer())) {
+    if (!access.range.overlaps(slot))
+      continue;
+    if (access.stream == stream &&
+        (access.index == fill || llvm::is_contained(gemms, access.index)))
+      continue;
+    if (!order.completesBefore(access.stream, access.index, stream, fill) &&
+        !order.completesBefore(stream, last, access.stream, access.index))
+      return false;
   }
-
-  /// Whether every access of `range` other than `fill` and `gemms` happens
-  /// before `fill` or after the last of `gemms` (all on `fill`'s stream,
-  /// in order).
-  bool onlyBetween(RangeAttr range, At fill, ArrayRef<At> gemms) const {
-    auto it = byBuffer.find(range.getBuffer().getAttr());
-    if (it == byBuffer.end())
-      return true;
-    At last = gemms.back();
-    for (const Access &access : it->second) {
-      if (!access.range.overlaps(range))
-        continue;
-      const At &a = access.at;
-      bool ours =
-          a.stream == fill.stream &&
-          (a.index == fill.index || llvm::any_of(gemms, [&](const At &g) {
-             return g.index == a.index;
-           }));
-      if (ours)
-        continue;
-      bool before = order.clock(fill.stream, fill.index, a.stream) > a.index;
-      bool after = order.clock(a.stream, a.index, last.stream) > last.index;
-      if (!before && !after)
-        return false;
-    }
-    return true;
-  }
-
-private:
-  struct Access {
-    At at;
-    RangeAttr range;
-  };
-  const HappensBefore &order;
-  DenseMap<StringAttr, SmallVector<Access, 2>> byBuffer;
-};
+  return true;
+}
 
 /// A GEMM that adds its product to C (beta 1: C is reads[2]).
 bool accumulates(GemmOp gemm) {
-  return gemm.getBeta().convertToDouble() == 1.0 &&
-         gemm.getReads().size() >= 3;
+  return gemm.getBeta().convertToDouble() == 1.0 && gemm.getReads().size() >= 3;
 }
 
 /// The GEMMs of `insts` after `from` that write inside `slot` with beta 1,
@@ -144,7 +104,7 @@ struct WeftFoldZeroFillsPass
       // A wait nothing records: weft-plan-memory reports it.
       if (order.build(program))
         continue;
-      Accesses accesses(order);
+      BufferAccesses accesses(order);
       struct Fold {
         FillOp fill;
         RangeAttr slot;
@@ -162,10 +122,7 @@ struct WeftFoldZeroFillsPass
             SmallVector<int64_t> found = coveringGemms(insts, i, slot);
             if (found.empty())
               continue;
-            SmallVector<At> at;
-            for (int64_t j : found)
-              at.push_back({s, j});
-            if (!accesses.onlyBetween(slot, {s, i}, at))
+            if (!onlyBetween(order, accesses, slot, s, i, found))
               continue;
             Fold fold{fill, slot, {}};
             for (int64_t j : found)

@@ -44,17 +44,11 @@ struct Fold {
 class Matcher : public LaunchQueries {
 public:
   Matcher(ProgramOp program, SymbolTable &kernels, const HappensBefore &order)
-      : LaunchQueries(program, kernels), order(order) {
+      : LaunchQueries(program, kernels), order(order), accesses(order) {
     streams.resize(order.numStreams());
     for (unsigned s = 0; s < order.numStreams(); ++s)
-      for (InstructionOpInterface inst : order.getInstructions(s)) {
-        Operation *op = inst;
-        if (auto list = op->getAttrOfType<ArrayAttr>("writes"))
-          for (RangeAttr range : list.getAsRange<RangeAttr>())
-            writers[range.getBuffer().getAttr()].push_back(
-                {s, int64_t(streams[s].size()), range, op});
-        streams[s].push_back(op);
-      }
+      for (InstructionOpInterface inst : order.getInstructions(s))
+        streams[s].push_back(inst);
   }
 
   bool sameShape(RangeAttr range, RangeAttr like) const {
@@ -100,15 +94,12 @@ public:
   /// events) for `at`, and its last writer before on this stream is a fill
   /// of 0 covering it. (One pass over the writes of its buffer.)
   bool stillZeroFilled(unsigned stream, int64_t at, RangeAttr range) const {
-    auto it = writers.find(range.getBuffer().getAttr());
-    if (it == writers.end())
-      return false;
-    const Write *last = nullptr; // the last write before `at` on `stream`
-    for (const Write &write : it->second) {
-      if (!write.range.overlaps(range))
+    const BufferAccess *last = nullptr; // the last write before `at` here
+    for (const BufferAccess &write : accesses.of(range.getBuffer())) {
+      if (!write.write || !write.range.overlaps(range))
         continue;
       if (write.stream != stream) {
-        if (order.clock(write.stream, write.index, stream) <= at)
+        if (!order.completesBefore(stream, at, write.stream, write.index))
           return false;
       } else if (write.index < at && (!last || write.index > last->index)) {
         last = &write;
@@ -264,16 +255,9 @@ public:
 
 private:
   const HappensBefore &order;
-  /// Each stream's instructions, and every write of each buffer (stream by
-  /// stream, in order).
-  struct Write {
-    unsigned stream;
-    int64_t index;
-    RangeAttr range;
-    Operation *op;
-  };
+  BufferAccesses accesses;
+  /// Each stream's instructions.
   SmallVector<SmallVector<Operation *>> streams;
-  DenseMap<StringAttr, SmallVector<Write>> writers;
 };
 
 void apply(const Fold &fold) {

@@ -52,3 +52,16 @@ Operation *HappensBefore::build(ProgramOp program) {
       return streams[s][positions[s].size()];
   return nullptr;
 }
+
+BufferAccesses::BufferAccesses(const HappensBefore &order) {
+  for (unsigned s = 0; s < order.numStreams(); ++s)
+    for (auto [index, inst] : llvm::enumerate(order.getInstructions(s))) {
+      Operation *op = InstructionOpInterface(inst);
+      for (bool write : {false, true})
+        if (auto list =
+                op->getAttrOfType<ArrayAttr>(write ? "writes" : "reads"))
+          for (RangeAttr range : list.getAsRange<RangeAttr>())
+            byBuffer[range.getBuffer().getAttr()].push_back(
+                {s, int64_t(index), range, op, write});
+    }
+}

@@ -51,14 +51,6 @@ void narrowHalf(DType dtype, int64_t n, const float *in, std::byte *out) {
     cpu::toF16(n, in, reinterpret_cast<kernels::F16 *>(out));
 }
 
-/// An fp32 value as bf16 or f16 storage holds it.
-float roundToBf16(float x) {
-  return kernels::bf16ToFloat(kernels::floatToBf16(x));
-}
-float roundToF16(float x) {
-  return kernels::f16ToFloat(kernels::floatToF16(x));
-}
-
 size_t pageBytes() {
   static const size_t page = size_t(::sysconf(_SC_PAGESIZE));
   return page;
@@ -494,9 +486,10 @@ void CpuBackend::runKernel(const Instruction &inst, const StepContext &context,
   // Writes are widened too: gradient kernels accumulate into them.
   for (const Operand &operand : writes) {
     call_.writes.push_back(widen(operand));
-    call_.writeRounding.push_back(operand.dtype == DType::BF16  ? roundToBf16
-                                  : operand.dtype == DType::F16 ? roundToF16
-                                                                : nullptr);
+    call_.writeRounding.push_back(
+        operand.dtype == DType::BF16  ? kernels::roundedToBf16
+        : operand.dtype == DType::F16 ? kernels::roundedToF16
+                                      : nullptr);
   }
   kernel.spec->run(call_);
   for (size_t i = 0; i < writes.size(); ++i)

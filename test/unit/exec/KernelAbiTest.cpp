@@ -172,10 +172,6 @@ TEST(KernelAbi, InPlaceHalfOperandsShareOneWidenedCopy) {
 
 namespace {
 
-float roundToBf16(float x) {
-  return kernels::bf16ToFloat(kernels::floatToBf16(x));
-}
-
 /// Runs registry kernel `name` on `reads` (written into `writes`, sized by
 /// the signature), rounding write 0 through `round` where the kernel uses it.
 std::vector<std::vector<float>> runKernel(const char *name,
@@ -218,7 +214,7 @@ std::vector<float> randomFloats(size_t n, unsigned seed) {
 TEST(KernelAbi, FusedNormsAreTheirTwoKernels) {
   const int64_t rows = 3, width = 8, n = rows * width;
   for (float (*round)(float) :
-       {roundToBf16, static_cast<float (*)(float)>(nullptr)}) {
+       {kernels::roundedToBf16, static_cast<float (*)(float)>(nullptr)}) {
     SCOPED_TRACE(round ? "bf16 intermediate" : "fp32 intermediate");
     auto stored = [&](std::vector<float> v) {
       if (round)

@@ -194,6 +194,13 @@ WEFT_HD inline float f16ToFloat(F16 h) {
   return bitsToFloat(sign | floatToBits(magnitude));
 }
 
+/// An fp32 value as bf16 or f16 storage holds it (what a kernel reading the
+/// stored value back sees).
+WEFT_HD inline float roundedToBf16(float f) {
+  return bf16ToFloat(floatToBf16(f));
+}
+WEFT_HD inline float roundedToF16(float f) { return f16ToFloat(floatToF16(f)); }
+
 } // namespace weft::kernels
 
 #endif // WEFT_KERNELS_COMMON_H

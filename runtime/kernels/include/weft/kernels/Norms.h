@@ -109,14 +109,25 @@ WEFT_HD inline void rmsNormRowForward(std::int64_t width, const T *x,
     y[i] = x[i] * rstd * gamma[i];
 }
 
+/// One row's terms of the RMSNorm input gradient.
+template <typename T> struct RmsNormRowGrad {
+  T rstd, meanGXhat;
+
+  /// dx of element x given dy and gamma there.
+  WEFT_HD T at(T x, T gamma, T dy) const {
+    return rstd * (dy * gamma - x * rstd * meanGXhat);
+  }
+};
+
 /// mean(g * xhat) of one row, g = dy * gamma, xhat = x * rstd.
 template <typename T>
-WEFT_HD inline T rmsNormRowMeanGXhat(std::int64_t width, const T *x,
-                                     const T *gamma, T rstd, const T *dy) {
+WEFT_HD inline RmsNormRowGrad<T> rmsNormRowGrad(std::int64_t width, const T *x,
+                                                const T *gamma, T rstd,
+                                                const T *dy) {
   T sumGXhat = 0;
   for (std::int64_t i = 0; i < width; ++i)
     sumGXhat += dy[i] * gamma[i] * x[i] * rstd;
-  return sumGXhat / T(width);
+  return {rstd, sumGXhat / T(width)};
 }
 
 /// dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * gamma, xhat = x*rstd.
@@ -125,9 +136,9 @@ template <typename T>
 WEFT_HD inline void rmsNormRowBackward(std::int64_t width, const T *x,
                                        const T *gamma, T rstd, const T *dy,
                                        T *dx) {
-  T meanGXhat = rmsNormRowMeanGXhat(width, x, gamma, rstd, dy);
+  RmsNormRowGrad<T> grad = rmsNormRowGrad(width, x, gamma, rstd, dy);
   for (std::int64_t i = 0; i < width; ++i)
-    dx[i] = rstd * (dy[i] * gamma[i] - x[i] * rstd * meanGXhat);
+    dx[i] = grad.at(x[i], gamma[i], dy[i]);
 }
 
 /// rmsNormRowBackward, then sum = round(dx) + addend (as
@@ -136,10 +147,9 @@ template <typename T, typename Round = NoRounding>
 WEFT_HD inline void
 rmsNormRowBackwardAdd(std::int64_t width, const T *x, const T *gamma, T rstd,
                       const T *dy, const T *addend, T *sum, Round round = {}) {
-  T meanGXhat = rmsNormRowMeanGXhat(width, x, gamma, rstd, dy);
+  RmsNormRowGrad<T> grad = rmsNormRowGrad(width, x, gamma, rstd, dy);
   for (std::int64_t i = 0; i < width; ++i)
-    sum[i] =
-        round(rstd * (dy[i] * gamma[i] - x[i] * rstd * meanGXhat)) + addend[i];
+    sum[i] = round(grad.at(x[i], gamma[i], dy[i])) + addend[i];
 }
 
 } // namespace weft::kernels
