@@ -191,11 +191,8 @@ private:
 
   OpBuilder builder;
   wx::MeshOp mesh;
-  /// Kernels are declared before the first program.
-  Operation *firstProgram = nullptr;
-  llvm::StringMap<int64_t> kernelNames;
-  llvm::DenseMap<std::pair<StringAttr, DictionaryAttr>, FlatSymbolRefAttr>
-      kernels;
+  /// Declared before the first program, in first-use order.
+  wx::KernelDeclarations kernels{module};
   llvm::DenseMap<int, FlatSymbolRefAttr> families;
   /// Global parameters in first-declaration order, with every role's shards.
   llvm::MapVector<StringRef, std::pair<ParamOp, SmallVector<Attribute>>>

@@ -190,23 +190,7 @@ LogicalResult BundleScheduler::readParallel() {
 
 FlatSymbolRefAttr BundleScheduler::kernel(StringRef name,
                                           DictionaryAttr constants) {
-  FlatSymbolRefAttr &symbol = kernels[{builder.getStringAttr(name), constants}];
-  if (symbol)
-    return symbol;
-  // One declaration per specialization; the runtime selects the registry
-  // kernel by the name before the first '.' (docs/runtime.md).
-  int64_t &count = kernelNames[name];
-  std::string symName =
-      count ? (name + "." + llvm::Twine(count)).str() : name.str();
-  ++count;
-  OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPoint(firstProgram);
-  wx::KernelOp::create(
-      builder, module.getLoc(), symName, "kernels/" + symName + ".cu",
-      constants,
-      ("// " + name + ": runtime registry kernel (docs/runtime.md)\n").str());
-  symbol = FlatSymbolRefAttr::get(ctx, symName);
-  return symbol;
+  return kernels.get(name, constants);
 }
 
 FlatSymbolRefAttr BundleScheduler::family(Family kind) {
@@ -350,7 +334,6 @@ LogicalResult BundleScheduler::run() {
       program.getBody().emplaceBlock();
       programs.push_back(program);
     }
-  firstProgram = programs.empty() ? nullptr : programs.front().getOperation();
   for (int64_t s = 0; s < par.pp; ++s)
     for (int64_t t = 0; t < par.tp; ++t)
       if (failed(RoleScheduler(*this, s, t, programs[s * par.tp + t]).run()))

@@ -19,7 +19,6 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
-#include "llvm/ADT/StringMap.h"
 
 namespace mlir::weftx {
 #define GEN_PASS_DEF_WEFTFUSERESIDUALNORMS
@@ -180,35 +179,8 @@ struct WeftFuseResidualNormsPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTable kernels(module);
-    // One declaration per fused kernel and constants, after the others.
-    DenseMap<std::pair<StringAttr, DictionaryAttr>, FlatSymbolRefAttr> declared;
-    llvm::StringMap<int64_t> count;
-    Operation *lastKernel = nullptr;
-    for (KernelOp kernel : module.getOps<KernelOp>())
-      lastKernel = kernel;
+    KernelDeclarations declarations(module);
     OpBuilder builder(module.getContext());
-    auto declare = [&](const Fusion &fusion) {
-      StringAttr name = builder.getStringAttr(fusion.kernel);
-      FlatSymbolRefAttr &symbol = declared[{name, fusion.constants}];
-      if (symbol)
-        return symbol;
-      std::string symName = fusion.kernel;
-      while (kernels.lookup(symName))
-        symName = fusion.kernel + "." + std::to_string(++count[fusion.kernel]);
-      if (lastKernel)
-        builder.setInsertionPointAfter(lastKernel);
-      else
-        builder.setInsertionPointToStart(module.getBody());
-      auto kernel =
-          KernelOp::create(builder, module.getLoc(), symName,
-                           "kernels/" + symName + ".cu", fusion.constants,
-                           "// " + fusion.kernel +
-                               ": runtime registry kernel (docs/runtime.md)\n");
-      kernels.insert(kernel);
-      lastKernel = kernel;
-      symbol = FlatSymbolRefAttr::get(kernel.getSymNameAttr());
-      return symbol;
-    };
 
     DenseSet<StringAttr> droppedDx;
     llvm::SetVector<Operation *> replacedKernels;
@@ -225,7 +197,8 @@ struct WeftFuseResidualNormsPass
           }
       }
       for (Fusion &fusion : fusions) {
-        FlatSymbolRefAttr kernel = declare(fusion);
+        FlatSymbolRefAttr kernel =
+            declarations.get(fusion.kernel, fusion.constants);
         builder.setInsertionPoint(fusion.first);
         LaunchOp::create(
             builder, fusion.first.getLoc(), kernel, DenseI64ArrayAttr(),

@@ -129,6 +129,47 @@ RangeAttr weftx::elementRange(BufferOp buffer, int64_t start,
                         start * bytes, elements * bytes);
 }
 
+KernelDeclarations::KernelDeclarations(ModuleOp module) : module(module) {
+  for (KernelOp kernel : module.getOps<KernelOp>()) {
+    StringAttr name =
+        StringAttr::get(module.getContext(), kernel.getRegistryName());
+    declared[{name, kernel.getConstants()}] =
+        FlatSymbolRefAttr::get(kernel.getSymNameAttr());
+    ++declarations[name];
+    lastKernel = kernel;
+  }
+}
+
+FlatSymbolRefAttr KernelDeclarations::get(StringRef name,
+                                          DictionaryAttr constants) {
+  MLIRContext *context = module.getContext();
+  FlatSymbolRefAttr &symbol =
+      declared[{StringAttr::get(context, name), constants}];
+  if (symbol)
+    return symbol;
+  // The next free name (a module may hold kernels declared by hand).
+  int64_t &count = declarations[name];
+  auto nameFor = [&](int64_t n) {
+    return n ? (name + "." + Twine(n)).str() : name.str();
+  };
+  while (SymbolTable::lookupSymbolIn(module, nameFor(count)))
+    ++count;
+  std::string symName = nameFor(count++);
+  OpBuilder builder(context);
+  if (lastKernel)
+    builder.setInsertionPointAfter(lastKernel);
+  else if (auto programs = module.getOps<ProgramOp>(); !programs.empty())
+    builder.setInsertionPoint(*programs.begin());
+  else
+    builder.setInsertionPointToEnd(module.getBody());
+  lastKernel = KernelOp::create(
+      builder, module.getLoc(), symName, "kernels/" + symName + ".cu",
+      constants,
+      ("// " + name + ": runtime registry kernel (docs/runtime.md)\n").str());
+  symbol = FlatSymbolRefAttr::get(context, symName);
+  return symbol;
+}
+
 FlatSymbolRefAttr weftx::getOrCreateFamily(ModuleOp module, Family family) {
   MeshOp mesh;
   Operation *lastGroup = nullptr;

@@ -14,6 +14,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <optional>
 
@@ -118,6 +119,27 @@ enum class Family {
   ModelParallel, // every rank of one DP replica (`mp`)
   World,         // every rank
   Tied,          // the first and last pipeline rank of one (dp, tp) position
+};
+
+/// The module's `weftx.kernel` declarations by registry kernel and
+/// constants: one per specialization, named `name`, `name.1`, ... (the
+/// runtime selects the registry kernel by the name before the first `.`;
+/// docs/runtime.md).
+class KernelDeclarations {
+public:
+  /// Indexes the declarations `module` has.
+  explicit KernelDeclarations(ModuleOp module);
+  /// The declaration of registry kernel `name` specialized to `constants`;
+  /// a new one goes after the module's kernels (before its first program
+  /// when it has none), its `source` a placeholder weft-generate-kernels
+  /// replaces.
+  FlatSymbolRefAttr get(StringRef name, DictionaryAttr constants);
+
+private:
+  ModuleOp module;
+  Operation *lastKernel = nullptr;
+  DenseMap<std::pair<StringAttr, DictionaryAttr>, FlatSymbolRefAttr> declared;
+  llvm::StringMap<int64_t> declarations; // per registry kernel
 };
 
 /// The family's `weftx.group` (named tp, pp, dp, mp, world or tied),
