@@ -282,13 +282,7 @@ TEST_F(BundleIOTest, RejectsWrongVersion) {
 /// the bias is `w` and the folded kernel `bias_add.1` (id 1).
 Bundle biasEpilogueBundle() {
   Bundle bundle = dataParallelBundle();
-  Kernel bias;
-  bias.id = 1;
-  bias.name = "bias_add.1";
-  bias.source = "kernels/bias_add.1.cu";
-  bias.constants = {{"rows", 8}, {"width", 8}};
-  bundle.kernels.push_back(bias);
-  bundle.files[bias.source] = "// bias_add\n";
+  addKernel(bundle, "bias_add.1", {{"rows", 8}, {"width", 8}}, "// bias_add\n");
   Program &program = bundle.programs[0];
   Instruction &gemm = program.streams[0].instructions[2];
   gemm.gemm.transA = false;

@@ -9,6 +9,9 @@
 
 #include "weft/plan/Bundle.h"
 
+#include <map>
+#include <string>
+
 namespace weft::plan::test {
 
 inline BufferRange whole(const Program &program, int64_t buffer) {
@@ -63,6 +66,20 @@ inline Buffer buffer(int64_t id, std::string name, Region region,
   return out;
 }
 
+/// Appends kernel `name` with the next id, its source `kernels/<name>.cu`
+/// holding `text`.
+inline void addKernel(Bundle &bundle, const std::string &name,
+                      std::map<std::string, int64_t> constants,
+                      const std::string &text) {
+  Kernel kernel;
+  kernel.id = int64_t(bundle.kernels.size());
+  kernel.name = name;
+  kernel.source = "kernels/" + name + ".cu";
+  kernel.constants = std::move(constants);
+  bundle.files[kernel.source] = text;
+  bundle.kernels.push_back(std::move(kernel));
+}
+
 /// Metadata shared by every test bundle; the mesh is set by the caller.
 inline Bundle baseBundle(Mesh mesh, int64_t roles) {
   Bundle bundle;
@@ -88,13 +105,8 @@ inline Bundle baseBundle(Mesh mesh, int64_t roles) {
                    {"dp", mesh.dp},
                    {"zero", 0},
                    {"schedule", "1f1b"}};
-  Kernel embed;
-  embed.id = 0;
-  embed.name = "embed";
-  embed.source = "kernels/embed.cu";
-  embed.constants = {{"hidden", 16}, {"vocab", 64}};
-  bundle.kernels.push_back(embed);
-  bundle.files["kernels/embed.cu"] = "// embed kernel\n";
+  addKernel(bundle, "embed", {{"hidden", 16}, {"vocab", 64}},
+            "// embed kernel\n");
   return bundle;
 }
 
