@@ -100,21 +100,19 @@ struct WeftFoldZeroFillsPass
     : public weftx::impl::WeftFoldZeroFillsBase<WeftFoldZeroFillsPass> {
   void runOnOperation() override {
     for (ProgramOp program : getOperation().getOps<ProgramOp>()) {
-      HappensBefore order;
-      // A wait nothing records: weft-plan-memory reports it.
-      if (order.build(program))
-        continue;
-      BufferAccesses accesses(order);
+      // The candidates in stream order alone; the program's order and
+      // accesses only where there are some (ZeRO 0/1 plans have none).
       struct Fold {
-        FillOp fill;
+        unsigned stream;
+        int64_t fill;
         RangeAttr slot;
-        SmallVector<GemmOp> gemms;
+        SmallVector<int64_t> gemms;
       };
-      SmallVector<Fold> folds;
-      for (unsigned s = 0; s < order.numStreams(); ++s) {
-        ArrayRef<InstructionOpInterface> insts = order.getInstructions(s);
-        for (int64_t i = 0; i < int64_t(insts.size()); ++i) {
-          InstructionOpInterface inst = insts[i];
+      SmallVector<Fold> candidates;
+      SmallVector<SmallVector<InstructionOpInterface>> streams =
+          instructionsByStream(program);
+      for (auto [s, insts] : llvm::enumerate(streams))
+        for (auto [i, inst] : llvm::enumerate(insts)) {
           auto fill = dyn_cast<FillOp>(inst.getOperation());
           if (!fill || fill.getValue().convertToDouble() != 0)
             continue;
@@ -122,19 +120,26 @@ struct WeftFoldZeroFillsPass
             SmallVector<int64_t> found = coveringGemms(insts, i, slot);
             if (found.empty())
               continue;
-            if (!onlyBetween(order, accesses, slot, s, i, found))
-              continue;
-            Fold fold{fill, slot, {}};
-            for (int64_t j : found)
-              fold.gemms.push_back(cast<GemmOp>(
-                  InstructionOpInterface(insts[j]).getOperation()));
-            folds.push_back(std::move(fold));
+            candidates.push_back({unsigned(s), int64_t(i), slot, found});
           }
         }
-      }
-      for (Fold &fold : folds) {
-        MLIRContext *context = fold.fill.getContext();
-        for (GemmOp gemm : fold.gemms) {
+      if (candidates.empty())
+        continue;
+      HappensBefore order;
+      // A wait nothing records: weft-plan-memory reports it.
+      if (order.build(program))
+        continue;
+      BufferAccesses accesses(order);
+      llvm::erase_if(candidates, [&](const Fold &fold) {
+        return !onlyBetween(order, accesses, fold.slot, fold.stream, fold.fill,
+                            fold.gemms);
+      });
+      for (const Fold &fold : candidates) {
+        SmallVector<InstructionOpInterface> &insts = streams[fold.stream];
+        auto fill = cast<FillOp>(insts[fold.fill].getOperation());
+        MLIRContext *context = fill.getContext();
+        for (int64_t j : fold.gemms) {
+          auto gemm = cast<GemmOp>(insts[j].getOperation());
           // Beta 0: C is written, not read (reads[2] goes).
           SmallVector<Attribute> reads(gemm.getReads().begin(),
                                        gemm.getReads().end());
@@ -144,14 +149,14 @@ struct WeftFoldZeroFillsPass
           ++numGemms;
         }
         SmallVector<Attribute> writes;
-        for (Attribute w : fold.fill.getWrites())
+        for (Attribute w : fill.getWrites())
           if (w != fold.slot)
             writes.push_back(w);
         ++numSlots;
         if (writes.empty())
-          fold.fill.erase();
+          fill.erase();
         else
-          fold.fill.setWritesAttr(ArrayAttr::get(context, writes));
+          fill.setWritesAttr(ArrayAttr::get(context, writes));
       }
     }
   }

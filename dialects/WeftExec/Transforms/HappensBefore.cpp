@@ -8,10 +8,17 @@
 using namespace mlir;
 using namespace mlir::weftx;
 
-Operation *HappensBefore::build(ProgramOp program) {
+SmallVector<SmallVector<InstructionOpInterface>>
+weftx::instructionsByStream(ProgramOp program) {
+  SmallVector<SmallVector<InstructionOpInterface>> streams;
   for (StreamOp stream : program.getStreams())
     streams.push_back(llvm::to_vector(
         stream.getBody().front().getOps<InstructionOpInterface>()));
+  return streams;
+}
+
+Operation *HappensBefore::build(ProgramOp program) {
+  streams = instructionsByStream(program);
   unsigned numStreams = streams.size();
   clocks.resize(numStreams);
   positions.resize(numStreams);

@@ -14,6 +14,11 @@
 
 namespace mlir::weftx {
 
+/// Each stream's instructions, streams in program order (the numbering
+/// HappensBefore uses).
+SmallVector<SmallVector<InstructionOpInterface>>
+instructionsByStream(ProgramOp program);
+
 /// The happens-before relation of one program's instructions, from vector
 /// clocks: clock(s, i, t) is how many instructions of stream t are known to
 /// have completed when instruction i of stream s starts (itself included for
