@@ -57,11 +57,19 @@ CASES = {
                                  "--precision", "bf16"] + TINY),
     "llama-tiny-bf16": ("agree", ["--model", "llama-tiny", "--micro-batch", "4",
                                   "--precision", "bf16"] + TINY),
-    # fp16 with a static loss scale (the CUDA backend refuses dynamic
-    # scaling): the f16 kernels, epilogues and cuDNN graphs.
+    # fp16 with a static loss scale: the f16 kernels, epilogues and cuDNN
+    # graphs.
     "gpt2-tiny-fp16": ("agree", ["--model", "gpt2-tiny", "--micro-batch", "4",
                                  "--precision", "fp16", "--loss-scale", "1024"]
                        + TINY),
+    # Dynamic scaling from 2^20: the f16 gradients overflow until the scale
+    # has backed off (the optimizer_steps skip on the device), then it grows
+    # every 3 applied steps; each change captures the step graph again. The
+    # skips and scales must be the CPU's, step for step.
+    "gpt2-tiny-fp16-dynamic": ("agree", ["--model", "gpt2-tiny", "--micro-batch",
+                                         "4", "--precision", "fp16",
+                                         "--initial-loss-scale", "1048576",
+                                         "--loss-scale-window", "3"] + TINY),
     # Full recomputation: the first forward's GELU outputs reuse the bytes
     # of their gemm's input, which the epilogues must leave alone.
     "gpt2-tiny-bf16-full": ("agree", ["--model", "gpt2-tiny", "--micro-batch", "4",
@@ -295,6 +303,15 @@ def check(args):
                     continue
                 ok = ok and len(runs[tag]) == AGREE_STEPS
                 for step, (c, g) in enumerate(zip(cpu, runs[tag]), 1):
+                    # Dynamic loss scaling: the same skips and scales (a
+                    # skipped step reports no grad norm).
+                    for key in ("skipped", "loss_scale"):
+                        if c.get(key) != g.get(key):
+                            ok = False
+                            print(f"FAIL {name} {tag} step {step} {key}: cpu "
+                                  f"{c.get(key)!r} cuda {g.get(key)!r}")
+                    if c.get("skipped") or g.get("skipped"):
+                        continue
                     for key in worst:
                         worst[key] = max(worst[key], relative(g[key], c[key]))
                         if relative(g[key], c[key]) > tolerances[key]:

@@ -396,19 +396,26 @@ int main(int argc, char **argv) {
   }
   {
     // AdamW over every parameter: bf16 gradient in, fp32 weights and
-    // moments updated, the bf16 weights stored (28 bytes per parameter).
+    // moments updated, the bf16 weights stored (28 bytes per parameter),
+    // the gradients clipped inside the update (a global norm of 2 against a
+    // limit of 1), as compiled plans run it.
     Buffer grad(params * 2), master(params * 4), m(params * 4), v(params * 4),
-        low(params * 2), step(256);
+        low(params * 2), step(256), sumSq(4);
     weft::kernels::AdamWStep s =
         weft::kernels::makeAdamWStep({6e-4, 0.9, 0.95, 1e-8, 0.1}, 10, 1.0);
+    s.maxNorm = 1.0;
+    float sumOfSquares = 4.0f;
     check(cudaMemcpy(step.get(), &s, sizeof s, cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+    check(cudaMemcpy(sumSq.get(), &sumOfSquares, 4, cudaMemcpyHostToDevice),
           "cudaMemcpy");
     add("adamw (one pass)", std::to_string(params) + " params",
         28.0 * double(params), [&] {
           return weft::exec::cuda::adamwFromDevice(
               static_cast<const weft::kernels::AdamWStep *>(step.get()), params,
               grad.get(), FloatStorage::BF16, master.f32(), m.f32(), v.f32(),
-              low.get(), FloatStorage::BF16, stream);
+              low.get(), FloatStorage::BF16,
+              static_cast<const float *>(sumSq.get()), stream);
         });
   }
   {

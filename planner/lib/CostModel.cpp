@@ -1293,10 +1293,11 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // ZeRO-Offload as Weft lowers it (docs/lowering.md, "Optimizer
     // offload"): this rank's gradients (its shard under ZeRO >= 1, in the
     // compute precision) go to the host slot by slot during the last
-    // backward; the CPU clips and runs AdamW once every gradient has arrived
-    // (clipping needs the global norm), in buckets of fp32 weights, and each
-    // bucket's updated half/fp32 parameters go back while the next bucket
-    // steps. The last gradient bucket and the last weight bucket never hide.
+    // backward; the CPU runs AdamW, which clips each gradient on its way
+    // in, once every gradient has arrived (the clip needs the global norm),
+    // in buckets of fp32 weights, and each bucket's updated half/fp32
+    // parameters go back while the next bucket steps. The last gradient
+    // bucket and the last weight bucket never hide.
     const HostSpec &host = *hardware.host;
     double copyBytes = optimizerParams * elem;
     double copy = copyBytes / (host.pinnedBandwidthGBs * 1e9);
@@ -1315,13 +1316,14 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // The optimizer-phase passes over HBM as the compiled plan runs them
     // (planner.md, "Time model"): AdamW reads the fp32 weights (the master
     // copy when mixed), the gradient and both moments and writes the three
-    // fp32 tensors back, plus the compute-precision weights when mixed; the
-    // global gradient norm reads the gradients and the clip reads and
-    // writes them; each step zero-fills the gradients (ZeRO 0/1 the whole
-    // buffer; ZeRO-2/3 the shard, and in every micro-batch's backward the
-    // slots of the gradients no GEMM writes first (weft-fold-zero-fills:
-    // not the layers' matrices nor, on the last stage, the head's), summed
-    // here: the compute stream runs them either way).
+    // fp32 tensors back, plus the compute-precision weights when mixed
+    // (the clip is a factor inside AdamW, not a pass of its own); the
+    // global gradient norm reads the gradients; each step zero-fills the
+    // gradients (ZeRO 0/1 the whole buffer; ZeRO-2/3 the shard, and in
+    // every micro-batch's backward the slots of the gradients no GEMM
+    // writes first (weft-fold-zero-fills: not the layers' matrices nor, on
+    // the last stage, the head's), summed here: the compute stream runs
+    // them either way).
     bool mixed = train.precision != Precision::FP32;
     double adamBytes = 24 + elem + (mixed ? elem : 0);
     double filled = rankParams;
@@ -1332,7 +1334,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
                std::max(0.0, rankParams - matrices) * double(c.gradAccum);
     }
     time.optimizer =
-        (optimizerParams * (adamBytes + 3 * elem) + filled * elem) / hbm;
+        (optimizerParams * (adamBytes + elem) + filled * elem) / hbm;
   }
 
   est.stepTimeS = time.total();

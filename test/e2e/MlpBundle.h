@@ -44,6 +44,10 @@ struct MlpConfig {
   int64_t vocab = 256;
   int64_t hidden = 16;
   int64_t ffn = 32;
+  /// A `clip` instruction before AdamW, as weft-optimizer emitted until
+  /// 2026-12-01; by default each optimizer_step reads the global sum of
+  /// squares and clips itself, as compiled plans do now.
+  bool separateClip = false;
 
   int64_t globalBatch() const { return dp * microBatch * accum; }
 };
@@ -296,16 +300,32 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
       DType::F32;
   if (zero)
     b.comm(Opcode::AllReduce, 1, b.all(norm), b.all(norm), "clip");
-  std::vector<BufferRange> clipReads = {b.all(norm)};
-  clipReads.insert(clipReads.end(), shardGrads.begin(), shardGrads.end());
-  b.emit(Opcode::Clip, clipReads, shardGrads, "clip").dtype = DType::F32;
+  // Each optimizer_step reads the sum of squares (host AdamW: a host copy
+  // of it), unless a separate clip scales the gradients first.
+  std::vector<BufferRange> normRead;
+  if (c.separateClip) {
+    std::vector<BufferRange> clipReads = {b.all(norm)};
+    clipReads.insert(clipReads.end(), shardGrads.begin(), shardGrads.end());
+    b.emit(Opcode::Clip, clipReads, shardGrads, "clip").dtype = DType::F32;
+  } else if (offload) {
+    int64_t normHost = b.add("grad.sumsq.host", Region::Host, 1);
+    b.emit(Opcode::Copy, {b.all(norm)}, {b.all(normHost)}, "adamw");
+    normRead = {b.all(normHost)};
+  } else {
+    normRead = {b.all(norm)};
+  }
+  auto stateReads = [&](int64_t gradient, int i) {
+    std::vector<BufferRange> reads = {b.all(master[i]), b.all(gradient),
+                                      b.all(m[i]), b.all(v[i])};
+    reads.insert(reads.end(), normRead.begin(), normRead.end());
+    return reads;
+  };
   for (int i = 0; i < 3; ++i) {
     if (offload) {
       b.emit(Opcode::Copy, {b.all(gradShard[i])}, {b.all(gradHost[i])},
              "adamw");
       Instruction &step = b.emit(
-          Opcode::OptimizerStep,
-          {b.all(master[i]), b.all(gradHost[i]), b.all(m[i]), b.all(v[i])},
+          Opcode::OptimizerStep, stateReads(gradHost[i], i),
           {b.all(master[i]), b.all(m[i]), b.all(v[i]), b.all(paramHost[i])},
           "adamw");
       step.count = sizes[i] / shards;
@@ -316,10 +336,9 @@ inline plan::Bundle buildMlpBundle(const MlpConfig &c) {
                b.all(param[i]), "param gather");
       continue;
     }
-    Instruction &step = b.emit(
-        Opcode::OptimizerStep,
-        {b.all(master[i]), b.all(gradShard[i]), b.all(m[i]), b.all(v[i])},
-        {b.all(master[i]), b.all(m[i]), b.all(v[i])}, "adamw");
+    Instruction &step =
+        b.emit(Opcode::OptimizerStep, stateReads(gradShard[i], i),
+               {b.all(master[i]), b.all(m[i]), b.all(v[i])}, "adamw");
     step.count = sizes[i] / shards;
     if (zero)
       b.comm(Opcode::AllGather, sizes[i] / shards, b.all(master[i]),

@@ -873,7 +873,11 @@ LogicalResult WaitEventOp::verify() {
 }
 
 LogicalResult OptimizerStepOp::verify() {
-  if (failed(verifyRangeCounts(*this, 4, 4, 3, 4)))
+  if (failed(verifyRangeCounts(*this, 4, 5, 3, 4)))
+    return failure();
+  if (getReads().size() == 5 &&
+      failed(verifyRangeBytes(*this, "read", getReads(), 4, 4,
+                              "the f32 sum of squares")))
     return failure();
   return verifyPayload(*this, /*checkReads=*/true, /*checkWrites=*/true);
 }

@@ -445,8 +445,15 @@ def Weftx_OptimizerStepOp : Weftx_InstrOp<"optimizer_step",
     "$count `x` $dtype"> {
   let summary = "AdamW over `count` elements";
   let description = [{
-    Reads param, grad, exp_avg, exp_avg_sq; writes param, exp_avg,
-    exp_avg_sq and optionally a low-precision copy of the parameter.
+    Reads param, grad, exp_avg, exp_avg_sq and optionally the f32 global
+    sum of squares of the gradients; writes param, exp_avg, exp_avg_sq and
+    optionally a low-precision copy of the parameter. With the sum, the step
+    clips the gradients itself (each is multiplied by
+    `min(1, grad_clip / norm)` on the way into the update, where `norm` is
+    the square root of the sum divided by the loss scale) and, under
+    dynamic loss scaling, leaves everything unchanged when the sum is not
+    finite: one pass over the gradients fewer than `clip`, and a skip the
+    device decides.
   }];
 }
 

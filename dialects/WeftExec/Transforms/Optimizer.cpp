@@ -1,9 +1,10 @@
 //===- Optimizer.cpp - The optimizer step of every program ----------------===//
 //
 // Appends to each program's `compute` stream what follows the gradient
-// reductions: the global gradient norm, clipping, AdamW over the flat state
-// buffers (on the host with optimizer offload) and the ZeRO all-gathers
-// that rebuild the working copy from the updated shards. Everything it
+// reductions: the global gradient norm, AdamW over the flat state buffers
+// (on the host with optimizer offload), which clips the gradients on their
+// way in, and the ZeRO all-gathers that rebuild the working copy from the
+// updated shards. Everything it
 // needs is in the IR: the state buffers weft-schedule declared (by name)
 // and the parameters' shards.
 //
@@ -210,7 +211,7 @@ LogicalResult OptimizerBuilder::run() {
   // parts over the ranks that hold distinct gradients. Runs of counted
   // pieces become one range each: between neighbouring slots lies only
   // alignment padding, which no instruction writes.
-  StringAttr clip = builder.getStringAttr("clip");
+  StringAttr normPhase = builder.getStringAttr("grad norm");
   SmallVector<RangeAttr> counted;
   bool previousCounted = false;
   for (const Piece &piece : slots) {
@@ -245,7 +246,7 @@ LogicalResult OptimizerBuilder::run() {
   // Optimizer offload (the state in host memory): the gradients go to the
   // host slot by slot (weft-overlap-offload issues each copy as soon as its
   // slot is final), the norm is computed on the device and copied over, and
-  // the clip and AdamW run on the host.
+  // AdamW runs on the host.
   bool offload = expAvg.getRegion() == weftx::Region::host;
   BufferOp deviceCopy = zeroShards > 1 ? gatherSource : params;
   BufferOp stepGrads = gradShards, hostParams, hostSumsq;
@@ -267,10 +268,10 @@ LogicalResult OptimizerBuilder::run() {
   RangeAttr norm = wholeRange(sumsq);
   if (counted.empty())
     FillOp::create(builder, loc, f32, APFloat(0.0), ArrayAttr(), list({norm}),
-                   clip);
+                   normPhase);
   else
     GradNormOp::create(builder, loc, gradShards.getDtype(), list(counted),
-                       list({norm}), clip);
+                       list({norm}), normPhase);
   std::optional<Family> normFamily;
   if (zeroShards > 1)
     normFamily = modelParallel > 1 ? Family::World : Family::DP;
@@ -279,17 +280,17 @@ LogicalResult OptimizerBuilder::run() {
   if (normFamily)
     AllReduceOp::create(builder, loc, ReduceKind::sum, 1, f32,
                         getOrCreateFamily(module, *normFamily).getValue(),
-                        list({norm}), list({norm}), clip);
+                        list({norm}), list({norm}), normPhase);
   if (offload) {
     CopyOp::create(builder, loc, list({norm}), list({wholeRange(hostSumsq)}),
                    offloadGrads);
     norm = wholeRange(hostSumsq);
   }
-  ClipOp::create(builder, loc, gradShards.getDtype(),
-                 list({norm, wholeRange(stepGrads)}),
-                 list({wholeRange(stepGrads)}), clip);
 
-  // AdamW. With a separate master the step also writes the (rounded)
+  // AdamW, reading the global sum of squares: it clips the gradients on
+  // their way into the update (no pass of its own over them) and skips the
+  // update on an overflow under dynamic loss scaling, decided where it runs.
+  // With a separate master the step also writes the (rounded)
   // weights the device uses: the working copy without ZeRO, the shard the
   // parameter all-gathers read with it (with offload: a host copy of them,
   // brought back after the step). Offloaded, it runs in buckets of whole
@@ -316,10 +317,10 @@ LogicalResult OptimizerBuilder::run() {
                                          part(expAvgSq)};
     if (master != deviceCopy)
       updated.push_back(part(offload ? hostParams : deviceCopy));
-    OptimizerStepOp::create(
-        builder, loc, count, f32,
-        list({part(master), part(stepGrads), part(expAvg), part(expAvgSq)}),
-        list(updated), adamw);
+    OptimizerStepOp::create(builder, loc, count, f32,
+                            list({part(master), part(stepGrads), part(expAvg),
+                                  part(expAvgSq), norm}),
+                            list(updated), adamw);
     if (offload)
       CopyOp::create(builder, loc, list({part(hostParams)}),
                      list({part(deviceCopy)}),

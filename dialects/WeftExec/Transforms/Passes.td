@@ -168,7 +168,8 @@ def WeftGenerateKernels : Pass<"weft-generate-kernels", "::mlir::ModuleOp"> {
 
 def WeftOptimizer : Pass<"weft-optimizer", "::mlir::ModuleOp"> {
   let summary = "Append the optimizer step to every program: global gradient "
-                "norm, clipping, AdamW, ZeRO parameter all-gathers";
+                "norm, AdamW (clipping as it reads the gradients), ZeRO "
+                "parameter all-gathers";
   let description = [{
     Runs after `weft-schedule`, whose programs end with the gradients
     reduced (tied copies, sequence-parallel partial sums, the DP sync). It
@@ -186,15 +187,19 @@ def WeftOptimizer : Pass<"weft-optimizer", "::mlir::ModuleOp"> {
       the sum of squares over `world` (ZeRO 1-3 with TP or PP), `dp` (ZeRO
       1-3), or `mp` (the ranks of one replica); families are declared if
       missing;
-    - `clip` of the gradients the optimizer reads (the shard with ZeRO 1-3);
     - one `optimizer_step` (AdamW; hyper-parameters and the LR schedule are
-      the bundle's `weftx.training`) over the fp32 master and moments; with
-      a separate master (mixed precision, or offload) it also writes the
-      device's copy: the working copy without ZeRO, `params.shard` with it;
+      the bundle's `weftx.training`) over the fp32 master and moments,
+      reading the sum of squares as its fifth operand: it clips the
+      gradients it reads (the shard with ZeRO 1-3) on their way in, with no
+      pass of its own over them, and under dynamic loss scaling skips
+      itself when the sum is not finite; with a separate master (mixed
+      precision, or offload) it also writes the device's copy: the working
+      copy without ZeRO, `params.shard` with it;
     - with optimizer offload (the moments are in the `host` region): copies
-      of the clipped gradients to a new host buffer `grads.host` before the
-      step, which writes the weights into a new `params.host`, and of those
-      back to the device after it;
+      of the gradients to a new host buffer `grads.host` and of the sum of
+      squares to `grad.sumsq.host` before the steps (in buckets), which
+      read them and write the weights into a new `params.host`, and of
+      those back to the device after each;
     - ZeRO 1-3: one `all_gather` over `dp` per slot of the working copy the
       role keeps (every slot with ZeRO-1/2, the persistent small
       parameters with ZeRO-3) from the updated shard.
@@ -244,7 +249,7 @@ def WeftOverlapOffload : Pass<"weft-overlap-offload", "::mlir::ModuleOp"> {
     side stream (the DP sync's reduce-scatter of that slot, which runs
     under the backward) if one does, else on `compute`. `compute` waits for
     the stream's last copy before its first instruction that reads or
-    writes what they wrote (the host `clip`).
+    writes what they wrote (the first host AdamW).
 
     Every `copy` from a host buffer to a device buffer after the first host
     step (the updated weights of one AdamW bucket) moves to an `h2d` stream

@@ -14,14 +14,20 @@ namespace weft::exec {
 
 /// AdamW's constants for this step: the LR, the training's betas, eps and
 /// weight decay, bias correction at the update count, and the gradient scale
-/// 1 / `lossScale`.
+/// 1 / `lossScale`; for an optimizer_step that reads the global sum of
+/// squares (kernels::clippedGradScale), the loss scale, the clip limit and
+/// whether an overflow skips the update.
 inline kernels::AdamWStep adamwStepOf(const StepContext &context,
                                       double lossScale) {
   const plan::TrainingInfo &t = *context.training;
   kernels::AdamWConfig config{context.lr, t.beta1, t.beta2, t.eps,
                               t.weightDecay};
-  return kernels::makeAdamWStep(config, context.optimizerStep,
-                                1.0 / lossScale);
+  kernels::AdamWStep step =
+      kernels::makeAdamWStep(config, context.optimizerStep, 1.0 / lossScale);
+  step.lossScale = lossScale;
+  step.maxNorm = t.gradClip;
+  step.skipNonFinite = t.lossScale.dynamic;
+  return step;
 }
 
 } // namespace weft::exec

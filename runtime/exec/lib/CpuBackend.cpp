@@ -546,6 +546,11 @@ void CpuBackend::runOptimizer(const Instruction &inst,
   if (context.skipUpdate) // dynamic loss scaling: the gradients overflowed
     return;
   kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
+  // Reading the global sum of squares, the step clips (and skips) itself.
+  if (plan::readsGradientNorm(inst) &&
+      !kernels::clippedGradScale(step, reads[4].as<const float>()[0],
+                                 step.gradScale))
+    return;
   float *param = writes[0].as<float>();
   float *m = writes[1].as<float>();
   float *v = writes[2].as<float>();

@@ -126,6 +126,11 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                 inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
                 "parameter copy");
     }
+    if (plan::readsGradientNorm(inst)) {
+      if (bufferDType(inst.reads[4]) != DType::F32)
+        throw Error(where + ": optimizer_step sum of squares must be f32");
+      needBytes(inst.reads[4], 4, "sum of squares (f32)");
+    }
     break;
   }
   default:

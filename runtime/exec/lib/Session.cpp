@@ -317,10 +317,16 @@ void Session::validateLocally() {
 
   backend_->prepare(bundle_, program);
 
-  bool loadsData = false, optimizes = false, clips = false;
+  // Optimizer steps, and whether each reads the global sum of squares, itself
+  // (the clip folded in) or through a clip instruction before it.
+  bool loadsData = false, optimizes = false, clips = false,
+       stepsReadTheNorm = true;
   forEachInstruction(
       program, "", [&](const Instruction &inst, size_t, const std::string &at) {
-        optimizes = optimizes || inst.opcode == Opcode::OptimizerStep;
+        if (inst.opcode == Opcode::OptimizerStep) {
+          optimizes = true;
+          stepsReadTheNorm = stepsReadTheNorm && plan::readsGradientNorm(inst);
+        }
         clips = clips || inst.opcode == Opcode::Clip;
         if (inst.opcode == Opcode::LoadBatch) {
           loadsData = true;
@@ -358,12 +364,12 @@ void Session::validateLocally() {
                         " are not supported");
         }
       });
-  // Dynamic loss scaling reads the global gradient sum of squares at clip.
-  if (t.lossScale.dynamic && optimizes && !clips)
+  // Dynamic loss scaling checks the global gradient sum of squares.
+  if (t.lossScale.dynamic && optimizes && !clips && !stepsReadTheNorm)
     throw Error(where +
-                ": dynamic loss scaling needs a clip instruction "
-                "(the overflow check reads its gradient norm) in "
-                "role " +
+                ": dynamic loss scaling needs a clip instruction, or "
+                "optimizer_steps that read the gradients' sum of squares "
+                "(the overflow check reads it), in role " +
                 std::to_string(program.role) + "'s program");
   if (loadsData)
     data_ = std::make_unique<DataLoader>(options_.dataPath, t.seqLen,
@@ -804,7 +810,7 @@ void Session::prepareInstructions() {
       for (auto [first, last] : communicationBuckets(stream))
         prepared_[s][first].bucketEnd = last;
   }
-  clipSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
+  normSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
   next_.assign(program.streams.size(), 0);
   pending_.assign(program.streams.size(), 0);
   issuedAt_.assign(program.streams.size(), 0);
@@ -870,13 +876,25 @@ void Session::issue(size_t s, size_t index, const StepContext &context) {
   }
   case Opcode::Clip:
     // The sum before clipping: the reported gradient norm.
-    backend_->copyToHostAsync(reinterpret_cast<std::byte *>(clipSum_),
+    backend_->copyToHostAsync(reinterpret_cast<std::byte *>(normSum_),
                               p.reads[0].data, 4, int64_t(s));
-    clipRan_ = true;
-    // Dynamic loss scaling (CPU backend: the copy above is synchronous):
-    // every rank reads the same global sum, so all skip together.
+    normRead_ = true;
+    // Dynamic loss scaling (CPU backend: the copy above is synchronous;
+    // the CUDA backend refuses such plans): every rank reads the same
+    // global sum, so all skip together.
     if (t.lossScale.dynamic)
-      stepContext_.skipUpdate = !std::isfinite(*clipSum_);
+      stepContext_.skipUpdate = !std::isfinite(*normSum_);
+    backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
+    return;
+  case Opcode::OptimizerStep:
+    // Clipping (and skipping) itself: the backend decides from the sum it
+    // reads, on the device where there is one; the executor reads the sum
+    // after the step for the reported norm and the loss scaler.
+    if (plan::readsGradientNorm(inst) && !normRead_) {
+      backend_->copyToHostAsync(reinterpret_cast<std::byte *>(normSum_),
+                                p.reads[4].data, 4, int64_t(s));
+      normRead_ = true;
+    }
     backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
     return;
   default:
@@ -951,7 +969,7 @@ void Session::beginStep() {
   stepContext_.optimizerStep = scaler_.optimizerSteps + 1;
   std::fill(next_.begin(), next_.end(), 0);
   std::fill(recorded_.begin(), recorded_.end(), 0);
-  clipRan_ = false;
+  normRead_ = false;
   stepInProgress_ = true;
   stepStart_ = now();
   marks_ = 0;
@@ -969,7 +987,7 @@ void Session::beginStep() {
     backend_->replay();
     for (size_t s = 0; s < program.streams.size(); ++s)
       next_[s] = program.streams[s].instructions.size();
-    clipRan_ = clipCaptured_;
+    normRead_ = normCaptured_;
     return;
   }
   if (backend_->graphEnabled() && eagerSteps_ >= 1) {
@@ -986,7 +1004,7 @@ void Session::beginStep() {
       throw;
     }
     backend_->endCapture();
-    clipCaptured_ = clipRan_;
+    normCaptured_ = normRead_;
     backend_->replay();
     return;
   }
@@ -1122,16 +1140,18 @@ StepStats Session::finishStep() {
     sums[1] = 1;
   }
   const plan::LossScale &policy = bundle_.training.lossScale;
-  bool skipped = stepContext_.skipUpdate;
+  // Every rank's backend skipped the update where the global sum it read is
+  // not finite (the same sum on every rank).
+  bool skipped = normRead_ && policy.dynamic && !std::isfinite(*normSum_);
   // The unscaled norm; a skipped step reports none.
-  double norm = clipRan_ && !skipped
-                    ? std::sqrt(double(*clipSum_)) / stepContext_.lossScale
+  double norm = normRead_ && !skipped
+                    ? std::sqrt(double(*normSum_)) / stepContext_.lossScale
                     : -1;
   // The maxima in one all-reduce (doubles hold the flags and byte counts
   // exactly): the norm; among the ranks that checked, did any skip, did any
   // not; the most device memory in use.
-  double maxima[4] = {norm, double(clipRan_ && skipped),
-                      double(clipRan_ && !skipped),
+  double maxima[4] = {norm, double(normRead_ && skipped),
+                      double(normRead_ && !skipped),
                       double(backend_->deviceBytesInUse())};
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comms_->stats);
   MPI_Allreduce(MPI_IN_PLACE, maxima, 4, MPI_DOUBLE, MPI_MAX, comms_->stats);

@@ -565,8 +565,13 @@ private:
                                    str(program.numEvents) + " events)");
       break;
     case Opcode::OptimizerStep:
-      checkOperandCount(inst, path, 4, 4, 3, 4);
+      checkOperandCount(inst, path, 4, 5, 3, 4);
       checkPositive(inst.count, path, ".count");
+      if (inst.reads.size() == 5 && inst.reads[4].bytes != 4)
+        error(path + ".reads[4].bytes",
+              "optimizer_step reads the f32 sum of squares (4 bytes) as "
+              "reads[4], got " +
+                  str(inst.reads[4].bytes));
       break;
     case Opcode::GradNorm:
       checkOperandCount(inst, path, 1, -1, 1, 1);

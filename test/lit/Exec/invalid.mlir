@@ -1104,8 +1104,21 @@ module {
   weftx.program @r0 ranks [0] {
     weftx.buffer @a arena size 256 align 64 : f32
     weftx.stream "compute" {
-      // expected-error @+1 {{expects exactly 4 read ranges, got 1}}
+      // expected-error @+1 {{expects 4 to 5 read ranges, got 1}}
       weftx.optimizer_step 4 x f32 reads(@a[0 +: 16]) writes(@a[0 +: 16])
+    }
+  }
+}
+
+// -----
+
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.program @r0 ranks [0] {
+    weftx.buffer @a arena size 256 align 64 : f32
+    weftx.stream "compute" {
+      // expected-error @+1 {{read range 4 has 8 bytes but the f32 sum of squares needs 4}}
+      weftx.optimizer_step 4 x f32 reads(@a[0 +: 16], @a[16 +: 16], @a[32 +: 16], @a[48 +: 16], @a[64 +: 8]) writes(@a[0 +: 16], @a[32 +: 16], @a[48 +: 16])
     }
   }
 }

@@ -9,13 +9,12 @@
 // CHECK-NEXT: weftx.group @mp custom {{\[\[}}0, 1]]
 // CHECK-LABEL: weftx.program @role0
 // CHECK: weftx.fill f32 0.000000e+00 writes(@grads[0 +: 256]) phase "zero grads"
-// CHECK-NEXT: weftx.grad_norm f32 reads(@grads[0 +: 256]) writes(@grad.sumsq[0 +: 4]) phase "clip"
-// CHECK-NEXT: weftx.all_reduce sum 1 x f32 on @mp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "clip"
-// CHECK-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads[0 +: 256]) writes(@grads[0 +: 256]) phase "clip"
-// CHECK-NEXT: weftx.optimizer_step 64 x f32 reads(@params[0 +: 256], @grads[0 +: 256], @exp_avg[0 +: 256], @exp_avg_sq[0 +: 256]) writes(@params[0 +: 256], @exp_avg[0 +: 256], @exp_avg_sq[0 +: 256]) phase "adamw"
+// CHECK-NEXT: weftx.grad_norm f32 reads(@grads[0 +: 256]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
+// CHECK-NEXT: weftx.all_reduce sum 1 x f32 on @mp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
+// CHECK-NEXT: weftx.optimizer_step 64 x f32 reads(@params[0 +: 256], @grads[0 +: 256], @exp_avg[0 +: 256], @exp_avg_sq[0 +: 256], @grad.sumsq[0 +: 4]) writes(@params[0 +: 256], @exp_avg[0 +: 256], @exp_avg_sq[0 +: 256]) phase "adamw"
 // CHECK-NEXT: }
 // CHECK-LABEL: weftx.program @role1
-// CHECK: weftx.grad_norm f32 reads(@grads[0 +: 128]) writes(@grad.sumsq[0 +: 4]) phase "clip"
+// CHECK: weftx.grad_norm f32 reads(@grads[0 +: 128]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
 module {
   weftx.mesh dp 1 pp 1 tp 2
   weftx.group @tp tp [[0, 1]]
@@ -48,7 +47,7 @@ module {
 // bf16 ZeRO-1 over DP 2 with the optimizer offloaded: each slot of this
 // rank's gradient shard goes to a new host buffer (weft-overlap-offload
 // issues the copies as the slots become final); the norm covers the device
-// shard, sums over `dp` and goes to the host too; the clip and AdamW run on
+// shard, sums over `dp` and goes to the host too; AdamW (clipping) runs on
 // the host, AdamW in buckets of at most `bucket_bytes` (64: one slot each)
 // of fp32 weights, each writing the rounded weights into `params.host`,
 // copied back into `params.shard` after its bucket; one all-gather per slot
@@ -63,13 +62,12 @@ module {
 // CHECK-NEXT: weftx.fill
 // CHECK-NEXT: weftx.copy reads(@grads.shard[0 +: 32]) writes(@grads.host[0 +: 32]) phase "offload grads"
 // CHECK-NEXT: weftx.copy reads(@grads.shard[32 +: 32]) writes(@grads.host[32 +: 32]) phase "offload grads"
-// CHECK-NEXT: weftx.grad_norm bf16 reads(@grads.shard[0 +: 64]) writes(@grad.sumsq[0 +: 4]) phase "clip"
+// CHECK-NEXT: weftx.grad_norm bf16 reads(@grads.shard[0 +: 64]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
 // CHECK-NEXT: weftx.all_reduce sum 1 x f32 on @dp
 // CHECK-NEXT: weftx.copy reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq.host[0 +: 4]) phase "offload grads"
-// CHECK-NEXT: weftx.clip bf16 reads(@grad.sumsq.host[0 +: 4], @grads.host[0 +: 64]) writes(@grads.host[0 +: 64]) phase "clip"
-// CHECK-NEXT: weftx.optimizer_step 16 x f32 reads(@master[0 +: 64], @grads.host[0 +: 32], @exp_avg[0 +: 64], @exp_avg_sq[0 +: 64]) writes(@master[0 +: 64], @exp_avg[0 +: 64], @exp_avg_sq[0 +: 64], @params.host[0 +: 32]) phase "adamw"
+// CHECK-NEXT: weftx.optimizer_step 16 x f32 reads(@master[0 +: 64], @grads.host[0 +: 32], @exp_avg[0 +: 64], @exp_avg_sq[0 +: 64], @grad.sumsq.host[0 +: 4]) writes(@master[0 +: 64], @exp_avg[0 +: 64], @exp_avg_sq[0 +: 64], @params.host[0 +: 32]) phase "adamw"
 // CHECK-NEXT: weftx.copy reads(@params.host[0 +: 32]) writes(@params.shard[0 +: 32]) phase "reload params"
-// CHECK-NEXT: weftx.optimizer_step 16 x f32 reads(@master[64 +: 64], @grads.host[32 +: 32], @exp_avg[64 +: 64], @exp_avg_sq[64 +: 64]) writes(@master[64 +: 64], @exp_avg[64 +: 64], @exp_avg_sq[64 +: 64], @params.host[32 +: 32]) phase "adamw"
+// CHECK-NEXT: weftx.optimizer_step 16 x f32 reads(@master[64 +: 64], @grads.host[32 +: 32], @exp_avg[64 +: 64], @exp_avg_sq[64 +: 64], @grad.sumsq.host[0 +: 4]) writes(@master[64 +: 64], @exp_avg[64 +: 64], @exp_avg_sq[64 +: 64], @params.host[32 +: 32]) phase "adamw"
 // CHECK-NEXT: weftx.copy reads(@params.host[32 +: 32]) writes(@params.shard[32 +: 32]) phase "reload params"
 // CHECK-NEXT: weftx.all_gather 16 x bf16 on @dp reads(@params.shard[0 +: 32]) writes(@params[0 +: 64]) phase "param gather"
 // CHECK-NEXT: weftx.all_gather 16 x bf16 on @dp reads(@params.shard[32 +: 32]) writes(@params[64 +: 64]) phase "param gather"
@@ -100,7 +98,7 @@ module attributes {weftx.config = {bucket_bytes = 64 : i64}} {
 // with nothing to count the sum of squares is zeroed.
 
 // CHECK-LABEL: weftx.program @role1
-// CHECK: weftx.fill f32 0.000000e+00 writes(@grad.sumsq[0 +: 4]) phase "clip"
+// CHECK: weftx.fill f32 0.000000e+00 writes(@grad.sumsq[0 +: 4]) phase "grad norm"
 // CHECK-NEXT: weftx.all_reduce sum 1 x f32 on @mp
 module {
   weftx.mesh dp 1 pp 2 tp 1

@@ -8,8 +8,8 @@
 // keeps the working copy (and, with ZeRO, the shard the all-gathers read).
 // Each gradient slot goes to the host on `d2h` as soon as the backward (or
 // the DP reduce-scatter) is done with it; the norm is computed on the device
-// and copied over; the clip and AdamW run on the host, and the weights come
-// back on `h2d`.
+// and copied over; AdamW runs on the host (clipping each gradient on its way
+// in), and the weights come back on `h2d`.
 
 // SERIAL-LABEL: weftx.program @role0 ranks [0] {
 // SERIAL-NEXT: weftx.buffer @params persistent size 498688 align 64 : f32
@@ -23,11 +23,10 @@
 // The final norm's bias gradient is the backward's first: its copy is first.
 // SERIAL: weftx.launch @layer_norm_backward {{.*}} writes({{.*}}, @grads[498176 +: 256], @grads[498432 +: 256]) phase "bwd mb0"
 // SERIAL-NEXT: weftx.record_event [[LNF:[0-9]+]] phase "bwd mb0"
-// SERIAL: weftx.grad_norm f32 reads(@grads[0 +: 498688]) writes(@grad.sumsq[0 +: 4]) phase "clip"
-// SERIAL-NEXT: weftx.record_event [[NORM:[0-9]+]] phase "clip"
-// SERIAL-NEXT: weftx.wait_event [[COPIED:[0-9]+]] phase "clip"
-// SERIAL-NEXT: weftx.clip f32 reads(@grad.sumsq.host[0 +: 4], @grads.host[0 +: 498688]) writes(@grads.host[0 +: 498688]) phase "clip"
-// SERIAL-NEXT: weftx.optimizer_step 124672 x f32 reads(@master[0 +: 498688], @grads.host[0 +: 498688], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688]) writes(@master[0 +: 498688], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688], @params.host[0 +: 498688]) phase "adamw"
+// SERIAL: weftx.grad_norm f32 reads(@grads[0 +: 498688]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
+// SERIAL-NEXT: weftx.record_event [[NORM:[0-9]+]] phase "grad norm"
+// SERIAL-NEXT: weftx.wait_event [[COPIED:[0-9]+]] phase "adamw"
+// SERIAL-NEXT: weftx.optimizer_step 124672 x f32 reads(@master[0 +: 498688], @grads.host[0 +: 498688], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688], @grad.sumsq.host[0 +: 4]) writes(@master[0 +: 498688], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688], @params.host[0 +: 498688]) phase "adamw"
 // SERIAL-NEXT: weftx.record_event [[STEPPED:[0-9]+]] phase "adamw"
 // SERIAL-NEXT: }
 // SERIAL-NEXT: weftx.stream "d2h" {
@@ -58,8 +57,10 @@
 // ZERO1-NEXT: weftx.buffer @master host size 249344
 // ZERO1-NEXT: weftx.buffer @grads.shard persistent size 249344
 // ZERO1-NEXT: weftx.buffer @params.shard persistent size 249344
-// ZERO1: weftx.clip f32 reads(@grad.sumsq.host[0 +: 4], @grads.host[0 +: 249344]) writes(@grads.host[0 +: 249344]) phase "clip"
-// ZERO1-NEXT: weftx.optimizer_step 20736 x f32 reads(@master[0 +: 82944], @grads.host[0 +: 82944], {{.*}}) writes(@master[0 +: 82944], {{.*}}, @params.host[0 +: 82944]) phase "adamw"
+// ZERO1: weftx.all_reduce sum 1 x f32 on @dp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
+// ZERO1-NEXT: weftx.record_event {{[0-9]+}} phase "grad norm"
+// ZERO1-NEXT: weftx.wait_event {{[0-9]+}} phase "adamw"
+// ZERO1-NEXT: weftx.optimizer_step 20736 x f32 reads(@master[0 +: 82944], @grads.host[0 +: 82944], {{.*}}, @grad.sumsq.host[0 +: 4]) writes(@master[0 +: 82944], {{.*}}, @params.host[0 +: 82944]) phase "adamw"
 // ZERO1-NEXT: weftx.record_event [[BUCKET0:[0-9]+]] phase "adamw"
 // ZERO1-NEXT: weftx.optimizer_step 24992 x f32 reads(@master[82944 +: 99968], @grads.host[82944 +: 99968], {{.*}}) phase "adamw"
 // ZERO1-NEXT: weftx.record_event [[BUCKET1:[0-9]+]] phase "adamw"

@@ -25,9 +25,8 @@
 // BF16-NEXT: weftx.fill bf16 0.000000e+00 writes(@grads[0 +: 249344]) phase "zero grads"
 // BF16-NEXT: weftx.fill f32 0.000000e+00 writes(@loss[0 +: 4]) phase "zero grads"
 // BF16: weftx.gemm bf16 m 64 n 8 k 64 {{.*}} reads(@params[49408 +: 24320], @layer_norm[0 +: 1024]) writes(@attn.q[0 +: 1024])
-// BF16: weftx.grad_norm bf16 reads(@grads[0 +: 249344]) writes(@grad.sumsq[0 +: 4]) phase "clip"
-// BF16-NEXT: weftx.clip bf16 reads(@grad.sumsq[0 +: 4], @grads[0 +: 249344]) writes(@grads[0 +: 249344]) phase "clip"
-// BF16-NEXT: weftx.optimizer_step 124672 x f32 reads(@master[0 +: 498688], @grads[0 +: 249344], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688]) writes(@master[0 +: 498688], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688], @params[0 +: 249344]) phase "adamw"
+// BF16: weftx.grad_norm bf16 reads(@grads[0 +: 249344]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
+// BF16-NEXT: weftx.optimizer_step 124672 x f32 reads(@master[0 +: 498688], @grads[0 +: 249344], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688], @grad.sumsq[0 +: 4]) writes(@master[0 +: 498688], @exp_avg[0 +: 498688], @exp_avg_sq[0 +: 498688], @params[0 +: 249344]) phase "adamw"
 // Both copies start from the parameter's initializer.
 // BF16: weftx.parameter "transformer.wte.weight" {{.*}} shards [#weftx.shard<role = @role0, buffer = @params, offset = 0, {{.*}}>, #weftx.shard<role = @role0, buffer = @master, offset = 0, {{.*}}>]
 
@@ -47,8 +46,7 @@
 // FP16-NEXT: weftx.buffer @grads.shard persistent size 124672 align 64 : f16
 // FP16-NEXT: weftx.buffer @params.shard persistent size 124672 align 64 : f16
 // FP16: weftx.grad_norm f16 reads(@grads.shard[0 +: 124672])
-// FP16: weftx.clip f16 reads(@grad.sumsq[0 +: 4], @grads.shard[0 +: 124672]) writes(@grads.shard[0 +: 124672])
-// FP16-NEXT: weftx.optimizer_step 62336 x f32 reads(@master[0 +: 249344], @grads.shard[0 +: 124672], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344]) writes(@master[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344], @params.shard[0 +: 124672]) phase "adamw"
+// FP16: weftx.optimizer_step 62336 x f32 reads(@master[0 +: 249344], @grads.shard[0 +: 124672], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344], @grad.sumsq[0 +: 4]) writes(@master[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344], @params.shard[0 +: 124672]) phase "adamw"
 // FP16-NEXT: weftx.all_gather 448 x f16 on @dp reads(@params.shard[24576 +: 64], {{.*}}) writes(@params[0 +: 128], {{.*}}) phase "param gather"
 // FP16-LABEL: weftx.stream "allgather" {
 // FP16: weftx.all_gather 8192 x f16 on @dp reads(@params.shard[0 +: 16384]) writes(@transformer.wte.weight.gathered[0 +: 32768])

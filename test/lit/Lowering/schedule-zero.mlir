@@ -64,8 +64,7 @@
 // ZERO3-NEXT: weftx.wait_event [[GRADS_DONE:[0-9]+]] phase "grad sync"
 // ZERO3-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: 249344]) writes(@grad.sumsq[0 +: 4])
 // ZERO3-NEXT: weftx.all_reduce sum 1 x f32 on @dp
-// ZERO3-NEXT: weftx.clip
-// ZERO3-NEXT: weftx.optimizer_step 62336 x f32 reads(@master[0 +: 249344], @grads.shard[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344]) writes(@master[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344]) phase "adamw"
+// ZERO3-NEXT: weftx.optimizer_step 62336 x f32 reads(@master[0 +: 249344], @grads.shard[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344], @grad.sumsq[0 +: 4]) writes(@master[0 +: 249344], @exp_avg[0 +: 249344], @exp_avg_sq[0 +: 249344]) phase "adamw"
 // ZERO3-NEXT: }
 
 // ZERO3-LABEL: weftx.stream "allgather" {

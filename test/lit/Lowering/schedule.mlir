@@ -7,8 +7,8 @@
 // tokens: one program shared by both DP ranks; flat persistent parameter,
 // gradient and AdamW buffers; per micro-batch the forward, the backward with
 // gradients accumulated in place, and the loss/gradient divisors of
-// docs/runtime.md; then the DP all-reduce (overlapped, in buckets),
-// clipping and AdamW. The module
+// docs/runtime.md; then the DP all-reduce (overlapped, in buckets), the
+// gradient norm and AdamW, which reads it to clip. The module
 // holds no L1 left.
 
 // CHECK: module attributes {weftx.config = {bucket_bytes = 0 : i64, dp = 2 : i64, grad_accum = 2 : i64, micro_batch = 1 : i64, pp = 1 : i64, recompute = "none", tp = 1 : i64, zero = 0 : i64}, weftx.model = #weftx.model<name = "gpt2_tiny", family = "gpt2_tiny">
@@ -49,9 +49,8 @@
 // CHECK: weftx.launch @embedding_backward reads(@tokens.1[0 +: 32], {{.*}}) writes(@grads[0 +: 65536], @grads[65536 +: 32768]) phase "bwd mb1"
 // CHECK-NEXT: weftx.record_event [[LAST:[0-9]+]] phase "bwd mb1"
 // CHECK: weftx.wait_event [[SYNCED:[0-9]+]] phase "grad sync"
-// CHECK-NEXT: weftx.grad_norm f32 reads(@grads[0 +: [[FLAT]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
-// CHECK-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads[0 +: [[FLAT]]]) writes(@grads[0 +: [[FLAT]]]) phase "clip"
-// CHECK-NEXT: weftx.optimizer_step [[N:[0-9]+]] x f32 reads(@params[0 +: [[FLAT]]], @grads[0 +: [[FLAT]]], @exp_avg[0 +: [[FLAT]]], @exp_avg_sq[0 +: [[FLAT]]]) writes(@params[0 +: [[FLAT]]], @exp_avg[0 +: [[FLAT]]], @exp_avg_sq[0 +: [[FLAT]]]) phase "adamw"
+// CHECK-NEXT: weftx.grad_norm f32 reads(@grads[0 +: [[FLAT]]]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
+// CHECK-NEXT: weftx.optimizer_step [[N:[0-9]+]] x f32 reads(@params[0 +: [[FLAT]]], @grads[0 +: [[FLAT]]], @exp_avg[0 +: [[FLAT]]], @exp_avg_sq[0 +: [[FLAT]]], @grad.sumsq[0 +: 4]) writes(@params[0 +: [[FLAT]]], @exp_avg[0 +: [[FLAT]]], @exp_avg_sq[0 +: [[FLAT]]]) phase "adamw"
 // The bucket's slots, merged into runs of contiguous slots as they become
 // final, are one run here: one in-place all-reduce of the whole buffer.
 // CHECK-LABEL: weftx.stream "allreduce" {
@@ -127,12 +126,11 @@
 // ZERO1-NEXT: weftx.wait_event [[QKV:[0-9]+]] phase "fwd mb0"
 // ZERO1-NEXT: weftx.gemm f32 m 64 n 8 k 64 lda 192 ldb 64 ldc 64 alpha 1.000000e+00 beta 0.000000e+00 reads(@params[98816 +: 48640], @layer_norm[0 +: 2048])
 // ZERO1: weftx.wait_event [[SYNCED:[0-9]+]] phase "grad sync"
-// ZERO1-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: [[SHARD]]]) writes(@grad.sumsq[0 +: 4]) phase "clip"
-// ZERO1-NEXT: weftx.all_reduce sum 1 x f32 on @dp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "clip"
-// ZERO1-NEXT: weftx.clip f32 reads(@grad.sumsq[0 +: 4], @grads.shard[0 +: [[SHARD]]]) writes(@grads.shard[0 +: [[SHARD]]]) phase "clip"
+// ZERO1-NEXT: weftx.grad_norm f32 reads(@grads.shard[0 +: [[SHARD]]]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
+// ZERO1-NEXT: weftx.all_reduce sum 1 x f32 on @dp reads(@grad.sumsq[0 +: 4]) writes(@grad.sumsq[0 +: 4]) phase "grad norm"
 // The step overwrites @master once every gather has read it.
 // ZERO1-NEXT: weftx.wait_event [[GATHERED:[0-9]+]] phase "adamw"
-// ZERO1-NEXT: weftx.optimizer_step {{[0-9]+}} x f32 reads(@master[0 +: [[SHARD]]], @grads.shard[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) writes(@master[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) phase "adamw"
+// ZERO1-NEXT: weftx.optimizer_step {{[0-9]+}} x f32 reads(@master[0 +: [[SHARD]]], @grads.shard[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]], @grad.sumsq[0 +: 4]) writes(@master[0 +: [[SHARD]]], @exp_avg[0 +: [[SHARD]]], @exp_avg_sq[0 +: [[SHARD]]]) phase "adamw"
 // ZERO1-NEXT: }
 // The reduce-scatters overlap the backward on their own stream, each bucket
 // as soon as compute has written its slots for the last time (the final

@@ -50,14 +50,17 @@ std::string freshDir(const std::string &name) {
 
 std::string tokenFile() { return test::testTokenFile(); }
 
-/// The MLP bundle of `variant` (one rank) on disk.
-std::string mlpBundle(const std::string &variant) {
+/// The MLP bundle of `variant` (one rank) on disk, with `lossScale`.
+std::string mlpBundle(const std::string &variant,
+                      const plan::LossScale &lossScale = {}) {
   test::MlpConfig config;
   config.variant = variant;
   config.microBatch = 2;
   config.accum = variant == "zero1" ? 2 : 1; // accumulation on one variant
   std::string dir = freshDir("bundle-" + variant);
-  plan::writeBundle(test::buildMlpBundle(config), dir);
+  plan::Bundle bundle = test::buildMlpBundle(config);
+  bundle.training.lossScale = lossScale;
+  plan::writeBundle(bundle, dir);
   return dir;
 }
 
@@ -247,6 +250,44 @@ TEST(CudaSessionGpu, MlpOptimizerOffloadMatchesCpu) {
   compareWithCpu("serial-offload", false, 4);
   compareWithCpu("serial-offload", true, 5);
   compareWithCpu("zero1-offload", true, 4); // the all-gather reads the copy
+}
+
+TEST(CudaSessionGpu, DynamicLossScaleSkipsOnTheDeviceAsOnTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  // Start at 2^70: the scaled sum of squares overflows float until the scale
+  // has backed off, and with growth every 2 steps it grows again: the
+  // optimizer_steps skip on the device (host AdamW: in the host task), the
+  // executor reads the same sum after the step, and every change of the
+  // scale drops the captured graph, which the next step captures again.
+  plan::LossScale scale;
+  scale.dynamic = true;
+  scale.initial = std::ldexp(1.0, 70);
+  scale.growthInterval = 2;
+  scale.backoff = 0.5;
+  for (const char *variant : {"serial", "serial-offload"})
+    for (bool graph : {false, true}) {
+      std::string bundle = mlpBundle(variant, scale);
+      auto cpu = Runtime::open(bundle, options("cpu", true), MPI_COMM_WORLD);
+      auto gpu = Runtime::open(bundle, options("cuda", graph), MPI_COMM_WORLD);
+      int skipped = 0;
+      for (int64_t step = 1; step <= 14; ++step) {
+        std::string what = std::string(variant) +
+                           (graph ? " graph" : " eager") + " step " +
+                           std::to_string(step);
+        StepStats want = cpu->step(), got = gpu->step();
+        ASSERT_EQ(got.skipped, want.skipped) << what;
+        ASSERT_EQ(got.lossScale, want.lossScale) << what;
+        skipped += want.skipped;
+        expectClose(got, want, what);
+        EXPECT_LE(relativeError(parameters(gpu->session()),
+                                parameters(cpu->session())),
+                  1e-4)
+            << what;
+      }
+      EXPECT_GE(skipped, 1) << variant << ": no overflow, nothing shown";
+      EXPECT_EQ(gpu->session().lossScaleState(),
+                cpu->session().lossScaleState());
+    }
 }
 
 TEST(CudaSessionGpu, OptimizerOffloadCheckpointResumesThroughTheBackend) {

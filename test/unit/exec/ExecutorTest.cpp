@@ -308,6 +308,53 @@ TEST(Executor, GradNormClipAndAdamW) {
   EXPECT_TRUE(std::isnan(stats.loss)); // no 'loss' buffer
 }
 
+TEST(Executor, AdamWReadingTheNormClipsOnTheWayIn) {
+  // The compiled form: no clip instruction; the optimizer_step reads the
+  // sum of squares (reads[4]) and multiplies each gradient by
+  // grad_clip / norm on its way in, leaving the gradient buffer as it is. A
+  // bf16 gradient enters in fp32: 3 * 0.2 is not rounded to bf16 (0.6 is
+  // not a bf16 value), as a separate clip's in-place store would.
+  for (DType gradType : {DType::F32, DType::BF16}) {
+    OneRank r;
+    int64_t p = r.add(Region::Persistent, 3),
+            g = r.add(Region::Persistent, 3, gradType),
+            m = r.add(Region::Persistent, 3), v = r.add(Region::Persistent, 3),
+            sum = r.add(Region::Persistent, 1);
+    r.emit(Opcode::GradNorm, {r.all(g)}, {r.all(sum)}).dtype = gradType;
+    r.emit(Opcode::OptimizerStep,
+           {r.all(p), r.all(g), r.all(m), r.all(v), r.all(sum)},
+           {r.all(p), r.all(m), r.all(v)})
+        .count = 3;
+    auto session = r.open();
+    write(*session, p, std::vector<float>{1, -1, 0.5f});
+    std::vector<float> G = {3, 4, 0}; // norm 5 > clip 1; exact in bf16
+    if (gradType == DType::BF16)
+      write(*session, g,
+            std::vector<kernels::BF16>{kernels::floatToBf16(3),
+                                       kernels::floatToBf16(4),
+                                       kernels::floatToBf16(0)});
+    else
+      write(*session, g, G);
+    exec::StepStats stats = session->runStep();
+    EXPECT_DOUBLE_EQ(stats.gradNorm, 5.0);
+    const TrainingInfo &t = session->bundle().training;
+    ASSERT_EQ(t.gradClip, 1.0);
+    kernels::AdamWStep adam = kernels::makeAdamWStep(
+        {exec::learningRate(t, 1), t.beta1, t.beta2, t.eps, t.weightDecay}, 1,
+        /*gradScale=*/1.0 / 5.0);
+    std::vector<float> P = {1, -1, 0.5f}, M(3), V(3);
+    for (size_t i = 0; i < 3; ++i)
+      kernels::adamwElement(adam, G[i], P[i], M[i], V[i]);
+    EXPECT_EQ(read<float>(*session, p), P) << toString(gradType);
+    EXPECT_EQ(read<float>(*session, m), M) << toString(gradType);
+    EXPECT_EQ(read<float>(*session, v), V) << toString(gradType);
+    EXPECT_FLOAT_EQ(read<float>(*session, m)[0], 0.1f * 0.6f); // 1 - beta1
+    if (gradType == DType::F32) {
+      EXPECT_EQ(read<float>(*session, g), G); // not scaled in place
+    }
+  }
+}
+
 TEST(Executor, HostRegionCopyFillAndAdamW) {
   // Optimizer offload: the gradient copied to host memory, AdamW on host
   // buffers only, the updated weights copied back to the device.
@@ -701,53 +748,82 @@ TEST(Executor, F16GradNormAndClipComputeInFp32) {
   EXPECT_EQ(bitsOf(read<kernels::F16>(*session, h)), clipped(H));
 }
 
-TEST(Executor, F16GradientOverflowSkipsTheUpdate) {
-  // Dynamic loss scaling: an f16 gemm writes the gradient; 300 x 300 =
-  // 90000 overflows f16 to inf, so the sum of squares is not finite and the
-  // update is skipped; after the back-off a finite gradient applies.
+/// Dynamic loss scaling over one f16 parameter: an f16 gemm writes its
+/// gradient, the norm is taken, AdamW steps the f32 master and writes the
+/// f16 copy. With `separateClip` a clip precedes the step (the executor
+/// decides the skip there), else the step reads the sum of squares (the
+/// backend decides).
+struct F16OverflowRank {
   OneRank r;
-  r.bundle.training.precision = "fp16";
-  r.bundle.training.lossScale.dynamic = true;
-  r.bundle.training.lossScale.initial = 1024;
-  r.bundle.training.lossScale.growthInterval = 1000;
-  r.bundle.training.lossScale.backoff = 0.5;
-  int64_t x = r.add(Region::Persistent, 1, DType::F16),
-          y = r.add(Region::Persistent, 1, DType::F16),
-          p = r.add(Region::Persistent, 1),
-          g = r.add(Region::Persistent, 1, DType::F16),
-          m = r.add(Region::Persistent, 1), v = r.add(Region::Persistent, 1),
-          copy = r.add(Region::Persistent, 1, DType::F16),
-          sum = r.add(Region::Persistent, 1);
-  Instruction &gemm = r.emit(Opcode::Gemm, {r.all(x), r.all(y)}, {r.all(g)});
-  gemm.gemm = {false, false, 1, 1, 1, 1, 1, 1, 1.0, 0.0};
-  gemm.dtype = DType::F16;
-  r.emit(Opcode::GradNorm, {r.all(g)}, {r.all(sum)}).dtype = DType::F16;
-  r.emit(Opcode::Clip, {r.all(sum), r.all(g)}, {r.all(g)}).dtype = DType::F16;
-  r.emit(Opcode::OptimizerStep, {r.all(p), r.all(g), r.all(m), r.all(v)},
-         {r.all(p), r.all(m), r.all(v), r.all(copy)})
-      .count = 1;
-  auto session = r.open();
-  write(*session, p, std::vector<float>{0.5f});
-  write(*session, x, toF16({300.0f}));
-  write(*session, y, toF16({300.0f}));
+  int64_t x, y, p, g, m, v, copy, sum;
+  explicit F16OverflowRank(bool separateClip) {
+    r.bundle.training.precision = "fp16";
+    r.bundle.training.lossScale.dynamic = true;
+    r.bundle.training.lossScale.initial = 1024;
+    r.bundle.training.lossScale.growthInterval = 1000;
+    r.bundle.training.lossScale.backoff = 0.5;
+    x = r.add(Region::Persistent, 1, DType::F16);
+    y = r.add(Region::Persistent, 1, DType::F16);
+    p = r.add(Region::Persistent, 1);
+    g = r.add(Region::Persistent, 1, DType::F16);
+    m = r.add(Region::Persistent, 1);
+    v = r.add(Region::Persistent, 1);
+    copy = r.add(Region::Persistent, 1, DType::F16);
+    sum = r.add(Region::Persistent, 1);
+    Instruction &gemm = r.emit(Opcode::Gemm, {r.all(x), r.all(y)}, {r.all(g)});
+    gemm.gemm = {false, false, 1, 1, 1, 1, 1, 1, 1.0, 0.0};
+    gemm.dtype = DType::F16;
+    r.emit(Opcode::GradNorm, {r.all(g)}, {r.all(sum)}).dtype = DType::F16;
+    std::vector<BufferRange> reads = {r.all(p), r.all(g), r.all(m), r.all(v)};
+    if (separateClip)
+      r.emit(Opcode::Clip, {r.all(sum), r.all(g)}, {r.all(g)}).dtype =
+          DType::F16;
+    else
+      reads.push_back(r.all(sum));
+    r.emit(Opcode::OptimizerStep, reads,
+           {r.all(p), r.all(m), r.all(v), r.all(copy)})
+        .count = 1;
+  }
+};
+
+/// 300 x 300 = 90000 overflows f16 to inf, so the sum of squares is not
+/// finite and the update is skipped (weights, moments, the f16 copy and the
+/// update count stay); after the back-off a finite gradient applies.
+void f16OverflowSkipsTheUpdate(bool separateClip) {
+  F16OverflowRank f(separateClip);
+  auto session = f.r.open();
+  write(*session, f.p, std::vector<float>{0.5f});
+  write(*session, f.copy, toF16({0.5f}));
+  write(*session, f.x, toF16({300.0f}));
+  write(*session, f.y, toF16({300.0f}));
   exec::StepStats overflow = session->runStep();
-  EXPECT_EQ(read<kernels::F16>(*session, g)[0].bits, 0x7c00);
+  EXPECT_EQ(read<kernels::F16>(*session, f.g)[0].bits, 0x7c00);
   EXPECT_TRUE(overflow.skipped);
   EXPECT_TRUE(std::isnan(overflow.gradNorm));
-  EXPECT_EQ(read<float>(*session, p)[0], 0.5f);
-  EXPECT_EQ(read<float>(*session, m)[0], 0.0f);
+  EXPECT_EQ(read<float>(*session, f.p)[0], 0.5f);
+  EXPECT_EQ(read<float>(*session, f.m)[0], 0.0f);
+  EXPECT_EQ(read<kernels::F16>(*session, f.copy)[0].bits,
+            kernels::floatToF16(0.5f).bits);
   EXPECT_EQ(session->lossScaleState().scale, 512);
   EXPECT_EQ(session->lossScaleState().optimizerSteps, 0);
 
-  write(*session, y, toF16({0.25f})); // gradient 75: finite
+  write(*session, f.y, toF16({0.25f})); // gradient 75: finite
   exec::StepStats applied = session->runStep();
   EXPECT_FALSE(applied.skipped);
   EXPECT_EQ(applied.lossScale, 512);
   EXPECT_DOUBLE_EQ(applied.gradNorm, 75.0 / 512);
-  EXPECT_NE(read<float>(*session, p)[0], 0.5f);
-  EXPECT_EQ(read<kernels::F16>(*session, copy)[0].bits,
-            kernels::floatToF16(read<float>(*session, p)[0]).bits);
+  EXPECT_NE(read<float>(*session, f.p)[0], 0.5f);
+  EXPECT_EQ(read<kernels::F16>(*session, f.copy)[0].bits,
+            kernels::floatToF16(read<float>(*session, f.p)[0]).bits);
   EXPECT_EQ(session->lossScaleState().optimizerSteps, 1);
+}
+
+TEST(Executor, F16GradientOverflowSkipsTheUpdate) {
+  f16OverflowSkipsTheUpdate(/*separateClip=*/true);
+}
+
+TEST(Executor, F16OverflowSkipsTheOptimizerStepThatReadsTheNorm) {
+  f16OverflowSkipsTheUpdate(/*separateClip=*/false);
 }
 
 TEST(HalfTwoRanks, F16CollectivesReduceInFp32AndMoveBits) {

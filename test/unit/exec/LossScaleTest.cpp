@@ -44,12 +44,16 @@ std::string freshDir(const std::string &name) {
 std::string tokenFile() { return test::testTokenFile(); }
 
 /// Options opening an MLP bundle (`variant`) with loss-scale policy `scale`;
-/// `edit` may change the bundle before it is written.
+/// `edit` may change the bundle before it is written. `separateClip`: a
+/// clip instruction before AdamW instead of optimizer_steps that read the
+/// sum of squares (test::MlpConfig).
 Options mlpOptions(const plan::LossScale &scale,
                    const std::string &variant = "serial",
-                   const std::function<void(plan::Bundle &)> &edit = {}) {
+                   const std::function<void(plan::Bundle &)> &edit = {},
+                   bool separateClip = false) {
   test::MlpConfig config;
   config.variant = variant;
+  config.separateClip = separateClip;
   config.microBatch = 2;
   config.accum = 2;
   plan::Bundle bundle = test::buildMlpBundle(config);
@@ -111,11 +115,13 @@ TEST(LossScale, PowerOfTwoScaleChangesNoResult) {
   EXPECT_EQ(state.optimizerSteps, 6);
 }
 
-TEST(LossScale, OverflowSkipsTheUpdateAndBacksOff) {
-  // (2^70)^2 times the squared norm is far past float's 2^128: the global
-  // sum of squares is inf until the scale has backed off far enough.
-  auto session = Session::open(
-      mlpOptions(dynamicScale(std::ldexp(1.0, 70), 1000)), MPI_COMM_WORLD);
+/// (2^70)^2 times the squared norm is far past float's 2^128: the global
+/// sum of squares is inf until the scale has backed off far enough.
+void overflowSkipsTheUpdateAndBacksOff(bool separateClip) {
+  auto session =
+      Session::open(mlpOptions(dynamicScale(std::ldexp(1.0, 70), 1000),
+                               "serial", {}, separateClip),
+                    MPI_COMM_WORLD);
   auto before = unscaledState(*session);
   int skipped = 0;
   double scale = std::ldexp(1.0, 70);
@@ -143,6 +149,40 @@ TEST(LossScale, OverflowSkipsTheUpdateAndBacksOff) {
   EXPECT_EQ(state.optimizerSteps, 12 - skipped);
   EXPECT_EQ(state.goodSteps, 12 - skipped);
   EXPECT_EQ(state.scale, scale);
+}
+
+TEST(LossScale, OverflowSkipsTheUpdateAndBacksOff) {
+  // The optimizer_steps read the sum of squares: the backend skips them.
+  overflowSkipsTheUpdateAndBacksOff(false);
+}
+
+TEST(LossScale, OverflowBeforeASeparateClipSkipsTheUpdate) {
+  // The older form: the executor decides at the clip.
+  overflowSkipsTheUpdateAndBacksOff(true);
+}
+
+TEST(LossScale, SeparateClipAndClipInsideAdamWAreBitIdentical) {
+  // fp32: scaling a gradient in place by float(c / n) and multiplying it by
+  // float(c / n) on its way into AdamW round the same product; the loss
+  // scale is a power of two. Weights, moments and norms agree bit for bit.
+  plan::LossScale scale = dynamicScale(1024, 2);
+  const double gradClip = 0.05; // below the MLP's first norms
+  auto tightClip = [&](plan::Bundle &bundle) {
+    bundle.training.gradClip = gradClip;
+  };
+  auto fused =
+      Session::open(mlpOptions(scale, "serial", tightClip), MPI_COMM_WORLD);
+  auto separate = Session::open(mlpOptions(scale, "serial", tightClip, true),
+                                MPI_COMM_WORLD);
+  bool clipped = false;
+  for (int step = 1; step <= 6; ++step) {
+    StepStats a = fused->runStep(), b = separate->runStep();
+    EXPECT_EQ(a.loss, b.loss) << "step " << step;
+    EXPECT_EQ(a.gradNorm, b.gradNorm) << "step " << step;
+    clipped = clipped || a.gradNorm > gradClip;
+  }
+  EXPECT_TRUE(clipped) << "no step clipped: the comparison shows nothing";
+  EXPECT_TRUE(unscaledState(*fused) == unscaledState(*separate));
 }
 
 TEST(LossScale, ResumeContinuesTheScalerBitForBit) {
@@ -175,25 +215,25 @@ TEST(LossScale, BadSettingsAndStateAreOneLineErrors) {
               Session::open(mlpOptions(noGrowth), MPI_COMM_WORLD);
             }).find("dynamic loss_scale needs growth_interval >= 1"),
             std::string::npos);
-  // The overflow check needs the clip that reads the global sum of squares.
-  auto dropClip = [](plan::Bundle &bundle) {
-    std::vector<plan::Instruction> &insts =
-        bundle.programs[0].streams[0].instructions;
-    insts.erase(std::remove_if(insts.begin(), insts.end(),
-                               [](const plan::Instruction &inst) {
-                                 return inst.opcode == plan::Opcode::Clip;
-                               }),
-                insts.end());
+  // The overflow check needs the global sum of squares: optimizer_steps
+  // that do not read it, and no clip that does.
+  auto dropNormReads = [](plan::Bundle &bundle) {
+    for (plan::Instruction &inst : bundle.programs[0].streams[0].instructions)
+      if (plan::readsGradientNorm(inst))
+        inst.reads.pop_back();
   };
-  EXPECT_NE(test::errorOf([&] {
-              Session::open(
-                  mlpOptions(dynamicScale(1024, 2), "serial", dropClip),
-                  MPI_COMM_WORLD);
-            }).find("dynamic loss scaling needs a clip instruction"),
-            std::string::npos);
+  EXPECT_NE(
+      test::errorOf([&] {
+        Session::open(
+            mlpOptions(dynamicScale(1024, 2), "serial", dropNormReads),
+            MPI_COMM_WORLD);
+      })
+          .find("dynamic loss scaling needs a clip instruction, or "
+                "optimizer_steps that read the gradients' sum of squares"),
+      std::string::npos);
   // The same program under a static scale is fine.
   EXPECT_NO_THROW(Session::open(
-      mlpOptions(plan::LossScale(), "serial", dropClip), MPI_COMM_WORLD));
+      mlpOptions(plan::LossScale(), "serial", dropNormReads), MPI_COMM_WORLD));
   plan::LossScale zero;
   zero.initial = 0;
   EXPECT_NE(test::errorOf([&] {

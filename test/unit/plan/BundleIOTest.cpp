@@ -492,6 +492,27 @@ TEST_F(BundleIOTest, RejectsCollectiveSizeNotMatchingRange) {
                             "f32 needs 128 bytes, got 256");
 }
 
+TEST_F(BundleIOTest, RejectsOptimizerNormThatIsNotOneFloat) {
+  // An optimizer_step may read the f32 sum of squares as reads[4].
+  Bundle bundle = hostOffloadBundle();
+  const std::vector<Instruction> &compute =
+      bundle.programs[0].streams[0].instructions;
+  size_t at = 0;
+  while (at < compute.size() && compute[at].opcode != Opcode::OptimizerStep)
+    ++at;
+  ASSERT_LT(at, compute.size());
+  EXPECT_EQ(loadError(
+                [&](json &m) {
+                  m["programs"][0]["streams"][0]["instructions"][at]["reads"]
+                      .push_back({{"buffer", 7}, {"bytes", 8}, {"offset", 0}});
+                },
+                bundle),
+            dir("edited") + "/plan.json: programs[0].streams[0].instructions[" +
+                std::to_string(at) +
+                "].reads[4].bytes: optimizer_step reads the f32 sum of "
+                "squares (4 bytes) as reads[4], got 8");
+}
+
 TEST_F(BundleIOTest, CollectiveMembersRoundTrip) {
   // Members are the reads/writes arrays: one line per instruction, shared
   // by the roles but for the in-place all_gather member, stored per role.

@@ -242,6 +242,11 @@ void CUDART_CB runHostTask(void *data) {
   if (context.skipUpdate) // the loss scaler skipped this step
     return;
   kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
+  // Reading the global sum of squares, the step clips (and skips) itself.
+  if (plan::readsGradientNorm(inst) &&
+      !kernels::clippedGradScale(step, task.reads[4].as<const float>()[0],
+                                 step.gradScale))
+    return;
   const Operand &grad = task.reads[1];
   const float *g = grad.as<const float>();
   if (grad.dtype == DType::BF16) {
@@ -322,6 +327,8 @@ public:
   void endCapture() override;
   bool hasGraph() const override { return graphExec_ != nullptr; }
   void replay() override;
+  /// Forgets the captured step (the executor captures the next one anew).
+  void dropGraph();
   bool graphEnabled() const override { return options_.graph; }
   bool timesInstructions() const override { return options_.deviceTimes; }
   std::string_view instructionNote(const Instruction &inst) const override {
@@ -752,11 +759,18 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   if (prepared_)
     throw Error(prefix() + "the CUDA backend is prepared once per program");
   prepared_ = true;
-  // Dynamic loss scaling decides on the host, after reading the gradient
-  // norm, whether the optimizer runs: not inside a captured step yet.
+  // Dynamic loss scaling: the optimizer steps that read the gradients' sum
+  // of squares decide the overflow skip on the device. A separate clip
+  // would have the host decide mid-step, which a captured step cannot.
   if (bundle.training.lossScale.dynamic)
-    throw Error(prefix() + "dynamic loss scaling is not implemented on the "
-                           "CUDA backend yet (use --backend cpu)");
+    for (const plan::Stream &stream : program.streams)
+      for (const Instruction &inst : stream.instructions)
+        if (inst.opcode == Opcode::Clip)
+          throw Error(prefix() +
+                      "dynamic loss scaling with a clip instruction is not "
+                      "supported on the CUDA backend (its skip is decided on "
+                      "the host): recompile the bundle, whose optimizer_steps "
+                      "then read the gradient norm, or use --backend cpu");
   lossScale_ = float(bundle.training.lossScale.initial);
   size_t numStreams = std::max<size_t>(1, program.streams.size());
   for (size_t s = 0; s < numStreams; ++s) {
@@ -1508,12 +1522,18 @@ void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
   const Operand &grad = reads[1];
   // One pass: a 16-bit gradient is widened in registers and the weights'
   // low-precision copy (writes[3]) stored beside the update.
+  // With the global sum of squares (reads[4]) the kernel derives the clip
+  // factor and the overflow skip from it on the device: nothing to decide
+  // on the host, so the captured graph holds the whole step.
   bool low = writes.size() == 4;
   check(
       adamwFromDevice(stepDevice_, inst.count, grad.data, storageOf(grad.dtype),
                       writes[0].as<float>(), writes[1].as<float>(),
                       writes[2].as<float>(), low ? writes[3].data : nullptr,
-                      low ? storageOf(writes[3].dtype) : FloatStorage::F32, s),
+                      low ? storageOf(writes[3].dtype) : FloatStorage::F32,
+                      plan::readsGradientNorm(inst) ? reads[4].as<const float>()
+                                                    : nullptr,
+                      s),
       "adamw", at);
 }
 
@@ -1588,6 +1608,12 @@ void DeviceBackend::beginStep(const StepContext &context) {
     synchronize();
     refreshHostContext(context);
   }
+  // Dynamic loss scaling changed the scale: the loss kernels take it as a
+  // launch argument, so a captured step is captured again.
+  if (float(context.lossScale) != lossScale_) {
+    lossScale_ = float(context.lossScale);
+    dropGraph();
+  }
   if (context.training)
     *stepHost_ = adamwStepOf(context, lossScale_);
   std::string at = "step " + std::to_string(context.step);
@@ -1654,6 +1680,16 @@ void DeviceBackend::endCapture() {
   check(cudaStreamEndCapture(streams_[0], &graph_), "cudaStreamEndCapture", at);
   check(cudaGraphInstantiate(&graphExec_, graph_, 0), "cudaGraphInstantiate",
         at);
+}
+
+void DeviceBackend::dropGraph() {
+  if (!graphExec_)
+    return;
+  synchronize(); // no replay of it may still be running
+  check(cudaGraphExecDestroy(graphExec_), "cudaGraphExecDestroy", "graph drop");
+  graphExec_ = nullptr;
+  check(cudaGraphDestroy(graph_), "cudaGraphDestroy", "graph drop");
+  graph_ = nullptr;
 }
 
 void DeviceBackend::replay() {

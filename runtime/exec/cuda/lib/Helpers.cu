@@ -117,16 +117,21 @@ __global__ void clipKernel(int64_t n, void *x, FloatStorage storage,
 
 /// One pass: the gradient widened in registers, AdamW, the weights' 16-bit
 /// copy rounded from the updated fp32 weight (what widening, adamwElement
-/// and a separate narrowing pass give, bit for bit).
+/// and a separate narrowing pass give, bit for bit). Given the global sum of
+/// squares, every thread derives the clip factor and the overflow skip from
+/// it (kernels::clippedGradScale), as the CPU backend does once.
 __global__ void adamwKernel(const kernels::AdamWStep *step, int64_t n,
                             const void *grad, FloatStorage gradStorage,
                             float *param, float *m, float *v, void *low,
-                            FloatStorage lowStorage) {
+                            FloatStorage lowStorage, const float *sumSq) {
   int64_t i = index1d();
   if (i >= n)
     return;
+  kernels::AdamWStep s = *step;
+  if (sumSq && !kernels::clippedGradScale(s, *sumSq, s.gradScale))
+    return;
   float p = param[i], mi = m[i], vi = v[i];
-  kernels::adamwElement(*step, load(grad, i, gradStorage), p, mi, vi);
+  kernels::adamwElement(s, load(grad, i, gradStorage), p, mi, vi);
   param[i] = p;
   m[i] = mi;
   v[i] = vi;
@@ -221,11 +226,12 @@ cudaError_t clipByNorm(int64_t n, void *x, FloatStorage storage,
 cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
                             const void *grad, FloatStorage gradStorage,
                             float *param, float *m, float *v, void *low,
-                            FloatStorage lowStorage, cudaStream_t stream) {
+                            FloatStorage lowStorage, const float *sumSq,
+                            cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
   adamwKernel<<<blocksFor(n), kBlock, 0, stream>>>(
-      step, n, grad, gradStorage, param, m, v, low, lowStorage);
+      step, n, grad, gradStorage, param, m, v, low, lowStorage, sumSq);
   return cudaGetLastError();
 }
 

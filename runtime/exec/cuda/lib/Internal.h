@@ -46,11 +46,14 @@ cudaError_t clipByNorm(int64_t n, void *x, FloatStorage storage,
 /// AdamW with the step's scalars read from device memory (graph-safe), in
 /// one pass: the gradient stored as `gradStorage` (widened in registers) and,
 /// when `low` is not null, the updated weights also stored into it as
-/// `lowStorage` (rounded to bf16/f16, or copied as f32).
+/// `lowStorage` (rounded to bf16/f16, or copied as f32). With `sumSq` (the
+/// global f32 sum of squares of the gradients, on the device) the clip factor
+/// and the overflow skip come from it (kernels::clippedGradScale).
 cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
                             const void *grad, FloatStorage gradStorage,
                             float *param, float *m, float *v, void *low,
-                            FloatStorage lowStorage, cudaStream_t stream);
+                            FloatStorage lowStorage, const float *sumSq,
+                            cudaStream_t stream);
 
 //===--- The kernel table (CudaKernelTable.cpp) --------------------------===//
 

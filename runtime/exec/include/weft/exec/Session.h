@@ -306,9 +306,11 @@ private:
   std::vector<char> pending_;  // per stream: communication in flight
   std::vector<char> recorded_; // per event, this step
   int64_t lossBuffer_ = -1;
-  float *clipSum_ = nullptr; // staging: the sum the last clip read
-  bool clipRan_ = false;
-  bool clipCaptured_ = false; // the captured step holds a clip
+  /// Staging: the gradients' global sum of squares the step's clip, or its
+  /// first optimizer_step that reads it, read (valid after synchronize()).
+  float *normSum_ = nullptr;
+  bool normRead_ = false;
+  bool normCaptured_ = false; // the captured step reads it
   int64_t eagerSteps_ = 0;    // steps issued instruction by instruction
   const std::string *openRange_ = nullptr; // the phase of the open range
   int64_t completedSteps_ = 0;

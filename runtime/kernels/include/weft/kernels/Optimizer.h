@@ -24,6 +24,14 @@ struct AdamWStep {
   double sqrtBiasCorr2; ///< sqrt(1 - beta2^step)
   /// Multiplies every gradient first: 1 / lossScale times the clip factor.
   double gradScale;
+  /// A step that reads the global sum of squares of the gradients (the clip
+  /// folded into the update, clippedGradScale) derives gradScale from it:
+  /// the step's loss scale, the clip limit on the true norm (0: none) and
+  /// whether a sum that is not finite skips the update (dynamic loss
+  /// scaling).
+  double lossScale = 1;
+  double maxNorm = 0;
+  bool skipNonFinite = false;
 };
 
 inline AdamWStep makeAdamWStep(const AdamWConfig &c, std::int64_t step,
@@ -32,6 +40,23 @@ inline AdamWStep makeAdamWStep(const AdamWConfig &c, std::int64_t step,
   double bc2 = 1.0 - std::pow(c.beta2, double(step));
   return AdamWStep{c.lr,          c.beta1,    c.beta2,        c.eps,
                    c.weightDecay, c.lr / bc1, std::sqrt(bc2), gradScale};
+}
+
+/// The gradient factor of a step given the global sum of squares of its
+/// (loss-scaled) gradients: 1 / lossScale, times maxNorm / norm where the
+/// true norm sqrt(sum) / lossScale exceeds maxNorm (`clip`'s rule, applied
+/// inside the update instead of in a pass over the gradients). False where
+/// the step must leave weights and moments alone: skipNonFinite and a sum
+/// that is inf or NaN (an overflow under dynamic loss scaling).
+WEFT_HD inline bool clippedGradScale(const AdamWStep &s, float sumOfSquares,
+                                     double &scale) {
+  if (s.skipNonFinite && !math::isFinite(sumOfSquares))
+    return false;
+  double norm = math::sqrt(double(sumOfSquares)) / s.lossScale;
+  scale = 1.0 / s.lossScale;
+  if (s.maxNorm > 0 && norm > s.maxNorm)
+    scale *= s.maxNorm / norm;
+  return true;
 }
 
 template <typename T>

@@ -253,6 +253,13 @@ struct Instruction {
   int64_t event = -1;       // record_event, wait_event
 };
 
+/// An optimizer_step that also reads the f32 global sum of squares of the
+/// gradients (reads[4]): it clips the gradients itself, and skips the update
+/// where dynamic loss scaling finds the sum not finite (plan-format.md).
+inline bool readsGradientNorm(const Instruction &inst) {
+  return inst.opcode == Opcode::OptimizerStep && inst.reads.size() == 5;
+}
+
 struct Stream {
   std::string name; // unique within the program, e.g. "compute", "allgather"
   std::vector<Instruction> instructions;
