@@ -1319,20 +1319,18 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // fp32 tensors back, plus the compute-precision weights when mixed
     // (the clip is a factor inside AdamW, not a pass of its own); the
     // global gradient norm reads the gradients; each step zero-fills the
-    // gradients (ZeRO 0/1 the whole buffer; ZeRO-2/3 the shard, and in
-    // every micro-batch's backward the slots of the gradients no GEMM
-    // writes first (weft-fold-zero-fills: not the layers' matrices nor, on
-    // the last stage, the head's), summed here: the compute stream runs
-    // them either way).
+    // gradients no GEMM writes first (weft-fold-zero-fills: not the layers'
+    // matrices nor, on the last stage, the head's): ZeRO 0/1 once, at the
+    // step's start; ZeRO-2/3 in every micro-batch's backward, and the shard
+    // once, summed here (the compute stream runs them either way).
     bool mixed = train.precision != Precision::FP32;
     double adamBytes = 24 + elem + (mixed ? elem : 0);
-    double filled = rankParams;
-    if (c.zero >= 2 && c.dp > 1) {
-      double matrices = layers * spec.layerMatmulFlopsPerToken / 2 / c.tp +
-                        (slowest == c.pp - 1 ? table : 0.0);
-      filled = optimizerParams +
-               std::max(0.0, rankParams - matrices) * double(c.gradAccum);
-    }
+    double matrices = layers * spec.layerMatmulFlopsPerToken / 2 / c.tp +
+                      (slowest == c.pp - 1 ? table : 0.0);
+    double unfolded = std::max(0.0, rankParams - matrices);
+    double filled = c.zero >= 2 && c.dp > 1
+                        ? optimizerParams + unfolded * double(c.gradAccum)
+                        : unfolded;
     time.optimizer =
         (optimizerParams * (adamBytes + elem) + filled * elem) / hbm;
   }

@@ -2,10 +2,13 @@
 //
 // A weight gradient is summed into its slot by a GEMM with beta 1, so the
 // slot is zero-filled first: ZeRO-2/3 fill every micro-batch's slots right
-// before the backward's first sum. When GEMMs are the first to write the
-// whole slot they can overwrite it (beta 0) and the fill goes: one pass
-// over every such gradient fewer per micro-batch. A fused weight (GPT-2's
+// before the backward's first sum, ZeRO 0/1 the whole gradient buffer at
+// the step's start. When GEMMs are the first to write a whole slot they can
+// overwrite it (beta 0) and the fill leaves it: one pass over every such
+// gradient fewer (per micro-batch under ZeRO-2/3). A fused weight (GPT-2's
 // q|k|v) is covered by several GEMMs, each writing its rows of every column.
+// A fill of many slots at once (ZeRO 0/1's one range) keeps the bytes
+// between the folded slots: the norms, biases and embedding-written tables.
 //
 //===----------------------------------------------------------------------===//
 #include "WeftExec/IR/WeftExecOps.h"
@@ -14,6 +17,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/MapVector.h"
 
 namespace mlir::weftx {
 #define GEN_PASS_DEF_WEFTFOLDZEROFILLS
@@ -96,18 +100,80 @@ SmallVector<int64_t> coveringGemms(ArrayRef<InstructionOpInterface> insts,
   return {};
 }
 
+/// A slot of `range` that GEMMs after `fill` could overwrite: `range`
+/// itself, else, for a range of many slots, each slot [C, C + ldc n) that
+/// an accumulating GEMM's output starts inside `range`.
+struct Fold {
+  unsigned stream;
+  int64_t fill;
+  RangeAttr range; // the fill's write range that holds the slot
+  RangeAttr slot;
+  SmallVector<int64_t> gemms;
+};
+
+void collectFolds(ArrayRef<InstructionOpInterface> insts, unsigned stream,
+                  int64_t fill, RangeAttr range, SmallVectorImpl<Fold> &out) {
+  if (SmallVector<int64_t> found = coveringGemms(insts, fill, range);
+      !found.empty()) {
+    out.push_back({stream, fill, range, range, found});
+    return;
+  }
+  size_t first = out.size(); // this range's slots, which may not overlap
+  for (int64_t j = fill + 1; j < int64_t(insts.size()); ++j) {
+    Operation *op = insts[j];
+    auto gemm = dyn_cast<GemmOp>(op);
+    if (!gemm || !accumulates(gemm))
+      continue;
+    auto c = cast<RangeAttr>(gemm.getWrites()[0]);
+    int64_t bytes = int64_t(gemm.getLdc()) * int64_t(gemm.getN()) *
+                    getElementBytes(gemm.getDtype());
+    if (c.getBuffer() != range.getBuffer() ||
+        c.getOffset() + bytes > range.getEnd() ||
+        c.getOffset() < range.getOffset())
+      continue;
+    auto slot =
+        RangeAttr::get(range.getContext(), c.getBuffer(), c.getOffset(), bytes);
+    // A GEMM inside a slot already taken (a fused weight's later row
+    // blocks, a later micro-batch's sum) starts none: skipped before the
+    // walk, and the slots stay disjoint, as the rewrite needs.
+    if (llvm::any_of(ArrayRef(out).drop_front(first),
+                     [&](const Fold &f) { return f.slot.overlaps(slot); }))
+      continue;
+    // Only the GEMM that writes the slot's first rows starts it.
+    SmallVector<int64_t> found = coveringGemms(insts, fill, slot);
+    if (found.empty() || found.front() != j)
+      continue;
+    out.push_back({stream, fill, range, slot, found});
+  }
+}
+
+/// `range` without the (disjoint) `slots` inside it, in offset order.
+SmallVector<Attribute> remainder(RangeAttr range,
+                                 SmallVector<RangeAttr> slots) {
+  llvm::sort(slots, [](RangeAttr a, RangeAttr b) {
+    return a.getOffset() < b.getOffset();
+  });
+  SmallVector<Attribute> pieces;
+  int64_t at = range.getOffset();
+  auto piece = [&](int64_t end) {
+    if (end > at)
+      pieces.push_back(
+          RangeAttr::get(range.getContext(), range.getBuffer(), at, end - at));
+  };
+  for (RangeAttr slot : slots) {
+    piece(slot.getOffset());
+    at = slot.getEnd();
+  }
+  piece(range.getEnd());
+  return pieces;
+}
+
 struct WeftFoldZeroFillsPass
     : public weftx::impl::WeftFoldZeroFillsBase<WeftFoldZeroFillsPass> {
   void runOnOperation() override {
     for (ProgramOp program : getOperation().getOps<ProgramOp>()) {
       // The candidates in stream order alone; the program's order and
-      // accesses only where there are some (ZeRO 0/1 plans have none).
-      struct Fold {
-        unsigned stream;
-        int64_t fill;
-        RangeAttr slot;
-        SmallVector<int64_t> gemms;
-      };
+      // accesses only where there are some.
       SmallVector<Fold> candidates;
       SmallVector<SmallVector<InstructionOpInterface>> streams =
           instructionsByStream(program);
@@ -116,12 +182,8 @@ struct WeftFoldZeroFillsPass
           auto fill = dyn_cast<FillOp>(inst.getOperation());
           if (!fill || fill.getValue().convertToDouble() != 0)
             continue;
-          for (RangeAttr slot : fill.getWrites().getAsRange<RangeAttr>()) {
-            SmallVector<int64_t> found = coveringGemms(insts, i, slot);
-            if (found.empty())
-              continue;
-            candidates.push_back({unsigned(s), int64_t(i), slot, found});
-          }
+          for (RangeAttr range : fill.getWrites().getAsRange<RangeAttr>())
+            collectFolds(insts, unsigned(s), int64_t(i), range, candidates);
         }
       if (candidates.empty())
         continue;
@@ -134,10 +196,13 @@ struct WeftFoldZeroFillsPass
         return !onlyBetween(order, accesses, fold.slot, fold.stream, fold.fill,
                             fold.gemms);
       });
+      // The folded slots of each fill's ranges, to cut out of them.
+      llvm::MapVector<Operation *,
+                      llvm::MapVector<Attribute, SmallVector<RangeAttr>>>
+          folded;
       for (const Fold &fold : candidates) {
         SmallVector<InstructionOpInterface> &insts = streams[fold.stream];
-        auto fill = cast<FillOp>(insts[fold.fill].getOperation());
-        MLIRContext *context = fill.getContext();
+        MLIRContext *context = program.getContext();
         for (int64_t j : fold.gemms) {
           auto gemm = cast<GemmOp>(insts[j].getOperation());
           // Beta 0: C is written, not read (reads[2] goes).
@@ -148,15 +213,25 @@ struct WeftFoldZeroFillsPass
           gemm.setBetaAttr(FloatAttr::get(Float64Type::get(context), 0.0));
           ++numGemms;
         }
-        SmallVector<Attribute> writes;
-        for (Attribute w : fill.getWrites())
-          if (w != fold.slot)
-            writes.push_back(w);
+        folded[insts[fold.fill].getOperation()][fold.range].push_back(
+            fold.slot);
         ++numSlots;
+      }
+      for (auto &[op, slotsByRange] : folded) {
+        auto fill = cast<FillOp>(op);
+        SmallVector<Attribute> writes;
+        for (Attribute w : fill.getWrites()) {
+          auto it = slotsByRange.find(w);
+          if (it == slotsByRange.end())
+            writes.push_back(w);
+          else
+            llvm::append_range(writes,
+                               remainder(cast<RangeAttr>(w), it->second));
+        }
         if (writes.empty())
           fill.erase();
         else
-          fill.setWritesAttr(ArrayAttr::get(context, writes));
+          fill.setWritesAttr(ArrayAttr::get(fill.getContext(), writes));
       }
     }
   }

@@ -44,17 +44,21 @@ def WeftFoldZeroFills : Pass<"weft-fold-zero-fills", "::mlir::ModuleOp"> {
                 "slot with beta 0, and drop the slot from the fill";
   let description = [{
     Runs after `weft-step` in every `weftc compile` (docs/lowering.md, "Zero
-    fills"). A `fill` of 0 whose written range (a slot) the GEMMs after it
-    on its stream first write with beta 1 (adding their product to the
+    fills"). A `fill` of 0 whose written range (a slot), or a slot inside
+    it (ZeRO 0/1 fill the whole gradient buffer as one range: each
+    `[C, C + ldc n)` whose first rows an accumulating GEMM writes), the
+    GEMMs after it on its stream first write with beta 1 (adding their product to the
     zeros), each rows `[r, r + m)` of every column of a column-major matrix
     of `ldc` rows, in order, together all `ldc` rows of the slot's `n`
     columns: those GEMMs run with beta 0 instead (C is written, not read:
     `reads[2]` goes) and the slot leaves the fill (the fill goes with its
-    last range). Only when nothing else touches the slot's bytes between
+    last range; a range of many slots keeps the bytes between the folded
+    ones). Only when nothing else touches the slot's bytes between
     the fill and the last of the GEMMs, on any stream (every other access
     happens before the fill or after that GEMM, through the events).
     ZeRO-2/3 fill every micro-batch's gradient slots before the backward's
-    first sum: one pass over each weight gradient per micro-batch fewer.
+    first sum, ZeRO 0/1 the whole buffer once per step: one pass over each
+    weight gradient fewer (per micro-batch under ZeRO-2/3).
   }];
   let statistics = [
     Statistic<"numSlots", "slots", "Slots no longer zero-filled">,

@@ -86,3 +86,71 @@ module {
   }
   weftx.kernel @k file "kernels/k.cu" constants {} source ""
 }
+
+// -----
+
+// ZeRO 0/1 fill the whole gradient buffer once, at the step's start: each
+// slot inside it that GEMMs write first folds, in whatever order the
+// backward meets them (here the fused q|k|v at [256, 448) before the matrix
+// at [0, 128)), and the fill keeps the bytes between them: the
+// bias at [128, 144), the bytes the kernel writes first at [144, 256) (a
+// table the embedding's backward scatters into), and the loss. The second
+// micro-batch's GEMM keeps adding (beta 1).
+
+// CHECK-LABEL: weftx.program @whole
+// CHECK: weftx.stream "compute" {
+// CHECK-NEXT: weftx.fill f32 0.000000e+00 writes(@grads[128 +: 128], @loss[0 +: 4])
+// CHECK-NEXT: weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.000000e+00 beta 0.000000e+00 reads(@a[0 +: 32], @b[0 +: 32]) writes(@grads[256 +: 160])
+// CHECK-NEXT: weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.000000e+00 beta 0.000000e+00 reads(@a[0 +: 32], @b[0 +: 32]) writes(@grads[272 +: 160])
+// CHECK-NEXT: weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.000000e+00 beta 0.000000e+00 reads(@a[0 +: 32], @b[0 +: 32]) writes(@grads[288 +: 160])
+// CHECK-NEXT: weftx.gemm f32 m 8 n 4 k 2 lda 8 ldb 2 ldc 8 alpha 1.000000e+00 beta 0.000000e+00 reads(@a[0 +: 64], @b[0 +: 32]) writes(@grads[0 +: 128])
+// CHECK-NEXT: weftx.launch @k writes(@grads[144 +: 112])
+// CHECK-NEXT: weftx.gemm f32 m 8 n 4 k 2 lda 8 ldb 2 ldc 8 alpha 1.000000e+00 beta 1.000000e+00 reads(@a[0 +: 64], @b[0 +: 32], @grads[0 +: 128]) writes(@grads[0 +: 128])
+// CHECK-NEXT: }
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.program @whole ranks [0] {
+    weftx.buffer @a arena size 64 align 64 : f32
+    weftx.buffer @b arena size 32 align 64 : f32
+    weftx.buffer @grads persistent size 448 align 64 : f32
+    weftx.buffer @loss persistent size 4 align 64 : f32
+    weftx.stream "compute" {
+      weftx.fill f32 0.0 writes(@grads[0 +: 448], @loss[0 +: 4])
+      weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.0 beta 1.0 reads(@a[0 +: 32], @b[0 +: 32], @grads[256 +: 160]) writes(@grads[256 +: 160])
+      weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.0 beta 1.0 reads(@a[0 +: 32], @b[0 +: 32], @grads[272 +: 160]) writes(@grads[272 +: 160])
+      weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.0 beta 1.0 reads(@a[0 +: 32], @b[0 +: 32], @grads[288 +: 160]) writes(@grads[288 +: 160])
+      weftx.gemm f32 m 8 n 4 k 2 lda 8 ldb 2 ldc 8 alpha 1.0 beta 1.0 reads(@a[0 +: 64], @b[0 +: 32], @grads[0 +: 128]) writes(@grads[0 +: 128])
+      weftx.launch @k writes(@grads[144 +: 112])
+      weftx.gemm f32 m 8 n 4 k 2 lda 8 ldb 2 ldc 8 alpha 1.0 beta 1.0 reads(@a[0 +: 64], @b[0 +: 32], @grads[0 +: 128]) writes(@grads[0 +: 128])
+    }
+  }
+  weftx.kernel @k file "kernels/k.cu" constants {} source ""
+}
+
+// -----
+
+// Within one fill, a GEMM whose slot would run past the fill's range, and
+// one whose rows start inside a slot another GEMM's rows begin (the k block
+// of a q|k|v that q does not start) fold nothing: the fill stays whole.
+
+// CHECK-LABEL: weftx.program @partial
+// CHECK: weftx.stream "compute" {
+// CHECK-NEXT: weftx.fill f32 0.000000e+00 writes(@grads[0 +: 256])
+// CHECK-NEXT: weftx.gemm {{.*}} beta 1.000000e+00
+// CHECK-NEXT: weftx.gemm {{.*}} beta 1.000000e+00
+// CHECK-NEXT: weftx.gemm {{.*}} beta 1.000000e+00
+// CHECK-NEXT: }
+module {
+  weftx.mesh dp 1 pp 1 tp 1
+  weftx.program @partial ranks [0] {
+    weftx.buffer @a arena size 64 align 64 : f32
+    weftx.buffer @b arena size 32 align 64 : f32
+    weftx.buffer @grads persistent size 448 align 64 : f32
+    weftx.stream "compute" {
+      weftx.fill f32 0.0 writes(@grads[0 +: 256])
+      weftx.gemm f32 m 8 n 4 k 2 lda 8 ldb 2 ldc 8 alpha 1.0 beta 1.0 reads(@a[0 +: 64], @b[0 +: 32], @grads[192 +: 128]) writes(@grads[192 +: 128])
+      weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.0 beta 1.0 reads(@a[0 +: 32], @b[0 +: 32], @grads[16 +: 160]) writes(@grads[16 +: 160])
+      weftx.gemm f32 m 4 n 4 k 2 lda 4 ldb 2 ldc 12 alpha 1.0 beta 1.0 reads(@a[0 +: 32], @b[0 +: 32], @grads[0 +: 160]) writes(@grads[0 +: 160])
+    }
+  }
+}

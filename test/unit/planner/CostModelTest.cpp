@@ -601,11 +601,12 @@ TEST(Time, OptimizerPassesAreThePlans) {
   // Bytes per local parameter the compiled plan's optimizer phase moves
   // (counted from plan.json: optimizer_step, grad_norm, fill): AdamW 24 + e
   // (+ e mixed: the half weights; it clips the gradients on their way in),
-  // the norm e, the zero fill e: bf16 32, fp32 36 (a separate clip pass,
-  // until 2026-12-01, added 2e). ZeRO >= 1 steps the shard; ZeRO-1 still fills
-  // the whole gradient buffer, ZeRO-2 the shard and every micro-batch's
-  // slots but those GEMMs write first (weft-fold-zero-fills: the layers'
-  // matrices and the tied head's table). Ratios, so the bandwidth drops out.
+  // the norm e: bf16 30, fp32 32 (a separate clip pass, until 2026-12-01,
+  // added 2e); and the zero fill, e per parameter that no GEMM writes first
+  // (weft-fold-zero-fills: the layers' matrices and the tied head's table
+  // are overwritten by beta-0 GEMMs): ZeRO 0/1 once per step, ZeRO-2 the
+  // shard and every micro-batch's slots. ZeRO >= 1 steps the shard. Ratios,
+  // so the bandwidth drops out.
   Cluster cluster = clusterPreset("dgx-a100-80g");
   auto optimizer = [&](Precision precision, int zero) {
     ParallelConfig c = dataParallel(zero, 8, 64); // 8 micro-batches
@@ -613,9 +614,6 @@ TEST(Time, OptimizerPassesAreThePlans) {
         .evaluate(c)
         .time.optimizer;
   };
-  double bf16 = optimizer(Precision::BF16, 0);
-  EXPECT_NEAR(optimizer(Precision::FP32, 0) / bf16, 36.0 / 32, 1e-12);
-  EXPECT_NEAR(optimizer(Precision::BF16, 1) / bf16, (30.0 / 8 + 2) / 32, 1e-12);
   ModelSpec spec = gpt1p3b();
   double params = double(spec.totalParams);
   double unfolded = params -
@@ -623,8 +621,14 @@ TEST(Time, OptimizerPassesAreThePlans) {
                     double(spec.vocabSize) * spec.hiddenSize;
   EXPECT_GT(unfolded, 0);
   EXPECT_LT(unfolded, 0.05 * params); // norms, biases, positions
+  double f = unfolded / params;
+  double bf16 = optimizer(Precision::BF16, 0);
+  EXPECT_NEAR(optimizer(Precision::FP32, 0) / bf16, (32 + 4 * f) / (30 + 2 * f),
+              1e-12);
+  EXPECT_NEAR(optimizer(Precision::BF16, 1) / bf16,
+              (30.0 / 8 + 2 * f) / (30 + 2 * f), 1e-12);
   EXPECT_NEAR(optimizer(Precision::BF16, 2) / bf16,
-              (30.0 / 8 + 2.0 / 8 + 8 * 2 * unfolded / params) / 32, 1e-9);
+              (30.0 / 8 + 2.0 / 8 + 8 * 2 * f) / (30 + 2 * f), 1e-9);
 }
 
 TEST(Time, ZeroTwoReducesUnderTheNextForward) {
