@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.h"
+#include "StepKernels.cuh"
 #include "weft/kernels/Common.h"
 
 #include <cuda_runtime.h>
@@ -14,39 +15,12 @@ namespace weft::exec::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;
-
-__device__ inline int64_t index1d() {
-  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+using steps::index1d;
+using steps::kBlock;
+using steps::load;
+using steps::store;
 
 unsigned blocksFor(int64_t n) { return unsigned((n + kBlock - 1) / kBlock); }
-
-__device__ inline float load(const void *x, int64_t i, FloatStorage storage) {
-  const auto *bits = static_cast<const std::uint16_t *>(x);
-  switch (storage) {
-  case FloatStorage::BF16:
-    return kernels::bf16ToFloat(kernels::BF16{bits[i]});
-  case FloatStorage::F16:
-    return kernels::f16ToFloat(kernels::F16{bits[i]});
-  default:
-    return static_cast<const float *>(x)[i];
-  }
-}
-__device__ inline void store(void *x, int64_t i, FloatStorage storage,
-                             float value) {
-  switch (storage) {
-  case FloatStorage::BF16:
-    static_cast<std::uint16_t *>(x)[i] = kernels::floatToBf16(value).bits;
-    break;
-  case FloatStorage::F16:
-    static_cast<std::uint16_t *>(x)[i] = kernels::floatToF16(value).bits;
-    break;
-  default:
-    static_cast<float *>(x)[i] = value;
-    break;
-  }
-}
 
 __global__ void halfToF32Kernel(int64_t n, const std::uint16_t *in,
                                 FloatStorage half, float *out) {
@@ -101,42 +75,6 @@ __global__ void sumSquaresKernel(int64_t n, const void *x, FloatStorage storage,
 
 __global__ void doubleToFloatKernel(const double *in, float *out) {
   *out = float(*in);
-}
-
-__global__ void clipKernel(int64_t n, void *x, FloatStorage storage,
-                           const float *sumSq, float maxNorm) {
-  int64_t i = index1d();
-  if (i >= n)
-    return;
-  float norm = sqrtf(*sumSq);
-  if (maxNorm <= 0 || !(norm > maxNorm))
-    return;
-  float factor = maxNorm / norm;
-  store(x, i, storage, load(x, i, storage) * factor);
-}
-
-/// One pass: the gradient widened in registers, AdamW, the weights' 16-bit
-/// copy rounded from the updated fp32 weight (what widening, adamwElement
-/// and a separate narrowing pass give, bit for bit). Given the global sum of
-/// squares, every thread derives the clip factor and the overflow skip from
-/// it (kernels::clippedGradScale), as the CPU backend does once.
-__global__ void adamwKernel(const kernels::AdamWStep *step, int64_t n,
-                            const void *grad, FloatStorage gradStorage,
-                            float *param, float *m, float *v, void *low,
-                            FloatStorage lowStorage, const float *sumSq) {
-  int64_t i = index1d();
-  if (i >= n)
-    return;
-  kernels::AdamWStep s = *step;
-  if (sumSq && !kernels::clippedGradScale(s, *sumSq, s.gradScale))
-    return;
-  float p = param[i], mi = m[i], vi = v[i];
-  kernels::adamwElement(s, load(grad, i, gradStorage), p, mi, vi);
-  param[i] = p;
-  m[i] = mi;
-  v[i] = vi;
-  if (low)
-    store(low, i, lowStorage, p);
 }
 
 } // namespace
@@ -218,8 +156,8 @@ cudaError_t clipByNorm(int64_t n, void *x, FloatStorage storage,
                        const float *sumSq, float maxNorm, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  clipKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, storage, sumSq,
-                                                  maxNorm);
+  steps::clipKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, storage, sumSq,
+                                                         maxNorm);
   return cudaGetLastError();
 }
 
@@ -230,7 +168,7 @@ cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
                             cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  adamwKernel<<<blocksFor(n), kBlock, 0, stream>>>(
+  steps::adamwKernel<<<blocksFor(n), kBlock, 0, stream>>>(
       step, n, grad, gradStorage, param, m, v, low, lowStorage, sumSq);
   return cudaGetLastError();
 }

@@ -2,6 +2,7 @@
 #ifndef WEFT_EXEC_CUDA_INTERNAL_H
 #define WEFT_EXEC_CUDA_INTERNAL_H
 
+#include "FloatStorage.h"
 #include "weft/exec/KernelRegistry.h"
 #include "weft/kernels/Attention.h"
 #include "weft/kernels/CudaKernels.h"
@@ -18,9 +19,6 @@
 namespace weft::exec::cuda {
 
 //===--- Helper kernels (Helpers.cu) -------------------------------------===//
-
-/// How a float operand is stored; compute is fp32 for all of them.
-enum class FloatStorage { F32, BF16, F16 };
 
 /// out[i] = in[i] widened from bf16 or f16 (`half`) to f32.
 cudaError_t halfToF32(int64_t n, const std::uint16_t *in, FloatStorage half,
