@@ -25,7 +25,8 @@
 namespace {
 
 const char *const kUsage =
-    "usage: weft-run BUNDLE --data TOKENS [--steps K] [--backend cpu|cuda]\n"
+    "usage: weft-run BUNDLE --data TOKENS [--steps K]\n"
+    "                [--backend cpu|cuda|cpu-staged]\n"
     "                [--no-graph] [--half-kernels]\n"
     "                [--cudnn-attention]\n"
     "                [--generated-kernels] [--kernel-cache DIR|off]\n"

@@ -90,7 +90,7 @@ uint32_t crc32c(const void *data, size_t bytes, uint32_t crc) {
 namespace {
 
 constexpr char kMagic[8] = {'W', 'E', 'F', 'T', 'C', 'K', 'P', 'T'};
-constexpr size_t kChunk = size_t(8) << 20;
+constexpr size_t kChunk = size_t(kCheckpointChunkBytes);
 
 // Header fields (little-endian) at fixed offsets; bytes [124, 128) hold the
 // CRC-32C of bytes [0, 124).
@@ -146,7 +146,8 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
 }
 
 RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
-                             const PayloadPieces &payload) {
+                             const PayloadPieces &payload,
+                             const DeviceMemory *device) {
   if (info.bundleHash.size() != 64)
     throw Error(path + ": bundle hash must be 64 hex digits");
   int64_t total = 0;
@@ -175,12 +176,20 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
   };
   uint32_t crc = 0;
   off_t at = off_t(kRankHeaderBytes);
+  std::vector<std::byte> bounce; // device pieces pass through it
   for (const auto &[piece, pieceBytes] : payload) {
-    const auto *data = reinterpret_cast<const uint8_t *>(piece);
+    bool onDevice = device && device->holds(piece);
+    if (onDevice && bounce.empty())
+      bounce.resize(kChunk);
     for (int64_t done = 0; done < pieceBytes;) {
       size_t n = size_t(std::min<int64_t>(int64_t(kChunk), pieceBytes - done));
-      crc = crc32c(data + done, n, crc);
-      writeAll(data + done, n, at);
+      const std::byte *chunk = piece + done;
+      if (onDevice) {
+        device->toHost(bounce.data(), chunk, int64_t(n));
+        chunk = bounce.data();
+      }
+      crc = crc32c(chunk, n, crc);
+      writeAll(chunk, n, at);
       at += off_t(n);
       done += int64_t(n);
     }
@@ -210,8 +219,8 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
 }
 
 void readRankFile(const std::string &path, const RankFileInfo &expected,
-                  const RankFileResult &manifest,
-                  const PayloadTargets &payload) {
+                  const RankFileResult &manifest, const PayloadTargets &payload,
+                  const DeviceMemory *device) {
   int64_t targetBytes = 0;
   for (const auto &piece : payload)
     targetBytes += piece.second;
@@ -288,12 +297,18 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
   // counter-based generator, and it does not run on resume.
   uint32_t crc = 0;
   int64_t done = 0; // payload bytes read so far (file offset - header)
-  for (const auto &piece : payload) {
-    auto *data = reinterpret_cast<uint8_t *>(piece.first);
-    for (int64_t at = 0; at < piece.second;) {
-      size_t n = size_t(std::min<int64_t>(int64_t(kChunk), piece.second - at));
-      readAll(data + at, n, off_t(kRankHeaderBytes + done));
-      crc = crc32c(data + at, n, crc);
+  std::vector<std::byte> bounce; // device pieces pass through it
+  for (const auto &[piece, pieceBytes] : payload) {
+    bool onDevice = device && device->holds(piece);
+    if (onDevice && bounce.empty())
+      bounce.resize(kChunk);
+    for (int64_t at = 0; at < pieceBytes;) {
+      size_t n = size_t(std::min<int64_t>(int64_t(kChunk), pieceBytes - at));
+      std::byte *chunk = onDevice ? bounce.data() : piece + at;
+      readAll(chunk, n, off_t(kRankHeaderBytes + done));
+      crc = crc32c(chunk, n, crc);
+      if (onDevice)
+        device->toDevice(piece + at, chunk, int64_t(n));
       at += int64_t(n);
       done += int64_t(n);
     }

@@ -157,12 +157,16 @@ struct MpiChannels {
 
 class CpuBackend final : public Backend {
 public:
+  explicit CpuBackend(bool hostAddressable)
+      : hostAddressable_(hostAddressable) {}
   ~CpuBackend() override {
     for (const Mapping &region : regions_)
       ::munmap(region.data, region.bytes);
   }
 
-  std::string_view name() const override { return "cpu"; }
+  std::string_view name() const override {
+    return hostAddressable_ ? "cpu" : "cpu-staged";
+  }
 
   std::byte *allocateRegion(plan::Region region, int64_t bytes) override {
     // Page-aligned anonymous mappings (zeroed by the kernel): offload can
@@ -221,7 +225,7 @@ public:
     inUse_ += int64_t(length);
   }
 
-  bool hostAddressable() const override { return true; }
+  bool hostAddressable() const override { return hostAddressable_; }
   void poison(std::byte *data, int64_t bytes) override {
     std::memset(data, 0xff, size_t(bytes));
   }
@@ -306,6 +310,9 @@ private:
   std::vector<std::vector<MPI_Request>> requests_;
   std::vector<std::vector<std::byte>> staging_;
   std::vector<Mapping> regions_;
+  /// False for "cpu-staged": the executor reaches the regions through the
+  /// copies only, as on a device.
+  bool hostAddressable_ = true;
   int64_t inUse_ = 0;                   // mapped and not decommitted
   std::vector<ResolvedKernel> kernels_; // by bundle kernel id
   std::vector<float> workspace_;        // bf16/f16 operands widened to fp32
@@ -790,8 +797,8 @@ void CpuBackend::communicate(const Instruction &inst, int64_t stream,
   }
 }
 
-std::unique_ptr<Backend> makeCpuBackend() {
-  return std::make_unique<CpuBackend>();
+std::unique_ptr<Backend> makeCpuBackend(bool hostAddressable) {
+  return std::make_unique<CpuBackend>(hostAddressable);
 }
 
 } // namespace weft::exec

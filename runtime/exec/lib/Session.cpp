@@ -252,8 +252,8 @@ void Session::agree(const std::string &localFailure, MPI_Comm comm) const {
 namespace {
 
 std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
-  if (options.backend == "cpu")
-    return makeCpuBackend();
+  if (options.backend == "cpu" || options.backend == "cpu-staged")
+    return makeCpuBackend(options.backend == "cpu");
   if (options.backend == "cuda") {
 #ifdef WEFT_WITH_CUDA
     cuda::CudaBackendOptions cudaOptions;
@@ -274,7 +274,7 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
 #endif
   }
   throw Error("unknown backend '" + options.backend +
-              "' (expected cpu or cuda)");
+              "' (expected cpu, cuda or cpu-staged)");
 }
 
 } // namespace
@@ -455,20 +455,12 @@ CheckpointStats Session::readCheckpointLocally(const std::string &dir,
   // Nothing the device runs touches the host region now (between steps).
   backend_->synchronize();
   const std::string path = *stepDir + "/" + manifest.files[size_t(rank_)];
-  if (backend_->hostAddressable()) {
-    readRankFile(
-        path, expected, recorded,
-        {{persistent_, program.persistentBytes}, {host_, program.hostBytes}});
-  } else {
-    // Read and checked in host memory, then copied to the device whole; the
-    // host region is host memory on every backend: read in place.
-    std::vector<std::byte> staging(size_t(program.persistentBytes));
-    readRankFile(path, expected, recorded,
-                 {{staging.data(), program.persistentBytes},
-                  {host_, program.hostBytes}});
-    backend_->copyToDevice(persistent_, staging.data(),
-                           program.persistentBytes);
-  }
+  // A device region is filled chunk by chunk through a host buffer; the
+  // host region is host memory on every backend: read in place.
+  readRankFile(
+      path, expected, recorded,
+      {{persistent_, program.persistentBytes}, {host_, program.hostBytes}},
+      deviceMemory());
   if (bundle_.training.lossScale.dynamic) {
     if (!manifest.lossScale)
       throw Error(*stepDir + "/manifest.json: no 'loss_scale' state, which "
@@ -511,43 +503,29 @@ void writeSmallFile(const std::string &path, const std::string &text) {
 
 MPI_Comm Session::statsComm() const { return comms_->stats; }
 
-PayloadPieces Session::hostPieces(const PayloadPieces &pieces,
-                                  std::vector<std::byte> &staging) const {
+const DeviceMemory *Session::deviceMemory() {
   if (backend_->hostAddressable())
-    return pieces; // zero-copy: stream straight from the region
-  // Region pieces (device addresses) are copied to host memory; offloaded
-  // pieces already are host memory.
-  const std::byte *begin = persistent_,
-                  *end = persistent_ + rankProgram_.program->persistentBytes;
-  auto onDevice = [&](const std::pair<const std::byte *, int64_t> &piece) {
-    return piece.first >= begin && piece.first < end;
+    return nullptr;
+  // Offloaded pieces are host memory already: outside the range.
+  deviceMemory_.begin = persistent_;
+  deviceMemory_.end = persistent_ + rankProgram_.program->persistentBytes;
+  deviceMemory_.toHost = [this](std::byte *host, const std::byte *device,
+                                int64_t bytes) {
+    backend_->copyToHost(host, device, bytes);
   };
-  int64_t bytes = 0;
-  for (const auto &piece : pieces)
-    if (onDevice(piece))
-      bytes += piece.second;
-  staging.assign(size_t(bytes), std::byte{0});
-  PayloadPieces out;
-  int64_t at = 0;
-  for (const auto &piece : pieces) {
-    if (!onDevice(piece)) {
-      out.push_back(piece);
-      continue;
-    }
-    backend_->copyToHost(staging.data() + at, piece.first, piece.second);
-    out.push_back({staging.data() + at, piece.second});
-    at += piece.second;
-  }
-  return out;
+  deviceMemory_.toDevice = [this](std::byte *device, const std::byte *host,
+                                  int64_t bytes) {
+    backend_->copyToDevice(device, host, bytes);
+  };
+  return &deviceMemory_;
 }
 
 CheckpointStats Session::saveCheckpoint(const std::string &dir) {
-  std::vector<std::byte> staging;
-  // hostPieces() synchronizes (its copies), but with nothing to copy the
-  // host region still needs the device's writes to it complete.
+  // The device's writes to the host region complete before it is read (the
+  // copies of device pieces synchronize themselves).
   backend_->synchronize();
-  PayloadPieces payload = hostPieces(
-      persistentPieces(0, rankProgram_.program->persistentBytes), staging);
+  PayloadPieces payload =
+      persistentPieces(0, rankProgram_.program->persistentBytes);
   if (rankProgram_.program->hostBytes > 0)
     payload.push_back({host_, rankProgram_.program->hostBytes});
   return commitCheckpoint(dir, "step-" + std::to_string(completedSteps_),
@@ -560,9 +538,7 @@ CheckpointStats Session::saveWeights(const std::string &dir) {
     PayloadPieces pieces = persistentPieces(range.offset, range.bytes);
     payload.insert(payload.end(), pieces.begin(), pieces.end());
   }
-  std::vector<std::byte> staging;
   backend_->synchronize();
-  payload = hostPieces(payload, staging);
   for (const ByteRange &range : weightsLayout_.hostRanges)
     payload.push_back({host_ + range.offset, range.bytes});
   return commitCheckpoint(dir, "weights-" + std::to_string(completedSteps_),
@@ -630,7 +606,7 @@ CheckpointStats Session::commitCheckpoint(const std::string &dir,
       throw Error("rank " + std::to_string(rank_) +
                   ": refusing to save: " + stateLost_);
     if (writerOf(rank_) == rank_)
-      result = writeRankFile(tmp + "/" + file, info, payload);
+      result = writeRankFile(tmp + "/" + file, info, payload, deviceMemory());
   });
 
   int64_t mine[2] = {result.fileBytes, int64_t(result.payloadCrc)};

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <unistd.h>
 
 using namespace weft;
@@ -110,6 +111,62 @@ TEST(Checkpoint, RankFileRoundTrips) {
   std::vector<std::byte> out(file.payload.size());
   readRankFile(file.path, file.info, file.result, out.data());
   EXPECT_EQ(out, file.payload);
+}
+
+TEST(Checkpoint, DeviceMemoryStreamsThroughOneChunkOfHostMemory) {
+  // A payload of a "device" piece (two and a half chunks) then a host piece:
+  // the file is the one the plain writer makes, every copy out of the
+  // device holds at most one chunk, and reading back into device memory
+  // fills it the same way, chunk by chunk.
+  const int64_t deviceBytes = 2 * kCheckpointChunkBytes + 123457;
+  std::vector<std::byte> device = samplePayload(size_t(deviceBytes));
+  std::vector<std::byte> host = samplePayload(777);
+  RankFileInfo info = sampleInfo(deviceBytes + 777);
+  std::vector<int64_t> copies;
+  DeviceMemory memory;
+  memory.begin = device.data();
+  memory.end = device.data() + device.size();
+  memory.toHost = [&](std::byte *to, const std::byte *from, int64_t bytes) {
+    ASSERT_TRUE(memory.holds(from));
+    copies.push_back(bytes);
+    std::memcpy(to, from, size_t(bytes));
+  };
+  memory.toDevice = [&](std::byte *to, const std::byte *from, int64_t bytes) {
+    ASSERT_TRUE(memory.holds(to));
+    copies.push_back(bytes);
+    std::memcpy(to, from, size_t(bytes));
+  };
+  PayloadPieces pieces = {{device.data(), deviceBytes}, {host.data(), 777}};
+  std::string dir = freshDir("device");
+  RankFileResult plain = writeRankFile(dir + "/plain.bin", info, pieces);
+  RankFileResult streamed =
+      writeRankFile(dir + "/streamed.bin", info, pieces, &memory);
+  EXPECT_EQ(streamed.payloadCrc, plain.payloadCrc);
+  EXPECT_EQ(readText(dir + "/streamed.bin"), readText(dir + "/plain.bin"));
+  EXPECT_EQ(copies, (std::vector<int64_t>{kCheckpointChunkBytes,
+                                          kCheckpointChunkBytes, 123457}));
+  // Read back over poisoned device memory and a poisoned host piece.
+  copies.clear();
+  std::fill(device.begin(), device.end(), std::byte{0xff});
+  std::fill(host.begin(), host.end(), std::byte{0xff});
+  readRankFile(dir + "/streamed.bin", info, streamed,
+               {{device.data(), deviceBytes}, {host.data(), 777}}, &memory);
+  EXPECT_EQ(device, samplePayload(size_t(deviceBytes)));
+  EXPECT_EQ(host, samplePayload(777));
+  EXPECT_EQ(copies.size(), 3u);
+  // A corrupted byte in the last chunk is still the checksum error.
+  {
+    std::fstream file(dir + "/streamed.bin",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(kRankHeaderBytes + deviceBytes - 5);
+    file.put(char(0x5a));
+  }
+  std::string error = errorOf([&] {
+    readRankFile(dir + "/streamed.bin", info, streamed,
+                 {{device.data(), deviceBytes}, {host.data(), 777}}, &memory);
+  });
+  EXPECT_EQ(error.rfind(dir + "/streamed.bin: checksum mismatch", 0), 0u)
+      << error;
 }
 
 TEST(Checkpoint, CorruptedPayloadByteIsAChecksumErrorNamingTheFile) {
@@ -244,6 +301,64 @@ TEST(Checkpoint, OnlyMarkedStepDirectoriesCount) {
   writeText(dir + "/step-40.tmp/COMPLETE", ""); // never committed
   // step-30 has no marker: a crash between its rename and its marker.
   EXPECT_EQ(newestCheckpoint(dir), dir + "/step-10"); // numeric order
+}
+
+TEST(Checkpoint, StagedBackendTrainsAndCheckpointsAsTheCpuBackend) {
+  // "cpu-staged": the executor reaches the regions through the backend's
+  // copies only (staged batches, copied parameters, checkpoints and weights
+  // snapshots streamed through a host buffer), as on a GPU. Same losses, the
+  // same rank files byte for byte, and each backend resumes from the
+  // other's checkpoint.
+  // The offload variant puts the optimizer state in the host region, which
+  // is host memory on every backend (read and written in place).
+  for (const char *variant : {"serial", "serial-offload"}) {
+    SCOPED_TRACE(variant);
+    weft::test::MlpConfig config;
+    config.variant = variant;
+    config.microBatch = 2;
+    std::string bundleDir = freshDir("bundle");
+    plan::writeBundle(weft::test::buildMlpBundle(config), bundleDir);
+    Options options;
+    options.bundleDir = bundleDir;
+    options.dataPath = test::testTokenFile();
+    options.seed = 5;
+    std::map<std::string, std::string> files;
+    std::map<std::string, std::vector<double>> losses;
+    for (const char *backend : {"cpu", "cpu-staged"}) {
+      options.backend = backend;
+      auto session = Session::open(options, MPI_COMM_WORLD);
+      EXPECT_EQ(session->backend().name(), backend);
+      EXPECT_EQ(session->backend().hostAddressable(),
+                std::string(backend) == "cpu");
+      for (int step = 1; step <= 3; ++step)
+        losses[backend].push_back(session->runStep().loss);
+      std::string ckpt = freshDir(backend);
+      session->saveCheckpoint(ckpt);
+      session->saveWeights(ckpt);
+      files[backend] = readText(ckpt + "/step-3/rank-0.bin");
+      files[std::string(backend) + " weights"] =
+          readText(ckpt + "/weights-3/rank-0.bin");
+      // The other backend resumes from this checkpoint.
+      Options resume = options;
+      resume.backend = std::string(backend) == "cpu" ? "cpu-staged" : "cpu";
+      resume.resumeDir = ckpt;
+      auto resumed = Session::open(resume, MPI_COMM_WORLD);
+      ASSERT_EQ(resumed->completedSteps(), 3);
+      losses[std::string(backend) + " resumed"].push_back(
+          resumed->runStep().loss);
+      losses[std::string(backend) + " straight"].push_back(
+          session->runStep().loss);
+    }
+    EXPECT_EQ(losses["cpu"], losses["cpu-staged"]);
+    EXPECT_FALSE(files["cpu"].empty());
+    EXPECT_TRUE(files["cpu"] == files["cpu-staged"]) << "rank files differ";
+    EXPECT_FALSE(files["cpu weights"].empty());
+    EXPECT_TRUE(files["cpu weights"] == files["cpu-staged weights"])
+        << "weights snapshots differ";
+    for (const char *backend : {"cpu", "cpu-staged"})
+      EXPECT_EQ(losses[std::string(backend) + " resumed"],
+                losses[std::string(backend) + " straight"]);
+  }
 }
 
 TEST(Checkpoint, SessionResumesBitIdentically) {

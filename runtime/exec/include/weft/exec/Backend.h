@@ -337,8 +337,11 @@ communicationBuckets(const plan::Stream &stream);
 
 /// The host backend: OpenBLAS GEMM and the CPU kernel library, fp32, bf16 and
 /// f16 storage (bf16 and f16 computed in fp32), non-blocking MPI
-/// communication.
-std::unique_ptr<Backend> makeCpuBackend();
+/// communication. With `hostAddressable` false ("cpu-staged") it says its
+/// regions are not host memory, so the executor takes the paths it takes
+/// for a device (staged batches, copied parameters, checkpoints streamed
+/// through copies): they are tested without a GPU, with the same results.
+std::unique_ptr<Backend> makeCpuBackend(bool hostAddressable = true);
 
 } // namespace weft::exec
 

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -56,9 +57,31 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
 /// The payload as pieces of memory written one after the other (the state
 /// may sit partly in the region and partly in offloaded host copies).
 using PayloadPieces = std::vector<std::pair<const std::byte *, int64_t>>;
-/// The same, from pieces whose sizes sum to info.payloadBytes.
+
+/// A device region the rank files are written from or read into through
+/// copies (a backend that is not host-addressable): each piece inside
+/// [begin, end) moves through one host buffer of kCheckpointChunkBytes,
+/// chunk by chunk, so neither a save nor a resume holds a host copy of the
+/// region.
+struct DeviceMemory {
+  const std::byte *begin = nullptr, *end = nullptr;
+  std::function<void(std::byte *host, const std::byte *device, int64_t bytes)>
+      toHost;
+  std::function<void(std::byte *device, const std::byte *host, int64_t bytes)>
+      toDevice;
+  bool holds(const std::byte *data) const {
+    return data >= begin && data < end;
+  }
+};
+/// The chunk of the rank files' reads and writes (and DeviceMemory's host
+/// buffer).
+constexpr int64_t kCheckpointChunkBytes = int64_t(8) << 20;
+
+/// The same, from pieces whose sizes sum to info.payloadBytes; pieces in
+/// `device` (if given) are copied out chunk by chunk.
 RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
-                             const PayloadPieces &payload);
+                             const PayloadPieces &payload,
+                             const DeviceMemory *device = nullptr);
 
 /// Reads the rank file at `path` into `payload` (expected.payloadBytes
 /// bytes) and checks it against `expected` (every field) and against the
@@ -69,10 +92,11 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
 /// Where a payload is read to: pieces of memory filled one after the other
 /// (a full checkpoint: the persistent region, then the host region).
 using PayloadTargets = std::vector<std::pair<std::byte *, int64_t>>;
-/// The same into pieces whose sizes sum to expected.payloadBytes.
+/// The same into pieces whose sizes sum to expected.payloadBytes; pieces in
+/// `device` (if given) are filled chunk by chunk through a host buffer.
 void readRankFile(const std::string &path, const RankFileInfo &expected,
-                  const RankFileResult &manifest,
-                  const PayloadTargets &payload);
+                  const RankFileResult &manifest, const PayloadTargets &payload,
+                  const DeviceMemory *device = nullptr);
 
 /// What a checkpoint holds: every persistent byte, or the Params state
 /// group only (a weights snapshot, D/weights-<N>).

@@ -282,11 +282,10 @@ private:
   /// that are not host-addressable: the copies, or a replayed graph, read
   /// them from there).
   void stageBatches(const StepContext &context);
-  /// Resident persistent pieces copied to host memory when the backend is
-  /// not host-addressable (checkpoints stream from host memory).
-  std::vector<std::pair<const std::byte *, int64_t>>
-  hostPieces(const std::vector<std::pair<const std::byte *, int64_t>> &pieces,
-             std::vector<std::byte> &staging) const;
+  /// The persistent region as device memory the checkpoint files stream
+  /// through chunk by chunk; null when the backend is host-addressable
+  /// (they read and write the region in place).
+  const DeviceMemory *deviceMemory();
   [[noreturn]] void stalled(double waitedS) const;
 
   Options options_;
@@ -312,6 +311,7 @@ private:
   bool normRead_ = false;
   bool normCaptured_ = false; // the captured step reads it
   int64_t eagerSteps_ = 0;    // steps issued instruction by instruction
+  DeviceMemory deviceMemory_; // see deviceMemory()
   const std::string *openRange_ = nullptr; // the phase of the open range
   int64_t completedSteps_ = 0;
   LossScaleState scaler_;
