@@ -3,6 +3,10 @@
 # lent briefly and starts bare). Writes logs and JSON into ${OUT:-gpu-out}/all.tgz
 # (updated after every stage) and prints a short table last.
 #   scripts/gpu-check.sh [--quick|--tests-only]   (device tool: carry [".gpu"])
+# WEFT_GPU_BUDGET_S (default 540): the seconds the run may take; a stage
+# after the first three starts only while enough of them are left (else one
+# "== skipped" line), so a run inside the device tool's timeout_s still ends
+# with its summary.
 # Stages: machine facts, the GPU unit tests (staged by scripts/gpu-prepare.sh
 # and carried as .gpu/), weft-run on the GPU (CUDA against CPU backend, GPT-2
 # throughput; scripts/gpu-e2e.py), the PyTorch GPT-2 baseline (eager and
@@ -27,6 +31,15 @@ case "${1:-}" in
   --tests-only) TESTS_ONLY=1 ;;
 esac
 status=0
+BUDGET=${WEFT_GPU_BUDGET_S:-540}
+START=$SECONDS
+# have SECONDS NAME: whether NAME (needing about SECONDS) fits the budget.
+have() {
+  local left=$((BUDGET - (SECONDS - START)))
+  [ "$left" -ge "$1" ] && return 0
+  echo "== skipped $2: ${left} s of the ${BUDGET} s budget left, it needs about $1 (WEFT_GPU_BUDGET_S)"
+  return 1
+}
 pack() { tar czf "$RESULTS/all.tgz.tmp" -C "$OUT" . && mv "$RESULTS/all.tgz.tmp" "$RESULTS/all.tgz"; }
 trap pack EXIT
 
@@ -95,7 +108,7 @@ python3 scripts/gpu-e2e.py check $e2e_args .gpu/e2e 2>&1 | tee "$OUT/gpu_e2e.txt
 pack
 # The baseline right after Weft's throughput (the ratio is the headline; the
 # device budget may end the run before the stages after it).
-if [ $TESTS_ONLY = 0 ]; then
+if [ $TESTS_ONLY = 0 ] && have 150 "the PyTorch GPT-2 baseline"; then
   echo "== PyTorch GPT-2 baseline"
   sizes=124m,350m,1.5b; [ $QUICK = 1 ] && sizes=124m
   timeout 300 python3 bench/gpu/torch_gpt2_baseline.py --sizes "$sizes" | tee "$OUT/torch_baseline.jsonl" || status=1
@@ -104,6 +117,7 @@ fi
 profile=.gpu/e2e/gpt2-124m-bf16-b32
 if [ -d $profile ]; then
   for tag in widening fast cudnn; do
+    have 60 "the $tag profile" || continue
     # fast and cudnn run the bundle compiled with --gemm-epilogues
     # --residual-norms.
     flags="" bundle=$profile
@@ -130,26 +144,34 @@ if [ -d $profile ]; then
     pack
   done
 fi
-echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"
-timeout 150 python3 scripts/hf-crosscheck.py check .gpu/hf-crosscheck 2>&1 | tee "$OUT/hf_crosscheck.txt" || status=1
+if have 60 "the HF cross-check"; then
+  echo "== HF cross-check of weft-export (staged by scripts/hf-crosscheck.py stage)"
+  timeout 150 python3 scripts/hf-crosscheck.py check .gpu/hf-crosscheck 2>&1 | tee "$OUT/hf_crosscheck.txt" || status=1
+fi
 
 [ $TESTS_ONLY = 1 ] && exit $status
 
 pack
-echo "== HF parameter counts"
-python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1
+if have 40 "the GPU ceilings"; then
+  echo "== GPU ceilings"
+  python3 bench/gpu/ceilings.py | tee "$OUT/ceilings.json" || status=1
+fi
 
 pack
-echo "== GPU ceilings"
-python3 bench/gpu/ceilings.py | tee "$OUT/ceilings.json" || status=1
+if have 60 "the memory-bound kernels' bandwidth"; then
+  echo "== memory-bound kernels against the copy bandwidth (weft-bench-kernels)"
+  timeout 120 .gpu/tools/weft-bench-kernels --json "$OUT/kernels.jsonl" | tee "$OUT/kernels.txt" || status=1
+fi
 
 pack
-echo "== memory-bound kernels against the copy bandwidth (weft-bench-kernels)"
-timeout 120 .gpu/tools/weft-bench-kernels --json "$OUT/kernels.jsonl" | tee "$OUT/kernels.txt" || status=1
+if have 30 "the HF parameter counts"; then
+  echo "== HF parameter counts"
+  python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1
+fi
 
 
 pack
-echo "== summary"
+echo "== summary ($((SECONDS - START)) s of the ${BUDGET} s budget)"
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]

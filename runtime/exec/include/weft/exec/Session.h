@@ -82,9 +82,11 @@ struct CheckpointStats {
 struct StepStats {
   int64_t step = 0; // 1-based optimizer step just completed
   double loss = 0;  // mean over the ranks holding a 'loss' buffer; NaN if none
-  double gradNorm =
-      0;         // sqrt of the sum a clip instruction read; NaN if none ran
-  double lr = 0; // the schedule's learning rate for this step
+  /// The global gradient norm before clipping: sqrt of the sum of squares
+  /// the step's optimizer_step (or a clip) read over the loss scale; NaN if
+  /// nothing read it or the step was skipped.
+  double gradNorm = 0;
+  double lr = 0;        // the schedule's learning rate for this step
   double stepTimeS = 0; // wall time of the step on this rank
   /// Host time until every instruction was issued (on the CPU backend, run;
   /// with a captured graph: staging, scalars and the launch), and host time
