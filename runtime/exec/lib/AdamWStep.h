@@ -10,6 +10,9 @@
 #include "weft/exec/Backend.h"
 #include "weft/kernels/Optimizer.h"
 
+#include <optional>
+#include <vector>
+
 namespace weft::exec {
 
 /// AdamW's constants for this step: the LR, the training's betas, eps and
@@ -27,6 +30,24 @@ inline kernels::AdamWStep adamwStepOf(const StepContext &context,
   step.lossScale = lossScale;
   step.maxNorm = t.gradClip;
   step.skipNonFinite = t.lossScale.dynamic;
+  return step;
+}
+
+/// The AdamW step an optimizer_step run on the host takes (the CPU backend,
+/// the CUDA backend's offloaded AdamW), or nothing where the update is
+/// skipped: by the loss scaler at an older plan's clip (`skipUpdate`), or
+/// by the overflow the step's own sum of squares (`reads[4]`) shows; with
+/// that sum the gradient scale includes the clip factor.
+inline std::optional<kernels::AdamWStep>
+hostAdamWStep(const StepContext &context, const plan::Instruction &inst,
+              const std::vector<Operand> &reads) {
+  if (context.skipUpdate)
+    return std::nullopt;
+  kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
+  if (plan::readsGradientNorm(inst) &&
+      !kernels::clippedGradScale(step, reads[4].as<const float>()[0],
+                                 step.gradScale))
+    return std::nullopt;
   return step;
 }
 

@@ -550,20 +550,15 @@ void CpuBackend::runOptimizer(const Instruction &inst,
                               const std::vector<Operand> &reads,
                               const std::vector<Operand> &writes,
                               const StepContext &context) {
-  if (context.skipUpdate) // dynamic loss scaling: the gradients overflowed
-    return;
-  kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
-  // Reading the global sum of squares, the step clips (and skips) itself.
-  if (plan::readsGradientNorm(inst) &&
-      !kernels::clippedGradScale(step, reads[4].as<const float>()[0],
-                                 step.gradScale))
+  std::optional<kernels::AdamWStep> step = hostAdamWStep(context, inst, reads);
+  if (!step) // dynamic loss scaling: the gradients overflowed
     return;
   float *param = writes[0].as<float>();
   float *m = writes[1].as<float>();
   float *v = writes[2].as<float>();
   const Operand &grad = reads[1];
   for (int64_t i = 0; i < inst.count; ++i)
-    kernels::adamwElement(step, loadFloat(grad.data, grad.dtype, i), param[i],
+    kernels::adamwElement(*step, loadFloat(grad.data, grad.dtype, i), param[i],
                           m[i], v[i]);
   if (writes.size() == 4)
     for (int64_t i = 0; i < inst.count; ++i)

@@ -239,13 +239,9 @@ void CUDART_CB runHostTask(void *data) {
                task.writes);
     return;
   }
-  if (context.skipUpdate) // the loss scaler skipped this step
-    return;
-  kernels::AdamWStep step = adamwStepOf(context, context.lossScale);
-  // Reading the global sum of squares, the step clips (and skips) itself.
-  if (plan::readsGradientNorm(inst) &&
-      !kernels::clippedGradScale(step, task.reads[4].as<const float>()[0],
-                                 step.gradScale))
+  std::optional<kernels::AdamWStep> step =
+      hostAdamWStep(context, inst, task.reads);
+  if (!step) // the loss scaler skipped this step
     return;
   const Operand &grad = task.reads[1];
   const float *g = grad.as<const float>();
@@ -259,7 +255,7 @@ void CUDART_CB runHostTask(void *data) {
     g = task.wide.data();
   }
   float *param = task.writes[0].as<float>();
-  kernels::cpu::adamwStep(step, inst.count, g, param,
+  kernels::cpu::adamwStep(*step, inst.count, g, param,
                           task.writes[1].as<float>(),
                           task.writes[2].as<float>());
   if (task.writes.size() < 4)
