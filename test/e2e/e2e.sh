@@ -143,7 +143,10 @@ cuda-backend)
     bundle --no-graph --data tokens.bin --backend cuda
   # The GEMM epilogues are decided by the compiler now.
   expect_error "gemm-epilogues is a compiler option now: weftc compile" 1 \
-    bundle --data tokens.bin --backend cuda --gemm-epilogues ;;
+    bundle --data tokens.bin --backend cuda --gemm-epilogues
+  # An unknown backend names the ones there are.
+  expect_error "unknown backend 'tpu' (expected cpu, cuda or cpu-staged)" 1 \
+    bundle --data tokens.bin --backend tpu ;;
 deadlock-verifier)
   "$gen" deadlock bundle || fail generator
   expect_error "deadlock: rank 0" 2 bundle --data tokens.bin ;;

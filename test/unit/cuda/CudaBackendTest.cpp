@@ -1407,6 +1407,37 @@ TEST(CudaGpu, HostRegionOffloadStepMatchesCpuBitForBit) {
   }
 }
 
+TEST(CudaGpu, DynamicLossScalingWithASeparateClipFailsPrepare) {
+  SKIP_WITHOUT_DEVICE();
+  // A plan whose clip decides the overflow skip on the host (compiled
+  // before 2026-12-01) cannot run in a captured step: one line saying to
+  // recompile. The same plan with the clip inside AdamW prepares.
+  for (bool separateClip : {true, false}) {
+    test::MlpConfig config;
+    config.separateClip = separateClip;
+    plan::Bundle bundle = test::buildMlpBundle(config);
+    bundle.training.lossScale.dynamic = true;
+    bundle.training.lossScale.initial = 1024;
+    bundle.training.lossScale.growthInterval = 10;
+    std::unique_ptr<CudaBackend> gpu = makeCudaBackend({});
+    std::string error;
+    try {
+      gpu->prepare(bundle, bundle.programs[0]);
+    } catch (const Error &e) {
+      error = e.what();
+    }
+    if (separateClip) {
+      EXPECT_NE(error.find("dynamic loss scaling with a clip instruction is "
+                           "not supported on the CUDA backend"),
+                std::string::npos)
+          << error;
+      EXPECT_NE(error.find("recompile the bundle"), std::string::npos) << error;
+    } else {
+      EXPECT_EQ(error, "");
+    }
+  }
+}
+
 TEST(CudaHost, HostOperandsOutsideCopyFillAndHostAdamWFailPrepare) {
   // The operand rule the CUDA backend applies at prepare() (checkOperands,
   // shared with the CPU backend), on the program above with AdamW reading

@@ -465,6 +465,22 @@ TEST(Executor, KernelOperandSizeMismatchIsRejectedAtOpen) {
       "'residual_add' operand reads[1] has 16 bytes, expected 32 (8 f32)");
 }
 
+TEST(Executor, OptimizerSumOfSquaresMustBeOneF32) {
+  // reads[4] of an optimizer_step is the f32 sum of squares: two f16
+  // elements are 4 bytes too (the plan format's check passes) but the
+  // backend's operand check names the dtype.
+  OneRank r;
+  int64_t p = r.add(Region::Persistent, 3), g = r.add(Region::Persistent, 3),
+          m = r.add(Region::Persistent, 3), v = r.add(Region::Persistent, 3),
+          sum = r.add(Region::Persistent, 2, DType::F16);
+  r.emit(Opcode::OptimizerStep,
+         {r.all(p), r.all(g), r.all(m), r.all(v), r.all(sum)},
+         {r.all(p), r.all(m), r.all(v)})
+      .count = 3;
+  EXPECT_EQ(openError(r), "role 0 stream 0 'compute' instruction 0 (p0): "
+                          "optimizer_step sum of squares must be f32");
+}
+
 TEST(Executor, UnknownKernelAndConstantsAreRejected) {
   OneRank r;
   Kernel k;
