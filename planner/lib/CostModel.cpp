@@ -500,7 +500,9 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // With epilogues a bias add folds into the GEMM before it when nothing
   // comes between: the column-parallel ones always, the row-parallel ones
   // (attention output, MLP down) only without TP (with it the reduction
-  // comes first); likewise the bias gradients. A tanh GELU after the biased
+  // comes first). The bias gradients fold into their weight gradient's GEMM
+  // but for the row-parallel ones under SP (the GEMM reads the gathered
+  // gradient, the bias gradient the shard). A tanh GELU after the biased
   // up projection folds too, leaving the pre-activation (aux) written in the
   // forward and read in the backward.
   bool fold = train.gemmEpilogues && ms.linearBias;
@@ -517,8 +519,10 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double qkvBias = ms.linearBias && !fold ? qkvOut : 0.0;
   double upBias = ms.linearBias && !fold ? mlpOut : 0.0;
   double rowBias = ms.linearBias && !foldRow ? hs : 0.0; // each of two
-  double activationF = ms.gatedMlp ? 3 * ffnHere         // act(gate) * up
-                       : foldGelu  ? ffnHere             // the aux matrix
+  double rowBiasGrad =
+      ms.linearBias && !(fold && !c.sequenceParallel) ? hs : 0.0;
+  double activationF = ms.gatedMlp ? 3 * ffnHere // act(gate) * up
+                       : foldGelu  ? ffnHere     // the aux matrix
                                    : 2 * ffnHere;
   double activationB = ms.gatedMlp ? 5 * ffnHere // g, u, dh -> dg, du
                        : foldGelu  ? ffnHere
@@ -527,7 +531,7 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
       ms.rotary ? 2 * (attnOut + kvOut) : 0.0; // q and k in place, each pass
   double forwardElems = 2 * blockEndF + 2 * (qkvBias + upBias + 2 * rowBias) +
                         activationF + rotary + softmaxElems;
-  double backwardElems = 2 * blockEndB + qkvBias + upBias + 2 * rowBias +
+  double backwardElems = 2 * blockEndB + qkvBias + upBias + 2 * rowBiasGrad +
                          activationB + rotary + 2 * softmaxElems;
   double elementwise = forwardElems * perElement;
 
@@ -645,7 +649,7 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   }
   double outSeconds = linearOf(tokens, h, attnOut);
   add(attnOut * h, outSeconds + seconds(2 * rowBias + blockEndF) + tpCollective,
-      2 * outSeconds + attentionBackward + seconds(rowBias + rotary) +
+      2 * outSeconds + attentionBackward + seconds(rowBiasGrad + rotary) +
           2 * softmax);
   double upSeconds = mlpUpSeconds / (ms.gatedMlp ? 2 : 1);
   double upB = seconds(upBias + blockEndB) + upGradCollective;
@@ -656,7 +660,7 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   double downSeconds = linearOf(tokens, h, ffnHere);
   add(ffnHere * h,
       downSeconds + seconds(2 * rowBias + blockEndF) + tpCollective,
-      2 * downSeconds + seconds(rowBias + activationB));
+      2 * downSeconds + seconds(rowBiasGrad + activationB));
 
   // Embedding: gather + position add forward, scatter-add backward (3h
   // elements each way); the vocabulary-parallel lookup ends in one TP

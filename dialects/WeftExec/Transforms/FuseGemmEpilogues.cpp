@@ -17,6 +17,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #include "weft/kernels/Activations.h"
 
@@ -92,14 +94,18 @@ public:
   /// runs, and nothing on another stream writes it before that instruction
   /// has finished: every write of it on another stream waits (through the
   /// events) for `at`, and its last writer before on this stream is a fill
-  /// of 0 covering it. (One pass over the writes of its buffer.)
-  bool stillZeroFilled(unsigned stream, int64_t at, RangeAttr range) const {
+  /// of 0 covering it. (One pass over the writes of its buffer.) With
+  /// `until`, other streams' writes must wait for instruction `until` (where
+  /// the folded kernel now runs) instead.
+  bool stillZeroFilled(unsigned stream, int64_t at, RangeAttr range,
+                       std::optional<int64_t> until = std::nullopt) const {
     const BufferAccess *last = nullptr; // the last write before `at` here
     for (const BufferAccess &write : accesses.of(range.getBuffer())) {
       if (!write.write || !write.range.overlaps(range))
         continue;
       if (write.stream != stream) {
-        if (!order.completesBefore(stream, at, write.stream, write.index))
+        if (!order.completesBefore(stream, until.value_or(at), write.stream,
+                                   write.index))
           return false;
       } else if (write.index < at && (!last || write.index > last->index)) {
         last = &write;
@@ -194,39 +200,28 @@ public:
          ++j)
       if (!isa<RecordEventOp, ReleaseOp>(insts[j]))
         next.push_back(j);
-    if (next.empty())
-      return std::nullopt;
-    Operation *first = insts[next[0]];
     Fold fold{gemm, GemmEpilogueKind::bias, {}, {}, {}, {}};
-    // A bias_grad, after a zero fill of exactly its slot where the plan has
-    // one (ZeRO-2 fills a micro-batch's gradient slot right before its first
-    // sum; the epilogue writes, so the fill folds too).
-    int64_t grad = next[0];
-    FillOp slotFill;
-    if (auto fill = dyn_cast<FillOp>(first);
-        fill && next.size() > 1 && fill.getValue().convertToDouble() == 0 &&
-        fill.getWrites().size() == 1) {
-      Operation *after = insts[next[1]];
-      auto list = after->getAttrOfType<ArrayAttr>("writes");
-      if (list && list.size() == 1 && list[0] == fill.getWrites()[0]) {
-        slotFill = fill;
-        grad = next[1];
-      }
-    }
-    if (KernelOp k = biasGradOfA(gemm, insts[grad])) {
-      RangeAttr slot = range(cast<LaunchOp>(insts[grad]).getWrites(), 0);
-      if (stillZeroFilled(stream, grad, slot) && clearOfGemm(gemm, slot)) {
+    if (std::optional<Fold> grad = biasGradAfter(fold, stream, next))
+      return grad;
+    // A bias_grad of the same dy before the gemm: a row-parallel layer's
+    // replicated bias under tensor parallelism, whose gradient its backward
+    // takes first (under full recomputation the layer's re-run forward may
+    // lie between).
+    if (std::optional<int64_t> before = biasGradBefore(gemm, stream, index)) {
+      KernelOp k = biasGradOfA(gemm, insts[*before]);
+      RangeAttr slot = range(cast<LaunchOp>(insts[*before]).getWrites(), 0);
+      if (stillZeroFilled(stream, *before, slot, index) &&
+          clearOfGemm(gemm, slot)) {
         fold.kind = GemmEpilogueKind::bias_grad;
-        if (slotFill)
-          fold.folded.push_back(slotFill);
-        fold.folded.push_back(insts[grad]);
+        fold.folded.push_back(insts[*before]);
         fold.kernels.push_back(k);
         fold.writes.push_back(slot);
         return fold;
       }
     }
-    if (gemm.getLdc() != gemm.getM())
+    if (next.empty() || gemm.getLdc() != gemm.getM())
       return std::nullopt;
+    Operation *first = insts[next[0]];
     bool betaZero = gemm.getBeta().convertToDouble() == 0;
     if (KernelOp k = biasAdd(gemm, first)) {
       fold.folded.push_back(first);
@@ -254,6 +249,66 @@ public:
   }
 
 private:
+  /// A bias_grad of the gemm's A after it (`next`: the instructions after
+  /// it that do device work), after a zero fill of exactly its slot where
+  /// the plan has one (ZeRO-2 fills a micro-batch's gradient slot right
+  /// before its first sum; the epilogue writes, so the fill folds too).
+  std::optional<Fold> biasGradAfter(Fold fold, unsigned stream,
+                                    ArrayRef<int64_t> next) const {
+    if (next.empty())
+      return std::nullopt;
+    ArrayRef<Operation *> insts = streams[stream];
+    int64_t grad = next[0];
+    FillOp slotFill;
+    if (auto fill = dyn_cast<FillOp>(insts[next[0]]);
+        fill && next.size() > 1 && fill.getValue().convertToDouble() == 0 &&
+        fill.getWrites().size() == 1) {
+      auto list = insts[next[1]]->getAttrOfType<ArrayAttr>("writes");
+      if (list && list.size() == 1 && list[0] == fill.getWrites()[0]) {
+        slotFill = fill;
+        grad = next[1];
+      }
+    }
+    KernelOp k = biasGradOfA(fold.gemm, insts[grad]);
+    if (!k)
+      return std::nullopt;
+    RangeAttr slot = range(cast<LaunchOp>(insts[grad]).getWrites(), 0);
+    if (!stillZeroFilled(stream, grad, slot) || !clearOfGemm(fold.gemm, slot))
+      return std::nullopt;
+    fold.kind = GemmEpilogueKind::bias_grad;
+    if (slotFill)
+      fold.folded.push_back(slotFill);
+    fold.folded.push_back(insts[grad]);
+    fold.kernels.push_back(k);
+    fold.writes.push_back(slot);
+    return fold;
+  }
+
+  /// A bias_grad of the gemm's A at most a few instructions before gemm
+  /// `index` that may run where the gemm does instead: no record_event lies
+  /// between (another stream could read the gradient before the gemm that
+  /// now writes it) and nothing between writes its dy or touches its slot.
+  std::optional<int64_t> biasGradBefore(GemmOp gemm, unsigned stream,
+                                        int64_t index) const {
+    constexpr int64_t kWindow = 8;
+    ArrayRef<Operation *> insts = streams[stream];
+    RangeAttr dy = range(gemm.getReads(), 0);
+    for (int64_t j = index - 1; j >= 0 && j >= index - kWindow; --j) {
+      Operation *op = insts[j];
+      if (isa<RecordEventOp>(op) || touches(op, "writes", dy))
+        return std::nullopt;
+      if (!biasGradOfA(gemm, op))
+        continue;
+      RangeAttr slot = range(cast<LaunchOp>(op).getWrites(), 0);
+      for (int64_t between = j + 1; between < index; ++between)
+        if (touches(insts[between], "reads", slot) ||
+            touches(insts[between], "writes", slot))
+          return std::nullopt;
+      return j;
+    }
+    return std::nullopt;
+  }
+
   const HappensBefore &order;
   BufferAccesses accesses;
   /// Each stream's instructions.
@@ -291,10 +346,17 @@ struct WeftFuseGemmEpiloguesPass
         continue;
       Matcher matcher(program, kernels, order);
       SmallVector<Fold, 0> folds;
+      // A bias_grad between two gemms of its dy folds into the first.
+      llvm::SmallPtrSet<Operation *, 16> claimed;
       for (unsigned s = 0; s < order.numStreams(); ++s)
         for (int64_t i = 0; i < order.numInstructions(s); ++i)
           if (std::optional<Fold> fold = matcher.match(s, i))
-            folds.push_back(std::move(*fold));
+            if (llvm::none_of(fold->folded, [&](Operation *op) {
+                  return claimed.count(op);
+                })) {
+              claimed.insert(fold->folded.begin(), fold->folded.end());
+              folds.push_back(std::move(*fold));
+            }
       for (const Fold &fold : folds) {
         switch (fold.kind) {
         case GemmEpilogueKind::bias:

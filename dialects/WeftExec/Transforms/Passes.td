@@ -91,7 +91,13 @@ def WeftFuseGemmEpilogues : Pass<"weft-fuse-gemm-epilogues",
       adds): the last write of it before on the stream is a fill of 0
       covering it, which folds too if it sits between them, and every
       write of it on another stream waits for the `bias_grad`:
-      `bias_grad`.
+      `bias_grad`. Such a `bias_grad` may also come before the gemm (a
+      row-parallel layer's replicated bias under tensor parallelism, whose
+      backward takes it first), at most 8 instructions back, with no
+      `record_event` between (another stream could read the gradient before
+      the gemm that now writes it), nothing between writing dy or touching
+      the gradient, and every write of it on another stream waiting for the
+      gemm.
 
     An output the epilogue adds may not overlap the gemm's operands.
   }];

@@ -167,3 +167,62 @@ module {
     }
   }
 }
+
+// -----
+
+// A row-parallel layer's replicated bias under tensor parallelism: its
+// backward takes the bias gradient before the weight gradient's gemm of the
+// same dy, which folds it (a release between is passed over). With a
+// record_event between, another stream could read the gradient before the
+// gemm that would now write it: it stays.
+
+// CHECK-LABEL: weftx.program @before
+// CHECK: weftx.fill bf16 0.000000e+00 writes(@g[0 +: 16])
+// CHECK-NEXT: weftx.fill bf16 0.000000e+00 writes(@z[0 +: 64])
+// CHECK-NEXT: weftx.release writes(@z[0 +: 64])
+// CHECK-NEXT: weftx.gemm bf16 trans_b m 8 n 4 k 4 {{.*}} epilogue bias_grad [@bias_grad] reads(@dy[0 +: 64], @x[0 +: 32]) writes(@dw[0 +: 64], @g[0 +: 16])
+// CHECK-NEXT: weftx.record_event 0
+// CHECK-LABEL: weftx.program @announced
+// CHECK: weftx.launch @bias_grad reads(@dy[0 +: 64]) writes(@g[0 +: 16])
+// CHECK-NEXT: weftx.record_event 0
+// CHECK-NEXT: weftx.gemm bf16 trans_b {{.*}} writes(@dw[0 +: 64])
+module {
+  weftx.mesh dp 1 pp 1 tp 2
+  weftx.group @tp world [[0, 1]]
+  weftx.kernel @bias_grad file "kernels/bias_grad.cu" constants {rows = 4 : i64, width = 8 : i64} source ""
+  weftx.program @before ranks [0] {
+    weftx.buffer @g persistent size 16 align 64 : bf16
+    weftx.buffer @dw persistent size 64 align 64 : bf16
+    weftx.buffer @x arena size 32 align 64 : bf16
+    weftx.buffer @dy arena size 64 align 64 : bf16
+    weftx.buffer @z arena size 64 align 64 : bf16
+    weftx.stream "compute" {
+      weftx.fill bf16 0.0 writes(@g[0 +: 16])
+      weftx.fill bf16 0.0 writes(@z[0 +: 64])
+      weftx.launch @bias_grad reads(@dy[0 +: 64]) writes(@g[0 +: 16])
+      weftx.release writes(@z[0 +: 64])
+      weftx.gemm bf16 trans_b m 8 n 4 k 4 lda 8 ldb 4 ldc 8 alpha 1.0 beta 0.0 reads(@dy[0 +: 64], @x[0 +: 32]) writes(@dw[0 +: 64])
+      weftx.record_event 0
+    }
+    weftx.stream "dp" {
+      weftx.wait_event 0
+      weftx.all_reduce sum 8 x bf16 on @tp reads(@g[0 +: 16]) writes(@g[0 +: 16])
+    }
+  }
+  weftx.program @announced ranks [1] {
+    weftx.buffer @g persistent size 16 align 64 : bf16
+    weftx.buffer @dw persistent size 64 align 64 : bf16
+    weftx.buffer @x arena size 32 align 64 : bf16
+    weftx.buffer @dy arena size 64 align 64 : bf16
+    weftx.stream "compute" {
+      weftx.fill bf16 0.0 writes(@g[0 +: 16])
+      weftx.launch @bias_grad reads(@dy[0 +: 64]) writes(@g[0 +: 16])
+      weftx.record_event 0
+      weftx.gemm bf16 trans_b m 8 n 4 k 4 lda 8 ldb 4 ldc 8 alpha 1.0 beta 0.0 reads(@dy[0 +: 64], @x[0 +: 32]) writes(@dw[0 +: 64])
+    }
+    weftx.stream "dp" {
+      weftx.wait_event 0
+      weftx.all_reduce sum 8 x bf16 on @tp reads(@g[0 +: 16]) writes(@g[0 +: 16])
+    }
+  }
+}

@@ -565,6 +565,36 @@ TEST(Time, GemmEpiloguesRemoveTheKernelsTheyFold) {
   EXPECT_DOUBLE_EQ(compute(unbiased, false), compute(unbiased, true));
 }
 
+TEST(Time, RowParallelBiasGradientsFoldUnlessSequenceParallel) {
+  // Under TP the row-parallel layers' bias adds (attention output, MLP down)
+  // follow the reduction and stay kernels, but their bias gradients read the
+  // same dy as the weight gradient's GEMM and fold into it (from before it):
+  // 2h elements read per token and layer. Under SP the bias gradient reads
+  // the shard and the GEMM the gathered gradient: nothing folds. So the
+  // epilogues' gain differs by exactly those 2h.
+  TrainingConfig training{64, 2048, Precision::BF16};
+  Cluster cluster = clusterPreset("dgx-h100-80g");
+  cluster.intraNodeBandwidthGBs = 1e12;
+  cluster.intraNodeLatencyUs = 0;
+  CostConstants k;
+  ModelSpec gpt = gpt1p3b();
+  auto gain = [&](bool sp) {
+    ParallelConfig c = tensorParallel(sp);
+    auto compute = [&](bool epilogues) {
+      TrainingConfig t = training;
+      t.gemmEpilogues = epilogues;
+      return CostModel(gpt, cluster, t, k).evaluate(c).time.compute;
+    };
+    return compute(false) - compute(true);
+  };
+  ParallelConfig c = tensorParallel(false);
+  double h = 2048, tokens = 2048.0 * c.microBatch;
+  double hbm = cluster.gpu.memoryBandwidthGBs * 1e9 * k.memoryBandwidthFraction;
+  double perElement = double(c.gradAccum) * gpt.numLayers * tokens * 2 / hbm;
+  EXPECT_GT(gain(true), 0);
+  EXPECT_NEAR(gain(false) - gain(true), 2 * h * perElement, 1e-6 * gain(false));
+}
+
 TEST(Time, ResidualNormsReadNeitherTheSumNorDx) {
   // Per token and layer two block ends: forward a, b -> sum, y instead of the
   // add and the norm apart (5h: the sum read back), backward x, dy, addend ->
