@@ -112,6 +112,8 @@ plan::Program gemmProgram(DType dtype, bool transA, bool transB, int64_t m,
   inst.dtype = dtype;
   inst.reads = {add("A", a), add("B", b)};
   inst.writes = {add("C", c)};
+  if (beta != 0)
+    inst.reads.push_back(inst.writes[0]); // C, read and written
   inst.gemm = {transA, transB, m, n, k, lda, ldb, ldc, 1.0, beta};
   program.arenaBytes = offset;
   program.streams.push_back({"compute", {inst}});
@@ -193,17 +195,6 @@ plan::BufferRange appendBuffer(plan::Program &program, plan::Region region,
   return plan::BufferRange{b.id, 0, bytes};
 }
 
-/// Empties `program` to one stream and `bundle` of its kernels; returns a
-/// maker of arena buffers in it (appendBuffer).
-auto clearProgram(plan::Bundle &bundle, plan::Program &program) {
-  program = {};
-  program.streams.resize(1);
-  bundle.kernels.clear();
-  return [&program](int64_t bytes, DType type) {
-    return appendBuffer(program, plan::Region::Arena, bytes, type);
-  };
-}
-
 /// y = W x (m outputs, n tokens, k inputs) then, as a linear layer lowers,
 /// y += bias in place (Tail::Bias), then an MLP's act = gelu(y)
 /// (Tail::GeluForward); or, as the MLP's backward, dy = W x then
@@ -213,8 +204,11 @@ struct LinearProgram {
   plan::Bundle bundle;
   plan::Program program;
   int64_t m = 64, n = 48, k = 32;
-  LinearProgram(DType dtype, DType biasType, Tail tail = Tail::Bias) {
-    program = gemmProgram(dtype, false, false, m, n, k, 0, 0);
+  /// `beta` 1: the gemm accumulates into its output (a weight gradient's
+  /// second micro-batch).
+  LinearProgram(DType dtype, DType biasType, Tail tail = Tail::Bias,
+                double beta = 0) {
+    program = gemmProgram(dtype, false, false, m, n, k, 0, beta);
     const plan::BufferRange y = program.streams[0].instructions[0].writes[0];
     auto add = [&](const char *name, plan::Region region, int64_t bytes,
                    DType type) {
@@ -1004,16 +998,24 @@ TEST(CudaGpu, CublasLtGemmMatchesCpu) {
 TEST(CudaGpu, GemmEpiloguesMatchCpu) {
   SKIP_WITHOUT_DEVICE();
   using Tail = LinearProgram::Tail;
-  for (auto [tail, erf] : {std::pair<Tail, bool>{Tail::Bias, false},
-                           {Tail::GeluForward, false},
-                           {Tail::GeluForward, true},
-                           {Tail::GeluBackward, false},
-                           {Tail::GeluBackward, true},
-                           {Tail::BiasGrad, false}})
+  struct Case {
+    Tail tail;
+    bool erf;
+    double beta; // 1: accumulating (the bias gradient still a fresh slot)
+  };
+  for (auto [tail, erf, beta] : {Case{Tail::Bias, false, 0},
+                                 {Tail::Bias, false, 1},
+                                 {Tail::GeluForward, false, 0},
+                                 {Tail::GeluForward, true, 0},
+                                 {Tail::GeluBackward, false, 0},
+                                 {Tail::GeluBackward, true, 0},
+                                 {Tail::BiasGrad, false, 0},
+                                 {Tail::BiasGrad, false, 1}})
     for (DType dtype : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(std::string(plan::toString(dtype)) + " tail " +
-                   std::to_string(int(tail)) + (erf ? " erf" : ""));
-      LinearProgram linear(dtype, dtype, tail);
+                   std::to_string(int(tail)) + (erf ? " erf" : "") + " beta " +
+                   std::to_string(int(beta)));
+      LinearProgram linear(dtype, dtype, tail, beta);
       if (erf)
         linear.bundle.kernels.back().constants["act"] =
             int64_t(kernels::Activation::GeluErf);
@@ -1025,11 +1027,12 @@ TEST(CudaGpu, GemmEpiloguesMatchCpu) {
       gpu->prepare(linear.bundle, fused);
       if (erf) {
         EXPECT_EQ(gpu->cublasEpilogues(), 0);
-      } else if (tail == Tail::BiasGrad) {
-        // Whether cuBLASLt has a BGRADA algorithm for this layout is known
-        // only here: printed; the results must agree either way.
-        std::printf("%s bias gradient in the gemm's epilogue: %s\n",
-                    plan::toString(dtype).data(),
+      } else if (tail == Tail::BiasGrad || beta != 0) {
+        // Whether cuBLASLt has a BGRADA algorithm for this layout (or an
+        // epilogue with beta 1) is known only here: printed; the results
+        // must agree either way.
+        std::printf("%s tail %d beta %g: epilogue in the gemm: %s\n",
+                    plan::toString(dtype).data(), int(tail), beta,
                     gpu->cublasEpilogues() ? "yes" : "no (the kernel after)");
       } else {
         EXPECT_EQ(gpu->cublasEpilogues(), 1);

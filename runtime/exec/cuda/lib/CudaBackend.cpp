@@ -558,6 +558,7 @@ DeviceBackend::~DeviceBackend() {
   }
   if (device_ >= 0)
     cudaDeviceSynchronize();
+  cudnn_.reset(); // its graphs' buffers and handle before the streams
   comms_.reset(); // ncclCommDestroy (a failed collective already aborted)
   if (graphExec_)
     cudaGraphExecDestroy(graphExec_);
@@ -1067,12 +1068,14 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
                                         stored.c, stored.c, pref, 1, &result,
                                         &returned);
   cublasLtMatmulPreferenceDestroy(pref);
-  // An epilogue cuBLASLt does not offer for the shape is no error: the
-  // caller runs the plain gemm and the kernels after it.
-  if (key.epilogue && (rc == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0))
+  // An epilogue cuBLASLt does not offer for the shape is no error, whatever
+  // status says so: the caller runs the plain gemm and the kernels after it.
+  bool offered = rc == CUBLAS_STATUS_SUCCESS && returned > 0 &&
+                 result.state == CUBLAS_STATUS_SUCCESS;
+  if (key.epilogue && !offered)
     return nullptr;
   check(rc, "cublasLtMatmulAlgoGetHeuristic", what);
-  if (returned == 0)
+  if (!offered)
     return nullptr;
   stored.algo = result.algo;
   stored.workspace = result.workspaceSize;
@@ -1121,6 +1124,18 @@ void DeviceBackend::prepareEpilogue(const plan::Program &program,
   } else if (kind == GemmEpilogue::DGelu) {
     aux = gemm.reads[extra];
   }
+  // cuBLASLt's bias, bias gradient and aux take D's type (cublasLt.h), its
+  // aux a leading dimension that is a multiple of 8; weft-fuse-gemm-epilogues
+  // only folds such operands, but a plan from elsewhere runs the folded
+  // kernels after the gemm instead.
+  auto fits = [&](const plan::BufferRange &range, int64_t elements) {
+    return program.buffers[size_t(range.buffer)].dtype == gemm.dtype &&
+           range.bytes >= elements * plan::elementBytes(gemm.dtype);
+  };
+  if (!fits(output, key.m * key.n) ||
+      (kind != GemmEpilogue::DGelu && !fits(bias, key.m)) ||
+      (usesAux(kind) && (!fits(aux, key.m * key.n) || key.m % 8 != 0)))
+    return;
   GemmKey fused = key;
   fused.epilogue = kind;
   if (kind != GemmEpilogue::DGelu)
@@ -1667,15 +1682,35 @@ void DeviceBackend::endCapture() {
   if (!capturing_)
     throw Error(prefix() + "endCapture() without beginCapture()");
   std::string at = "graph capture";
-  capturing_ = false;
-  for (size_t s = 1; s < streams_.size(); ++s) {
-    check(cudaEventRecord(joinEvents_[s], streams_[s]), "cudaEventRecord", at);
-    check(cudaStreamWaitEvent(streams_[0], joinEvents_[s], 0),
-          "cudaStreamWaitEvent", at);
+  // Join every stream, then end the capture whatever failed, so that no
+  // stream stays in capture mode and no partial graph outlives an error.
+  cudaError_t joined = cudaSuccess;
+  const char *joinCall = "";
+  for (size_t s = 1; s < streams_.size() && joined == cudaSuccess; ++s) {
+    joinCall = "cudaEventRecord";
+    joined = cudaEventRecord(joinEvents_[s], streams_[s]);
+    if (joined == cudaSuccess) {
+      joinCall = "cudaStreamWaitEvent";
+      joined = cudaStreamWaitEvent(streams_[0], joinEvents_[s], 0);
+    }
   }
-  check(cudaStreamEndCapture(streams_[0], &graph_), "cudaStreamEndCapture", at);
-  check(cudaGraphInstantiate(&graphExec_, graph_, 0), "cudaGraphInstantiate",
-        at);
+  cudaGraph_t graph = nullptr;
+  cudaError_t ended = cudaStreamEndCapture(streams_[0], &graph);
+  capturing_ = false;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t instantiated = joined == cudaSuccess && ended == cudaSuccess
+                                 ? cudaGraphInstantiate(&exec, graph, 0)
+                                 : cudaSuccess;
+  if (joined != cudaSuccess || ended != cudaSuccess ||
+      instantiated != cudaSuccess) {
+    if (graph)
+      cudaGraphDestroy(graph);
+    check(joined, joinCall, at);
+    check(ended, "cudaStreamEndCapture", at);
+    check(instantiated, "cudaGraphInstantiate", at);
+  }
+  graph_ = graph;
+  graphExec_ = exec;
 }
 
 void DeviceBackend::dropGraph() {

@@ -56,7 +56,17 @@ namespace fe = cudnn_frontend;
 namespace {
 
 // Tensor uids: the variant pack maps them to the kernel's operands.
-enum Uid : int64_t { Q = 1, K, V, O, Stats, DO, DQ, DK, DV };
+enum Uid : int64_t { Q = 1, K, V, O, Stats, DO, DQ, DK, DV, SeqLenQ, SeqLenKV };
+
+/// cuDNN up to 9.15 masks a backward whose key count is not a multiple of
+/// 128 with a padding mask the frontend adds itself, copying its sequence
+/// lengths from a temporary host vector at every execute(): under graph
+/// capture a replay would read freed memory. Such backwards declare the
+/// padding mask themselves, the lengths (all `seq`) in device memory written
+/// once at prepare().
+bool needsOwnPaddingMask(const AttentionDims &d) {
+  return d.seq % 128 != 0 && fe::detail::get_backend_version() <= 91500;
+}
 
 using Key = std::tuple<bool, HalfType, int64_t, int64_t, int64_t, int64_t,
                        int64_t, bool, double>;
@@ -90,6 +100,17 @@ struct CudnnAttentionGraph {
   fe::graph::Graph graph;
   bool backward = false;
   int64_t workspace = 0;
+  /// The padding mask's sequence lengths (needsOwnPaddingMask), batch ints
+  /// on the device, shared by the query and key sides; else null.
+  int32_t *seqLens = nullptr;
+
+  CudnnAttentionGraph() = default;
+  CudnnAttentionGraph(const CudnnAttentionGraph &) = delete;
+  CudnnAttentionGraph &operator=(const CudnnAttentionGraph &) = delete;
+  ~CudnnAttentionGraph() {
+    if (seqLens)
+      (void)cudaFree(seqLens);
+  }
 };
 
 struct CudnnAttention::Impl {
@@ -99,6 +120,7 @@ struct CudnnAttention::Impl {
   std::unordered_map<int64_t, void *> pack; // reused by run()
 
   ~Impl() {
+    graphs.clear(); // their execution plans before the handle they use
     if (handle)
       (void)fe::detail::destroy_handle(handle);
     // The library stays loaded: the frontend caches symbols from it.
@@ -219,6 +241,31 @@ const CudnnAttentionGraph *CudnnAttention::prepare(bool backward, HalfType type,
                        .set_causal_mask(d.causal)
                        .set_attn_scale(scale)
                        .set_deterministic_algorithm(true);
+    if (needsOwnPaddingMask(d)) {
+      std::vector<int32_t> seqs(size_t(d.batch), int32_t(d.seq));
+      size_t bytes = seqs.size() * sizeof(int32_t);
+      cudaError_t rc =
+          cudaMalloc(reinterpret_cast<void **>(&built->seqLens), bytes);
+      if (rc == cudaSuccess)
+        rc = cudaMemcpy(built->seqLens, seqs.data(), bytes,
+                        cudaMemcpyHostToDevice);
+      if (rc != cudaSuccess) {
+        why = std::string("sequence lengths for the padding mask: ") +
+              cudaGetErrorString(rc);
+        return nullptr; // not cached: a device error, not cuDNN's refusal
+      }
+      auto lengths = [&](const char *name, Uid uid) {
+        return g.tensor(fe::graph::Tensor_attributes()
+                            .set_name(name)
+                            .set_uid(uid)
+                            .set_dim({d.batch, 1, 1, 1})
+                            .set_stride({1, 1, 1, 1})
+                            .set_data_type(fe::DataType_t::INT32));
+      };
+      options.set_padding_mask(true)
+          .set_seq_len_q(lengths("seq_len_q", SeqLenQ))
+          .set_seq_len_kv(lengths("seq_len_kv", SeqLenKV));
+    }
     auto [dQ, dK, dV] = g.sdpa_backward(q, k, v, o, dO, stats, options);
     output(dQ, DQ, d.heads);
     output(dK, DK, d.kvHeads);
@@ -266,6 +313,8 @@ std::string CudnnAttention::run(const CudnnAttentionGraph &graph,
                    : bind(forwardReads, reads) && bind(forwardWrites, writes);
   if (!bound)
     return "wrong operand count for cuDNN attention";
+  if (graph.seqLens)
+    pack[SeqLenQ] = pack[SeqLenKV] = graph.seqLens;
   try {
     if (cudnnStatus_t rc = fe::detail::set_stream(impl_->handle, stream);
         rc != CUDNN_STATUS_SUCCESS)

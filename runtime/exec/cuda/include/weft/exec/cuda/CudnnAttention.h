@@ -13,7 +13,9 @@
 // libcudnn is dlopen'ed (the frontend's dynamic loading), so the binaries
 // start where it is missing and the backend keeps its own kernels. Graphs are
 // built once per (direction, type, dims) at prepare(); run() only enqueues,
-// and is safe under CUDA graph capture.
+// and is safe under CUDA graph capture (a backward cuDNN <= 9.15 would mask
+// with host-side sequence lengths declares its padding mask, lengths on the
+// device).
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_CUDA_CUDNNATTENTION_H
