@@ -23,24 +23,28 @@ namespace plan = weft::plan;
 
 namespace {
 
-/// The weftx.config dictionary as JSON (nested dictionaries become objects).
-nlohmann::json configToJson(DictionaryAttr config) {
-  nlohmann::json out = nlohmann::json::object();
-  for (NamedAttribute entry : config) {
-    std::string key = entry.getName().str();
-    Attribute value = entry.getValue();
-    if (auto nested = dyn_cast<DictionaryAttr>(value))
-      out[key] = configToJson(nested);
-    else if (auto flag = dyn_cast<BoolAttr>(value))
-      out[key] = flag.getValue();
-    else if (auto integer = dyn_cast<IntegerAttr>(value))
-      out[key] = integer.getInt();
-    else if (auto real = dyn_cast<FloatAttr>(value))
-      out[key] = real.getValueAsDouble();
-    else
-      out[key] = cast<StringAttr>(value).str();
+/// A weftx.config value as JSON (dictionaries become objects, arrays
+/// arrays; the dialect verified that nothing else occurs).
+nlohmann::json configToJson(Attribute value) {
+  if (auto nested = dyn_cast<DictionaryAttr>(value)) {
+    nlohmann::json out = nlohmann::json::object();
+    for (NamedAttribute entry : nested)
+      out[entry.getName().str()] = configToJson(entry.getValue());
+    return out;
   }
-  return out;
+  if (auto array = dyn_cast<ArrayAttr>(value)) {
+    nlohmann::json out = nlohmann::json::array();
+    for (Attribute element : array)
+      out.push_back(configToJson(element));
+    return out;
+  }
+  if (auto flag = dyn_cast<BoolAttr>(value))
+    return flag.getValue();
+  if (auto integer = dyn_cast<IntegerAttr>(value))
+    return integer.getInt();
+  if (auto real = dyn_cast<FloatAttr>(value))
+    return real.getValueAsDouble();
+  return cast<StringAttr>(value).str();
 }
 
 llvm::Error makeError(const llvm::Twine &message) {

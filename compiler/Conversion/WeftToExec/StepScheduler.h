@@ -81,6 +81,8 @@ struct Parallel {
           virtualStages = 1, prefetchDepth = 0, bucketBytes = 0;
   bool sequenceParallel = false;
   std::string recompute = "none", schedule = "1f1b";
+  /// Blocks per virtual stage, in stage order (pp x virtual_stages).
+  SmallVector<int64_t> layersPerStage;
 };
 
 /// The forward and backward function of one virtual pipeline stage.

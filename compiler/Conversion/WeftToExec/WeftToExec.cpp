@@ -45,6 +45,12 @@ static Attribute jsonToAttribute(Builder &builder,
           builder.getNamedAttr(key, jsonToAttribute(builder, item)));
     return builder.getDictionaryAttr(entries);
   }
+  if (const llvm::json::Array *array = value.getAsArray()) {
+    SmallVector<Attribute> elements;
+    for (const llvm::json::Value &element : *array)
+      elements.push_back(jsonToAttribute(builder, element));
+    return builder.getArrayAttr(elements);
+  }
   if (std::optional<bool> flag = value.getAsBoolean())
     return builder.getBoolAttr(*flag);
   if (std::optional<int64_t> integer = value.getAsInteger())
@@ -145,6 +151,9 @@ LogicalResult BundleScheduler::readParallel() {
     par.schedule = schedule.str();
   if (auto sequenceParallel = dict.getAs<BoolAttr>("sequence_parallel"))
     par.sequenceParallel = sequenceParallel.getValue();
+  if (auto layers = dict.getAs<DenseI64ArrayAttr>("layers_per_stage"))
+    par.layersPerStage.assign(layers.asArrayRef().begin(),
+                              layers.asArrayRef().end());
   // What this scheduler implements (docs/lowering.md, status).
   if (par.zero < 0 || par.zero > 3)
     return forward.emitError("weft-schedule: unknown ZeRO stage ") << par.zero;
@@ -279,6 +288,13 @@ LogicalResult BundleScheduler::setBundleAttributes() {
   if (par.pp > 1) {
     config.set("schedule", builder.getStringAttr(par.schedule));
     config.set("virtual_stages", i64(par.virtualStages));
+  }
+  // weft-inspect's "layers per stage" (one entry per virtual stage).
+  if (!par.layersPerStage.empty()) {
+    SmallVector<Attribute> layers;
+    for (int64_t n : par.layersPerStage)
+      layers.push_back(i64(n));
+    config.set("layers_per_stage", builder.getArrayAttr(layers));
   }
   if (!options.clusterJson.empty()) {
     llvm::Expected<llvm::json::Value> cluster =

@@ -63,21 +63,26 @@ LogicalResult TrainingAttr::verify(
 
 /// The bundle metadata lives on the module; the training geometry and the
 /// prediction are checked against the mesh and the programs here.
-/// Configuration entries are JSON-like: scalars, or dictionaries of them
-/// (e.g. the cluster description weft-inspect simulates on).
+/// Configuration entries are JSON-like: scalars, arrays and dictionaries of
+/// them (e.g. the cluster description weft-inspect simulates on).
+static bool isConfigValue(Attribute value) {
+  if (auto nested = dyn_cast<DictionaryAttr>(value))
+    return llvm::all_of(nested, [](NamedAttribute entry) {
+      return isConfigValue(entry.getValue());
+    });
+  if (auto array = dyn_cast<ArrayAttr>(value))
+    return llvm::all_of(array, isConfigValue);
+  return isa<IntegerAttr, FloatAttr, BoolAttr, StringAttr>(value);
+}
+
 static LogicalResult verifyConfigEntries(Operation *op, StringRef name,
                                          DictionaryAttr config) {
-  for (NamedAttribute entry : config) {
-    if (auto nested = dyn_cast<DictionaryAttr>(entry.getValue())) {
-      if (failed(verifyConfigEntries(op, name, nested)))
-        return failure();
-      continue;
-    }
-    if (!isa<IntegerAttr, FloatAttr, BoolAttr, StringAttr>(entry.getValue()))
+  for (NamedAttribute entry : config)
+    if (!isConfigValue(entry.getValue()))
       return op->emitError()
              << "'" << name << "' entry '" << entry.getName().getValue()
-             << "' must be an integer, float, bool, string or dictionary";
-  }
+             << "' must be an integer, float, bool, string, "
+                "array or dictionary";
   return success();
 }
 

@@ -137,17 +137,38 @@ std::vector<BufferFacts> analyzeBuffers(const plan::Bundle &bundle,
         facts[size_t(shard.buffer)].params = true;
 
   // Gathered copies of parameters, and the sources of gradients (what a
-  // reduction or a copy turns into one, and what a gradient is
-  // reduce-scattered into), to a fixed point (chains are short: shard ->
-  // gathered; gradient -> bucket -> shard).
+  // reduction, a copy or an in-place add turns into one, and what a
+  // gradient is reduce-scattered into), to a fixed point (chains are short:
+  // shard -> gathered; gradient -> bucket -> shard).
   auto holdsParams = [&](size_t b) {
     return (facts[b].params || facts[b].masterParams) &&
            !facts[b].optimizerState;
+  };
+  // A kernel adding a same-sized range into its output in place (reads
+  // {out, addend}, writes {out}): ZeRO-2/3 add a later micro-batch's
+  // reduce-scattered staging buffer into the shard that way.
+  auto addendOf =
+      [](const plan::Instruction &inst) -> const plan::BufferRange * {
+    if (inst.opcode != Opcode::Kernel || inst.reads.size() != 2 ||
+        inst.writes.size() != 1)
+      return nullptr;
+    const plan::BufferRange &out = inst.writes[0];
+    for (size_t i = 0; i < 2; ++i)
+      if (inst.reads[i] == out && inst.reads[1 - i].bytes == out.bytes &&
+          inst.reads[1 - i].buffer != out.buffer)
+        return &inst.reads[1 - i];
+    return nullptr;
   };
   for (bool changed = true; changed;) {
     changed = false;
     for (const plan::Stream &stream : program.streams)
       for (const plan::Instruction &inst : stream.instructions) {
+        if (const plan::BufferRange *addend = addendOf(inst))
+          if (facts[size_t(inst.writes[0].buffer)].gradients &&
+              !facts[size_t(addend->buffer)].gradients) {
+            facts[size_t(addend->buffer)].gradients = true;
+            changed = true;
+          }
         bool feeds = inst.opcode == Opcode::AllReduce ||
                      inst.opcode == Opcode::ReduceScatter ||
                      inst.opcode == Opcode::Copy;

@@ -1245,8 +1245,8 @@ module attributes {weftx.model = "gpt2"} {
 
 // -----
 
-// expected-error @+1 {{'weftx.config' entry 'x' must be an integer, float, bool, string or dictionary}}
-module attributes {weftx.config = {x = [1]}} {
+// expected-error @+1 {{'weftx.config' entry 'x' must be an integer, float, bool, string, array or dictionary}}
+module attributes {weftx.config = {x = [1, {y = i32}]}} {
   weftx.mesh dp 1 pp 1 tp 1
   weftx.program @r0 ranks [0] {
     weftx.stream "compute" {

@@ -11,7 +11,7 @@
 // gradient norm and AdamW, which reads it to clip. The module
 // holds no L1 left.
 
-// CHECK: module attributes {weftx.config = {bucket_bytes = 0 : i64, dp = 2 : i64, grad_accum = 2 : i64, micro_batch = 1 : i64, pp = 1 : i64, recompute = "none", tp = 1 : i64, zero = 0 : i64}, weftx.model = #weftx.model<name = "gpt2_tiny", family = "gpt2_tiny">
+// CHECK: module attributes {weftx.config = {bucket_bytes = 0 : i64, dp = 2 : i64, grad_accum = 2 : i64, layers_per_stage = [2], micro_batch = 1 : i64, pp = 1 : i64, recompute = "none", tp = 1 : i64, zero = 0 : i64}, weftx.model = #weftx.model<name = "gpt2_tiny", family = "gpt2_tiny">
 // CHECK-SAME: weftx.training = #weftx.training<global_batch = 4, seq_len = 8, precision = "fp32", micro_batch = 1, grad_accum = 2, steps_per_plan = 1, lr = 1.0{{0*}}e-02
 // CHECK-NOT: func.func
 // CHECK: weftx.mesh dp 2 pp 1 tp 1

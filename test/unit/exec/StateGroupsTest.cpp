@@ -205,6 +205,60 @@ TEST(StateGroups, AReduceScatterOfGradientsWritesGradients) {
   EXPECT_FALSE(facts[2].gradients);
 }
 
+TEST(StateGroups, AnAddIntoTheShardMakesItsAddendAndItsSourceGradients) {
+  // What a compiled ZeRO-2 plan does with a later micro-batch: the backward
+  // writes its gradient, a reduce-scatter moves it into a staging buffer and
+  // an in-place add folds that into the shard the optimizer reads. Only the
+  // shard is known as a gradient (grad_norm reads it); the add makes the
+  // staging buffer one, the reduce-scatter then its source. A kernel that
+  // writes a gradient from other inputs (a weight-gradient kernel) does not
+  // make its inputs gradients.
+  using namespace weft::plan;
+  Bundle bundle;
+  Program program;
+  auto add = [&](int64_t offset, int64_t size) {
+    Buffer b;
+    b.id = int64_t(program.buffers.size());
+    b.name = "x" + std::to_string(b.id);
+    b.region = Region::Arena;
+    b.offset = offset;
+    b.size = size;
+    program.buffers.push_back(b);
+    return BufferRange{b.id, 0, size};
+  };
+  BufferRange microBatch = add(0, 128), staging = add(128, 64),
+              shard = add(192, 64), norm = add(256, 4), input = add(260, 64);
+  Instruction backward;
+  backward.opcode = Opcode::Kernel;
+  backward.reads = {input};
+  backward.writes = {microBatch};
+  Instruction scatter;
+  scatter.opcode = Opcode::ReduceScatter;
+  scatter.reads = {microBatch};
+  scatter.writes = {staging};
+  Instruction accumulate;
+  accumulate.opcode = Opcode::Kernel;
+  accumulate.reads = {shard, staging};
+  accumulate.writes = {shard};
+  Instruction fromInput;
+  fromInput.opcode = Opcode::Kernel;
+  fromInput.reads = {shard, input};
+  fromInput.writes = {shard};
+  fromInput.reads[1].bytes = 32; // not an element-wise addend of the shard
+  Instruction gradNorm;
+  gradNorm.opcode = Opcode::GradNorm;
+  gradNorm.reads = {shard};
+  gradNorm.writes = {norm};
+  program.streams.push_back(
+      {"compute", {backward, scatter, accumulate, fromInput, gradNorm}});
+  std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
+  ASSERT_EQ(facts.size(), 5u);
+  EXPECT_TRUE(facts[0].gradients);  // the micro-batch's gradient
+  EXPECT_TRUE(facts[1].gradients);  // the staging buffer
+  EXPECT_TRUE(facts[2].gradients);  // the shard
+  EXPECT_FALSE(facts[4].gradients); // the backward's input
+}
+
 TEST(StateGroups, EveryMemberOfACollectiveCounts) {
   // A gradient bucket reduce-scattered as members: member 1's input is a
   // gradient (grad_norm reads it), so its staging output holds gradients
