@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +35,7 @@ const char *const kUsage =
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
     "                [--device-times]\n"
-    "                [--watchdog-s SECONDS] [--quiet]\n"
+    "                [--watchdog-s SECONDS] [--quiet] [--unverified]\n"
     "                [--save-weights-every K] [--offload-between-steps "
     "GROUPS|all]\n"
     "                [--offload-to pinned|pageable]\n"
@@ -107,6 +109,22 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       continue;
     }
     if (arg.rfind("--", 0) == 0) {
+      static const char *const kValueFlags[] = {"--data",
+                                                "--backend",
+                                                "--metrics",
+                                                "--trace",
+                                                "--checkpoint-dir",
+                                                "--kernel-cache",
+                                                "--offload-to",
+                                                "--offload-between-steps",
+                                                "--steps",
+                                                "--seed",
+                                                "--checkpoint-every",
+                                                "--watchdog-s",
+                                                "--save-weights-every"};
+      if (std::find(std::begin(kValueFlags), std::end(kValueFlags), arg) ==
+          std::end(kValueFlags))
+        return "unknown option " + arg;
       if (i + 1 >= args.size())
         return arg + " expects a value";
       const std::string &value = args[++i];
@@ -150,8 +168,7 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
           cli.saveWeightsEvery = int64_t(x);
         else
           cli.session.watchdogSeconds = x;
-      } else
-        return "unknown option " + arg;
+      }
       continue;
     }
     if (!cli.session.bundleDir.empty())
@@ -166,6 +183,22 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
       cli.checkpointDir.empty())
     return "--checkpoint-every, --save-weights-every and --resume need "
            "--checkpoint-dir D";
+  // Output files fail here, before any rank opens the bundle, not after
+  // the steps they record.
+  for (auto [flag, path] : {std::pair<const char *, const std::string *>{
+                                "--metrics", &cli.metricsPath},
+                            {"--trace", &cli.tracePath}}) {
+    if (path->empty())
+      continue;
+    std::error_code ec;
+    std::filesystem::path file(*path);
+    if (std::filesystem::is_directory(file, ec))
+      return std::string(flag) + " " + *path + ": is a directory";
+    std::filesystem::path parent = file.parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+      return std::string(flag) + " " + *path + ": no directory " +
+             parent.string();
+  }
   if (cli.session.deviceTimes && cli.tracePath.empty())
     return "--device-times times the instructions of --trace trace.json: "
            "give --trace";
@@ -485,9 +518,12 @@ int main(int argc, char **argv) {
   if (std::optional<std::string> error = parse(argc, argv, cli)) {
     // Every rank parsed the same arguments; rank 0 explains.
     if (rank == 0) {
-      if (!error->empty())
-        std::fprintf(stderr, "weft-run: error: %s\n", error->c_str());
-      std::fputs(kUsage, error->empty() ? stdout : stderr);
+      if (error->empty())
+        std::fputs(kUsage, stdout);
+      else // one line: the usage is --help's
+        std::fprintf(stderr,
+                     "weft-run: error: %s (weft-run --help for usage)\n",
+                     error->c_str());
     }
     status = error->empty() ? 0 : 2;
   } else {

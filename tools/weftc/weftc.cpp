@@ -227,8 +227,8 @@ cl::opt<int64_t> zero3MaxLiveBytes(
 cl::opt<int64_t> maxLiveGradBytes(
     "max-live-grad-bytes",
     cl::desc("ZeRO-2/3: bound on micro-batch gradient bytes not yet known "
-             "reduce-scattered (0: the largest parameter gradient plus twice "
-             "the second largest)"),
+             "reduce-scattered (0: the largest parameter gradient plus three "
+             "times the second largest)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
 cl::opt<int64_t> bucketBytes(
     "bucket-bytes",

@@ -129,7 +129,7 @@ def WeftSchedule : Pass<"weft-schedule", "::mlir::ModuleOp"> {
     Option<"maxLiveGatheredBytes", "max-live-gathered-bytes", "int64_t", "0",
            "ZeRO-3: a gather is not issued while the gathered bytes not yet "
            "released would exceed this; 0: the largest gather plus "
-           "prefetch-depth times the second largest">,
+           "prefetch-depth + 1 times the second largest">,
     Option<"maxLiveGradBytes", "max-live-grad-bytes", "int64_t", "0",
            "ZeRO-2/3: compute does not start a parameter's micro-batch "
            "gradient while the gradients not yet known reduce-scattered "

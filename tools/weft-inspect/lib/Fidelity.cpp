@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -56,8 +57,9 @@ double nonNegativeField(const json &object, const char *key,
 MeasuredStep readMeasuredTrace(const std::string &path,
                                const plan::Bundle &bundle,
                                std::optional<int64_t> step) {
+  std::error_code ec;
   std::ifstream file(path);
-  if (!file)
+  if (!file || std::filesystem::is_directory(path, ec))
     throw plan::Error(path + ": cannot read the trace");
   json root = json::parse(file, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded())
