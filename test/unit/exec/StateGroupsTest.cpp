@@ -173,14 +173,7 @@ TEST(StateGroups, AReduceScatterOfGradientsWritesGradients) {
   Bundle bundle;
   Program program;
   auto add = [&](int64_t offset, int64_t size) {
-    Buffer b;
-    b.id = int64_t(program.buffers.size());
-    b.name = "x" + std::to_string(b.id);
-    b.region = Region::Arena;
-    b.offset = offset;
-    b.size = size;
-    program.buffers.push_back(b);
-    return BufferRange{b.id, 0, size};
+    return addBuffer(program, Region::Arena, offset, size);
   };
   BufferRange grad = add(0, 128);  // the backward writes it
   BufferRange part = add(128, 64); // the reduce-scatter's output
@@ -217,14 +210,7 @@ TEST(StateGroups, AnAddIntoTheShardMakesItsAddendAndItsSourceGradients) {
   Bundle bundle;
   Program program;
   auto add = [&](int64_t offset, int64_t size) {
-    Buffer b;
-    b.id = int64_t(program.buffers.size());
-    b.name = "x" + std::to_string(b.id);
-    b.region = Region::Arena;
-    b.offset = offset;
-    b.size = size;
-    program.buffers.push_back(b);
-    return BufferRange{b.id, 0, size};
+    return addBuffer(program, Region::Arena, offset, size);
   };
   BufferRange microBatch = add(0, 128), staging = add(128, 64),
               shard = add(192, 64), norm = add(256, 4), input = add(260, 64);
