@@ -170,8 +170,11 @@ logitGrad(S s, std::int64_t rows, std::int64_t vocab, std::int64_t vocabStart,
 /// validColumns real words, the rest padding): the row's loss term (lse -
 /// target logit, 0 if ignored) into term[r] and, with dLogits (may alias
 /// logits), the row's gradient times `factor` (0 on padding). Each thread
-/// reads the target logit before the row's reductions, which every thread of
-/// the group finishes before any writes a gradient, so aliasing is safe.
+/// reads the target logit before the row's reductions, and the group meets
+/// at a barrier before any thread writes a gradient, so aliasing is safe (a
+/// warp's reductions are shuffles, which order no memory: without the
+/// barrier lane 0's read of the target logit could be moved after another
+/// lane's store of its gradient).
 template <typename G, typename S>
 __global__ void __launch_bounds__(G::kThreads)
     lossRows(S s, std::int64_t rows, std::int64_t vocab,
@@ -190,6 +193,7 @@ __global__ void __launch_bounds__(G::kThreads)
       term[r] = valid ? lse - targetLogit : 0.0f;
     if (!dLogits)
       continue;
+    G::sync(); // every read of the row before the first gradient's store
     typename S::Elem *dRow = dLogits + r * vocab;
     float scale = valid ? 1.0f / float(*validCount) : 0.0f;
     for (std::int64_t c = G::lane(); c < vocab; c += G::kSize) {

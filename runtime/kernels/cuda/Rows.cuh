@@ -147,6 +147,14 @@ template <int kGroup> struct RowGroup {
     else
       return blockReduce(v, op);
   }
+  /// A barrier over the group that also orders its memory accesses (a
+  /// shuffle synchronizes lanes but orders no loads and stores).
+  __device__ static void sync() {
+    if constexpr (kGroup == kWarpSize)
+      __syncwarp();
+    else
+      __syncthreads();
+  }
 };
 
 /// A group's row read from memory on every pass: lane() visits columns

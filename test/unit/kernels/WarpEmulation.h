@@ -121,6 +121,9 @@ inline thread_local emulation::Dim3 threadIdx, blockIdx;
 inline emulation::Dim3 blockDim, gridDim;
 
 inline void __syncthreads() { emulation::block->wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  emulation::warp->barrier.wait();
+}
 
 /// Fibers switch only at barriers, so an integer add is atomic as it is.
 inline int atomicAdd(int *address, int value) {

@@ -926,7 +926,8 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
       widened = 0; // runs on the 16-bit operands themselves
     }
   // Kernel scratch first (kept 4-float aligned), then widened operands.
-  int64_t kernelScratch = resolved.entry->scratchFloats(resolved.constants);
+  int64_t kernelScratch = scratchFloatsOf(*resolved.entry, resolved.constants,
+                                          halfKernels_.count(&inst) != 0);
   if (options_.cudnnAttention && halfKernels_.count(&inst))
     prepareCudnnAttention(resolved, inst, kernelScratch, what);
   int64_t scratch = (kernelScratch + 63) / 64 * 64;
@@ -1358,8 +1359,9 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   call_.readIndices.clear();
   float *scratch = scratchOf(stream);
   call_.scratch = scratch;
-  if (!kernel.generated)
-    scratch += (kernel.entry->scratchFloats(kernel.constants) + 63) / 64 * 64;
+  if (!kernel.generated) // prepareKernel's layout: the fp32 path's scratch
+    scratch += (scratchFloatsOf(*kernel.entry, kernel.constants, false) + 63) /
+               64 * 64;
   WidenedCopies copies(scratch, widenedCopies_);
   auto widen = [&](const Operand &operand) -> float * {
     if (!isHalfFloat(operand.dtype))

@@ -506,7 +506,7 @@ std::vector<CudaKernelEntry> buildTable() {
        always, crossEntropyShardSumsHalf},
       // ids dOut in; dWte [dWpe] out.
       {"embedding_backward", embeddingBackwardScratch, embeddingBackwardRun,
-       0b10, 0b11, always, embeddingBackwardHalf},
+       0b10, 0b11, always, embeddingBackwardHalf, true},
       // (ids) wte [wpe] in.
       {"embedding_forward", none, embeddingForwardRun, 0b110, 0b1, always,
        embeddingForwardHalf},
@@ -516,10 +516,10 @@ std::vector<CudaKernelEntry> buildTable() {
        gatedForwardHalf},
       // x gamma (mean rstd) dy in; dx dGamma [dBeta] out.
       {"layer_norm_backward", normBackwardScratch, layerNormBackwardRun,
-       0b10011, 0b111, always, layerNormBackwardHalf},
+       0b10011, 0b111, always, layerNormBackwardHalf, true},
       // ... addend in; sum dGamma [dBeta] out.
       {"layer_norm_backward_add", normBackwardScratch, layerNormBackwardAddRun,
-       0b110011, 0b111, always, layerNormBackwardAddHalf},
+       0b110011, 0b111, always, layerNormBackwardAddHalf, true},
       // dOut in; dWpe out. x wpe in; out out.
       {"position_embedding_backward", none, positionEmbeddingBackwardRun, 0b1,
        0b1, always, positionEmbeddingBackwardHalf},
@@ -538,9 +538,9 @@ std::vector<CudaKernelEntry> buildTable() {
        0b011, always, residualRmsNormForwardHalf},
       // x gamma (rstd) dy in; dx dGamma out.
       {"rms_norm_backward", normBackwardScratch, rmsNormBackwardRun, 0b1011,
-       0b11, always, rmsNormBackwardHalf},
+       0b11, always, rmsNormBackwardHalf, true},
       {"rms_norm_backward_add", normBackwardScratch, rmsNormBackwardAddRun,
-       0b11011, 0b11, always, rmsNormBackwardAddHalf},
+       0b11011, 0b11, always, rmsNormBackwardAddHalf, true},
       // x gamma in; y (rstd) out.
       {"rms_norm_forward", none, rmsNormForwardRun, 0b11, 0b01, always,
        rmsNormForwardHalf},
@@ -550,8 +550,8 @@ std::vector<CudaKernelEntry> buildTable() {
        rotaryHalf<false>},
       // ids dOut in; dTable out. ids table in; out out.
       {"vocab_embedding_backward", vocabEmbeddingBackwardScratch,
-       vocabEmbeddingBackwardRun, 0b10, 0b1, always,
-       vocabEmbeddingBackwardHalf},
+       vocabEmbeddingBackwardRun, 0b10, 0b1, always, vocabEmbeddingBackwardHalf,
+       true},
       {"vocab_embedding_forward", none, vocabEmbeddingForwardRun, 0b10, 0b1,
        always, vocabEmbeddingForwardHalf},
   };

@@ -93,7 +93,16 @@ struct CudaKernelEntry {
   std::uint32_t halfReads = 0, halfWrites = 0;
   bool (*halfSupported)(const KernelConstants &) = nullptr;
   cudaError_t (*runHalf)(const CudaHalfCall &) = nullptr;
+  /// Only runHalf uses the scratch (the fp32 kernel needs none).
+  bool scratchOnlyHalf = false;
 };
+
+/// The scratch floats one launch of `entry` needs on the 16-bit path
+/// (`half`) or the fp32 one.
+inline int64_t scratchFloatsOf(const CudaKernelEntry &entry,
+                               const KernelConstants &constants, bool half) {
+  return entry.scratchOnlyHalf && !half ? 0 : entry.scratchFloats(constants);
+}
 
 /// The 16-bit type `entry`'s runHalf takes these operands in, if it does.
 std::optional<kernels::gpu::HalfType>
