@@ -78,12 +78,14 @@ fi
 if [ -f .gpu/mpi.tar.xz ]; then
   mkdir -p /tmp/weft-gpu-mpi && tar -C /tmp/weft-gpu-mpi -xJf .gpu/mpi.tar.xz
   export LD_LIBRARY_PATH=/tmp/weft-gpu-mpi/mpi/lib:$LD_LIBRARY_PATH
+  # mpirun for the multi-GPU cases (gpu-e2e.py), where there are GPUs enough.
+  [ -d /tmp/weft-gpu-mpi/mpi/bin ] && export PATH=/tmp/weft-gpu-mpi/mpi/bin:$PATH
   export OMPI_MCA_mca_base_component_path=/tmp/weft-gpu-mpi/mpi/openmpi3
   export PMIX_MCA_mca_base_component_path=/tmp/weft-gpu-mpi/mpi/pmix
   export OPAL_PKGDATADIR=/tmp/weft-gpu-mpi/mpi/help
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  # A singleton without mpirun: no orted to fork (none is staged).
+  # A singleton (the session tests, without mpirun) forks no orted.
   export OMPI_MCA_ess_singleton_isolated=1
 fi
 if ls .gpu/bin/* >/dev/null 2>&1; then

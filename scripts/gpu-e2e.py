@@ -17,6 +17,10 @@ headers) and this machine has no GPU:
         must agree within the precision's tolerance (fp32 1e-4 relative,
         half precision 1e-2 for the loss and 5e-2 for the gradient norm: issue
         6), and the loss must fall;
+      * multi-GPU cases (DP, TP and PP over 2 ranks through NCCL): where the
+        machine has as many GPUs, `mpirun -np N weft-run --backend cuda`
+        against `--backend cpu` as the agreement cases; else one visible
+        SKIP line each (NCCL refuses two ranks on one GPU);
       * throughput cases (GPT-2 with the baseline's 50304-word vocabulary,
         THROUGHPUT_MODELS): `--backend cuda` alone (and --no-graph), the median
         step time of the steps after warm-up, tokens/s and MFU against the
@@ -42,6 +46,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--cluster", os.path.join(ROOT, "test/lit/weftc/Inputs/cpu-sim-1.json"),
         "--global-batch", "4", "--seq-len", "32", "--lr", "3e-3",
         "--warmup-steps", "2", "--decay-steps", "20", "--dp", "1"]
+# Two ranks (the multi-GPU cases): the same, on a 2-GPU cluster.
+TINY2 = [f if f != TINY[1] else os.path.join(ROOT, "test/lit/weftc/Inputs/cpu-sim-2.json")
+         for f in TINY[:-2]]
 # name -> (kind, weftc compile arguments)
 CASES = {
     # Its generated kernels are also compiled ahead for the H100/H200 (a
@@ -78,6 +85,18 @@ CASES = {
     # A 263-word vocabulary: the logits' rows padded to 264 (aligned GEMMs).
     "gpt2-odd-bf16": ("agree", ["--model", "gpt2-odd", "--micro-batch", "4",
                                 "--precision", "bf16"] + TINY),
+    # Several GPUs, one rank each (NCCL: the unique id over MPI, group
+    # communicators split from the world): gradients all-reduced and the
+    # ZeRO-1 shards gathered, TP's activation all-reduces, PP's send/recv.
+    "gpt2-tiny-dp2-zero1-bf16": ("multi", ["--model", "gpt2-tiny", "--dp", "2",
+                                           "--zero", "1", "--micro-batch", "2",
+                                           "--precision", "bf16"] + TINY2),
+    "gpt2-tiny-tp2-fp32": ("multi", ["--model", "gpt2-tiny", "--tp", "2", "--dp", "1",
+                                     "--micro-batch", "4", "--precision", "fp32"]
+                           + TINY2),
+    "llama-tiny-pp2-bf16": ("multi", ["--model", "llama-tiny", "--pp", "2", "--dp", "1",
+                                      "--micro-batch", "1", "--schedule", "1f1b",
+                                      "--precision", "bf16"] + TINY2),
     # Also profiled with --device-times (gpu-check.sh, profile below).
     "gpt2-124m-bf16-b32": ("speed", ["--model", "@gpt2-124m", "--cluster", "h100-1gpu",
                                      "--global-batch", "32", "--micro-batch",
@@ -154,6 +173,7 @@ def stage(args):
             capture_output=True, text=True).stdout)
         role = summary["roles"][0]
         cases[name] = {"kind": kind, "precision": summary["training"]["precision"],
+                       "ranks": summary["mesh"]["world"],
                        "fatbins": "--cuda-arch" in flags,
                        "tokens_per_step": summary["training"]["global_batch"] *
                        summary["training"]["seq_len"],
@@ -195,14 +215,35 @@ class GpuMemorySampler:
         self.thread.join()
 
 
-def weft_run(tools, bundle, tokens, steps, metrics, log, *extra):
+def gpu_count():
+    """How many GPUs nvidia-smi lists (0 without it); $WEFT_E2E_GPUS
+    overrides it (a dry run of the multi-GPU cases' launch on a machine
+    without them: their CPU runs work, the CUDA ones fail)."""
+    if os.environ.get("WEFT_E2E_GPUS"):
+        return int(os.environ["WEFT_E2E_GPUS"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def mpirun(ranks):
+    """The launcher prefix for `ranks` processes (none for one)."""
+    if ranks == 1:
+        return []
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
+
+
+def weft_run(tools, bundle, tokens, steps, metrics, log, *extra, ranks=1):
     # The GEMM epilogues are the compiler's: their rows run the bundle's
     # twin compiled with them and the residual norms (stage()).
     if "--gemm-epilogues" in extra:
         extra = [e for e in extra if e != "--gemm-epilogues"]
         bundle += EPILOGUES
-    cmd = [os.path.join(tools, "weft-run"), bundle, "--data", tokens,
-           "--steps", str(steps), "--metrics", metrics] + list(extra)
+    cmd = mpirun(ranks) + [os.path.join(tools, "weft-run"), bundle, "--data", tokens,
+                           "--steps", str(steps), "--metrics", metrics] + list(extra)
     with open(log, "w") as out:
         try:
             rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
@@ -211,7 +252,9 @@ def weft_run(tools, bundle, tokens, steps, metrics, log, *extra):
             rc = f"timed out after {e.timeout} s"
     text = open(log).read()
     if rc != 0:
-        tail = text.strip().splitlines()[-3:]
+        # weft-run's own error line (under mpirun the tail is mpirun's).
+        errors = [l for l in text.splitlines() if l.startswith("weft-run: error:")]
+        tail = errors[:1] or text.strip().splitlines()[-3:]
         return None, f"{rc if isinstance(rc, str) else f'exit {rc}'}: " + " / ".join(tail)
     return [json.loads(line) for line in open(metrics)], text
 
@@ -234,15 +277,22 @@ def check(args):
     out = os.environ.get("OUT", "gpu-out")
     os.makedirs(out, exist_ok=True)
     failed, rows = 0, []
+    gpus = gpu_count()
     for name, case in cases.items():
-        kind = "speed" if case["kind"] == "speed-full" else case["kind"]
+        kind = {"speed-full": "speed", "multi": "agree"}.get(case["kind"], case["kind"])
         if (args.only and kind != args.only) or \
                 (args.quick and case["kind"] == "speed-full"):
             continue
         bundle = os.path.join(args.dir, name)
         log = lambda tag: (os.path.join(out, f"{name}.{tag}.jsonl"),
                            os.path.join(out, f"{name}.{tag}.log"))
-        if case["kind"] == "agree":
+        ranks = case.get("ranks", 1)
+        if case["kind"] == "multi" and gpus < ranks:
+            print(f"SKIP {name}: {ranks} ranks need {ranks} GPUs, this machine has "
+                  f"{gpus} (NCCL refuses two ranks on one GPU)")
+            rows.append((name, "skipped", f"needs {ranks} GPUs", ""))
+            continue
+        if kind == "agree":
             tolerance = 1e-4 if case["precision"] == "fp32" else 1e-2
             # Half-precision gradients are rounded to bf16/f16 element by
             # element (cuBLASLt and the CPU GEMM round different sums), so
@@ -270,14 +320,20 @@ def check(args):
                 # 16-bit kernels alone in cuda-fast with the epilogues.
                 variants = [v for v in variants
                             if v[0] not in ("cuda-nograph", "cuda-half")]
-            # The bundle's generated kernels instead of the library's (its
-            # fatbins, else NVRTC through a kernel cache in $OUT).
-            variants.append(("cuda-generated", [
-                "--backend", "cuda", "--generated-kernels", "--kernel-cache",
-                os.path.join(out, "kernel-cache")]))
+            if case["kind"] == "multi":
+                # The communication is what is new here: the default path
+                # and the fastest one.
+                variants = [v for v in variants
+                            if v[0] in ("cpu", "cuda", "cuda-fast", "cuda-epilogue")]
+            else:
+                # The bundle's generated kernels instead of the library's (its
+                # fatbins, else NVRTC through a kernel cache in $OUT).
+                variants.append(("cuda-generated", [
+                    "--backend", "cuda", "--generated-kernels", "--kernel-cache",
+                    os.path.join(out, "kernel-cache")]))
             for tag, extra in variants:
                 runs[tag], text = weft_run(args.tools, bundle, tokens, AGREE_STEPS,
-                                           *log(tag), *extra)
+                                           *log(tag), *extra, ranks=ranks)
                 if runs[tag] is None:
                     print(f"FAIL {name} {tag}: {text}")
                 elif tag == "cuda-generated":

@@ -20,6 +20,8 @@
 #                             libraries and help files: WeftCudaSessionTests
 #                             calls MPI_Init (Session needs MPI; world size
 #                             1, no mpirun). The other binaries never call it.
+#                             And mpirun (orterun, orted) for gpu-e2e.py's
+#                             multi-GPU cases where a machine has several.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${WEFT_BUILD_DIR:-build}
@@ -61,7 +63,14 @@ if [ -d "$ompi" ]; then
   [ -d "$pmix" ] && cp -L "$pmix"/*.so .gpu/mpi/pmix/ 2>/dev/null || true
   cp -L /usr/lib/x86_64-linux-gnu/openmpi/lib/libmca_common_*.so* .gpu/mpi/lib/ 2>/dev/null || true
   cp /usr/share/openmpi/help-*.txt .gpu/mpi/help/ 2>/dev/null || true
-  for f in .gpu/mpi/openmpi3/*.so .gpu/mpi/pmix/*.so; do
+  # mpirun (Open MPI 4: orterun; orted for other nodes) for the multi-GPU
+  # cases of gpu-e2e.py, where the machine has several GPUs.
+  mkdir -p .gpu/mpi/bin
+  for tool in orterun orted; do
+    [ -x "/usr/bin/$tool" ] && cp -L "/usr/bin/$tool" .gpu/mpi/bin/
+  done
+  ln -sf orterun .gpu/mpi/bin/mpirun
+  for f in .gpu/mpi/openmpi3/*.so .gpu/mpi/pmix/*.so .gpu/mpi/bin/orte*; do
     [ -e "$f" ] && ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
