@@ -329,7 +329,11 @@ struct CostModel::PerMicroBatch {
   double layerTpForward = 0, layerTpBackward = 0, layerTpRecompute = 0;
   double firstStageExtra = 0; // embedding, forward + backward
   double lastStageExtra = 0;  // final norm, LM head and loss
-  double pointToPoint = 0;    // one activation transfer between stages
+  /// The TP collectives inside the two above (the vocabulary-parallel
+  /// lookup's, the head input gradient's): stage time, but TP communication
+  /// in the breakdown.
+  double firstStageTp = 0, lastStageTp = 0;
+  double pointToPoint = 0; // one activation transfer between stages
   /// ZeRO-3: a layer's gathered matrices in the order the forward first
   /// uses them (q|k|v fused or q, k, v; the attention output; gate and up;
   /// down), which is their slot order; the backward uses them in reverse.
@@ -665,10 +669,11 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // Embedding: gather + position add forward, scatter-add backward (3h
   // elements each way); the vocabulary-parallel lookup ends in one TP
   // collective.
-  costs.firstStageExtra = tokens * 6 * h * e / hbm + tpCollective;
+  costs.firstStageTp = tpCollective;
+  costs.firstStageExtra = tokens * 6 * h * e / hbm + costs.firstStageTp;
   // Final norm (forward + backward), LM head GEMM (3 passes), vocabulary-
-  // parallel cross-entropy over fp32 logits (read half, write fp32, and back),
-  // one TP collective for the head input's gradient.
+  // parallel cross-entropy, one TP collective for the head input's gradient
+  // (what its weight gradient's GEMM does not hide).
   double vocabHere = double(ms.vocabSize) / t;
   double headShapeFlops = 2 * tokens * vocabHere * h;
   double head = ms.headFlopsPerToken * tokens / t *
@@ -677,9 +682,14 @@ CostModel::PerMicroBatch CostModel::stageCosts(const ParallelConfig &c) const {
   // their own precision; vocabulary-parallel, its three kernels read them
   // three times (row max, sums, then the gradient).
   double lossPasses = c.tp == 1 ? 2.0 : 4.0;
+  // The head input gradient's reduction runs on the tp stream under the
+  // head's weight-gradient GEMM (weft-overlap-tp-collectives), as the
+  // layers' column-parallel input gradients do.
+  costs.lastStageTp =
+      std::max(0.0, tpCollective - consts.commOverlapFraction * head);
   costs.lastStageExtra = 3 * head + tokens * 12 * h * e / hbm +
                          tokens * vocabHere * lossPasses * e / hbm +
-                         tpCollective;
+                         costs.lastStageTp;
 
   // Stage boundaries carry s*b*h/t (Megatron's scatter/gather optimisation);
   // a boundary crosses nodes when a pipeline spans more than one node.
@@ -1113,13 +1123,15 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   double m = double(c.gradAccum);
   double layers = double(stages.layersOn(slowest));
   double extra = slowestTime - layers * costs.layerTotal();
+  double extraTp = (slowest == 0 ? costs.firstStageTp : 0) +
+                   (slowest == c.pp - 1 ? costs.lastStageTp : 0);
   TimeBreakdown &time = est.time;
-  time.compute =
-      m * (layers * (costs.layerForward + costs.layerBackward) + extra);
+  time.compute = m * (layers * (costs.layerForward + costs.layerBackward) +
+                      extra - extraTp);
   time.recompute = m * layers * costs.layerRecompute;
-  time.tpComm =
-      m * layers *
-      (costs.layerTpForward + costs.layerTpBackward + costs.layerTpRecompute);
+  time.tpComm = m * (layers * (costs.layerTpForward + costs.layerTpBackward +
+                               costs.layerTpRecompute) +
+                     extraTp);
   time.bubble = bubbleFraction(c.schedule, c.pp, c.gradAccum, c.virtualStages) *
                 m * slowestTime;
   if (c.pp > 1) {
