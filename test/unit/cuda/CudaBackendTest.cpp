@@ -318,10 +318,11 @@ TEST(CudaHost, WorkspaceIsSizedPerStream) {
   EXPECT_EQ(layout.gemm[1], none);
   EXPECT_NE(layout.scratch[0], none);
   EXPECT_NE(layout.gemm[2], none);
-  // The communication stream costs its 256-byte accumulator only: 4000 B
-  // of scratch (256-aligned: 4096) + 2 GEMM workspaces + 256 B of scratch
-  // + 3 accumulators + the step scalars.
-  EXPECT_EQ(layout.totalBytes, size_t(4096 + 2 * gemm + 256 + 3 * 256 + 256));
+  // The communication stream costs its accumulator only: 4000 B of scratch
+  // (256-aligned: 4096) + 2 GEMM workspaces + 256 B of scratch + 3
+  // accumulators + the step scalars.
+  EXPECT_EQ(layout.totalBytes,
+            size_t(4096 + 2 * gemm + 256 + 3 * kAccumulatorBytes + 256));
   // Every piece 256-byte aligned, inside the allocation, and no two overlap.
   std::vector<std::pair<size_t, size_t>> pieces; // begin, end
   for (size_t s = 0; s < needs.size(); ++s) {
@@ -331,7 +332,8 @@ TEST(CudaHost, WorkspaceIsSizedPerStream) {
            layout.scratch[s] + size_t(needs[s].scratchFloats) * 4});
     if (layout.gemm[s] != none)
       pieces.push_back({layout.gemm[s], layout.gemm[s] + size_t(gemm)});
-    pieces.push_back({layout.accumulator[s], layout.accumulator[s] + 256});
+    pieces.push_back(
+        {layout.accumulator[s], layout.accumulator[s] + kAccumulatorBytes});
   }
   pieces.push_back({layout.stepScalars, layout.stepScalars + 256});
   std::sort(pieces.begin(), pieces.end());
@@ -343,7 +345,7 @@ TEST(CudaHost, WorkspaceIsSizedPerStream) {
     }
   }
   // Before, every stream reserved the largest scratch and a GEMM workspace.
-  size_t uniform = 3 * (4096 + size_t(gemm) + 256) + 256;
+  size_t uniform = 3 * (4096 + size_t(gemm) + kAccumulatorBytes) + 256;
   EXPECT_LT(layout.totalBytes, uniform);
   // No gemm workspace asked for: none anywhere.
   WorkspaceLayout noGemm = layoutWorkspace(needs, 0);

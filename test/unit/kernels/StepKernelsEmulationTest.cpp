@@ -1,8 +1,10 @@
 //===- StepKernelsEmulationTest.cpp - The optimizer step on the CPU -------===//
 //
-// The CUDA backend's one-pass AdamW (runtime/exec/cuda/lib/StepKernels.cuh)
-// under the warp emulator, with its launch geometry (256-thread blocks, a
-// partial last block): given the gradients' sum of squares it must clip
+// The CUDA backend's optimizer-phase kernels (runtime/exec/cuda/lib/
+// StepKernels.cuh) under the warp emulator: the sum of squares (block
+// partials, then one block adding them) against the CPU's, and the one-pass
+// AdamW with its launch geometry (256-thread blocks, a partial last block),
+// which, given the gradients' sum of squares, must clip
 // and skip exactly as the CPU backend does (kernels::clippedGradScale once,
 // then adamwElement per element), bit for bit, on fp32, bf16 and f16
 // gradients, with and without the 16-bit weight copy.
@@ -141,6 +143,46 @@ TEST(StepKernelsEmulation, AdamWClipsAndSkipsFromTheSumOfSquares) {
   for (std::size_t i = 0; i < wide.size(); ++i)
     adamwElement(step, wide[i], want.param[i], want.m[i], want.v[i]);
   EXPECT_EQ(got.param, want.param);
+}
+
+TEST(StepKernelsEmulation, SumOfSquaresAddsBlockPartialsInAFixedOrder) {
+  // grad_norm on the device: blocks striding over x write their partial sums
+  // (no atomics), one block adds them to the accumulator. Against the CPU's
+  // double sum, for fp32 and bf16 storage, over a grid that strides (3
+  // blocks for 5000 elements) and one that does not; and it accumulates
+  // (two operands of one grad_norm add into the same sum).
+  const std::int64_t n = 5000;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-3, 3);
+  std::vector<float> x(n);
+  std::vector<std::uint16_t> x16(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    x16[std::size_t(i)] = floatToBf16(dist(rng)).bits;
+    x[std::size_t(i)] = bf16ToFloat(BF16{x16[std::size_t(i)]});
+  }
+  double want = 0;
+  for (float v : x)
+    want += double(v) * double(v);
+  for (FloatStorage storage : {FloatStorage::F32, FloatStorage::BF16})
+    for (unsigned blocks :
+         {3u, unsigned((n + steps::kBlock - 1) / steps::kBlock)}) {
+      SCOPED_TRACE("storage " + std::to_string(int(storage)) + ", " +
+                   std::to_string(blocks) + " blocks");
+      const void *data = storage == FloatStorage::F32
+                             ? static_cast<const void *>(x.data())
+                             : x16.data();
+      std::vector<double> partials(blocks, -1.0);
+      double acc = 0;
+      for (int pass = 0; pass < 2; ++pass) {
+        emulation::launch(blocks, unsigned(steps::kBlock),
+                          steps::sumSquaresKernel, n, data, storage,
+                          partials.data());
+        emulation::launch(1u, unsigned(steps::kBlock), steps::addPartialsKernel,
+                          int(blocks),
+                          static_cast<const double *>(partials.data()), &acc);
+      }
+      EXPECT_NEAR(acc, 2 * want, 1e-12 * want);
+    }
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 
 #include "Internal.h"
 #include "StepKernels.cuh"
+#include "weft/exec/cuda/Workspace.h"
 #include "weft/kernels/Common.h"
 
 #include <cuda_runtime.h>
@@ -52,25 +53,6 @@ __global__ void finishLossKernel(const float *loss, float divisor,
                                  bool accumulate, float *out) {
   float part = *loss / divisor;
   *out = accumulate ? *out + part : part;
-}
-
-__global__ void sumSquaresKernel(int64_t n, const void *x, FloatStorage storage,
-                                 double *acc) {
-  __shared__ double partial[kBlock];
-  double sum = 0;
-  for (int64_t i = index1d(); i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    double v = double(load(x, i, storage));
-    sum += v * v;
-  }
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride)
-      partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0)
-    atomicAdd(acc, partial[0]);
 }
 
 __global__ void doubleToFloatKernel(const double *in, float *out) {
@@ -141,9 +123,13 @@ cudaError_t sumSquaresAccumulate(int64_t n, const void *x, FloatStorage storage,
   if (n == 0)
     return cudaSuccess;
   unsigned blocks = blocksFor(n);
-  if (blocks > 1024)
-    blocks = 1024; // grid-stride loop
-  sumSquaresKernel<<<blocks, kBlock, 0, stream>>>(n, x, storage, acc);
+  if (blocks > unsigned(steps::kSumBlocks))
+    blocks = steps::kSumBlocks; // grid-stride loop
+  double *partials = acc + kAccumulatorPartials;
+  steps::sumSquaresKernel<<<blocks, kBlock, 0, stream>>>(n, x, storage,
+                                                         partials);
+  steps::addPartialsKernel<<<1, kBlock, 0, stream>>>(int(blocks), partials,
+                                                     acc);
   return cudaGetLastError();
 }
 

@@ -34,7 +34,10 @@ cudaError_t scale(int64_t n, float *x, float factor, cudaStream_t stream);
 /// *out = (accumulate ? *out : 0) + *loss / divisor.
 cudaError_t finishLoss(const float *loss, float divisor, bool accumulate,
                        float *out, cudaStream_t stream);
-/// *acc += sum x[i]^2 (x stored as `storage`).
+/// *acc += sum x[i]^2 (x stored as `storage`), in a fixed order (the same
+/// bits on every run): `acc` is a workspace accumulator piece
+/// (Workspace.h's kAccumulatorBytes), whose doubles from
+/// kAccumulatorPartials on hold the blocks' partial sums.
 cudaError_t sumSquaresAccumulate(int64_t n, const void *x, FloatStorage storage,
                                  double *acc, cudaStream_t stream);
 cudaError_t doubleToFloat(const double *in, float *out, cudaStream_t stream);

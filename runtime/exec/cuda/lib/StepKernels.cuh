@@ -1,9 +1,10 @@
 //===- StepKernels.cuh - The CUDA backend's optimizer-phase kernels -------===//
 //
-// The clip and the one-pass AdamW of Helpers.cu, in a header so that
-// WeftWarpEmulationTests run them on the CPU (WEFT_WARP_EMULATION): the
-// overflow skip and the clip factor an optimizer_step derives from the
-// gradients' sum of squares on the device are checked on every machine.
+// The sum of squares, the clip and the one-pass AdamW of Helpers.cu, in a
+// header so that WeftWarpEmulationTests run them on the CPU
+// (WEFT_WARP_EMULATION): the gradients' sum of squares, and the overflow skip
+// and the clip factor an optimizer_step derives from it on the device, are
+// checked on every machine.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_CUDA_STEPKERNELS_CUH
@@ -49,6 +50,48 @@ __device__ inline void store(void *x, std::int64_t i, FloatStorage storage,
     static_cast<float *>(x)[i] = value;
     break;
   }
+}
+
+/// grad_norm's sum of squares in a fixed order, so that a clipped step is
+/// the same on every run: at most kSumBlocks blocks stride over x, each
+/// writes its block's sum (a fixed tree) into partials[block], then one
+/// block adds partials[0..blocks) in a fixed tree to *acc. No atomics.
+constexpr int kSumBlocks = 1024;
+
+__device__ inline double blockSum(double value) {
+  __shared__ double partial[kBlock];
+  partial[threadIdx.x] = value;
+  __syncthreads();
+  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return partial[0];
+}
+
+__global__ void sumSquaresKernel(std::int64_t n, const void *x,
+                                 FloatStorage storage, double *partials) {
+  double sum = 0;
+  for (std::int64_t i = index1d(); i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    double v = double(load(x, i, storage));
+    sum += v * v;
+  }
+  double total = blockSum(sum);
+  if (threadIdx.x == 0)
+    partials[blockIdx.x] = total;
+}
+
+/// One block: *acc += the sum of partials[0..blocks).
+__global__ void addPartialsKernel(int blocks, const double *partials,
+                                  double *acc) {
+  double sum = 0;
+  for (int b = threadIdx.x; b < blocks; b += blockDim.x)
+    sum += partials[b];
+  double total = blockSum(sum);
+  if (threadIdx.x == 0)
+    *acc += total;
 }
 
 /// `clip` (plans compiled before 2026-12-01): x *= maxNorm / sqrt(*sumSq)

@@ -22,7 +22,7 @@ WorkspaceLayout layoutWorkspace(const std::vector<StreamWorkspaceNeeds> &needs,
     layout.gemm.push_back(stream.gemms && gemmWorkspaceBytes > 0
                               ? take(size_t(gemmWorkspaceBytes))
                               : WorkspaceLayout::kNone);
-    layout.accumulator.push_back(take(256));
+    layout.accumulator.push_back(take(kAccumulatorBytes));
   }
   layout.stepScalars = take(256);
   layout.totalBytes = at;

@@ -4,7 +4,8 @@
 // the backend allocates, once at prepare(), per plan stream: kernel scratch
 // (the largest any kernel of the stream needs: its own scratch, cuDNN's
 // workspace, operands widened to fp32), a cuBLASLt workspace where the
-// stream runs gemms, and a 256-byte accumulator; then the step scalars.
+// stream runs gemms, and an accumulator (grad_norm's double sum, then the
+// partial sums of its up to 1024 blocks); then the step scalars.
 // Sizing each stream by its own instructions keeps streams that only
 // communicate (DP, TP, ZeRO) from reserving the compute stream's scratch.
 //
@@ -24,12 +25,17 @@ struct StreamWorkspaceNeeds {
   bool gemms = false;
 };
 
+/// A stream's accumulator: the double sum in its first 256 bytes, then one
+/// double per block of the sum of squares (StepKernels.cuh's kSumBlocks).
+constexpr size_t kAccumulatorPartials = 256 / sizeof(double);
+constexpr size_t kAccumulatorBytes = 256 + 1024 * sizeof(double);
+
 /// Byte offsets from the allocation's start, every piece 256-byte aligned.
 struct WorkspaceLayout {
   static constexpr size_t kNone = ~size_t(0);
   std::vector<size_t> scratch;     // kNone: the stream needs no scratch
   std::vector<size_t> gemm;        // kNone: the stream runs no gemm
-  std::vector<size_t> accumulator; // 256 bytes each
+  std::vector<size_t> accumulator; // kAccumulatorBytes each
   size_t stepScalars = 0;          // 256 bytes
   size_t totalBytes = 0;
 };
