@@ -647,17 +647,8 @@ void CpuBackend::connect(const plan::Bundle &bundle, int rank, int,
   // same order, including for channels it is not part of. One split per
   // channel gives each concrete group of the family its own communicator:
   // the color is the index of the group containing the rank.
-  std::set<std::pair<int64_t, std::string>> channels;
-  std::set<std::string> p2pStreams;
-  for (const plan::Program &program : bundle.programs)
-    for (const plan::Stream &stream : program.streams)
-      for (const Instruction &inst : stream.instructions) {
-        if (plan::isCollective(inst.opcode))
-          channels.insert({inst.group, stream.name});
-        else if (plan::isPointToPoint(inst.opcode))
-          p2pStreams.insert(stream.name);
-      }
-  for (const auto &channel : channels) {
+  CommunicationChannels all = communicationChannels(bundle);
+  for (const auto &channel : all.collectives) {
     const plan::GroupFamily &family = bundle.groups[channel.first];
     int groupIndex = int(plan::findGroupOf(family, rank));
     int indexInGroup =
@@ -670,7 +661,7 @@ void CpuBackend::connect(const plan::Bundle &bundle, int rank, int,
     if (comm != MPI_COMM_NULL)
       channels_->collective[channel] = comm;
   }
-  for (const std::string &name : p2pStreams)
+  for (const std::string &name : all.pointToPoint)
     MPI_Comm_dup(world, &channels_->p2p[name]);
   MPI_Op_create(halfSum<kernels::BF16>, 1, &channels_->bf16Ops[0]);
   MPI_Op_create(halfMax<kernels::BF16>, 1, &channels_->bf16Ops[1]);

@@ -141,6 +141,19 @@ bool independent(const Instruction &earlier, const Instruction &later) {
 
 } // namespace
 
+CommunicationChannels communicationChannels(const plan::Bundle &bundle) {
+  CommunicationChannels channels;
+  for (const plan::Program &program : bundle.programs)
+    for (const plan::Stream &stream : program.streams)
+      for (const Instruction &inst : stream.instructions) {
+        if (plan::isCollective(inst.opcode))
+          channels.collectives.insert({inst.group, stream.name});
+        else if (plan::isPointToPoint(inst.opcode))
+          channels.pointToPoint.insert(stream.name);
+      }
+  return channels;
+}
+
 std::vector<std::pair<size_t, size_t>>
 communicationBuckets(const plan::Stream &stream) {
   std::vector<std::pair<size_t, size_t>> buckets;
@@ -266,6 +279,7 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
     cudaOptions.generatedKernels = options.generatedKernels;
     cudaOptions.kernelCache = options.kernelCache;
     cudaOptions.rank = rank;
+    cudaOptions.watchdogSeconds = options.watchdogSeconds;
     return cuda::makeCudaBackend(cudaOptions); // "no CUDA device: ..."
 #else
     (void)rank;

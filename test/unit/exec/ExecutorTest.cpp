@@ -1080,6 +1080,43 @@ TEST(CoalescedTwoRanks, MembersGiveTheBytesOfSingleCollectives) {
   }
 }
 
+TEST(Communication, ChannelsAreEachCollectiveStreamAndEachSendRecvStream) {
+  // From every program of the bundle (a rank that takes no part in a
+  // channel still creates its communicators in the same order): one per
+  // (group family, stream) of collectives, one per stream of sends and
+  // receives, kernels ignored.
+  plan::Bundle bundle;
+  auto program = [&](std::vector<std::pair<std::string, Opcode>> insts) {
+    plan::Program p;
+    for (auto &[name, opcode] : insts) {
+      Instruction inst;
+      inst.opcode = opcode;
+      inst.group = opcode == Opcode::AllGather ? 1 : 0;
+      auto it =
+          std::find_if(p.streams.begin(), p.streams.end(),
+                       [&](const plan::Stream &s) { return s.name == name; });
+      if (it == p.streams.end())
+        it = p.streams.insert(p.streams.end(), plan::Stream{name, {}});
+      it->instructions.push_back(inst);
+    }
+    bundle.programs.push_back(p);
+  };
+  program({{"dp", Opcode::AllReduce},
+           {"compute", Opcode::Kernel},
+           {"p2p.fwd.s0", Opcode::Send},
+           {"gather", Opcode::AllGather}});
+  program({{"dp", Opcode::AllReduce},
+           {"tp", Opcode::AllReduce},
+           {"p2p.fwd.s0", Opcode::Recv},
+           {"p2p.bwd.s0", Opcode::Send}});
+  exec::CommunicationChannels channels = exec::communicationChannels(bundle);
+  using Collectives = std::set<std::pair<int64_t, std::string>>;
+  EXPECT_EQ(channels.collectives,
+            (Collectives{{0, "dp"}, {0, "tp"}, {1, "gather"}}));
+  EXPECT_EQ(channels.pointToPoint,
+            (std::set<std::string>{"p2p.bwd.s0", "p2p.fwd.s0"}));
+}
+
 TEST(Communication, BucketsSplitBeforeADependentInstruction) {
   // NCCL does not order the operations of one group: a run of communication
   // is split before an instruction that reads or writes what an earlier one

@@ -35,6 +35,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +43,7 @@
 #include <memory>
 #include <set>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -316,6 +318,11 @@ public:
   void waitEvent(int64_t event, int64_t stream) override;
   void beginStep(const StepContext &context) override;
   void synchronize() override;
+  /// synchronize() with NCCL communicators: polls the streams, NCCL's
+  /// asynchronous errors and the watchdog.
+  void waitWatchingNccl();
+  /// After a failure: ends a capture, drops the graph, aborts NCCL.
+  void abortAfterFailure() noexcept;
   std::byte *pinnedStaging(int64_t bytes) override;
   void copyToDeviceAsync(std::byte *device, const std::byte *host,
                          int64_t bytes, int64_t stream) override;
@@ -546,6 +553,7 @@ private:
   cudaGraphExec_t graphExec_ = nullptr;
   bool capturing_ = false;
   std::unique_ptr<NcclComms> comms_;
+  std::vector<std::string> streamNames_; // the plan's, for NCCL's channels
 };
 
 DeviceBackend::~DeviceBackend() {
@@ -559,11 +567,13 @@ DeviceBackend::~DeviceBackend() {
   if (device_ >= 0)
     cudaDeviceSynchronize();
   cudnn_.reset(); // its graphs' buffers and handle before the streams
-  comms_.reset(); // ncclCommDestroy (a failed collective already aborted)
+  // The graph before the communicators: ncclCommDestroy waits until no
+  // graph holds the calls captured on them.
   if (graphExec_)
     cudaGraphExecDestroy(graphExec_);
   if (graph_)
     cudaGraphDestroy(graph_);
+  comms_.reset(); // ncclCommDestroy (a failed collective already aborted)
   for (auto &[key, plan] : gemmCache_) {
     cublasLtMatrixLayoutDestroy(plan.a);
     cublasLtMatrixLayoutDestroy(plan.b);
@@ -744,9 +754,71 @@ void DeviceBackend::copyToDeviceAsync(std::byte *device, const std::byte *host,
 }
 
 void DeviceBackend::synchronize() {
+  if (comms_)
+    waitWatchingNccl();
   for (cudaStream_t stream : streams_)
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "");
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "");
+}
+
+void DeviceBackend::waitWatchingNccl() {
+  // A collective whose peer died spins on the device forever: poll the
+  // streams and NCCL's asynchronous errors instead of blocking, and give up
+  // after the watchdog's time.
+  auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    bool done = true;
+    for (cudaStream_t stream : streams_) {
+      cudaError_t rc = cudaStreamQuery(stream);
+      if (rc == cudaErrorNotReady) {
+        done = false;
+        break;
+      }
+      check(rc, "cudaStreamQuery", "synchronize");
+    }
+    if (done)
+      return;
+    if (std::string error = comms_->asyncError(); !error.empty()) {
+      abortAfterFailure();
+      throw Error(prefix() + "NCCL: " + error +
+                  " (NCCL communicators aborted)");
+    }
+    double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (options_.watchdogSeconds > 0 && waited > options_.watchdogSeconds) {
+      abortAfterFailure();
+      throw Error(prefix() + "watchdog: the device work issued has not " +
+                  "finished after " + std::to_string(int64_t(waited)) +
+                  " s (a collective waiting for a peer?); NCCL communicators "
+                  "aborted");
+    }
+    // Spin first (a step's end is usually near), then sleep a little.
+    if (polls < 1000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void DeviceBackend::abortAfterFailure() noexcept {
+  // NCCL's abort waits until no graph holds its calls: end a capture and
+  // drop the graph first (an exec still running is freed when it ends,
+  // which the abort makes it do).
+  if (capturing_) {
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(streams_[0], &partial) == cudaSuccess && partial)
+      cudaGraphDestroy(partial);
+    capturing_ = false;
+  }
+  if (graphExec_)
+    cudaGraphExecDestroy(graphExec_);
+  graphExec_ = nullptr;
+  if (graph_)
+    cudaGraphDestroy(graph_);
+  graph_ = nullptr;
+  if (comms_)
+    comms_->abort();
 }
 
 //===--- Prepare ---------------------------------------------------------===//
@@ -756,6 +828,8 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   if (prepared_)
     throw Error(prefix() + "the CUDA backend is prepared once per program");
   prepared_ = true;
+  for (const plan::Stream &stream : program.streams)
+    streamNames_.push_back(stream.name);
   // Dynamic loss scaling: the optimizer steps that read the gradients' sum
   // of squares decide the overflow skip on the device. A separate clip
   // would have the host decide mid-step, which a captured step cannot.
@@ -1764,7 +1838,13 @@ void DeviceBackend::communicate(const Instruction &inst, int64_t stream,
     throw Error(prefix() + at + ": " +
                 std::string(plan::toString(inst.opcode)) +
                 " before connect() (no NCCL communicators)");
-  comms_->issue(inst, reads, writes, streamOf(stream), at);
+  try {
+    comms_->issue(inst, reads, writes, streamNames_[size_t(stream)],
+                  streamOf(stream), at);
+  } catch (...) {
+    abortAfterFailure();
+    throw;
+  }
 }
 
 void DeviceBackend::beginBucket() {
@@ -1777,10 +1857,7 @@ void DeviceBackend::endBucket() {
     comms_->groupEnd();
 }
 
-void DeviceBackend::abortCommunication() {
-  if (comms_)
-    comms_->abort();
-}
+void DeviceBackend::abortCommunication() { abortAfterFailure(); }
 
 } // namespace
 

@@ -1,17 +1,23 @@
 //===- Nccl.cpp - NCCL communicators of the CUDA backend ------------------===//
 //
 // The world communicator comes from an ncclUniqueId that world rank 0
-// creates and the caller broadcasts (MPI_Bcast in weft-run); every group
-// family then gets a communicator by ncclCommSplit with color = the index of
-// the family's group containing this rank (NCCL_SPLIT_NOCOLOR if none) and
-// key = the rank's position in that group, so NCCL's group rank equals the
-// plan's group-relative index. Send/recv peers and broadcast roots are
+// creates and the caller broadcasts (MPI_Bcast in weft-run). Every rank sees
+// the whole bundle, so every rank derives the same sorted list of channels
+// and splits the world for each in that order, including for channels it
+// takes no part in: a (group family, stream name) of collectives gets color
+// = the index of the family's group containing this rank (NCCL_SPLIT_NOCOLOR
+// if none) and key = the rank's position in it, so NCCL's group rank equals
+// the plan's group-relative index; a stream name of sends and receives gets
+// the whole world (peers resolved to world ranks). Broadcast roots are
 // group-relative, as in the plan.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Nccl.h"
 #include "weft/exec/Error.h"
+
+#include <map>
+#include <utility>
 
 #ifdef WEFT_HAVE_NCCL
 #include <nccl.h>
@@ -41,9 +47,8 @@ public:
   Comms(int rank) : rank_(rank) {}
   ~Comms() override {
     // A clean shutdown destroys; after abort() the handles are gone.
-    for (ncclComm_t comm : families_)
-      if (comm && comm != world_)
-        ncclCommDestroy(comm);
+    for (ncclComm_t comm : channels())
+      ncclCommDestroy(comm);
     if (world_)
       ncclCommDestroy(world_);
   }
@@ -56,33 +61,69 @@ public:
     broadcastId(&id, sizeof id);
     check(ncclCommInitRank(&world_, worldSize, id, rank_), "ncclCommInitRank",
           "opening");
-    families_.assign(bundle.groups.size(), nullptr);
-    for (const plan::GroupFamily &family : bundle.groups) {
+    CommunicationChannels all = communicationChannels(bundle);
+    // Collective over the world: every rank splits for every channel.
+    for (const auto &channel : all.collectives) {
       int color = NCCL_SPLIT_NOCOLOR, key = 0;
-      for (size_t g = 0; g < family.groups.size(); ++g) {
-        int64_t index = plan::groupIndexOf(family.groups[g], rank_);
-        if (index >= 0) {
-          color = int(g);
-          key = int(index);
-          break;
+      if (channel.first >= 0 && size_t(channel.first) < bundle.groups.size()) {
+        const plan::GroupFamily &family = bundle.groups[size_t(channel.first)];
+        for (size_t g = 0; g < family.groups.size(); ++g) {
+          int64_t index = plan::groupIndexOf(family.groups[g], rank_);
+          if (index >= 0) {
+            color = int(g);
+            key = int(index);
+            break;
+          }
         }
       }
       ncclComm_t comm = nullptr;
-      // Collective over the world: every rank splits for every family.
       check(ncclCommSplit(world_, color, key, &comm, nullptr), "ncclCommSplit",
-            "opening group family " + std::to_string(family.id));
-      families_[size_t(family.id)] = comm;
+            "opening group family " + std::to_string(channel.first) +
+                " on stream '" + channel.second + "'");
+      if (comm)
+        collective_[channel] = comm;
     }
+    for (const std::string &name : all.pointToPoint) {
+      ncclComm_t comm = nullptr;
+      check(ncclCommSplit(world_, 0, rank_, &comm, nullptr), "ncclCommSplit",
+            "opening send/recv stream '" + name + "'");
+      p2p_[name] = comm;
+    }
+    // Send/recv peers are group-relative in the plan: this rank's group of
+    // every family, in world ranks.
+    groups_.assign(bundle.groups.size(), {});
+    for (const plan::GroupFamily &family : bundle.groups)
+      if (const std::vector<int64_t> *group =
+              plan::resolveGroup(bundle, family.id, rank_))
+        groups_[size_t(family.id)] = *group;
   }
 
   void issue(const plan::Instruction &inst, const std::vector<Operand> &reads,
-             const std::vector<Operand> &writes, cudaStream_t stream,
-             const std::string &where) override {
-    if (inst.group < 0 || size_t(inst.group) >= families_.size() ||
-        !families_[size_t(inst.group)])
+             const std::vector<Operand> &writes, const std::string &streamName,
+             cudaStream_t stream, const std::string &where) override {
+    bool p2p = plan::isPointToPoint(inst.opcode);
+    ncclComm_t comm = nullptr;
+    int peer = int(inst.peer);
+    if (p2p) {
+      auto it = p2p_.find(streamName);
+      comm = it == p2p_.end() ? nullptr : it->second;
+      const std::vector<int64_t> *group =
+          inst.group >= 0 && size_t(inst.group) < groups_.size()
+              ? &groups_[size_t(inst.group)]
+              : nullptr;
+      if (!group || inst.peer < 0 || size_t(inst.peer) >= group->size())
+        fail(where, "peer " + std::to_string(inst.peer) + " of group family " +
+                        std::to_string(inst.group) +
+                        " is not in this rank's group");
+      peer = int((*group)[size_t(inst.peer)]);
+    } else {
+      auto it = collective_.find({inst.group, streamName});
+      comm = it == collective_.end() ? nullptr : it->second;
+    }
+    if (!comm)
       fail(where, "group family " + std::to_string(inst.group) +
-                      " has no communicator containing this rank");
-    ncclComm_t comm = families_[size_t(inst.group)];
+                      " on stream '" + streamName +
+                      "' has no communicator containing this rank");
     ncclDataType_t type = dataType(inst.dtype, where);
     ncclRedOp_t op = inst.reduce == plan::ReduceOp::Max   ? ncclMax
                      : inst.reduce == plan::ReduceOp::Min ? ncclMin
@@ -124,12 +165,11 @@ public:
         break;
       case Opcode::Send:
         call = "ncclSend";
-        rc = ncclSend(reads[0].data, count, type, int(inst.peer), comm, stream);
+        rc = ncclSend(reads[0].data, count, type, peer, comm, stream);
         break;
       case Opcode::Recv:
         call = "ncclRecv";
-        rc =
-            ncclRecv(writes[0].data, count, type, int(inst.peer), comm, stream);
+        rc = ncclRecv(writes[0].data, count, type, peer, comm, stream);
         break;
       default:
         fail(where, std::string(plan::toString(inst.opcode)) +
@@ -149,12 +189,29 @@ public:
   void groupStart() override { check(ncclGroupStart(), "ncclGroupStart", ""); }
   void groupEnd() override { check(ncclGroupEnd(), "ncclGroupEnd", ""); }
 
-  void abort() noexcept override {
-    for (ncclComm_t &comm : families_) {
-      if (comm && comm != world_)
-        ncclCommAbort(comm);
-      comm = nullptr;
+  std::string asyncError() override {
+    std::vector<ncclComm_t> all = channels();
+    if (world_)
+      all.push_back(world_);
+    for (ncclComm_t comm : all) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &state) == ncclSuccess &&
+          state != ncclSuccess && state != ncclInProgress) {
+        std::string detail = ncclGetErrorString(state);
+        const char *last = ncclGetLastError(comm);
+        if (last && *last)
+          detail += std::string(": ") + last;
+        return detail;
+      }
     }
+    return {};
+  }
+
+  void abort() noexcept override {
+    for (ncclComm_t comm : channels())
+      ncclCommAbort(comm);
+    collective_.clear();
+    p2p_.clear();
     if (world_)
       ncclCommAbort(world_);
     world_ = nullptr;
@@ -183,8 +240,10 @@ private:
     fail(where, "NCCL has no " + std::string(plan::toString(dtype)) + " type");
   }
 
+  /// Throws; the caller aborts the communicators (create() here, the
+  /// backend after an issue: it first drops a captured graph, since NCCL's
+  /// abort waits for the graphs that hold its calls to be destroyed).
   [[noreturn]] void fail(const std::string &where, const std::string &what) {
-    abort();
     throw Error("rank " + std::to_string(rank_) + ": " +
                 (where.empty() ? "" : where + ": ") + what +
                 " (NCCL communicators aborted)");
@@ -200,9 +259,21 @@ private:
     fail(where, std::string(call) + " failed: " + detail);
   }
 
+  /// Every channel's communicator (not the world's).
+  std::vector<ncclComm_t> channels() const {
+    std::vector<ncclComm_t> out;
+    for (const auto &entry : collective_)
+      out.push_back(entry.second);
+    for (const auto &entry : p2p_)
+      out.push_back(entry.second);
+    return out;
+  }
+
   int rank_ = 0;
   ncclComm_t world_ = nullptr;
-  std::vector<ncclComm_t> families_; // by family id
+  std::map<std::pair<int64_t, std::string>, ncclComm_t> collective_;
+  std::map<std::string, ncclComm_t> p2p_;    // by plan stream name
+  std::vector<std::vector<int64_t>> groups_; // by family: world ranks
 };
 
 } // namespace
@@ -211,7 +282,12 @@ std::unique_ptr<NcclComms>
 NcclComms::create(const plan::Bundle &bundle, int rank, int worldSize,
                   const std::function<void(void *, size_t)> &broadcastId) {
   auto comms = std::make_unique<Comms>(rank);
-  comms->init(bundle, worldSize, broadcastId);
+  try {
+    comms->init(bundle, worldSize, broadcastId);
+  } catch (...) {
+    comms->abort();
+    throw;
+  }
   return comms;
 }
 

@@ -13,8 +13,14 @@
 
 namespace weft::exec::cuda {
 
-/// The world communicator and one communicator per group family. Built
-/// without NCCL, create() throws Error("... built without NCCL ...").
+/// The world communicator and, as the CPU backend's MPI channels, one
+/// communicator per (group family, plan stream) of the bundle's collectives
+/// and one world-wide communicator per plan stream of its sends and
+/// receives: NCCL runs the operations of one communicator in the order they
+/// were issued whatever their CUDA streams, so streams that the plan orders
+/// independently (and ranks issue in different interleavings, as two
+/// pipeline stages do) need communicators of their own. Built without
+/// NCCL, create() throws Error("... built without NCCL ...").
 class NcclComms {
 public:
   virtual ~NcclComms() = default;
@@ -22,14 +28,19 @@ public:
   create(const plan::Bundle &bundle, int rank, int worldSize,
          const std::function<void(void *, size_t)> &broadcastId);
 
-  /// all_reduce, reduce_scatter, all_gather, broadcast, send or recv; the
-  /// members of a multi-member collective inside one ncclGroupStart/End.
+  /// all_reduce, reduce_scatter, all_gather, broadcast, send or recv of plan
+  /// stream `streamName`; the members of a multi-member collective inside
+  /// one ncclGroupStart/End.
   virtual void issue(const plan::Instruction &inst,
                      const std::vector<Operand> &reads,
-                     const std::vector<Operand> &writes, cudaStream_t stream,
+                     const std::vector<Operand> &writes,
+                     const std::string &streamName, cudaStream_t stream,
                      const std::string &where) = 0;
   virtual void groupStart() = 0;
   virtual void groupEnd() = 0;
+  /// The first asynchronous error a communicator reports
+  /// (ncclCommGetAsyncError: a failed peer or network), or empty.
+  virtual std::string asyncError() = 0;
   /// ncclCommAbort on every communicator; idempotent, never throws.
   virtual void abort() noexcept = 0;
 };

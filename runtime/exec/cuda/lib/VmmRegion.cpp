@@ -25,6 +25,7 @@ struct Driver {
   decltype(&cuMemSetAccess) setAccess = nullptr;
   decltype(&cuDeviceGetAttribute) attribute = nullptr;
   decltype(&cuGetErrorString) errorString = nullptr;
+  decltype(&cuGetErrorName) errorName = nullptr;
   std::string missing; // the first entry point not found
 
   Driver() {
@@ -38,6 +39,7 @@ struct Driver {
     load("cuMemSetAccess", setAccess);
     load("cuDeviceGetAttribute", attribute);
     load("cuGetErrorString", errorString);
+    load("cuGetErrorName", errorName);
   }
   template <typename F> void load(const char *name, F &function) {
     void *address = nullptr;
@@ -52,12 +54,16 @@ struct Driver {
     }
     function = reinterpret_cast<F>(address);
   }
+  /// "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
   std::string describe(CUresult result, const char *call) const {
-    const char *text = nullptr;
+    const char *name = nullptr, *text = nullptr;
+    if (errorName)
+      errorName(result, &name);
     if (errorString)
       errorString(result, &text);
-    return std::string(call) + ": " +
-           (text ? text : "error " + std::to_string(result));
+    std::string what = name ? name : "error " + std::to_string(result);
+    return std::string(call) + ": " + what +
+           (text ? " (" + std::string(text) + ")" : "");
   }
 };
 
@@ -111,7 +117,11 @@ std::unique_ptr<VmmRegion> VmmRegion::create(int device, int64_t bytes,
   region->device_ = device;
   region->chunk_ = chunk;
   region->size_ = chunks * chunk;
-  result = d.reserve(&region->base_, region->size_, chunk, 0, 0);
+  // The reserve's alignment must be a power of two (cuda.h): the
+  // granularity is one, a chunk (a multiple of it) need not be; chunk
+  // starts are multiples of the granularity either way, as cuMemMap needs.
+  size_t alignment = (granularity & (granularity - 1)) == 0 ? granularity : 0;
+  result = d.reserve(&region->base_, region->size_, alignment, 0, 0);
   if (result != CUDA_SUCCESS) {
     region->base_ = 0;
     why = d.describe(result, "cuMemAddressReserve");
@@ -174,6 +184,8 @@ std::string VmmRegion::unmap(size_t i) {
   if (result != CUDA_SUCCESS)
     return d.describe(result, "cuMemUnmap");
   result = d.release(handles_[i]);
+  // Unmapped either way: a failed release leaks the allocation, but the
+  // chunk counts as not backed, so recommit backs it anew.
   handles_[i] = 0;
   if (result != CUDA_SUCCESS)
     return d.describe(result, "cuMemRelease");
@@ -188,10 +200,16 @@ int64_t VmmRegion::decommit(std::byte *p, int64_t bytes) {
     if (!handles_[i])
       continue;
     if (std::string error = unmap(i); !error.empty()) {
-      // Leave the range usable: back what this call released again.
-      recommit(p, bytes);
+      // Leave the range usable: back what this call released again (and
+      // say so if that fails too).
+      std::string again;
+      try {
+        recommit(p, bytes);
+      } catch (const Error &e) {
+        again = "; then " + std::string(e.what());
+      }
       throw Error("cannot release " + std::to_string(chunk_) +
-                  " bytes of device memory: " + error);
+                  " bytes of device memory: " + error + again);
     }
     released += int64_t(chunk_);
   }

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -334,6 +335,20 @@ public:
 /// endBucket().
 std::vector<std::pair<size_t, size_t>>
 communicationBuckets(const plan::Stream &stream);
+
+/// The channels a backend's communicators carry, from the whole bundle (so
+/// every rank derives the same lists, in the same order, and creates its
+/// communicators collectively in that order): each (group family, stream
+/// name) of a collective, and each stream name of a send or receive. A plan
+/// orders the communication of one stream; different streams are
+/// independent, so each gets a communicator of its own (the CPU backend's
+/// MPI communicators, the CUDA backend's NCCL ones, which run one
+/// communicator's operations in issue order).
+struct CommunicationChannels {
+  std::set<std::pair<int64_t, std::string>> collectives;
+  std::set<std::string> pointToPoint;
+};
+CommunicationChannels communicationChannels(const plan::Bundle &bundle);
 
 /// The host backend: OpenBLAS GEMM and the CPU kernel library, fp32, bf16 and
 /// f16 storage (bf16 and f16 computed in fp32), non-blocking MPI

@@ -68,6 +68,10 @@ struct CudaBackendOptions {
   int64_t gemmWorkspaceBytes = 32 << 20;
   /// World rank, for error messages ("rank R: ...").
   int rank = 0;
+  /// With NCCL communicators: how long synchronize() waits for the streams
+  /// before it aborts NCCL and throws (0: no limit; the session's
+  /// watchdog). A communicator's asynchronous error aborts at once.
+  double watchdogSeconds = 0;
 };
 
 /// The kernel names the CUDA table implements, in name order.
