@@ -605,6 +605,9 @@ HostBuffer::HostBuffer(int64_t bytes, HostMemoryKind kind)
 HostBuffer::~HostBuffer() { reset(); }
 
 void HostBuffer::reset() {
+  if (data_ && release_)
+    release_(data_);
+  release_ = nullptr;
   if (data_ && mapped_)
     ::munmap(data_, mapped_);
   else
@@ -616,7 +619,8 @@ void HostBuffer::reset() {
 
 HostBuffer::HostBuffer(HostBuffer &&other) noexcept
     : data_(other.data_), bytes_(other.bytes_), mapped_(other.mapped_),
-      kind_(other.kind_) {
+      kind_(other.kind_), release_(std::move(other.release_)) {
+  other.release_ = nullptr;
   other.data_ = nullptr;
   other.bytes_ = 0;
   other.mapped_ = 0;
@@ -629,6 +633,8 @@ HostBuffer &HostBuffer::operator=(HostBuffer &&other) noexcept {
     bytes_ = other.bytes_;
     mapped_ = other.mapped_;
     kind_ = other.kind_;
+    release_ = std::move(other.release_);
+    other.release_ = nullptr;
     other.data_ = nullptr;
     other.bytes_ = 0;
     other.mapped_ = 0;

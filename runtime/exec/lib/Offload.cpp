@@ -109,8 +109,15 @@ OffloadReport Session::offload(StateGroup group, HostMemoryKind kind) {
       // first-touching host memory costs more than the copy).
       HostBuffer host = std::move(state.host);
       report.hostReused = host.bytes() == g.bytes && host.kind() == kind;
-      if (!report.hostReused)
+      if (!report.hostReused) {
         host = HostBuffer(g.bytes, kind); // may throw: nothing changed yet
+        Backend *backend = backend_.get();
+        if (kind == HostMemoryKind::Pinned &&
+            backend->registerHostMemory(host.data(), host.bytes()))
+          host.onRelease([backend](std::byte *data) {
+            backend->unregisterHostMemory(data);
+          });
+      }
       double copyStart = MPI_Wtime();
       int64_t at = 0;
       for (const ByteRange &r : g.ranges) {

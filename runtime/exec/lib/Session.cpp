@@ -801,6 +801,7 @@ void Session::prepareInstructions() {
         prepared_[s][first].bucketEnd = last;
   }
   normSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
+  normSource_ = normSum_;
   next_.assign(program.streams.size(), 0);
   pending_.assign(program.streams.size(), 0);
   issuedAt_.assign(program.streams.size(), 0);
@@ -866,25 +867,20 @@ void Session::issue(size_t s, size_t index, const StepContext &context) {
   }
   case Opcode::Clip:
     // The sum before clipping: the reported gradient norm.
-    backend_->copyToHostAsync(reinterpret_cast<std::byte *>(normSum_),
-                              p.reads[0].data, 4, int64_t(s));
-    normRead_ = true;
+    readNormSum(inst.reads[0], p.reads[0], s);
     // Dynamic loss scaling (CPU backend: the copy above is synchronous;
     // the CUDA backend refuses such plans): every rank reads the same
     // global sum, so all skip together.
     if (t.lossScale.dynamic)
-      stepContext_.skipUpdate = !std::isfinite(*normSum_);
+      stepContext_.skipUpdate = !std::isfinite(*normSource_);
     backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
     return;
   case Opcode::OptimizerStep:
     // Clipping (and skipping) itself: the backend decides from the sum it
     // reads, on the device where there is one; the executor reads the sum
     // after the step for the reported norm and the loss scaler.
-    if (plan::readsGradientNorm(inst) && !normRead_) {
-      backend_->copyToHostAsync(reinterpret_cast<std::byte *>(normSum_),
-                                p.reads[4].data, 4, int64_t(s));
-      normRead_ = true;
-    }
+    if (plan::readsGradientNorm(inst) && !normRead_)
+      readNormSum(inst.reads[4], p.reads[4], s);
     backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
     return;
   default:
@@ -896,6 +892,22 @@ void Session::issue(size_t s, size_t index, const StepContext &context) {
     return;
   }
   backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
+}
+
+void Session::readNormSum(const plan::BufferRange &range,
+                          const Operand &operand, size_t stream) {
+  normRead_ = true;
+  // A host-region sum (an offloaded optimizer's) is read where it is after
+  // the step's synchronize(): a host-to-host "async" copy would run at
+  // issue, before the plan's copy of this step's sum has landed.
+  if (rankProgram_.program->buffers[size_t(range.buffer)].region ==
+      plan::Region::Host) {
+    normSource_ = operand.as<const float>();
+    return;
+  }
+  normSource_ = normSum_;
+  backend_->copyToHostAsync(reinterpret_cast<std::byte *>(normSum_),
+                            operand.data, 4, int64_t(stream));
 }
 
 void Session::stalled(double waitedS) const {
@@ -1132,10 +1144,10 @@ StepStats Session::finishStep() {
   const plan::LossScale &policy = bundle_.training.lossScale;
   // Every rank's backend skipped the update where the global sum it read is
   // not finite (the same sum on every rank).
-  bool skipped = normRead_ && policy.dynamic && !std::isfinite(*normSum_);
+  bool skipped = normRead_ && policy.dynamic && !std::isfinite(*normSource_);
   // The unscaled norm; a skipped step reports none.
   double norm = normRead_ && !skipped
-                    ? std::sqrt(double(*normSum_)) / stepContext_.lossScale
+                    ? std::sqrt(double(*normSource_)) / stepContext_.lossScale
                     : -1;
   // The maxima in one all-reduce (doubles hold the flags and byte counts
   // exactly): the norm; among the ranks that checked, did any skip, did any

@@ -76,6 +76,32 @@ std::vector<StateGroup> allGroups() {
 
 } // namespace
 
+TEST(Offload, HostBufferReleaseRunsOnceBeforeTheMemoryIsFreed) {
+  // A backend that registered a pinned buffer (CUDA: cudaHostRegister)
+  // unregisters it before munmap: exactly once, with the buffer's address,
+  // wherever the buffer was moved to; a moved-from buffer releases nothing.
+  std::vector<std::byte *> released;
+  std::byte *data = nullptr;
+  {
+    HostBuffer buffer(4096, HostMemoryKind::Pinned);
+    data = buffer.data();
+    buffer.onRelease([&](std::byte *p) { released.push_back(p); });
+    HostBuffer moved(std::move(buffer));
+    HostBuffer assigned;
+    assigned = std::move(moved);
+    EXPECT_TRUE(released.empty());
+    EXPECT_EQ(assigned.data(), data);
+  }
+  EXPECT_EQ(released, std::vector<std::byte *>{data});
+  // Reassigning over a registered buffer releases the old one first.
+  released.clear();
+  HostBuffer first(64, HostMemoryKind::Pageable);
+  std::byte *old = first.data();
+  first.onRelease([&](std::byte *p) { released.push_back(p); });
+  first = HostBuffer(128, HostMemoryKind::Pageable);
+  EXPECT_EQ(released, std::vector<std::byte *>{old});
+}
+
 TEST(Offload, EveryGroupBetweenEveryStepIsBitIdentical) {
   Options options = mlpOptions("serial", 1);
   auto plain = Runtime::open(options.bundleDir, options);

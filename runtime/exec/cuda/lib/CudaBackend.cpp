@@ -317,6 +317,8 @@ public:
   void recordEvent(int64_t event, int64_t stream) override;
   void waitEvent(int64_t event, int64_t stream) override;
   void beginStep(const StepContext &context) override;
+  bool registerHostMemory(std::byte *host, int64_t bytes) override;
+  void unregisterHostMemory(std::byte *host) override;
   void synchronize() override;
   /// synchronize() with NCCL communicators: polls the streams, NCCL's
   /// asynchronous errors and the watchdog.
@@ -554,6 +556,9 @@ private:
   bool capturing_ = false;
   std::unique_ptr<NcclComms> comms_;
   std::vector<std::string> streamNames_; // the plan's, for NCCL's channels
+  bool hostRegisterNoted_ = false;
+  /// The stream of each generated kernel with a __device__ workspace.
+  std::map<int64_t, size_t> workspaceStream_;
 };
 
 DeviceBackend::~DeviceBackend() {
@@ -684,6 +689,9 @@ std::byte *DeviceBackend::allocateRegion(plan::Region region, int64_t bytes) {
   check(cudaMemset(data, region == plan::Region::Arena ? 0xff : 0,
                    size_t(std::max<int64_t>(bytes, 1))),
         "cudaMemset", what);
+  // The fill runs on the legacy stream, which the plan's non-blocking
+  // streams do not wait for: done before anything is written here.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", what);
   inUse_ += bytes;
   regionBase_[region] = static_cast<std::byte *>(data);
   return static_cast<std::byte *>(data);
@@ -734,6 +742,31 @@ void DeviceBackend::copyToDevice(std::byte *device, const std::byte *host,
   synchronize();
   check(cudaMemcpy(device, host, size_t(bytes), cudaMemcpyHostToDevice),
         "cudaMemcpy", "copy to device");
+  // From pageable memory cudaMemcpy may return before the DMA has landed,
+  // and the plan's non-blocking streams do not wait for the legacy stream:
+  // the copy is complete when this returns (Backend.h's contract).
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "copy to device");
+}
+
+bool DeviceBackend::registerHostMemory(std::byte *host, int64_t bytes) {
+  cudaError_t rc = cudaHostRegister(host, size_t(std::max<int64_t>(bytes, 1)),
+                                    cudaHostRegisterDefault);
+  if (rc == cudaSuccess)
+    return true;
+  cudaGetLastError(); // not sticky: clear it
+  if (!hostRegisterNoted_)
+    std::fprintf(stderr,
+                 "weft-run: cuda: warning: cudaHostRegister of %lld bytes "
+                 "failed (%s): offload copies go through the driver's "
+                 "staging\n",
+                 static_cast<long long>(bytes), cudaGetErrorName(rc));
+  hostRegisterNoted_ = true;
+  return false;
+}
+
+void DeviceBackend::unregisterHostMemory(std::byte *host) {
+  if (cudaHostUnregister(host) != cudaSuccess)
+    cudaGetLastError();
 }
 
 std::byte *DeviceBackend::pinnedStaging(int64_t bytes) {
@@ -981,6 +1014,20 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
   if (resolved.generated) {
     if (!resolved.module)
       loadGenerated(bundle, kernel, kernels_[size_t(inst.kernel)], what);
+    // A generated kernel's __device__ workspace is one per loaded module:
+    // two of its launches must not overlap, so they share one stream.
+    auto source = bundle.files.find(kernel.source);
+    if (source != bundle.files.end() &&
+        source->second.find("__device__ float ws_") != std::string::npos) {
+      auto [at, fresh] = workspaceStream_.emplace(inst.kernel, stream);
+      if (!fresh && at->second != stream)
+        throw Error(what +
+                    ": its generated code keeps a __device__ "
+                    "workspace, so its launches must not overlap, but "
+                    "it runs on streams " +
+                    std::to_string(at->second) + " and " +
+                    std::to_string(stream));
+    }
     ++generatedLaunches_;
     size_t operands = inst.reads.size() + inst.writes.size();
     if (generatedArgs_.size() < operands) {
@@ -1481,22 +1528,62 @@ void DeviceBackend::loadGenerated(const plan::Bundle &bundle,
   if ((name == "cross_entropy" || name == "cross_entropy_shard_finish") &&
       resolved.constants.at("grad"))
     module->gradientWrite = 1;
-  auto load = [&](const std::string &image) {
+  // Loads `image` and resolves every entry. Loading is lazy (the default
+  // since CUDA 12.2: cudaLibraryLoadData and cudaLibraryGetKernel succeed
+  // for an image without code for this GPU, and the first launch fails), so
+  // each entry's attributes are asked for, which loads it into the context:
+  // the error says whether the image runs here.
+  auto load = [&](const std::string &image) -> std::string {
+    std::string failed;
     cudaError_t rc =
         cudaLibraryLoadData(&module->library, image.data(), nullptr, nullptr, 0,
                             nullptr, nullptr, 0);
     if (rc != cudaSuccess) {
-      cudaGetLastError(); // not sticky: clear it
+      failed = std::string("cudaLibraryLoadData: ") + cudaGetErrorName(rc);
       module->library = nullptr;
     }
-    return rc;
+    for (const GeneratedLaunch &launch : module->launches) {
+      if (!failed.empty())
+        break;
+      cudaKernel_t entry = nullptr;
+      cudaFuncAttributes attributes{};
+      rc = cudaLibraryGetKernel(&entry, module->library, launch.entry.c_str());
+      if (rc == cudaSuccess)
+        rc = cudaFuncGetAttributes(&attributes,
+                                   reinterpret_cast<const void *>(entry));
+      if (rc != cudaSuccess)
+        failed = "entry '" + launch.entry + "': " + cudaGetErrorName(rc);
+      else if (launch.block > attributes.maxThreadsPerBlock)
+        failed = "entry '" + launch.entry + "': blocks of " +
+                 std::to_string(launch.block) + " threads, at most " +
+                 std::to_string(attributes.maxThreadsPerBlock);
+      else
+        module->entries.push_back(entry);
+    }
+    if (!failed.empty()) {
+      cudaGetLastError(); // not sticky: clear it
+      if (module->library)
+        cudaLibraryUnload(module->library);
+      module->library = nullptr;
+      module->entries.clear();
+    }
+    return failed;
   };
   // The bundle's fatbin when it has code this device runs (weftc compile
   // --cuda-arch); otherwise NVRTC for this device's architecture.
   auto fatbin = bundle.files.find(plan::kernelFatbinPath(kernel.source));
-  bool fromFatbin =
-      fatbin != bundle.files.end() && load(fatbin->second) == cudaSuccess;
-  fatbinMisses_ += fatbin != bundle.files.end() && !fromFatbin;
+  std::string fatbinFailed =
+      fatbin != bundle.files.end() ? load(fatbin->second) : "no fatbin";
+  bool fromFatbin = fatbinFailed.empty();
+  if (fatbin != bundle.files.end() && !fromFatbin) {
+    ++fatbinMisses_;
+    if (options_.rank == 0 && fatbinMisses_ == 1)
+      std::fprintf(stderr,
+                   "weft-run: cuda: %s: the bundle's %s does not run here "
+                   "(%s): NVRTC compiles its source\n",
+                   where.c_str(), plan::kernelFatbinPath(kernel.source).c_str(),
+                   fatbinFailed.c_str());
+  }
   if (fromFatbin) {
     ++fatbinModules_;
   } else {
@@ -1514,15 +1601,15 @@ void DeviceBackend::loadGenerated(const plan::Bundle &bundle,
           : options_.kernelCache == "off" ? std::string()
                                           : options_.kernelCache);
     }
-    std::string cubin =
-        compiler_->cubin(source->second, kernel.source, rtcArch_);
-    check(load(cubin), "cudaLibraryLoadData", where + " (NVRTC cubin)");
-  }
-  for (const GeneratedLaunch &launch : module->launches) {
-    cudaKernel_t entry = nullptr;
-    check(cudaLibraryGetKernel(&entry, module->library, launch.entry.c_str()),
-          "cudaLibraryGetKernel", where + " entry '" + launch.entry + "'");
-    module->entries.push_back(entry);
+    std::string cubin;
+    try {
+      cubin = compiler_->cubin(source->second, kernel.source, rtcArch_);
+    } catch (const Error &error) {
+      throw Error(where + ": " + error.what());
+    }
+    if (std::string failed = load(cubin); !failed.empty())
+      throw Error(prefix() + where + ": NVRTC's cubin of " + kernel.source +
+                  " does not load: " + failed);
   }
   resolved.module = std::move(module);
 }

@@ -181,7 +181,9 @@ KernelCompiler::KernelCompiler(std::string cacheDir)
 
 std::string KernelCompiler::cubin(std::string_view source,
                                   const std::string &path, int arch) {
-  bool useCache = !cacheDir_.empty() && !cacheBroken_;
+  // A cache that cannot be written is still read (a shared, read-only one
+  // filled beforehand).
+  bool useCache = !cacheDir_.empty();
   fs::path entry;
   if (useCache) {
     entry = fs::path(cacheDir_) / (cacheKey(source, arch) + ".cubin");
@@ -197,7 +199,7 @@ std::string KernelCompiler::cubin(std::string_view source,
   }
   std::string cubin = compileWithNvrtc(source, path, arch);
   ++compiled_;
-  if (useCache) {
+  if (useCache && !cacheUnwritable_) {
     std::error_code ec;
     fs::create_directories(cacheDir_, ec);
     std::string error;
@@ -212,9 +214,9 @@ std::string KernelCompiler::cubin(std::string_view source,
         error = failure.what();
       }
     if (!error.empty()) {
-      cacheBroken_ = true;
+      cacheUnwritable_ = true;
       warnings_.push_back("kernel cache: " + error +
-                          "; compiling without a cache");
+                          "; compiled kernels are not cached");
     }
   }
   return cubin;

@@ -26,6 +26,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -101,7 +102,8 @@ inline int64_t operandMemberElements(const plan::Instruction &inst,
 /// Host memory that offloaded state is copied to.
 enum class HostMemoryKind {
   Pageable, // ordinary heap memory (malloc)
-  Pinned,   // page-locked (CPU: mmap + mlock; CUDA: cudaHostAlloc)
+  Pinned,   // page-locked (mmap + mlock; the CUDA backend registers it:
+            // cudaHostRegister, so its copies are direct DMA)
 };
 std::string_view toString(HostMemoryKind kind); // "pageable", "pinned"
 
@@ -120,6 +122,11 @@ public:
   std::byte *data() const { return data_; }
   int64_t bytes() const { return bytes_; }
   HostMemoryKind kind() const { return kind_; }
+  /// Called with data() before the memory is freed (a backend's
+  /// unregisterHostMemory).
+  void onRelease(std::function<void(std::byte *)> release) {
+    release_ = std::move(release);
+  }
 
 private:
   void reset();
@@ -127,6 +134,7 @@ private:
   int64_t bytes_ = 0;
   size_t mapped_ = 0; // pinned: the mmap length
   HostMemoryKind kind_ = HostMemoryKind::Pageable;
+  std::function<void(std::byte *)> release_;
 };
 
 /// What an instruction needs to know about the step it runs in.
@@ -201,6 +209,14 @@ public:
                                  int64_t bytes, int64_t stream) = 0;
   virtual void copyToHostAsync(std::byte *host, const std::byte *device,
                                int64_t bytes, int64_t stream) = 0;
+  /// Registers pinned host memory (a HostBuffer's) with the device for
+  /// direct DMA (CUDA: cudaHostRegister); whether it did (CPU: nothing to
+  /// do). unregisterHostMemory undoes it before the memory is freed.
+  virtual bool registerHostMemory(std::byte *host, int64_t bytes) {
+    (void)host, (void)bytes;
+    return false;
+  }
+  virtual void unregisterHostMemory(std::byte *host) { (void)host; }
   /// Bytes of the regions currently backed by device memory.
   virtual int64_t deviceBytesInUse() const = 0;
   /// Device bytes allocated beyond the plan's regions at prepare() (kernel

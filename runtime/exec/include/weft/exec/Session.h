@@ -280,6 +280,10 @@ private:
   void initializeParameters();
   void prepareInstructions();
   void issue(size_t stream, size_t index, const StepContext &context);
+  /// Has the step's gradient sum of squares (plan range `range`, resolved
+  /// as `operand`, on plan stream `stream`) read after synchronize().
+  void readNormSum(const plan::BufferRange &range, const Operand &operand,
+                   size_t stream);
   /// Reads every load_batch of the step into its staging buffer (backends
   /// that are not host-addressable: the copies, or a replayed graph, read
   /// them from there).
@@ -310,6 +314,9 @@ private:
   /// Staging: the gradients' global sum of squares the step's clip, or its
   /// first optimizer_step that reads it, read (valid after synchronize()).
   float *normSum_ = nullptr;
+  /// Where the step's sum is read after synchronize(): normSum_, or the
+  /// plan's host-region sum itself (an offloaded optimizer's).
+  const float *normSource_ = nullptr;
   bool normRead_ = false;
   bool normCaptured_ = false; // the captured step reads it
   int64_t eagerSteps_ = 0;    // steps issued instruction by instruction

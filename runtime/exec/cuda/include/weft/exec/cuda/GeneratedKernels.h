@@ -67,7 +67,7 @@ public:
 private:
   std::string cacheDir_;
   int compiled_ = 0, cacheHits_ = 0;
-  bool cacheBroken_ = false;
+  bool cacheUnwritable_ = false; // warned once; entries are still read
   std::vector<std::string> warnings_;
 };
 
