@@ -289,8 +289,17 @@ __device__ void storeInputGrad(S s, typename S::Elem *dxr, std::int64_t c,
                                typename S::Elem *sumRow) {
   if (dxr)
     s.store(dxr, c, v);
-  if (sumRow)
-    s.store(sumRow, c, s.roundTrip(v) + s.load(addendRow, c));
+  if (sumRow) {
+    // dx as stored plus the addend, rounded apart: fp32's roundTrip is the
+    // identity, and nvcc would otherwise fuse dx's last multiply with this
+    // add (one rounding instead of the separate kernels' two).
+#if defined(__CUDA_ARCH__)
+    float total = __fadd_rn(s.roundTrip(v), s.load(addendRow, c));
+#else
+    float total = s.roundTrip(v) + s.load(addendRow, c);
+#endif
+    s.store(sumRow, c, total);
+  }
 }
 
 /// layerNormRowBackward for the group's rows (dx may alias dy, as in

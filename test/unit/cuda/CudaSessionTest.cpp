@@ -358,6 +358,9 @@ TEST(CudaSessionGpu, CheckpointOffloadAndSnapshotThroughTheBackend) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // A singleton MPI_Init that forks no orted (a bare GPU machine has none;
+  // gpu-check.sh sets it too), unless the environment says otherwise.
+  ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   int status = RUN_ALL_TESTS();
