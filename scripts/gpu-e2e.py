@@ -183,7 +183,10 @@ def stage(args):
                        "predicted_step_s_epilogues":
                            fused["prediction"]["step_time_s"],
                        "predicted_mfu": summary["prediction"]["mfu"],
-                       "planned_bytes": role["planned_bytes"]}
+                       "planned_bytes": role["planned_bytes"],
+                       # The twin's memory plan (the GELU aux, the fused
+                       # norms' buffers) for the rows that run it.
+                       "planned_bytes_epilogues": fused["roles"][0]["planned_bytes"]}
     json.dump(cases, open(os.path.join(args.out, "cases.json"), "w"), indent=1)
     print(f"staged {len(cases)} bundles in {args.out}")
 
@@ -227,6 +230,31 @@ def gpu_count():
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def device_cluster():
+    """The single-GPU cluster preset of this machine's GPU, where Weft has
+    one (the throughput bundles are planned for h100-1gpu; an H200 has the
+    same compute and 1.4x its HBM bandwidth), else None."""
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if "H200" in name:
+        return "h200-1gpu"
+    if "H100" in name:
+        return "h100-1gpu"
+    return None
+
+
+def simulated_ms(tools, bundle, cluster):
+    """weft-inspect's simulated step of `bundle` on `cluster`, in ms."""
+    out = subprocess.run([os.path.join(tools, "weft-inspect"), bundle, "timeline",
+                          "--cluster", cluster, "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout)["simulated_step_time_s"] * 1e3
 
 
 def mpirun(ranks):
@@ -278,6 +306,7 @@ def check(args):
     os.makedirs(out, exist_ok=True)
     failed, rows = 0, []
     gpus = gpu_count()
+    cluster = device_cluster()
     for name, case in cases.items():
         kind = {"speed-full": "speed", "multi": "agree"}.get(case["kind"], case["kind"])
         if (args.only and kind != args.only) or \
@@ -414,23 +443,38 @@ def check(args):
                 finish = statistics.median(m["finish_s"] for m in metrics[SPEED_WARMUP:])
                 tok = case["tokens_per_step"] / step
                 mfu = case["predicted_mfu"] * case["predicted_step_s"] / step
-                predicted = case["predicted_step_s_epilogues" if "--gemm-epilogues" in extra
+                fused = "--gemm-epilogues" in extra
+                predicted = case["predicted_step_s_epilogues" if fused
                                  else "predicted_step_s"]
+                planned = case.get("planned_bytes_epilogues" if fused else "planned_bytes",
+                                   case["planned_bytes"])
+                # The bundles are planned for h100-1gpu: on another GPU Weft
+                # has a preset for, the plan simulated on it too.
+                elsewhere = ""
+                if cluster and cluster != "h100-1gpu":
+                    sim = simulated_ms(args.tools, bundle + (EPILOGUES if fused else ""),
+                                       cluster)
+                    elsewhere = f", simulated on {cluster} {sim:.1f} ms" if sim else ""
+                # Host overhead per step: issue and finish of the same step.
+                host = statistics.median(m["issue_s"] + m["finish_s"]
+                                         for m in metrics[SPEED_WARMUP:])
                 rows.append((f"{name} {tag}", f"{step * 1e3:.1f} ms",
                              f"{tok:,.0f} tok/s, MFU {mfu * 100:.1f}% "
-                             f"(predicted {predicted * 1e3:.1f} ms), host "
-                             f"issue {issue * 1e6:.0f} us + finish {finish * 1e6:.0f} us",
+                             f"(predicted {predicted * 1e3:.1f} ms{elsewhere}), host "
+                             f"{host * 1e6:.0f} us a step (issue {issue * 1e6:.0f} + "
+                             f"finish {finish * 1e6:.0f})",
                              f"GPU mem {sampler.peak_mib / 1024:.2f} GiB, allocated "
                              f"{allocated / 2**30:.2f} GiB "
-                             f"({allocated / case['planned_bytes']:.3f}x the plan), plan "
-                             f"{case['planned_bytes'] / 2**30:.2f} GiB + workspace "
+                             f"({allocated / (planned + workspace):.3f}x the plan and the "
+                             f"workspace), plan {planned / 2**30:.2f} GiB + workspace "
                              f"{workspace / 2**30:.2f} GiB, loss "
                              f"{metrics[0]['loss']:.3f} -> {metrics[-1]['loss']:.3f}"))
                 json.dump({"case": name, "mode": tag, "step_ms": step * 1e3,
                            "tokens_per_s": tok, "mfu": mfu,
                            "predicted_step_ms": predicted * 1e3,
                            "gpu_mem_peak_mib": sampler.peak_mib,
-                           "planned_bytes": case["planned_bytes"],
+                           "planned_bytes": planned,
+                           "host_s": host,
                            "workspace_bytes": workspace,
                            "allocated_bytes": allocated,
                            "issue_s": issue, "finish_s": finish,
@@ -475,8 +519,13 @@ def fidelity(args):
     out = os.environ.get("OUT", "gpu-out")
     inspect = os.path.join(args.tools, "weft-inspect")
     calibrated = os.path.join(out, f"calibrated-{args.mode}.json")
+    # Fitted from this GPU's preset where Weft has one (an H200's bandwidth
+    # is not the bundles' h100-1gpu's), else the bundle's cluster.
+    cluster = device_cluster()
     fitted = subprocess.run([inspect, args.bundle, "fidelity", "--measured", args.trace,
-                             "--write-cluster", calibrated], capture_output=True, text=True)
+                             "--write-cluster", calibrated] +
+                            (["--cluster", cluster] if cluster else []),
+                            capture_output=True, text=True)
     print(fitted.stdout, end="")
     if fitted.returncode != 0:
         print(f"FAIL fidelity: {fitted.stderr.strip()}")

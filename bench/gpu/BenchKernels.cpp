@@ -15,9 +15,11 @@
 // The rows named "(widening path)" run what the backend does without
 // --half-kernels (widen into fp32 scratch, the fp32 kernel, narrow) on the
 // same data, and the 16-bit kernels' speed is printed as a ratio to them.
-// Each figure is the median of 10 timed launches after 2 warm-up launches,
-// CUDA events around each; operands are far larger than L2 except where
-// noted. Without a device it says so and exits 0 (nothing to measure).
+// Each figure is the median of 5 samples after 2 warm-up launches, a sample
+// 20 launches back to back between two CUDA events (divided by 20); hidden-
+// width operands are about the size of the 50 MB L2 (the 124M model's), so a
+// kernel that re-reads one may partly hit it. Without a device it says so and
+// exits 0 (nothing to measure).
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,23 +82,29 @@ struct Result {
   double us = 0, bytes = 0, flops = 0;
 };
 
-/// The median time of `launch` in microseconds.
+/// The median time of one `launch` in microseconds: each sample times
+/// kBackToBack launches queued back to back between two events and divides,
+/// so the host's launch latency (a few microseconds, which an event before a
+/// single launch on an idle GPU would count) is hidden behind the queue.
 double timeLaunch(cudaStream_t stream,
                   const std::function<cudaError_t()> &launch) {
+  constexpr int kBackToBack = 20;
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   for (int i = 0; i < 2; ++i)
     check(launch(), "warm-up launch");
   std::vector<double> times;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 5; ++i) {
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     check(cudaEventRecord(start, stream), "cudaEventRecord");
-    check(launch(), "launch");
+    for (int j = 0; j < kBackToBack; ++j)
+      check(launch(), "launch");
     check(cudaEventRecord(stop, stream), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(double(ms) * 1e3);
+    times.push_back(double(ms) * 1e3 / kBackToBack);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -252,26 +260,29 @@ int main(int argc, char **argv) {
     // kernels against the fused launch, which with dx read by the add alone
     // (the plans' case) does not store dx. Bytes: x, dy, the addend and the
     // sum.
+    // The addend is the upstream gradient: its own buffer, not x (whose
+    // second read would come from cache).
+    Buffer addend(n * 2);
     add("layer_norm_backward + residual_add (two kernels)",
         dims(tokens, hidden), 4.0 * n * 2 + tokens * 8, [&] {
-          return inOrder({[&] {
-                            return gpu::halfLayerNormBackward(
-                                bf, tokens, hidden, x.get(), gamma.get(),
-                                mean.f32(), rstd.f32(), y.get(), out.get(),
-                                dGamma.get(), dBeta.get(), stream,
-                                scratch.f32());
-                          },
-                          [&] {
-                            return gpu::halfResidualAdd(
-                                bf, n, out.get(), x.get(), sum.get(), stream);
-                          }});
+          return inOrder(
+              {[&] {
+                 return gpu::halfLayerNormBackward(
+                     bf, tokens, hidden, x.get(), gamma.get(), mean.f32(),
+                     rstd.f32(), y.get(), out.get(), dGamma.get(), dBeta.get(),
+                     stream, scratch.f32());
+               },
+               [&] {
+                 return gpu::halfResidualAdd(bf, n, out.get(), addend.get(),
+                                             sum.get(), stream);
+               }});
         });
     add("layer_norm_backward + residual_add (fused)", dims(tokens, hidden),
         4.0 * n * 2 + tokens * 8, [&] {
           return gpu::halfLayerNormBackwardAdd(
               bf, tokens, hidden, x.get(), gamma.get(), mean.f32(), rstd.f32(),
-              y.get(), x.get(), sum.get(), dGamma.get(), dBeta.get(), stream,
-              scratch.f32());
+              y.get(), addend.get(), sum.get(), dGamma.get(), dBeta.get(),
+              stream, scratch.f32());
         });
     add("bias_grad", dims(tokens, hidden), 1.0 * n * 2, [&] {
       return gpu::halfBiasGrad(bf, tokens, hidden, y.get(), dBeta.get(),
@@ -357,19 +368,32 @@ int main(int argc, char **argv) {
         });
     Buffer wte(std::size_t(vocab) * hidden * 2), wpe(1024 * hidden * 2),
         out(n * 2);
-    add("embedding_forward", dims(tokens, hidden), 3.0 * n * 2, [&] {
-      return gpu::halfEmbeddingForward(
-          bf, 32, 1024, hidden,
-          static_cast<const std::int32_t *>(targets.get()), wte.get(),
-          wpe.get(), out.get(), stream);
-    });
+    // Bytes the lookups move from HBM: the output, each distinct token row
+    // once (repeats hit L2), the 1.5 MB position table once, the ids.
+    std::vector<char> seen(std::size_t(vocab), 0);
+    std::int64_t distinct = 0;
+    for (std::int32_t id : host)
+      if (id >= 0 && id < vocab && !seen[std::size_t(id)]++)
+        ++distinct;
+    const double rowBytes = double(hidden) * 2;
+    add("embedding_forward", dims(tokens, hidden),
+        double(n) * 2 + (double(distinct) + 1024) * rowBytes +
+            double(tokens) * 4,
+        [&] {
+          return gpu::halfEmbeddingForward(
+              bf, 32, 1024, hidden,
+              static_cast<const std::int32_t *>(targets.get()), wte.get(),
+              wpe.get(), out.get(), stream);
+        });
     // Its backward (dOut = `out`): sorted, no atomics, against the widening
-    // path's fp32 atomics. Bytes: dOut, and the two tables read and written.
+    // path's fp32 atomics. Bytes: dOut, and the rows of the two tables the
+    // tokens touch (rows no token has are skipped), read and written.
     const std::int64_t table = vocab * hidden, positions = 1024 * hidden;
     Buffer dWte(std::size_t(table) * 2), dWpe(std::size_t(positions) * 2),
         scratch(std::size_t(gpu::embeddingBackwardScratchInts(vocab, tokens)) *
                 4);
-    const double backwardBytes = 2.0 * n + 4.0 * (table + positions);
+    const double backwardBytes =
+        2.0 * n + 2.0 * (double(distinct) + 1024) * rowBytes;
     const auto *ids = static_cast<const std::int32_t *>(targets.get());
     add("embedding_backward", dims(tokens, hidden), backwardBytes, [&] {
       return gpu::halfEmbeddingBackward(

@@ -8,7 +8,7 @@ recompute not counted. Peak is the dense bf16 rate given by --peak-tflops
 (989 for H100 SXM). Weft's CUDA backend is compared against this script's
 numbers taken in the same run on the same GPU.
 """
-import argparse, json, math, sys, time
+import argparse, json, math, statistics, sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -76,11 +76,15 @@ def run(size, batch, seq, vocab, steps, compiled, peak):
     torch.cuda.synchronize()
     warm_s = time.time() - t0
     torch.cuda.reset_peak_memory_stats()
-    t0 = time.time()
+    # Each step timed apart (a synchronize after each, as weft-run's step
+    # times end with one), reported as the median of the steps as Weft's.
+    times = []
     for i in range(steps):
+        t0 = time.perf_counter()
         loss = step(5 + i)
-    torch.cuda.synchronize()
-    dt = (time.time() - t0) / steps
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    dt = statistics.median(times)
     tokens = batch * seq
     flops_per_token = 6 * n_params + 12 * layers * h * seq
     res = {"size": size, "mode": "compiled" if compiled else "eager", "batch": batch, "seq": seq,
@@ -88,6 +92,10 @@ def run(size, batch, seq, vocab, steps, compiled, peak):
            "model_tflops": round(flops_per_token * tokens / dt / 1e12, 1),
            "mfu": round(flops_per_token * tokens / dt / (peak * 1e12), 4),
            "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+           # What the caching allocator held (closer to what nvidia-smi
+           # shows for Weft, less the CUDA context).
+           "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
+           "mean_step_ms": round(sum(times) / len(times) * 1e3, 2),
            "warmup_s": round(warm_s, 1), "final_loss": round(loss.item(), 3)}
     assert math.isfinite(res["final_loss"]), "loss is not finite"
     del model, opt, step_model, data

@@ -211,6 +211,17 @@ const std::vector<Preset> &presets() {
          c.host = HostSpec{256, 76.8, 14, 50};
          return c;
        }},
+      // H200 SXM: the H100's compute (989 TF/s dense bf16), 141 GB HBM3e at
+      // 4.8 TB/s; the device machines lent for issue 6 have one.
+      {"h200-1gpu",
+       [] {
+         Cluster c = dgxH100();
+         c.name = "h200-1gpu";
+         c.gpusPerNode = 1;
+         c.gpu = GpuSpec{"H200-SXM-141GB", 140, 989, 989, 67, 4800};
+         c.host = HostSpec{256, 76.8, 14, 50};
+         return c;
+       }},
       // V100-SXM2-32GB: 125 TF/s fp16 tensor cores, no bf16 units (bf16 runs
       // at the 15.7 TF/s fp32 rate), 900 GB/s HBM2, NVLink2 150 GB/s per
       // direction, EDR 100 Gb/s = 12.5 GB/s per GPU across nodes. Host of a
