@@ -201,7 +201,18 @@ checkpoint-write-error)
   expect_error "in-the-way: cannot create" 2 bundle --data tokens.bin \
     --steps 2 --checkpoint-dir in-the-way
   expect_error "resume need --checkpoint-dir" 2 bundle --data tokens.bin \
-    --resume ;;
+    --resume
+  # Usage errors are one line with a pointer to --help, before any rank
+  # opens the bundle: an unknown last flag is named as unknown, an output
+  # file that is a directory or in a missing one fails before the steps.
+  expect_error "unknown option --bogus (weft-run --help for usage)" 2 \
+    bundle --data tokens.bin --bogus
+  expect_error "\-\-metrics in-the-way/m.jsonl: no directory in-the-way" 2 \
+    bundle --data tokens.bin --metrics in-the-way/m.jsonl
+  mkdir -p a-dir
+  expect_error "\-\-trace a-dir: is a directory" 2 bundle --data tokens.bin \
+    --trace a-dir
+  [ "$(grep -c usage: err.txt)" -eq 0 ] || fail "the usage text on an error" ;;
 offload-ddp2)
   offload 2 ddp 2 2 1 pinned
   # ZeRO-0: both DP replicas hold the same weights; rank 0 writes the
