@@ -15,11 +15,10 @@
 // The rows named "(widening path)" run what the backend does without
 // --half-kernels (widen into fp32 scratch, the fp32 kernel, narrow) on the
 // same data, and the 16-bit kernels' speed is printed as a ratio to them.
-// Each figure is the median of 5 samples after 2 warm-up launches, a sample
-// 20 launches back to back between two CUDA events (divided by 20); hidden-
-// width operands are about the size of the 50 MB L2 (the 124M model's), so a
-// kernel that re-reads one may partly hit it. Without a device it says so and
-// exits 0 (nothing to measure).
+// Each figure is the median of 10 timed launches after 2 warm-up launches,
+// CUDA events around each, behind a 256 MB memset that evicts L2 (the
+// hidden-width operands are about its 50 MB) and hides the launch latency.
+// Without a device it says so and exits 0 (nothing to measure).
 //
 //===----------------------------------------------------------------------===//
 
@@ -82,29 +81,32 @@ struct Result {
   double us = 0, bytes = 0, flops = 0;
 };
 
-/// The median time of one `launch` in microseconds: each sample times
-/// kBackToBack launches queued back to back between two events and divides,
-/// so the host's launch latency (a few microseconds, which an event before a
-/// single launch on an idle GPU would count) is hidden behind the queue.
+/// The median time of one `launch` in microseconds. Before each sample a
+/// 256 MB memset runs on the stream: it evicts the operands from the 50 MB
+/// L2 (so a kernel that reads one buffer is not timed from cache on its
+/// second launch), and the GPU is still busy with it when the start event
+/// and the launch are queued behind it, so the host's launch latency (a few
+/// microseconds, which an event before a launch on an idle GPU counts) is
+/// not timed either.
 double timeLaunch(cudaStream_t stream,
                   const std::function<cudaError_t()> &launch) {
-  constexpr int kBackToBack = 20;
+  static Buffer flush(std::size_t(256) << 20);
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   for (int i = 0; i < 2; ++i)
     check(launch(), "warm-up launch");
   std::vector<double> times;
-  for (int i = 0; i < 5; ++i) {
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  for (int i = 0; i < 10; ++i) {
+    check(cudaMemsetAsync(flush.get(), i, flush.bytes(), stream),
+          "cudaMemsetAsync");
     check(cudaEventRecord(start, stream), "cudaEventRecord");
-    for (int j = 0; j < kBackToBack; ++j)
-      check(launch(), "launch");
+    check(launch(), "launch");
     check(cudaEventRecord(stop, stream), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(double(ms) * 1e3 / kBackToBack);
+    times.push_back(double(ms) * 1e3);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
