@@ -203,22 +203,8 @@ public:
     Fold fold{gemm, GemmEpilogueKind::bias, {}, {}, {}, {}};
     if (std::optional<Fold> grad = biasGradAfter(fold, stream, next))
       return grad;
-    // A bias_grad of the same dy before the gemm: a row-parallel layer's
-    // replicated bias under tensor parallelism, whose gradient its backward
-    // takes first (under full recomputation the layer's re-run forward may
-    // lie between).
-    if (std::optional<int64_t> before = biasGradBefore(gemm, stream, index)) {
-      KernelOp k = biasGradOfA(gemm, insts[*before]);
-      RangeAttr slot = range(cast<LaunchOp>(insts[*before]).getWrites(), 0);
-      if (stillZeroFilled(stream, *before, slot, index) &&
-          clearOfGemm(gemm, slot)) {
-        fold.kind = GemmEpilogueKind::bias_grad;
-        fold.folded.push_back(insts[*before]);
-        fold.kernels.push_back(k);
-        fold.writes.push_back(slot);
-        return fold;
-      }
-    }
+    if (std::optional<Fold> grad = biasGradBefore(fold, stream, index))
+      return grad;
     if (next.empty() || gemm.getLdc() != gemm.getM())
       return std::nullopt;
     Operation *first = insts[next[0]];
@@ -275,38 +261,52 @@ private:
     RangeAttr slot = range(cast<LaunchOp>(insts[grad]).getWrites(), 0);
     if (!stillZeroFilled(stream, grad, slot) || !clearOfGemm(fold.gemm, slot))
       return std::nullopt;
-    fold.kind = GemmEpilogueKind::bias_grad;
     if (slotFill)
       fold.folded.push_back(slotFill);
-    fold.folded.push_back(insts[grad]);
-    fold.kernels.push_back(k);
-    fold.writes.push_back(slot);
-    return fold;
+    return withBiasGrad(std::move(fold), insts[grad], k, slot);
   }
 
-  /// A bias_grad of the gemm's A at most a few instructions before gemm
-  /// `index` that may run where the gemm does instead: no record_event lies
-  /// between (another stream could read the gradient before the gemm that
-  /// now writes it) and nothing between writes its dy or touches its slot.
-  std::optional<int64_t> biasGradBefore(GemmOp gemm, unsigned stream,
-                                        int64_t index) const {
+  /// A bias_grad of the same dy at most a few instructions before gemm
+  /// `index`: a row-parallel layer's replicated bias under tensor
+  /// parallelism, whose gradient its backward takes first (under full
+  /// recomputation the layer's re-run forward may lie between). It may run
+  /// where the gemm does instead when no record_event lies between (another
+  /// stream could read the gradient before the gemm that now writes it),
+  /// nothing between writes its dy or touches its slot, and the slot holds
+  /// zeros until the gemm.
+  std::optional<Fold> biasGradBefore(Fold fold, unsigned stream,
+                                     int64_t index) const {
     constexpr int64_t kWindow = 8;
     ArrayRef<Operation *> insts = streams[stream];
-    RangeAttr dy = range(gemm.getReads(), 0);
+    RangeAttr dy = range(fold.gemm.getReads(), 0);
     for (int64_t j = index - 1; j >= 0 && j >= index - kWindow; --j) {
       Operation *op = insts[j];
       if (isa<RecordEventOp>(op) || touches(op, "writes", dy))
         return std::nullopt;
-      if (!biasGradOfA(gemm, op))
+      KernelOp k = biasGradOfA(fold.gemm, op);
+      if (!k)
         continue;
       RangeAttr slot = range(cast<LaunchOp>(op).getWrites(), 0);
       for (int64_t between = j + 1; between < index; ++between)
         if (touches(insts[between], "reads", slot) ||
             touches(insts[between], "writes", slot))
           return std::nullopt;
-      return j;
+      if (!stillZeroFilled(stream, j, slot, index) ||
+          !clearOfGemm(fold.gemm, slot))
+        return std::nullopt;
+      return withBiasGrad(std::move(fold), op, k, slot);
     }
     return std::nullopt;
+  }
+
+  /// `fold` taking over bias_grad `grad` (kernel `k`) into `slot`.
+  static Fold withBiasGrad(Fold fold, Operation *grad, KernelOp k,
+                           RangeAttr slot) {
+    fold.kind = GemmEpilogueKind::bias_grad;
+    fold.folded.push_back(grad);
+    fold.kernels.push_back(k);
+    fold.writes.push_back(slot);
+    return fold;
   }
 
   const HappensBefore &order;
