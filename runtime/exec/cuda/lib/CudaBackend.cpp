@@ -323,7 +323,10 @@ public:
   /// synchronize() with NCCL communicators: polls the streams, NCCL's
   /// asynchronous errors and the watchdog.
   void waitWatchingNccl();
-  /// After a failure: ends a capture, drops the graph, aborts NCCL.
+  /// Ends a capture (discarding it) and destroys the step graph, without
+  /// waiting for a replay still running.
+  void discardGraph() noexcept;
+  /// After a failure: discardGraph(), then aborts NCCL.
   void abortAfterFailure() noexcept;
   std::byte *pinnedStaging(int64_t bytes) override;
   void copyToDeviceAsync(std::byte *device, const std::byte *host,
@@ -563,21 +566,13 @@ private:
 
 DeviceBackend::~DeviceBackend() {
   // Never throws: errors here are ignored (the process is exiting or the
-  // step already reported the failure).
-  if (capturing_) {
-    cudaGraph_t partial = nullptr;
-    if (cudaStreamEndCapture(streams_[0], &partial) == cudaSuccess && partial)
-      cudaGraphDestroy(partial);
-  }
+  // step already reported the failure). The graph goes before the
+  // communicators: ncclCommDestroy waits until no graph holds the calls
+  // captured on them.
+  discardGraph();
   if (device_ >= 0)
     cudaDeviceSynchronize();
   cudnn_.reset(); // its graphs' buffers and handle before the streams
-  // The graph before the communicators: ncclCommDestroy waits until no
-  // graph holds the calls captured on them.
-  if (graphExec_)
-    cudaGraphExecDestroy(graphExec_);
-  if (graph_)
-    cudaGraphDestroy(graph_);
   comms_.reset(); // ncclCommDestroy (a failed collective already aborted)
   for (auto &[key, plan] : gemmCache_) {
     cublasLtMatrixLayoutDestroy(plan.a);
@@ -834,22 +829,26 @@ void DeviceBackend::waitWatchingNccl() {
   }
 }
 
-void DeviceBackend::abortAfterFailure() noexcept {
-  // NCCL's abort waits until no graph holds its calls: end a capture and
-  // drop the graph first (an exec still running is freed when it ends,
-  // which the abort makes it do).
+void DeviceBackend::discardGraph() noexcept {
   if (capturing_) {
     cudaGraph_t partial = nullptr;
     if (cudaStreamEndCapture(streams_[0], &partial) == cudaSuccess && partial)
       cudaGraphDestroy(partial);
     capturing_ = false;
   }
+  // An exec still running is freed when it ends (cudaGraphExecDestroy).
   if (graphExec_)
     cudaGraphExecDestroy(graphExec_);
   graphExec_ = nullptr;
   if (graph_)
     cudaGraphDestroy(graph_);
   graph_ = nullptr;
+}
+
+void DeviceBackend::abortAfterFailure() noexcept {
+  // NCCL's abort waits until no graph holds its calls (a running one ends
+  // once the abort stops its NCCL kernels).
+  discardGraph();
   if (comms_)
     comms_->abort();
 }
