@@ -183,6 +183,8 @@ expect_error() { # PATTERN ARGS...
 }
 expect_error "fidelity needs --measured TRACE"
 expect_error "nope.json: cannot read the trace" --measured nope.json
+mkdir -p a-dir
+expect_error "a-dir: cannot read the trace" --measured a-dir
 echo '{"traceEvents": [' >broken.json
 expect_error "broken.json: invalid JSON" --measured broken.json
 echo '{"events": []}' >other.json
