@@ -191,6 +191,14 @@ TEST(Cluster, PresetsAndNodeOverride) {
   EXPECT_DOUBLE_EQ(a100.interNodeBandwidthGBs, 25); // 8x200 Gb/s per 8 GPUs
   EXPECT_EQ(clusterPreset("dgx-h100-80g").worldSize(), 8);
   EXPECT_EQ(loadCluster("v100-32g-4gpu").worldSize(), 4);
+  // The lent H200s: an H100's compute, more and faster memory.
+  Cluster h200 = clusterPreset("h200-1gpu");
+  Cluster h100 = clusterPreset("h100-1gpu");
+  EXPECT_EQ(h200.worldSize(), 1);
+  EXPECT_DOUBLE_EQ(h200.peakFlops(Precision::BF16),
+                   h100.peakFlops(Precision::BF16));
+  EXPECT_DOUBLE_EQ(h200.gpu.memoryBandwidthGBs, 4800);
+  EXPECT_GT(h200.gpu.memoryGib, h100.gpu.memoryGib);
 }
 
 TEST(Cluster, PresetErrors) {
