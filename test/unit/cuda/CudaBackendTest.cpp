@@ -398,6 +398,21 @@ TEST(CudaHost, DeviceChoiceFollowsTheLocalRank) {
     ::setenv(var.c_str(), value.c_str(), 1);
 }
 
+TEST(CudaHost, TwoRanksOnOneGpuAreNamed) {
+  std::vector<DeviceIdentity> ranks = {
+      {"node-a", "GPU-0", 0}, {"node-a", "GPU-1", 1}, {"node-b", "GPU-0", 0}};
+  // The same UUID on two hosts is two GPUs (only a test's UUIDs repeat).
+  EXPECT_EQ(sharedDeviceProblem(ranks), "");
+  EXPECT_EQ(sharedDeviceProblem({}), "");
+  // Local rank 2 of 2 GPUs wraps onto device 0 of rank 0.
+  ranks.push_back({"node-a", "GPU-0", 0});
+  EXPECT_EQ(sharedDeviceProblem(ranks),
+            "ranks 0 and 3 both run on GPU-0 of host node-a (device 0 and 0 "
+            "of their processes): NCCL needs one GPU per rank; start at most "
+            "as many ranks per host as it has GPUs, or give each rank its own "
+            "(CUDA_VISIBLE_DEVICES, --device)");
+}
+
 TEST(CudaHost, OptionsDefaults) {
   CudaBackendOptions options;
   EXPECT_TRUE(options.graph);             // --no-graph turns it off

@@ -47,6 +47,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <unistd.h>
+
 namespace weft::exec::cuda {
 
 using plan::DType;
@@ -95,6 +97,24 @@ int chooseDevice(int requested, int deviceCount) {
       return int(local % deviceCount);
   }
   return 0;
+}
+
+std::string sharedDeviceProblem(const std::vector<DeviceIdentity> &ranks) {
+  std::map<std::pair<std::string, std::string>, size_t> first;
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const DeviceIdentity &id = ranks[rank];
+    auto [it, inserted] = first.emplace(std::pair(id.host, id.uuid), rank);
+    if (inserted)
+      continue;
+    return "ranks " + std::to_string(it->second) + " and " +
+           std::to_string(rank) + " both run on " + id.uuid + " of host " +
+           id.host + " (device " + std::to_string(ranks[it->second].ordinal) +
+           " and " + std::to_string(id.ordinal) +
+           " of their processes): NCCL needs one GPU per rank; start at most "
+           "as many ranks per host as it has GPUs, or give each rank its own "
+           "(CUDA_VISIBLE_DEVICES, --device)";
+  }
+  return {};
 }
 
 namespace {
@@ -365,6 +385,7 @@ public:
     options_.rank = rank;
     if (!communicates)
       return;
+    checkOneGpuPerRank(worldSize, world);
     connect(bundle, rank, worldSize, [world](void *data, size_t bytes) {
       MPI_Bcast(data, int(bytes), MPI_BYTE, 0, world);
     });
@@ -382,6 +403,9 @@ public:
   void abortCommunication() override;
 
 private:
+  /// Gathers every rank's (host, GPU UUID) over `world` and throws Error on
+  /// every rank when two share a GPU (before NCCL's own, vaguer refusal).
+  void checkOneGpuPerRank(int worldSize, MPI_Comm world);
   std::string prefix() const {
     return "rank " + std::to_string(options_.rank) + ": ";
   }
@@ -1907,6 +1931,38 @@ void DeviceBackend::popRange() {
 }
 
 //===--- Communication ---------------------------------------------------===//
+
+void DeviceBackend::checkOneGpuPerRank(int worldSize, MPI_Comm world) {
+  struct Record {
+    char host[256];
+    char uuid[40];
+    int ordinal;
+  } mine{};
+  if (gethostname(mine.host, sizeof mine.host - 1) != 0)
+    std::snprintf(mine.host, sizeof mine.host, "?");
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, device_),
+        "cudaGetDeviceProperties", "connecting");
+  char *out = mine.uuid;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10)
+      *out++ = '-';
+    out += std::snprintf(
+        out, 3, "%02x",
+        unsigned(static_cast<unsigned char>(properties.uuid.bytes[i])));
+  }
+  mine.ordinal = device_;
+  std::vector<Record> all(size_t(std::max(worldSize, 1)));
+  MPI_Allgather(&mine, int(sizeof mine), MPI_BYTE, all.data(), int(sizeof mine),
+                MPI_BYTE, world);
+  std::vector<DeviceIdentity> ranks;
+  for (const Record &record : all)
+    ranks.push_back({std::string(record.host, strnlen(record.host, 256)),
+                     "GPU-" + std::string(record.uuid), record.ordinal});
+  std::string problem = sharedDeviceProblem(ranks);
+  if (!problem.empty())
+    throw Error(prefix() + problem);
+}
 
 void DeviceBackend::connect(
     const plan::Bundle &bundle, int rank, int worldSize,

@@ -149,6 +149,20 @@ bool builtWithCudnn();
 /// the node-local rank variables of the environment (host-only; tested).
 int chooseDevice(int requested, int deviceCount);
 
+/// Which GPU a rank runs on: its host and the device's UUID (what NCCL
+/// compares), and the device ordinal as this process numbers it.
+struct DeviceIdentity {
+  std::string host;
+  std::string uuid;
+  int ordinal = -1;
+};
+
+/// Empty when every rank has its own GPU; otherwise the one-line problem
+/// naming the first two ranks (indices of `ranks`) that share one. NCCL
+/// refuses two ranks on one GPU with a generic error after its setup; this
+/// says which ranks and what to change (host-only; tested).
+std::string sharedDeviceProblem(const std::vector<DeviceIdentity> &ranks);
+
 } // namespace weft::exec::cuda
 
 #endif // WEFT_EXEC_CUDA_CUDABACKEND_H
