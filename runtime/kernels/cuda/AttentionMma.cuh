@@ -24,8 +24,10 @@
 //
 // so the C fragments of S for 16 consecutive keys are, packed pairwise, the
 // A fragment of P for the next product (no shared-memory round trip).
-// Shared tiles are [rows][D + 8] (the padding puts the eight rows a B load
-// touches in distinct banks).
+// Fragments come out of shared memory by ldmatrix.x4 (four 8 x 8 matrices
+// per instruction; .trans for operands stored k-major, as V); shared tiles
+// are [rows][D + 8], so the eight 16-byte rows of one matrix fall in
+// distinct banks. Score tiles the warp sees whole skip the mask.
 //
 // The kernels live in this header so that the CPU test
 // (test/unit/kernels/WarpEmulationTest.cpp) can run them under a warp
@@ -102,9 +104,35 @@ template <> struct Storage<__half> {
 
 /// Lane coordinates in the fragment layouts.
 struct Lane {
+  int id;   // lane in the warp
   int g, t; // group (row within 8) and thread in group (column pair)
-  __device__ Lane() : g((threadIdx.x % 32) / 4), t(threadIdx.x % 4) {}
+  __device__ Lane()
+      : id(threadIdx.x % 32), g((threadIdx.x % 32) / 4), t(threadIdx.x % 4) {}
 };
+
+/// ldmatrix.sync.aligned.m8n8.x4 (with `Trans`, .trans) from shared memory:
+/// lane l gives the address of row l % 8 of matrix l / 8 (16 bytes,
+/// 16-byte aligned) and gets word (row l / 4, pair l % 4) of each matrix j
+/// in r[j]; with .trans, of matrix j transposed (its column l / 4, rows
+/// 2 (l % 4) and 2 (l % 4) + 1).
+template <bool Trans>
+__device__ inline void loadMatrices(const void *row, std::uint32_t r[4]) {
+#ifdef WEFT_WARP_EMULATION
+  emulatedLdmatrix(r, row, Trans);
+#else
+  unsigned address = unsigned(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+#endif
+}
 
 //===--- Shared-memory tiles ----------------------------------------------===//
 
@@ -112,38 +140,38 @@ template <typename E, int D> struct Tile {
   static constexpr int kStride = D + 8;
   E *data;
   __device__ E *row(int r) const { return data + r * kStride; }
-  /// Two consecutive columns of one row, as one register.
-  __device__ std::uint32_t pair(int r, int c) const {
-    return *reinterpret_cast<const std::uint32_t *>(row(r) + c);
-  }
-  /// One column of two consecutive rows, as one register (a transposed
-  /// operand).
-  __device__ std::uint32_t columnPair(int r, int c) const {
-    std::uint16_t lo = *reinterpret_cast<const std::uint16_t *>(row(r) + c);
-    std::uint16_t hi = *reinterpret_cast<const std::uint16_t *>(row(r + 1) + c);
-    return std::uint32_t(lo) | (std::uint32_t(hi) << 16);
-  }
-  /// The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16).
+  /// The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16):
+  /// matrices (rows, columns) (r0, c0) (r0 + 8, c0) (r0, c0 + 8)
+  /// (r0 + 8, c0 + 8) are a0..a3.
   __device__ void loadA(int r0, int c0, const Lane &l,
                         std::uint32_t a[4]) const {
-    a[0] = pair(r0 + l.g, c0 + 2 * l.t);
-    a[1] = pair(r0 + l.g + 8, c0 + 2 * l.t);
-    a[2] = pair(r0 + l.g, c0 + 2 * l.t + 8);
-    a[3] = pair(r0 + l.g + 8, c0 + 2 * l.t + 8);
+    int m = l.id / 8;
+    loadMatrices<false>(row(r0 + l.id % 8 + 8 * (m & 1)) + c0 + 8 * (m >> 1),
+                        a);
   }
-  /// The B fragment for k = columns [c0, c0 + 16), n = rows [r0, r0 + 8):
-  /// the tile holds B transposed (a row per n), as K does for Q K^T.
-  __device__ void loadB(int r0, int c0, const Lane &l,
-                        std::uint32_t b[2]) const {
-    b[0] = pair(r0 + l.g, c0 + 2 * l.t);
-    b[1] = pair(r0 + l.g, c0 + 2 * l.t + 8);
+  /// The B fragments for k = columns [c0, c0 + 16) and n = rows [r0, r0 + 8)
+  /// (b[0]) and [r0 + 8, r0 + 16) (b[1]): the tile holds B transposed (a
+  /// row per n), as K does for Q K^T. Matrices (r0, c0) (r0, c0 + 8) are
+  /// b[0], (r0 + 8, c0) (r0 + 8, c0 + 8) b[1].
+  __device__ void loadB2(int r0, int c0, const Lane &l,
+                         std::uint32_t b[2][2]) const {
+    int m = l.id / 8;
+    std::uint32_t r[4];
+    loadMatrices<false>(row(r0 + l.id % 8 + 8 * (m >> 1)) + c0 + 8 * (m & 1),
+                        r);
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
   }
-  /// The B fragment for k = rows [r0, r0 + 16), n = columns [c0, c0 + 8):
-  /// the tile holds B as is (a row per k), as V does for P V.
-  __device__ void loadBRows(int r0, int c0, const Lane &l,
-                            std::uint32_t b[2]) const {
-    b[0] = columnPair(r0 + 2 * l.t, c0 + l.g);
-    b[1] = columnPair(r0 + 2 * l.t + 8, c0 + l.g);
+  /// The B fragments for k = rows [r0, r0 + 16) and n = columns
+  /// [c0, c0 + 8) (b[0]) and [c0 + 8, c0 + 16) (b[1]): the tile holds B as
+  /// is (a row per k), as V does for P V, so the matrices are transposed.
+  /// Matrices (r0, c0) (r0 + 8, c0) are b[0], (r0, c0 + 8) (r0 + 8, c0 + 8)
+  /// b[1].
+  __device__ void loadBRows2(int r0, int c0, const Lane &l,
+                             std::uint32_t b[2][2]) const {
+    int m = l.id / 8;
+    std::uint32_t r[4];
+    loadMatrices<true>(row(r0 + l.id % 8 + 8 * (m & 1)) + c0 + 8 * (m >> 1), r);
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
   }
 };
 
@@ -229,24 +257,35 @@ __device__ inline void packA(const float (&c)[N][4], int kk,
   a[3] = Storage<E>::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
-/// s += A1 X^T and dp += A2 Y^T over the N * 8 rows of the tiles x and y
-/// (the two score-shaped products of the backward kernels).
+/// s += A X^T over the N * 8 rows of the tile x (a score-shaped product).
 template <typename E, int D, int N>
-__device__ inline void twoProducts(const Tile<E, D> &x, const Tile<E, D> &y,
-                                   const std::uint32_t (&a1)[D / 16][4],
-                                   const std::uint32_t (&a2)[D / 16][4],
-                                   const Lane &l, float (&s)[N][4],
-                                   float (&dp)[N][4]) {
+__device__ inline void product(const Tile<E, D> &x,
+                               const std::uint32_t (&a)[D / 16][4],
+                               const Lane &l, float (&s)[N][4]) {
 #pragma unroll
-  for (int n = 0; n < N; ++n)
+  for (int n = 0; n < N; n += 2)
 #pragma unroll
     for (int c = 0; c < D / 16; ++c) {
-      std::uint32_t xb[2], yb[2];
-      x.loadB(8 * n, 16 * c, l, xb);
-      y.loadB(8 * n, 16 * c, l, yb);
-      Storage<E>::mma(s[n], a1[c], xb);
-      Storage<E>::mma(dp[n], a2[c], yb);
+      std::uint32_t xb[2][2];
+      x.loadB2(8 * n, 16 * c, l, xb);
+      Storage<E>::mma(s[n], a[c], xb[0]);
+      Storage<E>::mma(s[n + 1], a[c], xb[1]);
     }
+}
+
+/// o[n] += A B over n < D / 8, B = rows [16 kk, 16 kk + 16) of the tile y
+/// (stored a row per k): the context-shaped products.
+template <typename E, int D>
+__device__ inline void productRows(const Tile<E, D> &y, int kk,
+                                   const std::uint32_t a[4], const Lane &l,
+                                   float (&o)[D / 8][4]) {
+#pragma unroll
+  for (int n = 0; n < D / 8; n += 2) {
+    std::uint32_t yb[2][2];
+    y.loadBRows2(16 * kk, 8 * n, l, yb);
+    Storage<E>::mma(o[n], a, yb[0]);
+    Storage<E>::mma(o[n + 1], a, yb[1]);
+  }
 }
 
 /// Whether `query` sees `key` (both inside the sequence).
@@ -255,14 +294,25 @@ __device__ inline bool visible(const AttentionDims &d, int64_t query,
   return key < d.seq && query < d.seq && (!d.causal || key <= query);
 }
 
+/// Whether every query of [q0, q0 + queries) sees every key of
+/// [k0, k0 + keys): a score tile that needs no mask (warp-uniform).
+__device__ inline bool wholeTile(const AttentionDims &d, int64_t q0,
+                                 int64_t queries, int64_t k0, int64_t keys) {
+  return q0 + queries <= d.seq && k0 + keys <= d.seq &&
+         (!d.causal || k0 + keys - 1 <= q0);
+}
+
 //===--- Forward ----------------------------------------------------------===//
 
 template <int D> struct ForwardTiling {
   static constexpr int kKeys = D > 64 ? 32 : 64;
+  /// Blocks per SM the registers must allow: 4 (128 registers a thread)
+  /// up to head dim 64, where that costs no spills.
+  static constexpr int kMinBlocks = D > 64 ? 1 : 4;
 };
 
 template <typename E, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, ForwardTiling<D>::kMinBlocks)
     mmaForward(AttentionDims d, const E *q, const E *k, const E *v, E *out,
                float *lse, bool vector) {
   constexpr int kKeys = ForwardTiling<D>::kKeys;
@@ -299,27 +349,29 @@ __global__ void __launch_bounds__(kThreads)
     if (d.causal && k0 > warpLast)
       continue; // every key of the tile is in this warp's future
     float s[kKeys / 8][4] = {};
+    product(ks, qa, l, s);
+    if (wholeTile(d, warpLast - 15, 16, k0, kKeys)) {
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n)
+      for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
-      for (int c = 0; c < D / 16; ++c) {
-        std::uint32_t kb[2];
-        ks.loadB(8 * n, 16 * c, l, kb);
-        Storage<E>::mma(s[n], qa[c], kb);
-      }
+        for (int r = 0; r < 4; ++r)
+          s[n][r] *= scale;
+    } else {
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
+          int64_t query = r < 2 ? row0 : row1;
+          s[n][r] = visible(d, query, key) ? s[n][r] * scale : -INFINITY;
+        }
+    }
     float tileMax0 = -INFINITY, tileMax1 = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
-        int64_t query = r < 2 ? row0 : row1;
-        s[n][r] = visible(d, query, key) ? s[n][r] * scale : -INFINITY;
-        if (r < 2)
-          tileMax0 = fmaxf(tileMax0, s[n][r]);
-        else
-          tileMax1 = fmaxf(tileMax1, s[n][r]);
-      }
+    for (int n = 0; n < kKeys / 8; ++n) {
+      tileMax0 = fmaxf(tileMax0, fmaxf(s[n][0], s[n][1]));
+      tileMax1 = fmaxf(tileMax1, fmaxf(s[n][2], s[n][3]));
+    }
     float new0 = fmaxf(max0, quadMax(tileMax0));
     float new1 = fmaxf(max1, quadMax(tileMax1));
     // A row with nothing visible yet keeps max -inf: subtract 0 instead so
@@ -351,12 +403,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       std::uint32_t pa[4];
       packA<E>(s, kk, pa);
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        std::uint32_t vb[2];
-        vs.loadBRows(16 * kk, 8 * n, l, vb);
-        Storage<E>::mma(o[n], pa, vb);
-      }
+      productRows(vs, kk, pa, l, o);
     }
   }
   sum0 = quadSum(sum0);
@@ -448,18 +495,19 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (d.causal && k0 > warpLast)
       continue;
+    // S = Q K^T, dP = dO V^T; dS = P * (dP - delta) with
+    // P = exp(S * scale - lse), 0 where not visible.
     float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-    twoProducts(ks, vs, qa, dya, l, s,
-                dp); // S = Q K^T, dP = dO V^T
-                     // dS = P * (dP - delta), P = exp(S * scale - lse); 0 where
-                     // not visible.
+    product(ks, qa, l, s);
+    product(vs, dya, l, dp);
+    const bool whole = wholeTile(d, warpLast - 15, 16, k0, kKeys);
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
         int64_t query = r < 2 ? row0 : row1;
-        float p = visible(d, query, key)
+        float p = whole || visible(d, query, key)
                       ? exp2f(s[n][r] * scale - (r < 2 ? lse0 : lse1))
                       : 0.0f;
         s[n][r] = p * (dp[n][r] - (r < 2 ? delta0 : delta1));
@@ -468,12 +516,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       std::uint32_t dsa[4];
       packA<E>(s, kk, dsa);
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        std::uint32_t kb[2];
-        ks.loadBRows(16 * kk, 8 * n, l, kb);
-        Storage<E>::mma(acc[n], dsa, kb);
-      }
+      productRows(ks, kk, dsa, l, acc);
     }
   }
   E *dst0 = row0 < d.seq ? dq + d.qRow(br.b, row0, br.head) : nullptr;
@@ -529,7 +572,9 @@ __global__ void __launch_bounds__(kThreads)
         continue; // every query of the tile precedes this warp's keys
       // S^T = K Q^T and dP^T = V dO^T: [16 keys, kQueries].
       float s[kQueries / 8][4] = {}, dp[kQueries / 8][4] = {};
-      twoProducts(qs, dys, ka, va, l, s, dp);
+      product(qs, ka, l, s);
+      product(dys, va, l, dp);
+      const bool whole = wholeTile(d, q0, kQueries, warpFirstKey, 16);
 #pragma unroll
       for (int n = 0; n < kQueries / 8; ++n)
 #pragma unroll
@@ -537,7 +582,7 @@ __global__ void __launch_bounds__(kThreads)
           int col = 8 * n + 2 * l.t + (r & 1);
           int64_t query = q0 + col;
           int64_t key = r < 2 ? key0 : key1;
-          float p = visible(d, query, key)
+          float p = whole || visible(d, query, key)
                         ? exp2f(s[n][r] * scale - tileLse[col])
                         : 0.0f;
           s[n][r] = p;                                // P^T
@@ -549,14 +594,8 @@ __global__ void __launch_bounds__(kThreads)
         packA<E>(s, kk, pa);
         std::uint32_t dsa[4];
         packA<E>(dp, kk, dsa);
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          std::uint32_t dyb[2], qb[2];
-          dys.loadBRows(16 * kk, 8 * n, l, dyb);
-          qs.loadBRows(16 * kk, 8 * n, l, qb);
-          Storage<E>::mma(dvAcc[n], pa, dyb);
-          Storage<E>::mma(dkAcc[n], dsa, qb);
-        }
+        productRows(dys, kk, pa, l, dvAcc);
+        productRows(qs, kk, dsa, l, dkAcc);
       }
     }
   E *dk0 = key0 < d.seq ? dk + d.kvRow(br.b, key0, g) : nullptr;

@@ -3,9 +3,10 @@
 // Include after <cuda_runtime.h> (for uint4 and the vector types) and before
 // a kernel header: every CUDA thread of a block is a fiber (ucontext) on the
 // calling thread, switched only at barriers: __syncthreads is a barrier over
-// the block, and the warp-wide primitives (__shfl_xor_sync, __shfl_sync and
-// mma.sync m16n8k16) are barriers over the warp's 32 threads that exchange
-// their registers through memory. Blocks run one after the other, so
+// the block, and the warp-wide primitives (__shfl_xor_sync, __shfl_sync,
+// ldmatrix.x4 and mma.sync m16n8k16) are barriers over the warp's 32 threads
+// that exchange their registers through memory. Blocks run one after the other,
+// so
 // __shared__ becomes `static`. Fibers instead of OS threads: a barrier of a
 // 1024-thread block costs a round of cheap context switches, not 1024
 // wake-ups, and there are no data races to reason about.
@@ -51,7 +52,7 @@
 #define __global__ inline // kernel headers are included by several tests
 #define __device__
 #define __shared__ static // blocks run one at a time
-#define __launch_bounds__(threads)
+#define __launch_bounds__(...)
 #define WEFT_WARP_EMULATION
 
 namespace emulation {
@@ -92,6 +93,7 @@ struct Warp {
   Barrier barrier{32};
   std::uint64_t shuffled[32];
   std::uint32_t a[32][4], b[32][2];
+  const void *rows[32]; // ldmatrix's row addresses
 };
 
 struct Dim3 {
@@ -179,6 +181,36 @@ void emulatedMma(float c[4], const std::uint32_t a[4],
   }
   w.barrier.wait(); // every lane has read every fragment
   std::copy(result, result + 4, c);
+}
+
+/// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives the
+/// address of row l % 8 of matrix l / 8 (8 16-bit elements, 16-byte
+/// aligned); r[j] gets elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1)
+/// of matrix j, with `trans` (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4).
+inline void emulatedLdmatrix(std::uint32_t r[4], const void *row, bool trans) {
+  emulation::Warp &w = *emulation::warp;
+  const int me = emulation::lane;
+  if (reinterpret_cast<std::uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr,
+                 "warp emulation: ldmatrix row address %p of lane %d "
+                 "is not 16-byte aligned\n",
+                 row, me);
+    std::abort();
+  }
+  w.rows[me] = row;
+  w.barrier.wait();
+  auto element = [&](int matrix, int rowInMatrix, int column) {
+    return static_cast<const std::uint16_t *>(
+        w.rows[8 * matrix + rowInMatrix])[column];
+  };
+  const int g = me / 4, t = me % 4;
+  for (int j = 0; j < 4; ++j) {
+    std::uint32_t lo = trans ? element(j, 2 * t, g) : element(j, g, 2 * t);
+    std::uint32_t hi =
+        trans ? element(j, 2 * t + 1, g) : element(j, g, 2 * t + 1);
+    r[j] = lo | (hi << 16);
+  }
+  w.barrier.wait(); // every lane has read every row address
 }
 
 namespace emulation {
