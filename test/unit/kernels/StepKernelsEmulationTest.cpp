@@ -4,6 +4,7 @@
 // StepKernels.cuh) under the warp emulator: the sum of squares (block
 // partials, then one block adding them) against the CPU's, and the one-pass
 // AdamW with its launch geometry (256-thread blocks, a partial last block),
+// and with fewer blocks than that (threads stride over the elements),
 // which, given the gradients' sum of squares, must clip
 // and skip exactly as the CPU backend does (kernels::clippedGradScale once,
 // then adamwElement per element), bit for bit, on fp32, bf16 and f16
@@ -110,18 +111,28 @@ TEST(StepKernelsEmulation, AdamWClipsAndSkipsFromTheSumOfSquares) {
         bool withLow = lowStorage == FloatStorage::BF16;
         State want = onCpu(step, grad, c.sumSq, start,
                            withLow ? lowStorage : FloatStorage::F32);
-        State got = start;
-        float sumSq = c.sumSq;
-        emulation::launch(
-            unsigned((n + steps::kBlock - 1) / steps::kBlock),
-            unsigned(steps::kBlock), steps::adamwKernel, &step, n, gradData,
-            gradStorage, got.param.data(), got.m.data(), got.v.data(),
-            withLow ? static_cast<void *>(got.low.data()) : nullptr, lowStorage,
-            static_cast<const float *>(&sumSq));
-        EXPECT_EQ(got.param, want.param);
-        EXPECT_EQ(got.m, want.m);
-        EXPECT_EQ(got.v, want.v);
-        EXPECT_EQ(got.low, want.low);
+        // One thread per element, and fewer blocks than that (the
+        // launcher caps the grid at kAdamWBlocks: threads stride).
+        const unsigned perElement =
+            unsigned((n + steps::kBlock - 1) / steps::kBlock);
+        State got;
+        for (unsigned blocks : {perElement, 2u}) {
+          SCOPED_TRACE(std::to_string(blocks) + " blocks");
+          State run = start;
+          float sumSq = c.sumSq;
+          emulation::launch(blocks, unsigned(steps::kBlock), steps::adamwKernel,
+                            &step, n, gradData, gradStorage, run.param.data(),
+                            run.m.data(), run.v.data(),
+                            withLow ? static_cast<void *>(run.low.data())
+                                    : nullptr,
+                            lowStorage, static_cast<const float *>(&sumSq));
+          EXPECT_EQ(run.param, want.param);
+          EXPECT_EQ(run.m, want.m);
+          EXPECT_EQ(run.v, want.v);
+          EXPECT_EQ(run.low, want.low);
+          if (blocks == perElement)
+            got = run;
+        }
         EXPECT_EQ(got.param == start.param, c.skipped);
         if (!c.skipped) {
           // The first moment after one update from zero-ish state is

@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 namespace weft::exec::cuda {
 
 namespace {
@@ -154,7 +156,8 @@ cudaError_t adamwFromDevice(const kernels::AdamWStep *step, int64_t n,
                             cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  steps::adamwKernel<<<blocksFor(n), kBlock, 0, stream>>>(
+  unsigned blocks = std::min(blocksFor(n), unsigned(steps::kAdamWBlocks));
+  steps::adamwKernel<<<blocks, kBlock, 0, stream>>>(
       step, n, grad, gradStorage, param, m, v, low, lowStorage, sumSq);
   return cudaGetLastError();
 }

@@ -108,12 +108,19 @@ __global__ void clipKernel(std::int64_t n, void *x, FloatStorage storage,
   store(x, i, storage, load(x, i, storage) * factor);
 }
 
+/// Blocks of adamwKernel at most: each thread strides over the elements, so
+/// a block's prologue (the clip factor, one dependent read of the step and
+/// the sum of squares, and a barrier) is paid once per block, not once per
+/// 256 elements, where it would keep the kernel well below HBM bandwidth.
+constexpr int kAdamWBlocks = 4096;
+
 /// One pass: the gradient widened in registers, AdamW, the weights' 16-bit
 /// copy rounded from the updated fp32 weight (what widening, adamwElement
 /// and a separate narrowing pass give, bit for bit). Given the global sum of
 /// squares (`sumSq`), the clip factor and the overflow skip come from it
 /// (kernels::clippedGradScale): computed once per block, by its first
-/// thread, as the CPU backend computes them once per instruction.
+/// thread, as the CPU backend computes them once per instruction. Any grid
+/// covers the elements (a grid-stride loop).
 __global__ void adamwKernel(const kernels::AdamWStep *step, std::int64_t n,
                             const void *grad, FloatStorage gradStorage,
                             float *param, float *m, float *v, void *low,
@@ -126,18 +133,20 @@ __global__ void adamwKernel(const kernels::AdamWStep *step, std::int64_t n,
     gradScale = scale;
   }
   __syncthreads();
-  std::int64_t i = index1d();
-  if (i >= n || !apply)
+  if (!apply)
     return;
   kernels::AdamWStep s = *step;
   s.gradScale = gradScale;
-  float p = param[i], mi = m[i], vi = v[i];
-  kernels::adamwElement(s, load(grad, i, gradStorage), p, mi, vi);
-  param[i] = p;
-  m[i] = mi;
-  v[i] = vi;
-  if (low)
-    store(low, i, lowStorage, p);
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = index1d(); i < n; i += stride) {
+    float p = param[i], mi = m[i], vi = v[i];
+    kernels::adamwElement(s, load(grad, i, gradStorage), p, mi, vi);
+    param[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+    if (low)
+      store(low, i, lowStorage, p);
+  }
 }
 
 } // namespace weft::exec::cuda::steps
