@@ -132,7 +132,7 @@ if [ -d $profile ]; then
     # --residual-norms.
     flags="" bundle=$profile
     [ $tag = fast ] && flags="--half-kernels" bundle=$profile-epilogues
-    [ $tag = cudnn ] && flags="--half-kernels --cudnn-attention" bundle=$profile-epilogues
+    [ $tag = cudnn ] && flags="--half-kernels --cudnn-attention --gemm-autotune" bundle=$profile-epilogues
     echo "== where a step's time goes: GPT-2 124M bf16, batch 32, timed on the device ($tag: $flags, $bundle)"
     # Device times (timing events around every instruction); should they
     # fail, every launch waited for (host times then are device times plus

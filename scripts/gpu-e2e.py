@@ -295,6 +295,13 @@ def cudnn_line(text):
     return match.group(1) if match else "no cuDNN attention line"
 
 
+def autotune_line(text):
+    """weft-run's --gemm-autotune line: shapes timed and the step's GEMM
+    time under the heuristic's choice and the fastest."""
+    match = re.search(r"weft-run: cuda: (cuBLASLt autotune: .*)", text)
+    return match.group(1) if match else "no cuBLASLt autotune line"
+
+
 def relative(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
@@ -339,9 +346,11 @@ def check(args):
                 variants.append(("cuda-half", ["--backend", "cuda", "--half-kernels"]))
                 variants.append(("cuda-fast", ["--backend", "cuda", "--half-kernels",
                                                "--gemm-epilogues"]))
-                # ... and cuDNN's fused attention instead of Weft's.
+                # ... and cuDNN's fused attention instead of Weft's, with
+                # the GEMM algorithms timed at load.
                 variants.append(("cuda-cudnn", ["--backend", "cuda", "--half-kernels",
-                                                "--gemm-epilogues", "--cudnn-attention"]))
+                                                "--gemm-epilogues", "--cudnn-attention",
+                                                "--gemm-autotune"]))
             else:
                 variants.append(("cuda-epilogue", ["--backend", "cuda", "--gemm-epilogues"]))
             if args.quick:
@@ -377,6 +386,7 @@ def check(args):
                         runs[tag] = None
                 elif tag == "cuda-cudnn":
                     print(f"{name} {tag}: {cudnn_line(text)}")
+                    print(f"{name} {tag}: {autotune_line(text)}")
             if any(r is None for r in runs.values()):
                 failed += 1
                 rows.append((name, "run failed", "", ""))
@@ -413,7 +423,7 @@ def check(args):
             variants = [("cuda", []), ("cuda-nograph", ["--no-graph"]),
                         ("cuda-half", ["--half-kernels"]),
                         ("cuda-fast", ["--half-kernels", "--gemm-epilogues"]),
-                        ("cuda-cudnn", ["--half-kernels", "--gemm-epilogues",
+                        ("cuda-cudnn", ["--half-kernels", "--gemm-epilogues", "--gemm-autotune",
                                         "--cudnn-attention"])]
             if args.quick:  # the default path and the fastest ones only
                 variants = [v for v in variants
@@ -429,6 +439,7 @@ def check(args):
                     continue
                 if tag == "cuda-cudnn":
                     print(f"{name} {tag}: {cudnn_line(text)}")
+                    print(f"{name} {tag}: {autotune_line(text)}")
                 # weft-run's start line: the backend's workspace beside the plan.
                 match = re.search(r"device workspace beyond the plan: ([0-9.]+) MiB", text)
                 workspace = float(match.group(1)) * 2**20 if match else 0.0

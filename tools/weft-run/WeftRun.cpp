@@ -30,7 +30,7 @@ const char *const kUsage =
     "usage: weft-run BUNDLE --data TOKENS [--steps K]\n"
     "                [--backend cpu|cuda|cpu-staged]\n"
     "                [--no-graph] [--half-kernels]\n"
-    "                [--cudnn-attention]\n"
+    "                [--cudnn-attention] [--gemm-autotune]\n"
     "                [--generated-kernels] [--kernel-cache DIR|off]\n"
     "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
@@ -86,6 +86,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     }
     if (arg == "--half-kernels") {
       cli.session.halfKernels = true;
+      continue;
+    }
+    if (arg == "--gemm-autotune") {
+      cli.session.gemmAutotune = true;
       continue;
     }
     if (arg == "--gemm-epilogues") // decided ahead of time now

@@ -275,6 +275,7 @@ std::unique_ptr<Backend> makeBackend(const Options &options, int rank) {
         options.graph && !(options.trace && options.deviceTimes);
     cudaOptions.deviceTimes = options.trace && options.deviceTimes;
     cudaOptions.halfKernels = options.halfKernels;
+    cudaOptions.gemmAutotune = options.gemmAutotune;
     cudaOptions.cudnnAttention = options.cudnnAttention;
     cudaOptions.generatedKernels = options.generatedKernels;
     cudaOptions.kernelCache = options.kernelCache;

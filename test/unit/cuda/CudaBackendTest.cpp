@@ -418,6 +418,7 @@ TEST(CudaHost, OptionsDefaults) {
   EXPECT_TRUE(options.graph);             // --no-graph turns it off
   EXPECT_FALSE(options.tf32);             // fp32 GEMMs are exact fp32
   EXPECT_FALSE(options.generatedKernels); // the library kernels are faster
+  EXPECT_FALSE(options.gemmAutotune);     // timings would pick: not repeatable
   EXPECT_EQ(options.kernelCache, "");     // defaultKernelCacheDir()
   EXPECT_EQ(options.device, -1);
   std::printf("built with NCCL: %s, NVTX: %s\n", builtWithNccl() ? "yes" : "no",
@@ -1243,13 +1244,14 @@ TEST(CudaGpu, NcclWorldSizeOne) {
   }
 }
 
-void compareMlp(const std::string &variant, bool graph) {
+void compareMlp(const std::string &variant, bool graph, bool autotune = false) {
   test::MlpConfig config;
   config.variant = variant;
   plan::Bundle bundle = test::buildMlpBundle(config);
   std::unique_ptr<Backend> cpu = makeCpuBackend();
   CudaBackendOptions options;
   options.graph = graph;
+  options.gemmAutotune = autotune;
   std::unique_ptr<CudaBackend> gpu = makeCudaBackend(options);
   Driver onCpu(*cpu, bundle, false), onGpu(*gpu, bundle, graph);
   for (int64_t step = 1; step <= 5; ++step) {
@@ -1273,6 +1275,13 @@ TEST(CudaGpu, MlpSerialMatchesCpuEager) {
 TEST(CudaGpu, MlpSerialMatchesCpuWithGraphReplay) {
   SKIP_WITHOUT_DEVICE();
   compareMlp("serial", true);
+}
+
+// The algorithms autotuning picks compute the same GEMMs (its log line
+// prints the timed shapes).
+TEST(CudaGpu, MlpWithAutotunedGemmsMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  compareMlp("serial", true, /*autotune=*/true);
 }
 
 TEST(CudaGpu, MlpDdpWorldOneMatchesCpu) {

@@ -36,9 +36,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -190,6 +192,9 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
   bool found = false; // cuBLASLt has an algorithm for the key
+  /// With CudaBackendOptions::gemmAutotune: the heuristic's candidates, best
+  /// guess first, which autotuneGemms() times (cleared after).
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates;
 };
 
 /// Per gemm instruction: its plan and host scalars (stable addresses).
@@ -456,6 +461,9 @@ private:
   cudaError_t launchGenerated(const ResolvedKernel &kernel,
                               const std::vector<Operand> &writes,
                               cudaStream_t stream);
+  /// CudaBackendOptions::gemmAutotune: times every cached plan's candidates
+  /// on scratch operands and keeps the fastest (after the workspace exists).
+  void autotuneGemms();
   /// The cached plan of `key`; null when cuBLASLt has no algorithm for it.
   const GemmPlan *findGemmPlan(const GemmKey &key, const std::string &where);
   const GemmPlan &gemmPlan(const GemmKey &key, const std::string &where);
@@ -1018,6 +1026,134 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   workspaceBytes_ = int64_t(total);
   stepDevice_ = reinterpret_cast<kernels::AdamWStep *>(
       static_cast<std::byte *>(workspace_) + workspaceLayout_.stepScalars);
+  if (options_.gemmAutotune)
+    autotuneGemms();
+}
+
+void DeviceBackend::autotuneGemms() {
+  // Scratch operands as large as the largest timed shape needs, allocated
+  // for the timing only (cudaMalloc/cudaFree here, before the first step).
+  // Values do not change a tensor-core GEMM's speed: zeros.
+  struct Scratch {
+    void *data = nullptr;
+    size_t bytes = 0;
+    ~Scratch() { cudaFree(data); }
+    bool reserve(size_t want) {
+      if (want <= bytes)
+        return true;
+      cudaFree(data);
+      data = nullptr;
+      bytes = 0;
+      if (cudaMalloc(&data, want) != cudaSuccess) {
+        cudaGetLastError(); // not sticky: clear it
+        return false;
+      }
+      bytes = want;
+      return cudaMemset(data, 0, want) == cudaSuccess;
+    }
+  } a, b, c, vector, aux;
+  // A stream with a cuBLASLt workspace (every stream that runs gemms has
+  // one).
+  int64_t timing = 0;
+  while (size_t(timing + 1) < streams_.size() &&
+         !workspacePiece(workspaceLayout_.gemm, timing))
+    ++timing;
+  cudaStream_t stream = streams_[size_t(timing)];
+  void *workspace = workspacePiece(workspaceLayout_.gemm, timing);
+  size_t workspaceBytes = workspace ? size_t(options_.gemmWorkspaceBytes) : 0;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate", "autotuning GEMMs");
+  check(cudaEventCreate(&stop), "cudaEventCreate", "autotuning GEMMs");
+  // The shapes' per-call times, heuristic's first choice and the fastest.
+  std::map<const GemmPlan *, std::pair<float, float>> times;
+  int untimed = 0, changed = 0;
+  for (auto &[key, plan] : gemmCache_) {
+    if (!plan.found || plan.candidates.size() < 2)
+      continue;
+    size_t element = plan::elementBytes(key.dtype);
+    size_t bytesA = size_t(key.lda) * size_t(key.transA ? key.m : key.k);
+    size_t bytesB = size_t(key.ldb) * size_t(key.transB ? key.k : key.n);
+    size_t bytesC = size_t(key.ldc) * size_t(key.n);
+    bool fits = a.reserve(bytesA * element) && b.reserve(bytesB * element) &&
+                c.reserve(bytesC * element);
+    if (fits && key.epilogue) {
+      auto set = [&](cublasLtMatmulDescAttributes_t attribute, void *ptr) {
+        check(cublasLtMatmulDescSetAttribute(plan.desc, attribute, &ptr,
+                                             sizeof ptr),
+              "cublasLtMatmulDescSetAttribute", "autotuning GEMMs");
+      };
+      fits = vector.reserve(size_t(key.m) * element) &&
+             aux.reserve(size_t(key.m * key.n) * element);
+      if (fits && *key.epilogue != GemmEpilogue::DGelu)
+        set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector.data);
+      if (fits && usesAux(*key.epilogue))
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data);
+    }
+    if (!fits) {
+      ++untimed; // no memory for its operands: the heuristic's choice
+      continue;
+    }
+    double one = 1, beta64 = key.betaZero ? 0.0 : 1.0;
+    float one32 = 1, beta32 = key.betaZero ? 0.0f : 1.0f;
+    bool f64 = key.dtype == DType::F64;
+    const void *alpha = f64 ? static_cast<const void *>(&one)
+                            : static_cast<const void *>(&one32);
+    const void *beta = f64 ? static_cast<const void *>(&beta64)
+                           : static_cast<const void *>(&beta32);
+    std::vector<float> ms;
+    for (const cublasLtMatmulHeuristicResult_t &candidate : plan.candidates) {
+      auto run = [&] {
+        return cublasLtMatmul(
+            lt_, plan.desc, alpha, a.data, plan.a, b.data, plan.b, beta, c.data,
+            plan.c, c.data, plan.c, &candidate.algo, workspace,
+            std::min(candidate.workspaceSize, workspaceBytes), stream);
+      };
+      constexpr int kRepeats = 5;
+      bool ok = candidate.workspaceSize <= workspaceBytes &&
+                run() == CUBLAS_STATUS_SUCCESS; // warm-up
+      ok = ok && cudaEventRecord(start, stream) == cudaSuccess;
+      for (int r = 0; ok && r < kRepeats; ++r)
+        ok = run() == CUBLAS_STATUS_SUCCESS;
+      ok = ok && cudaEventRecord(stop, stream) == cudaSuccess &&
+           cudaEventSynchronize(stop) == cudaSuccess;
+      float elapsed = 0;
+      ok = ok && cudaEventElapsedTime(&elapsed, start, stop) == cudaSuccess;
+      ms.push_back(ok ? elapsed / kRepeats
+                      : std::numeric_limits<float>::infinity());
+    }
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize",
+          "autotuning GEMMs");
+    size_t best = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
+    if (!std::isfinite(ms[best]))
+      best = 0;
+    else if (best != 0)
+      ++changed;
+    plan.algo = plan.candidates[best].algo;
+    plan.workspace = plan.candidates[best].workspaceSize;
+    times[&plan] = {ms[0], ms[best]};
+    plan.candidates.clear();
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (options_.rank != 0)
+    return;
+  // Every gemm instruction runs once a step: the step's GEMM time under
+  // each choice, for the timed shapes.
+  double heuristic = 0, tuned = 0;
+  int64_t calls = 0;
+  for (const auto &[inst, prepared] : gemms_)
+    if (auto it = times.find(prepared.plan); it != times.end()) {
+      heuristic += it->second.first;
+      tuned += it->second.second;
+      ++calls;
+    }
+  std::fprintf(stderr,
+               "weft-run: cuda: cuBLASLt autotune: %zu GEMM shapes timed "
+               "(%d take another algorithm than the heuristic's first; %d "
+               "not timed: no memory for their operands), their %lld calls "
+               "a step %.3f ms -> %.3f ms\n",
+               times.size(), changed, untimed, (long long)calls, heuristic,
+               tuned);
 }
 
 void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
@@ -1206,25 +1342,36 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
     if (rc == CUBLAS_STATUS_SUCCESS)
       rc = cublasLtMatmulPreferenceSetAttribute(
           pref, preference.attribute, preference.value, preference.bytes);
-  cublasLtMatmulHeuristicResult_t result{};
+  // The heuristic's best guess, or with autotuning its first candidates
+  // (timed once the workspace exists: autotuneGemms).
+  constexpr int kAutotuneCandidates = 8;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(
+      options_.gemmAutotune ? kAutotuneCandidates : 1);
   int returned = 0;
   if (rc == CUBLAS_STATUS_SUCCESS)
-    rc = cublasLtMatmulAlgoGetHeuristic(lt_, stored.desc, stored.a, stored.b,
-                                        stored.c, stored.c, pref, 1, &result,
-                                        &returned);
+    rc = cublasLtMatmulAlgoGetHeuristic(
+        lt_, stored.desc, stored.a, stored.b, stored.c, stored.c, pref,
+        int(results.size()), results.data(), &returned);
   cublasLtMatmulPreferenceDestroy(pref);
+  results.resize(size_t(std::max(returned, 0)));
+  results.erase(std::remove_if(results.begin(), results.end(),
+                               [](const cublasLtMatmulHeuristicResult_t &r) {
+                                 return r.state != CUBLAS_STATUS_SUCCESS;
+                               }),
+                results.end());
   // An epilogue cuBLASLt does not offer for the shape is no error, whatever
   // status says so: the caller runs the plain gemm and the kernels after it.
-  bool offered = rc == CUBLAS_STATUS_SUCCESS && returned > 0 &&
-                 result.state == CUBLAS_STATUS_SUCCESS;
+  bool offered = rc == CUBLAS_STATUS_SUCCESS && !results.empty();
   if (key.epilogue && !offered)
     return nullptr;
   check(rc, "cublasLtMatmulAlgoGetHeuristic", what);
   if (!offered)
     return nullptr;
-  stored.algo = result.algo;
-  stored.workspace = result.workspaceSize;
+  stored.algo = results.front().algo;
+  stored.workspace = results.front().workspaceSize;
   stored.found = true;
+  if (results.size() > 1)
+    stored.candidates = std::move(results);
   return &stored;
 }
 

@@ -69,6 +69,9 @@ struct Options {
   /// (empty: the default directory; "off": none).
   bool generatedKernels = false;
   std::string kernelCache;
+  /// Backends that can (CUDA): time cuBLASLt's candidate algorithms of every
+  /// GEMM shape at load and keep the fastest (weft-run --gemm-autotune).
+  bool gemmAutotune = false;
 };
 
 /// One checkpoint saved or loaded by this rank.

@@ -66,6 +66,12 @@ struct CudaBackendOptions {
   std::string kernelCache;
   /// cuBLASLt workspace per plan stream (one allocation at prepare()).
   int64_t gemmWorkspaceBytes = 32 << 20;
+  /// At prepare(), time the heuristic's first 8 algorithms of every GEMM
+  /// shape on scratch operands and keep the fastest (weft-run
+  /// --gemm-autotune); rank 0 logs the step's GEMM time under both choices.
+  /// Off by default: the choice follows timings, so two runs may round
+  /// differently.
+  bool gemmAutotune = false;
   /// World rank, for error messages ("rank R: ...").
   int rank = 0;
   /// With NCCL communicators: how long synchronize() waits for the streams
