@@ -27,7 +27,10 @@
 // Fragments come out of shared memory by ldmatrix.x4 (four 8 x 8 matrices
 // per instruction; .trans for operands stored k-major, as V); shared tiles
 // are [rows][D + 8], so the eight 16-byte rows of one matrix fall in
-// distinct banks. Score tiles the warp sees whole skip the mask.
+// distinct banks. Score tiles the warp sees whole skip the mask. The
+// streamed tiles (keys and values, or queries and output gradients) come
+// by cp.async, double-buffered up to head dim 64: the next tiles' copies
+// are in flight while the warps compute on these.
 //
 // The kernels live in this header so that the CPU test
 // (test/unit/kernels/WarpEmulationTest.cpp) can run them under a warp
@@ -206,6 +209,85 @@ __device__ void stageRows(const Tile<E, D> &tile, const E *src,
   }
 }
 
+/// cp.async.cg of 16 bytes from global to shared memory (sm_80+), or of
+/// none with `valid` false: the 16 bytes are then zero-filled (src-size 0;
+/// `src` is not read but must be a global address). Complete once
+/// waitCopies() has waited for its commit group.
+__device__ inline void copyAsync16(void *dst, const void *src, bool valid) {
+#ifdef WEFT_WARP_EMULATION
+  emulatedCopyAsync(dst, src, valid ? 16 : 0);
+#else
+  unsigned address = unsigned(__cvta_generic_to_shared(dst));
+  int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
+               "l"(src), "r"(bytes));
+#endif
+}
+/// Closes the group of this thread's copies issued since the last commit.
+__device__ inline void commitCopies() {
+#ifdef WEFT_WARP_EMULATION
+  emulatedCommitCopies();
+#else
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+/// Waits until at most `Pending` of this thread's committed groups (the
+/// newest) are in flight. Other threads' copies need a barrier after it.
+template <int Pending> __device__ inline void waitCopies() {
+#ifdef WEFT_WARP_EMULATION
+  emulatedWaitCopies(Pending);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+#endif
+}
+
+/// stageRows without the round trip through registers where the tensor is
+/// 16-byte aligned: cp.async per 16 bytes (zero-filled past seq), complete
+/// at the waitCopies() of the group the caller commits. Unaligned tensors
+/// are staged synchronously (the wait then has nothing to wait for).
+template <typename E, int D>
+__device__ void stageRowsAsync(const Tile<E, D> &tile, const E *src,
+                               const AttentionDims &d, int64_t heads, int64_t b,
+                               int64_t head, int64_t first, int rows,
+                               bool vector) {
+  if (!vector) {
+    stageRows<E, D>(tile, src, d, heads, b, head, first, rows, vector);
+    return;
+  }
+  constexpr int kChunk = 8; // elements per 16 bytes
+  for (int e = threadIdx.x; e < rows * (D / kChunk); e += blockDim.x) {
+    int r = e / (D / kChunk), c = e % (D / kChunk) * kChunk;
+    int64_t i = first + r;
+    bool inside = i < d.seq;
+    copyAsync16(tile.row(r) + c,
+                inside ? src + ((b * d.seq + i) * heads + head) * D + c : src,
+                inside);
+  }
+}
+
+/// Buffers per streamed tile pair: two (the next tiles' copies in flight
+/// while the warps compute on these) where a block's tiles then still fit
+/// the 48 KB of static shared memory, i.e. up to head dim 64.
+template <int D> constexpr int kTileStages = D > 64 ? 1 : 2;
+
+/// Before iteration t's tiles are used: with one stage, issue them
+/// (`issue(t, slot)`) and wait; with two, issue iteration t + 1's into the
+/// other slot (consumed at t - 1) when there is one and wait for all but
+/// those. A barrier must follow, and another one after the iteration's
+/// reads of the slot.
+template <int Stages, typename Issue>
+__device__ inline void nextTiles(std::int64_t t, bool hasNext, Issue &&issue) {
+  if constexpr (Stages == 1) {
+    issue(t, 0);
+    waitCopies<0>();
+  } else if (hasNext) {
+    issue(t + 1, int((t + 1) & 1));
+    waitCopies<1>();
+  } else {
+    waitCopies<0>();
+  }
+}
+
 /// The block's (batch, head, first row). Row tiles run fastest, last tile
 /// first: under a causal mask the longest blocks start earliest.
 struct BlockRows {
@@ -306,9 +388,10 @@ __device__ inline bool wholeTile(const AttentionDims &d, int64_t q0,
 
 template <int D> struct ForwardTiling {
   static constexpr int kKeys = D > 64 ? 32 : 64;
-  /// Blocks per SM the registers must allow: 4 (128 registers a thread)
-  /// up to head dim 64, where that costs no spills.
-  static constexpr int kMinBlocks = D > 64 ? 1 : 4;
+  /// Blocks per SM the registers must allow: 3 (at most 168 registers a
+  /// thread) up to head dim 64, where that costs no spills (4, at 128,
+  /// spilled); shared memory allows 4 there.
+  static constexpr int kMinBlocks = D > 64 ? 1 : 3;
 };
 
 template <typename E, int D>
@@ -316,16 +399,27 @@ __global__ void __launch_bounds__(kThreads, ForwardTiling<D>::kMinBlocks)
     mmaForward(AttentionDims d, const E *q, const E *k, const E *v, E *out,
                float *lse, bool vector) {
   constexpr int kKeys = ForwardTiling<D>::kKeys;
+  constexpr int kStages = kTileStages<D>;
   __shared__ __align__(16) E qData[kBlockRows * Tile<E, D>::kStride];
-  __shared__ __align__(16) E kData[kKeys * Tile<E, D>::kStride];
-  __shared__ __align__(16) E vData[kKeys * Tile<E, D>::kStride];
-  const Tile<E, D> qs{qData}, ks{kData}, vs{vData};
+  __shared__ __align__(16) E kData[kStages][kKeys * Tile<E, D>::kStride];
+  __shared__ __align__(16) E vData[kStages][kKeys * Tile<E, D>::kStride];
+  const Tile<E, D> qs{qData};
   const BlockRows br = blockRows(d, d.heads);
   const int64_t g = br.head / d.groupSize();
   const int warp = threadIdx.x / 32;
   const Lane l;
   const int64_t row0 = br.first + 16 * warp + l.g, row1 = row0 + 8;
   const float scale = float(d.scale) * kLog2e; // scores in log2 units
+  // Key tile t's keys and values into buffer `slot`, one commit group.
+  auto issue = [&](std::int64_t t, int slot) {
+    stageRowsAsync<E, D>(Tile<E, D>{kData[slot]}, k, d, d.kvHeads, br.b, g,
+                         t * kKeys, kKeys, vector);
+    stageRowsAsync<E, D>(Tile<E, D>{vData[slot]}, v, d, d.kvHeads, br.b, g,
+                         t * kKeys, kKeys, vector);
+    commitCopies();
+  };
+  if constexpr (kStages == 2)
+    issue(0, 0); // in flight while the queries are staged
 
   stageRows<E, D>(qs, q, d, d.heads, br.b, br.head, br.first, kBlockRows,
                   vector);
@@ -341,70 +435,74 @@ __global__ void __launch_bounds__(kThreads, ForwardTiling<D>::kMinBlocks)
       min(br.first + kBlockRows, d.seq) - 1; // of the block
   const int64_t keyEnd = d.causal ? lastQuery + 1 : d.seq;
   const int64_t warpLast = br.first + 16 * warp + 15;
-  for (int64_t k0 = 0; k0 < keyEnd; k0 += kKeys) {
-    __syncthreads(); // the previous tiles are consumed
-    stageRows<E, D>(ks, k, d, d.kvHeads, br.b, g, k0, kKeys, vector);
-    stageRows<E, D>(vs, v, d, d.kvHeads, br.b, g, k0, kKeys, vector);
-    __syncthreads();
-    if (d.causal && k0 > warpLast)
-      continue; // every key of the tile is in this warp's future
-    float s[kKeys / 8][4] = {};
-    product(ks, qa, l, s);
-    if (wholeTile(d, warpLast - 15, 16, k0, kKeys)) {
+  for (int64_t t = 0, k0 = 0; k0 < keyEnd; ++t, k0 += kKeys) {
+    nextTiles<kStages>(t, k0 + kKeys < keyEnd, issue);
+    __syncthreads(); // this iteration's tiles are in shared memory
+    const int slot = kStages == 2 ? int(t & 1) : 0;
+    const Tile<E, D> ks{kData[slot]}, vs{vData[slot]};
+    // Causal: a warp skips the tiles whose keys are all in its future (the
+    // barriers stay, for the other warps).
+    if (!(d.causal && k0 > warpLast)) {
+      float s[kKeys / 8][4] = {};
+      product(ks, qa, l, s);
+      if (wholeTile(d, warpLast - 15, 16, k0, kKeys)) {
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n)
+        for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          s[n][r] *= scale;
-    } else {
+          for (int r = 0; r < 4; ++r)
+            s[n][r] *= scale;
+      } else {
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n)
+        for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
-          int64_t query = r < 2 ? row0 : row1;
-          s[n][r] = visible(d, query, key) ? s[n][r] * scale : -INFINITY;
-        }
+          for (int r = 0; r < 4; ++r) {
+            int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
+            int64_t query = r < 2 ? row0 : row1;
+            s[n][r] = visible(d, query, key) ? s[n][r] * scale : -INFINITY;
+          }
+      }
+      float tileMax0 = -INFINITY, tileMax1 = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+        tileMax0 = fmaxf(tileMax0, fmaxf(s[n][0], s[n][1]));
+        tileMax1 = fmaxf(tileMax1, fmaxf(s[n][2], s[n][3]));
+      }
+      float new0 = fmaxf(max0, quadMax(tileMax0));
+      float new1 = fmaxf(max1, quadMax(tileMax1));
+      // A row with nothing visible yet keeps max -inf: subtract 0 instead so
+      // that exp2 gives 0, not NaN.
+      float base0 = new0 == -INFINITY ? 0.0f : new0;
+      float base1 = new1 == -INFINITY ? 0.0f : new1;
+      float correction0 = exp2f(max0 - base0),
+            correction1 = exp2f(max1 - base1);
+      max0 = new0;
+      max1 = new1;
+      sum0 *= correction0;
+      sum1 *= correction1;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= correction0;
+        o[n][1] *= correction0;
+        o[n][2] *= correction1;
+        o[n][3] *= correction1;
+      }
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+        s[n][0] = exp2f(s[n][0] - base0);
+        s[n][1] = exp2f(s[n][1] - base0);
+        s[n][2] = exp2f(s[n][2] - base1);
+        s[n][3] = exp2f(s[n][3] - base1);
+        sum0 += s[n][0] + s[n][1];
+        sum1 += s[n][2] + s[n][3];
+      }
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        std::uint32_t pa[4];
+        packA<E>(s, kk, pa);
+        productRows(vs, kk, pa, l, o);
+      }
     }
-    float tileMax0 = -INFINITY, tileMax1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      tileMax0 = fmaxf(tileMax0, fmaxf(s[n][0], s[n][1]));
-      tileMax1 = fmaxf(tileMax1, fmaxf(s[n][2], s[n][3]));
-    }
-    float new0 = fmaxf(max0, quadMax(tileMax0));
-    float new1 = fmaxf(max1, quadMax(tileMax1));
-    // A row with nothing visible yet keeps max -inf: subtract 0 instead so
-    // that exp2 gives 0, not NaN.
-    float base0 = new0 == -INFINITY ? 0.0f : new0;
-    float base1 = new1 == -INFINITY ? 0.0f : new1;
-    float correction0 = exp2f(max0 - base0), correction1 = exp2f(max1 - base1);
-    max0 = new0;
-    max1 = new1;
-    sum0 *= correction0;
-    sum1 *= correction1;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= correction0;
-      o[n][1] *= correction0;
-      o[n][2] *= correction1;
-      o[n][3] *= correction1;
-    }
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      s[n][0] = exp2f(s[n][0] - base0);
-      s[n][1] = exp2f(s[n][1] - base0);
-      s[n][2] = exp2f(s[n][2] - base1);
-      s[n][3] = exp2f(s[n][3] - base1);
-      sum0 += s[n][0] + s[n][1];
-      sum1 += s[n][2] + s[n][3];
-    }
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      std::uint32_t pa[4];
-      packA<E>(s, kk, pa);
-      productRows(vs, kk, pa, l, o);
-    }
+    __syncthreads(); // the slot is consumed: a later issue may refill it
   }
   sum0 = quadSum(sum0);
   sum1 = quadSum(sum1);
@@ -435,8 +533,14 @@ __global__ void __launch_bounds__(kThreads)
                      const E *out, const float *lse, const E *dOut, E *dq,
                      float *delta, bool vector) {
   constexpr int kKeys = BackwardTiling<D>::kTile;
-  __shared__ __align__(16) E aData[kBlockRows * Tile<E, D>::kStride];
-  __shared__ __align__(16) E bData[kBlockRows * Tile<E, D>::kStride];
+  constexpr int kStages = kTileStages<D>;
+  constexpr int kStride = Tile<E, D>::kStride;
+  // The queries and output gradients, then key and value tiles (slot 0);
+  // slot 1's tiles where there are two stages.
+  __shared__ __align__(16) E aData[kBlockRows * kStride];
+  __shared__ __align__(16) E bData[kBlockRows * kStride];
+  __shared__ __align__(16) E kNext[kStages == 2 ? kKeys * kStride : 8];
+  __shared__ __align__(16) E vNext[kStages == 2 ? kKeys * kStride : 8];
   __shared__ float rowDelta[kBlockRows];
   const BlockRows br = blockRows(d, d.heads);
   const int64_t g = br.head / d.groupSize();
@@ -486,38 +590,48 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t lastQuery = min(br.first + kBlockRows, d.seq) - 1;
   const int64_t keyEnd = d.causal ? lastQuery + 1 : d.seq;
   const int64_t warpLast = br.first + 16 * warp + 15;
-  // From here the two tiles hold keys and values.
-  const Tile<E, D> &ks = as, &vs = bs;
-  for (int64_t k0 = 0; k0 < keyEnd; k0 += kKeys) {
-    __syncthreads();
-    stageRows<E, D>(ks, k, d, d.kvHeads, br.b, g, k0, kKeys, vector);
-    stageRows<E, D>(vs, v, d, d.kvHeads, br.b, g, k0, kKeys, vector);
-    __syncthreads();
-    if (d.causal && k0 > warpLast)
-      continue;
-    // S = Q K^T, dP = dO V^T; dS = P * (dP - delta) with
-    // P = exp(S * scale - lse), 0 where not visible.
-    float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-    product(ks, qa, l, s);
-    product(vs, dya, l, dp);
-    const bool whole = wholeTile(d, warpLast - 15, 16, k0, kKeys);
+  // From here the slots hold key and value tiles: key tile t in slot t % 2.
+  auto issue = [&](std::int64_t t, int slot) {
+    stageRowsAsync<E, D>(Tile<E, D>{slot ? kNext : aData}, k, d, d.kvHeads,
+                         br.b, g, t * kKeys, kKeys, vector);
+    stageRowsAsync<E, D>(Tile<E, D>{slot ? vNext : bData}, v, d, d.kvHeads,
+                         br.b, g, t * kKeys, kKeys, vector);
+    commitCopies();
+  };
+  __syncthreads(); // every warp has its query fragments: slot 0 is free
+  if constexpr (kStages == 2)
+    issue(0, 0);
+  for (int64_t t = 0, k0 = 0; k0 < keyEnd; ++t, k0 += kKeys) {
+    nextTiles<kStages>(t, k0 + kKeys < keyEnd, issue);
+    __syncthreads(); // this iteration's tiles are in shared memory
+    const bool second = kStages == 2 && (t & 1);
+    const Tile<E, D> ks{second ? kNext : aData}, vs{second ? vNext : bData};
+    if (!(d.causal && k0 > warpLast)) {
+      // S = Q K^T, dP = dO V^T; dS = P * (dP - delta) with
+      // P = exp(S * scale - lse), 0 where not visible.
+      float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
+      product(ks, qa, l, s);
+      product(vs, dya, l, dp);
+      const bool whole = wholeTile(d, warpLast - 15, 16, k0, kKeys);
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n)
+      for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
-        int64_t query = r < 2 ? row0 : row1;
-        float p = whole || visible(d, query, key)
-                      ? exp2f(s[n][r] * scale - (r < 2 ? lse0 : lse1))
-                      : 0.0f;
-        s[n][r] = p * (dp[n][r] - (r < 2 ? delta0 : delta1));
+        for (int r = 0; r < 4; ++r) {
+          int64_t key = k0 + 8 * n + 2 * l.t + (r & 1);
+          int64_t query = r < 2 ? row0 : row1;
+          float p = whole || visible(d, query, key)
+                        ? exp2f(s[n][r] * scale - (r < 2 ? lse0 : lse1))
+                        : 0.0f;
+          s[n][r] = p * (dp[n][r] - (r < 2 ? delta0 : delta1));
+        }
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        std::uint32_t dsa[4];
+        packA<E>(s, kk, dsa);
+        productRows(ks, kk, dsa, l, acc);
       }
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      std::uint32_t dsa[4];
-      packA<E>(s, kk, dsa);
-      productRows(ks, kk, dsa, l, acc);
     }
+    __syncthreads(); // the slot is consumed: a later issue may refill it
   }
   E *dst0 = row0 < d.seq ? dq + d.qRow(br.b, row0, br.head) : nullptr;
   E *dst1 = row1 < d.seq ? dq + d.qRow(br.b, row1, br.head) : nullptr;
@@ -532,9 +646,15 @@ __global__ void __launch_bounds__(kThreads)
                    const float *lse, const float *delta, const E *dOut, E *dk,
                    E *dv, bool vector) {
   constexpr int kQueries = BackwardTiling<D>::kTile;
-  __shared__ __align__(16) E aData[kBlockRows * Tile<E, D>::kStride];
-  __shared__ __align__(16) E bData[kBlockRows * Tile<E, D>::kStride];
-  __shared__ float tileLse[kQueries], tileDelta[kQueries];
+  constexpr int kStages = kTileStages<D>;
+  constexpr int kStride = Tile<E, D>::kStride;
+  // The keys and values, then query and output-gradient tiles (slot 0);
+  // slot 1's tiles where there are two stages.
+  __shared__ __align__(16) E aData[kBlockRows * kStride];
+  __shared__ __align__(16) E bData[kBlockRows * kStride];
+  __shared__ __align__(16) E qNext[kStages == 2 ? kQueries * kStride : 8];
+  __shared__ __align__(16) E dyNext[kStages == 2 ? kQueries * kStride : 8];
+  __shared__ float tileLse[kStages][kQueries], tileDelta[kStages][kQueries];
   const BlockRows br = blockRows(d, d.kvHeads);
   const int64_t g = br.head;
   const int warp = threadIdx.x / 32;
@@ -553,23 +673,45 @@ __global__ void __launch_bounds__(kThreads)
     bs.loadA(16 * warp, 16 * c, l, va[c]);
   }
   float dkAcc[D / 8][4] = {}, dvAcc[D / 8][4] = {};
-  // From here the two tiles hold queries and output gradients.
-  const Tile<E, D> &qs = as, &dys = bs;
+  // From here the slots hold query and output-gradient tiles: iteration t
+  // (query head h, rows from q0; the group's heads one after the other) in
+  // slot t % 2, with the rows' lse and delta.
   const int64_t warpFirstKey = br.first + 16 * warp;
-  for (int64_t h = g * d.groupSize(); h < (g + 1) * d.groupSize(); ++h)
-    for (int64_t q0 = d.causal ? br.first : 0; q0 < d.seq; q0 += kQueries) {
-      __syncthreads();
-      stageRows<E, D>(qs, q, d, d.heads, br.b, h, q0, kQueries, vector);
-      stageRows<E, D>(dys, dOut, d, d.heads, br.b, h, q0, kQueries, vector);
-      for (int e = threadIdx.x; e < kQueries; e += blockDim.x) {
-        bool inRange = q0 + e < d.seq;
-        tileLse[e] =
-            inRange ? lse[d.statIndex(br.b, h, q0 + e)] * kLog2e : 0.0f;
-        tileDelta[e] = inRange ? delta[d.statIndex(br.b, h, q0 + e)] : 0.0f;
-      }
-      __syncthreads();
-      if (d.causal && q0 + kQueries - 1 < warpFirstKey)
-        continue; // every query of the tile precedes this warp's keys
+  const int64_t firstQuery = d.causal ? br.first : 0;
+  const int64_t queryTiles = (d.seq - firstQuery + kQueries - 1) / kQueries;
+  const int64_t tiles = d.groupSize() * queryTiles;
+  auto headOf = [&](std::int64_t t) {
+    return g * d.groupSize() + t / queryTiles;
+  };
+  auto firstOf = [&](std::int64_t t) {
+    return firstQuery + t % queryTiles * kQueries;
+  };
+  auto issue = [&](std::int64_t t, int slot) {
+    const int64_t h = headOf(t), q0 = firstOf(t);
+    stageRowsAsync<E, D>(Tile<E, D>{slot ? qNext : aData}, q, d, d.heads, br.b,
+                         h, q0, kQueries, vector);
+    stageRowsAsync<E, D>(Tile<E, D>{slot ? dyNext : bData}, dOut, d, d.heads,
+                         br.b, h, q0, kQueries, vector);
+    commitCopies();
+    for (int e = threadIdx.x; e < kQueries; e += blockDim.x) {
+      bool inRange = q0 + e < d.seq;
+      tileLse[slot][e] =
+          inRange ? lse[d.statIndex(br.b, h, q0 + e)] * kLog2e : 0.0f;
+      tileDelta[slot][e] = inRange ? delta[d.statIndex(br.b, h, q0 + e)] : 0.0f;
+    }
+  };
+  __syncthreads(); // every warp has its key fragments: slot 0 is free
+  if constexpr (kStages == 2)
+    issue(0, 0);
+  for (int64_t t = 0; t < tiles; ++t) {
+    nextTiles<kStages>(t, t + 1 < tiles, issue);
+    __syncthreads(); // this iteration's tiles are in shared memory
+    const int slot = kStages == 2 ? int(t & 1) : 0;
+    const Tile<E, D> qs{slot ? qNext : aData}, dys{slot ? dyNext : bData};
+    const float *rowLse = tileLse[slot], *rowDelta = tileDelta[slot];
+    const int64_t q0 = firstOf(t);
+    // Causal: a warp skips the tiles whose queries all precede its keys.
+    if (!(d.causal && q0 + kQueries - 1 < warpFirstKey)) {
       // S^T = K Q^T and dP^T = V dO^T: [16 keys, kQueries].
       float s[kQueries / 8][4] = {}, dp[kQueries / 8][4] = {};
       product(qs, ka, l, s);
@@ -583,10 +725,10 @@ __global__ void __launch_bounds__(kThreads)
           int64_t query = q0 + col;
           int64_t key = r < 2 ? key0 : key1;
           float p = whole || visible(d, query, key)
-                        ? exp2f(s[n][r] * scale - tileLse[col])
+                        ? exp2f(s[n][r] * scale - rowLse[col])
                         : 0.0f;
-          s[n][r] = p;                                // P^T
-          dp[n][r] = p * (dp[n][r] - tileDelta[col]); // dS^T
+          s[n][r] = p;                               // P^T
+          dp[n][r] = p * (dp[n][r] - rowDelta[col]); // dS^T
         }
 #pragma unroll
       for (int kk = 0; kk < kQueries / 16; ++kk) {
@@ -598,6 +740,8 @@ __global__ void __launch_bounds__(kThreads)
         productRows(qs, kk, dsa, l, dkAcc);
       }
     }
+    __syncthreads(); // the slot is consumed: a later issue may refill it
+  }
   E *dk0 = key0 < d.seq ? dk + d.kvRow(br.b, key0, g) : nullptr;
   E *dk1 = key1 < d.seq ? dk + d.kvRow(br.b, key1, g) : nullptr;
   storeRows<E, D>(dkAcc, float(d.scale), float(d.scale), l, dk0, dk1);

@@ -5,11 +5,12 @@
 // calling thread, switched only at barriers: __syncthreads is a barrier over
 // the block, and the warp-wide primitives (__shfl_xor_sync, __shfl_sync,
 // ldmatrix.x4 and mma.sync m16n8k16) are barriers over the warp's 32 threads
-// that exchange their registers through memory. Blocks run one after the other,
-// so
-// __shared__ becomes `static`. Fibers instead of OS threads: a barrier of a
-// 1024-thread block costs a round of cheap context switches, not 1024
-// wake-ups, and there are no data races to reason about.
+// that exchange their registers through memory. cp.async copies happen at
+// the wait_group that completes them, or with emulation::eagerCopies at
+// issue (the two extremes the hardware allows). Blocks run one after the
+// other, so __shared__ becomes `static`. Fibers instead of OS threads: a
+// barrier of a 1024-thread block costs a round of cheap context switches,
+// not 1024 wake-ups, and there are no data races to reason about.
 // The emulated mma follows the PTX ISA's fragment layouts for m16n8k16
 // (lane = 4 g + t):
 //   A: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
@@ -104,6 +105,29 @@ inline thread_local Warp *warp = nullptr;
 inline thread_local Barrier *block = nullptr;
 inline thread_local int lane = 0;
 
+/// A thread's cp.async copies: issued into the open group, committed groups
+/// in order. By default a copy happens only when a wait_group lets its group
+/// complete, so a read of its bytes before the wait (or, by another thread,
+/// before the barrier after it) sees the old bytes; with `eagerCopies` it
+/// happens at issue, so a copy into a buffer other threads still read (a
+/// missing barrier before the refill) overwrites what they are about to
+/// read. Tests run kernels both ways: the hardware may do either.
+struct AsyncCopy {
+  void *dst;
+  const void *src;
+  int bytes; // 16, or 0 (zero-fill); -1: done at issue (eagerCopies)
+};
+inline bool eagerCopies = false;
+/// The scheduler runs each warp as far as it gets before the next one
+/// (instead of all warps a barrier at a time), so a warp reaches code past a
+/// missing barrier while the others are still before it.
+inline bool warpGreedy = false;
+struct AsyncCopies {
+  std::vector<AsyncCopy> open;
+  std::vector<std::vector<AsyncCopy>> committed;
+};
+inline thread_local AsyncCopies *copies = nullptr;
+
 /// Every lane publishes `value`; returns lane `source(lane)`'s.
 template <typename T, typename Source> T exchange(T value, Source source) {
   static_assert(sizeof(T) <= sizeof(std::uint64_t) &&
@@ -183,6 +207,46 @@ void emulatedMma(float c[4], const std::uint32_t a[4],
   std::copy(result, result + 4, c);
 }
 
+/// cp.async.cg.shared.global 16 bytes (src-size `bytes`: 16 or 0).
+inline void emulatedCopyAsync(void *dst, const void *src, int bytes) {
+  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
+      (bytes > 0 && reinterpret_cast<std::uintptr_t>(src) % 16 != 0)) {
+    std::fprintf(stderr,
+                 "warp emulation: cp.async of 16 bytes from %p to %p "
+                 "is not 16-byte aligned\n",
+                 src, dst);
+    std::abort();
+  }
+  if (emulation::eagerCopies) {
+    if (bytes == 16)
+      std::memcpy(dst, src, 16);
+    else
+      std::memset(dst, 0, 16);
+    bytes = -1;
+  }
+  emulation::copies->open.push_back({dst, src, bytes});
+}
+/// cp.async.commit_group.
+inline void emulatedCommitCopies() {
+  emulation::AsyncCopies &c = *emulation::copies;
+  c.committed.push_back(std::move(c.open));
+  c.open.clear();
+}
+/// cp.async.wait_group `pending`: the oldest groups complete until at most
+/// `pending` are left.
+inline void emulatedWaitCopies(int pending) {
+  emulation::AsyncCopies &c = *emulation::copies;
+  while (int(c.committed.size()) > pending) {
+    for (const emulation::AsyncCopy &copy : c.committed.front()) {
+      if (copy.bytes == 16)
+        std::memcpy(copy.dst, copy.src, 16);
+      else if (copy.bytes == 0)
+        std::memset(copy.dst, 0, 16);
+    }
+    c.committed.erase(c.committed.begin());
+  }
+}
+
 /// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives the
 /// address of row l % 8 of matrix l / 8 (8 16-bit elements, 16-byte
 /// aligned); r[j] gets elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1)
@@ -219,6 +283,7 @@ namespace emulation {
 struct Fiber {
   ucontext_t context;
   std::unique_ptr<char[]> stack;
+  AsyncCopies copies;
   unsigned thread = 0, block = 0;
   bool done = false;
 };
@@ -246,6 +311,13 @@ void launch(unsigned blocks, unsigned threads, Kernel kernel, Args... args) {
     for (unsigned b = 0; b < blocks; ++b) {
       fiber.block = blockIdx.x = b;
       kernel(args...);
+      if (!fiber.copies.open.empty() || !fiber.copies.committed.empty()) {
+        std::fprintf(stderr,
+                     "warp emulation: thread %u of block %u ended "
+                     "with cp.async copies it never waited for\n",
+                     fiber.thread, b);
+        std::abort();
+      }
       blockBarrier.wait(); // the block ends before the next one starts
     }
   };
@@ -260,26 +332,40 @@ void launch(unsigned blocks, unsigned threads, Kernel kernel, Args... args) {
     fiber.context.uc_link = &schedulerContext;
     makecontext(&fiber.context, fiberEntry, 0);
   }
+  // A sweep resumes every warp's fibers once, in order (all warps in step),
+  // or with warpGreedy each warp's until none of them gets further (one warp
+  // runs ahead of the others to the next block barrier).
+  const unsigned numWarps = (threads + 31) / 32;
   for (unsigned live = threads; live > 0;) {
-    unsigned long events = barrierEvents;
-    bool finished = false;
-    for (Fiber &fiber : fibers) {
-      if (fiber.done)
-        continue;
-      threadIdx.x = fiber.thread;
-      blockIdx.x = fiber.block;
-      block = &blockBarrier;
-      warp = &warps[fiber.thread / 32];
-      lane = int(fiber.thread % 32);
-      currentFiber = &fiber;
-      runningFiber = &fiber.context;
-      swapcontext(&schedulerContext, &fiber.context);
-      if (fiber.done) {
-        --live;
-        finished = true;
+    unsigned long sweepEvents = barrierEvents;
+    bool progressed = false;
+    for (unsigned w = 0; w < numWarps; ++w)
+      for (;;) {
+        unsigned long events = barrierEvents;
+        bool finished = false;
+        for (unsigned t = 32 * w; t < std::min(threads, 32 * w + 32); ++t) {
+          Fiber &fiber = fibers[t];
+          if (fiber.done)
+            continue;
+          threadIdx.x = fiber.thread;
+          blockIdx.x = fiber.block;
+          block = &blockBarrier;
+          warp = &warps[fiber.thread / 32];
+          lane = int(fiber.thread % 32);
+          copies = &fiber.copies;
+          currentFiber = &fiber;
+          runningFiber = &fiber.context;
+          swapcontext(&schedulerContext, &fiber.context);
+          if (fiber.done) {
+            --live;
+            finished = true;
+          }
+        }
+        progressed = progressed || finished;
+        if (!warpGreedy || (!finished && events == barrierEvents))
+          break;
       }
-    }
-    if (live > 0 && !finished && events == barrierEvents) {
+    if (live > 0 && !progressed && sweepEvents == barrierEvents) {
       std::fprintf(stderr, "warp emulation: deadlock (a barrier that not "
                            "every thread reaches)\n");
       std::abort();

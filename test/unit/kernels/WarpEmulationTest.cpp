@@ -72,47 +72,65 @@ template <typename E, int D> void runShape(const Shape &shape) {
                                    kBits = make(nkv, -2, 2, k),
                                    vBits = make(nkv, -1, 1, v),
                                    dOutBits = make(nq, -1, 1, dOut);
-  // NaN-filled outputs: an element a kernel forgets to write fails.
-  std::vector<std::uint16_t> out(nq, 0xffff), dq(nq, 0xffff), dk(nkv, 0xffff),
-      dv(nkv, 0xffff);
-  std::vector<float> lse(ns, NAN), delta(ns, NAN);
   auto in = [](const std::vector<std::uint16_t> &bits) {
     return reinterpret_cast<const E *>(bits.data());
   };
   auto at = [](std::vector<std::uint16_t> &bits) {
     return reinterpret_cast<E *>(bits.data());
   };
-
-  const unsigned tiles =
-      unsigned((d.seq + mma::kBlockRows - 1) / mma::kBlockRows);
-  emulation::launch(unsigned(d.batch * d.heads) * tiles, mma::kThreads,
-                    mma::mmaForward<E, D>, d, in(qBits), in(kBits), in(vBits),
-                    at(out), lse.data(), shape.vector);
-  emulation::launch(unsigned(d.batch * d.heads) * tiles, mma::kThreads,
-                    mma::mmaQueryBackward<E, D>, d, in(qBits), in(kBits),
-                    in(vBits), in(out), static_cast<const float *>(lse.data()),
-                    in(dOutBits), at(dq), delta.data(), shape.vector);
-  emulation::launch(unsigned(d.batch * d.kvHeads) * tiles, mma::kThreads,
-                    mma::mmaKeyBackward<E, D>, d, in(qBits), in(kBits),
-                    in(vBits), static_cast<const float *>(lse.data()),
-                    static_cast<const float *>(delta.data()), in(dOutBits),
-                    at(dk), at(dv), shape.vector);
-
-  const test::AttentionReference e = test::cpuAttention(d, q, k, v, dOut);
   auto widen = [](const std::vector<std::uint16_t> &bits) {
     std::vector<float> values;
     for (std::uint16_t b : bits)
       values.push_back(halfBits<E>(b));
     return values;
   };
+  const test::AttentionReference e = test::cpuAttention(d, q, k, v, dOut);
   // The kernels round P, dS and their outputs to storage (bf16 2^-9, f16
   // 2^-11 relative): measured 2.0-2.8e-3 (bf16) and 2.1-3.8e-4 (f16).
   const double tolerance = kBf16 ? 5e-3 : 1e-3;
-  EXPECT_LT(relativeError(widen(out), e.out), tolerance);
-  EXPECT_LT(relativeError(lse, e.lse), 1e-5);
-  EXPECT_LT(relativeError(widen(dq), e.dq), tolerance);
-  EXPECT_LT(relativeError(widen(dk), e.dk), tolerance);
-  EXPECT_LT(relativeError(widen(dv), e.dv), tolerance);
+  const unsigned tiles =
+      unsigned((d.seq + mma::kBlockRows - 1) / mma::kBlockRows);
+  // The cp.async copies at their wait with the warps in step, then at their
+  // issue with each warp run ahead: a missing wait fails the first, a
+  // missing barrier before a buffer's refill the second.
+  std::vector<std::uint16_t> first[4];
+  for (bool eager : {false, true}) {
+    SCOPED_TRACE(eager ? "copies at issue, warps run ahead"
+                       : "copies at their wait, warps in step");
+    emulation::eagerCopies = emulation::warpGreedy = eager;
+    // NaN-filled outputs: an element a kernel forgets to write fails.
+    std::vector<std::uint16_t> out(nq, 0xffff), dq(nq, 0xffff), dk(nkv, 0xffff),
+        dv(nkv, 0xffff);
+    std::vector<float> lse(ns, NAN), delta(ns, NAN);
+    emulation::launch(unsigned(d.batch * d.heads) * tiles, mma::kThreads,
+                      mma::mmaForward<E, D>, d, in(qBits), in(kBits), in(vBits),
+                      at(out), lse.data(), shape.vector);
+    emulation::launch(unsigned(d.batch * d.heads) * tiles, mma::kThreads,
+                      mma::mmaQueryBackward<E, D>, d, in(qBits), in(kBits),
+                      in(vBits), in(out),
+                      static_cast<const float *>(lse.data()), in(dOutBits),
+                      at(dq), delta.data(), shape.vector);
+    emulation::launch(unsigned(d.batch * d.kvHeads) * tiles, mma::kThreads,
+                      mma::mmaKeyBackward<E, D>, d, in(qBits), in(kBits),
+                      in(vBits), static_cast<const float *>(lse.data()),
+                      static_cast<const float *>(delta.data()), in(dOutBits),
+                      at(dk), at(dv), shape.vector);
+    emulation::eagerCopies = emulation::warpGreedy = false;
+    EXPECT_LT(relativeError(widen(out), e.out), tolerance);
+    EXPECT_LT(relativeError(lse, e.lse), 1e-5);
+    EXPECT_LT(relativeError(widen(dq), e.dq), tolerance);
+    EXPECT_LT(relativeError(widen(dk), e.dk), tolerance);
+    EXPECT_LT(relativeError(widen(dv), e.dv), tolerance);
+    // The same bits either way: when a copy lands changes nothing.
+    if (!eager) {
+      first[0] = out, first[1] = dq, first[2] = dk, first[3] = dv;
+    } else {
+      EXPECT_EQ(out, first[0]);
+      EXPECT_EQ(dq, first[1]);
+      EXPECT_EQ(dk, first[2]);
+      EXPECT_EQ(dv, first[3]);
+    }
+  }
 }
 
 // Sequences that end inside a 64-row tile and span several (seq 200 and 256:
