@@ -94,10 +94,12 @@ template <typename E, int D> void runShape(const Shape &shape) {
   // issue with each warp run ahead: a missing wait fails the first, a
   // missing barrier before a buffer's refill the second.
   std::vector<std::uint16_t> first[4];
+  const bool greedyDefault = emulation::warpGreedy;
   for (bool eager : {false, true}) {
     SCOPED_TRACE(eager ? "copies at issue, warps run ahead"
                        : "copies at their wait, warps in step");
-    emulation::eagerCopies = emulation::warpGreedy = eager;
+    emulation::eagerCopies = eager;
+    emulation::warpGreedy = eager || greedyDefault;
     // NaN-filled outputs: an element a kernel forgets to write fails.
     std::vector<std::uint16_t> out(nq, 0xffff), dq(nq, 0xffff), dk(nkv, 0xffff),
         dv(nkv, 0xffff);
@@ -115,7 +117,8 @@ template <typename E, int D> void runShape(const Shape &shape) {
                       in(vBits), static_cast<const float *>(lse.data()),
                       static_cast<const float *>(delta.data()), in(dOutBits),
                       at(dk), at(dv), shape.vector);
-    emulation::eagerCopies = emulation::warpGreedy = false;
+    emulation::eagerCopies = false;
+    emulation::warpGreedy = greedyDefault;
     EXPECT_LT(relativeError(widen(out), e.out), tolerance);
     EXPECT_LT(relativeError(lse, e.lse), 1e-5);
     EXPECT_LT(relativeError(widen(dq), e.dq), tolerance);
