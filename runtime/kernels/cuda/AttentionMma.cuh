@@ -47,6 +47,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "the tensor-core attention needs sm_80 or newer (cp.async, bf16 mma)"
+#endif
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -228,7 +232,7 @@ __device__ inline void commitCopies() {
 #ifdef WEFT_WARP_EMULATION
   emulatedCommitCopies();
 #else
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 /// Waits until at most `Pending` of this thread's committed groups (the
@@ -237,7 +241,7 @@ template <int Pending> __device__ inline void waitCopies() {
 #ifdef WEFT_WARP_EMULATION
   emulatedWaitCopies(Pending);
 #else
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 #endif
 }
 
@@ -390,7 +394,7 @@ template <int D> struct ForwardTiling {
   static constexpr int kKeys = D > 64 ? 32 : 64;
   /// Blocks per SM the registers must allow: 3 (at most 168 registers a
   /// thread) up to head dim 64, where that costs no spills (4, at 128,
-  /// spilled); shared memory allows 4 there.
+  /// spilled); shared memory would allow 4 there on an H100 (3 on an A100).
   static constexpr int kMinBlocks = D > 64 ? 1 : 3;
 };
 
