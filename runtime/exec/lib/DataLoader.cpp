@@ -3,6 +3,8 @@
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -70,7 +72,7 @@ TokenFile::~TokenFile() {
 }
 
 DataLoader::DataLoader(const std::string &path, int64_t seqLen,
-                       int64_t globalBatch)
+                       int64_t globalBatch, int64_t vocab)
     : file_(path), seqLen_(seqLen), globalBatch_(globalBatch) {
   if (seqLen <= 0 || globalBatch <= 0)
     throw Error(path + ": sequence length and global batch must be positive");
@@ -81,6 +83,26 @@ DataLoader::DataLoader(const std::string &path, int64_t seqLen,
                 std::to_string(seqLen) +
                 "+1 tokens), fewer than one global batch of " +
                 std::to_string(globalBatch) + " sequences");
+  // uint16 ids: a vocabulary past 65535 bounds none of them. The maximum
+  // per chunk vectorizes; only a chunk over the limit is searched.
+  if (vocab > 0 && vocab <= UINT16_MAX) {
+    constexpr int64_t kChunk = int64_t(1) << 16;
+    for (int64_t first = 0; first < file_.size(); first += kChunk) {
+      int64_t end = std::min(file_.size(), first + kChunk);
+      uint16_t largest = 0;
+      for (int64_t i = first; i < end; ++i)
+        largest = std::max(largest, file_[i]);
+      if (largest < vocab)
+        continue;
+      for (int64_t i = first; i < end; ++i)
+        if (file_[i] >= vocab)
+          throw Error(path + ": token " + std::to_string(file_[i]) +
+                      " at token index " + std::to_string(i) +
+                      " is outside the model's vocabulary of " +
+                      std::to_string(vocab) +
+                      " words (a file tokenized for another vocabulary?)");
+    }
+  }
 }
 
 int64_t DataLoader::sequenceOf(int64_t step, int64_t slot) const {

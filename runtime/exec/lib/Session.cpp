@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <string_view>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -246,6 +247,41 @@ void Session::setUp(MPI_Comm world) {
   weightsLayout_ = weightsSnapshotLayout(bundle_, program);
 }
 
+namespace {
+
+/// The token ids the bundle's kernels can index: the embedding's rows (under
+/// TP the vocabulary shards' together, padding included) and the loss's
+/// words; 0 when no kernel bounds them. The same on every rank (every rank
+/// holds every kernel).
+int64_t tokenLimit(const plan::Bundle &bundle) {
+  int64_t limit = 0, shardRows = 0;
+  auto bound = [&](int64_t words) {
+    if (words > 0)
+      limit = limit > 0 ? std::min(limit, words) : words;
+  };
+  for (const plan::Kernel &kernel : bundle.kernels) {
+    std::string_view base =
+        std::string_view(kernel.name).substr(0, kernel.name.find('.'));
+    auto constant = [&](const char *name) -> int64_t {
+      auto it = kernel.constants.find(name);
+      return it == kernel.constants.end() ? 0 : it->second;
+    };
+    if (base == "embedding_forward")
+      bound(constant("vocab"));
+    else if (base == "vocab_embedding_forward")
+      shardRows = std::max(shardRows,
+                           constant("vocab_start") + constant("vocab_local"));
+    else if (base == "cross_entropy")
+      bound(constant("valid") > 0 ? constant("valid") : constant("vocab"));
+    else if (base.substr(0, 19) == "cross_entropy_shard")
+      bound(constant("vocab"));
+  }
+  bound(shardRows);
+  return limit;
+}
+
+} // namespace
+
 void Session::agree(const std::string &localFailure, MPI_Comm comm) const {
   // The lowest failing rank's message goes to all.
   int firstFailing = localFailure.empty() ? worldSize_ : rank_;
@@ -388,7 +424,7 @@ void Session::validateLocally() {
                 std::to_string(program.role) + "'s program");
   if (loadsData)
     data_ = std::make_unique<DataLoader>(options_.dataPath, t.seqLen,
-                                         t.globalBatch);
+                                         t.globalBatch, tokenLimit(bundle_));
 
   for (const plan::Parameter &param : bundle_.parameters)
     for (const plan::ShardSpec &shard : param.shards)

@@ -104,6 +104,30 @@ TEST(DataLoader, FileShorterThanOneBatchIsAnErrorNamingIt) {
   }
 }
 
+TEST(DataLoader, TokensOutsideTheVocabularyAreAnErrorNamingTheFirst) {
+  // 200000 tokens: the offender sits in the fourth 65536-token chunk.
+  std::vector<uint16_t> tokens(200000);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = uint16_t(i % 256);
+  std::string path = writeRaw("vocab.bin", tokens);
+  EXPECT_NO_THROW(DataLoader(path, 16, 4, 256)); // every id below 256
+  EXPECT_NO_THROW(DataLoader(path, 16, 4));      // no vocabulary: no check
+  tokens[199999] = 300;
+  tokens[150001] = 256;
+  path = writeRaw("vocab.bin", tokens);
+  try {
+    DataLoader data(path, 16, 4, 256);
+    FAIL() << "expected an error";
+  } catch (const Error &error) {
+    EXPECT_EQ(std::string(error.what()),
+              path + ": token 256 at token index 150001 is outside the "
+                     "model's vocabulary of 256 words (a file tokenized for "
+                     "another vocabulary?)");
+  }
+  EXPECT_NO_THROW(DataLoader(path, 16, 4, 301));
+  EXPECT_NO_THROW(DataLoader(path, 16, 4, 70000)); // past uint16: no check
+}
+
 TEST(DataLoader, TruncatedLlmcFileIsRejected) {
   std::vector<uint16_t> tokens = ramp(100);
   std::string path = tempPath("truncated.bin");

@@ -50,8 +50,12 @@ private:
 class DataLoader {
 public:
   /// Throws Error naming the file if it holds fewer than globalBatch
-  /// sequences of seqLen + 1 tokens.
-  DataLoader(const std::string &path, int64_t seqLen, int64_t globalBatch);
+  /// sequences of seqLen + 1 tokens or, with `vocab` > 0, a token id at or
+  /// past `vocab` (which the model's embedding and loss would index out of
+  /// bounds: a file tokenized for another vocabulary). The check reads the
+  /// whole file once.
+  DataLoader(const std::string &path, int64_t seqLen, int64_t globalBatch,
+             int64_t vocab = 0);
 
   int64_t seqLen() const { return seqLen_; }
   int64_t globalBatch() const { return globalBatch_; }
