@@ -174,6 +174,13 @@ if have 60 "the memory-bound kernels' bandwidth"; then
 fi
 
 pack
+# --quick timed Weft's 350M too: its baseline last, where the budget allows.
+if [ $QUICK = 1 ] && have 120 "the PyTorch 350M baseline"; then
+  echo "== PyTorch GPT-2 baseline, 350M"
+  timeout 200 python3 bench/gpu/torch_gpt2_baseline.py --sizes 350m | tee -a "$OUT/torch_baseline.jsonl" || status=1
+fi
+
+pack
 if have 30 "the HF parameter counts"; then
   echo "== HF parameter counts"
   python3 test/reference/hf_param_counts.py --out "$OUT/hf_param_counts.json" || status=1
