@@ -176,17 +176,20 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
   };
   uint32_t crc = 0;
   off_t at = off_t(kRankHeaderBytes);
-  std::vector<std::byte> bounce; // device pieces pass through it
+  std::vector<std::byte> own; // device pieces pass through bounce
+  std::byte *bounce = device ? device->bounce : nullptr;
   for (const auto &[piece, pieceBytes] : payload) {
     bool onDevice = device && device->holds(piece);
-    if (onDevice && bounce.empty())
-      bounce.resize(kChunk);
+    if (onDevice && !bounce) {
+      own.resize(kChunk);
+      bounce = own.data();
+    }
     for (int64_t done = 0; done < pieceBytes;) {
       size_t n = size_t(std::min<int64_t>(int64_t(kChunk), pieceBytes - done));
       const std::byte *chunk = piece + done;
       if (onDevice) {
-        device->toHost(bounce.data(), chunk, int64_t(n));
-        chunk = bounce.data();
+        device->toHost(bounce, chunk, int64_t(n));
+        chunk = bounce;
       }
       crc = crc32c(chunk, n, crc);
       writeAll(chunk, n, at);
@@ -297,14 +300,17 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
   // counter-based generator, and it does not run on resume.
   uint32_t crc = 0;
   int64_t done = 0; // payload bytes read so far (file offset - header)
-  std::vector<std::byte> bounce; // device pieces pass through it
+  std::vector<std::byte> own; // device pieces pass through bounce
+  std::byte *bounce = device ? device->bounce : nullptr;
   for (const auto &[piece, pieceBytes] : payload) {
     bool onDevice = device && device->holds(piece);
-    if (onDevice && bounce.empty())
-      bounce.resize(kChunk);
+    if (onDevice && !bounce) {
+      own.resize(kChunk);
+      bounce = own.data();
+    }
     for (int64_t at = 0; at < pieceBytes;) {
       size_t n = size_t(std::min<int64_t>(int64_t(kChunk), pieceBytes - at));
-      std::byte *chunk = onDevice ? bounce.data() : piece + at;
+      std::byte *chunk = onDevice ? bounce : piece + at;
       readAll(chunk, n, off_t(kRankHeaderBytes + done));
       crc = crc32c(chunk, n, crc);
       if (onDevice)

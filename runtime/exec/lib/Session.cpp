@@ -838,6 +838,9 @@ void Session::prepareInstructions() {
         prepared_[s][first].bucketEnd = last;
   }
   normSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
+  // Checkpoints of device memory pass through page-locked staging.
+  if (!backend_->hostAddressable())
+    deviceMemory_.bounce = backend_->stagingBuffer(kCheckpointChunkBytes);
   normSource_ = normSum_;
   next_.assign(program.streams.size(), 0);
   pending_.assign(program.streams.size(), 0);

@@ -145,6 +145,22 @@ TEST(Checkpoint, DeviceMemoryStreamsThroughOneChunkOfHostMemory) {
   EXPECT_EQ(readText(dir + "/streamed.bin"), readText(dir + "/plain.bin"));
   EXPECT_EQ(copies, (std::vector<int64_t>{kCheckpointChunkBytes,
                                           kCheckpointChunkBytes, 123457}));
+  // With the backend's staging buffer the chunks pass through it.
+  std::vector<std::byte> staging(static_cast<size_t>(kCheckpointChunkBytes));
+  memory.bounce = staging.data();
+  std::vector<std::byte *> targets;
+  auto copyOut = memory.toHost;
+  memory.toHost = [&](std::byte *to, const std::byte *from, int64_t bytes) {
+    targets.push_back(to);
+    copyOut(to, from, bytes);
+  };
+  RankFileResult staged =
+      writeRankFile(dir + "/staged.bin", info, pieces, &memory);
+  EXPECT_EQ(staged.payloadCrc, plain.payloadCrc);
+  EXPECT_EQ(readText(dir + "/staged.bin"), readText(dir + "/plain.bin"));
+  EXPECT_EQ(targets, std::vector<std::byte *>(3, staging.data()));
+  memory.toHost = copyOut;
+  memory.bounce = nullptr;
   // Read back over poisoned device memory and a poisoned host piece.
   copies.clear();
   std::fill(device.begin(), device.end(), std::byte{0xff});
@@ -154,6 +170,21 @@ TEST(Checkpoint, DeviceMemoryStreamsThroughOneChunkOfHostMemory) {
   EXPECT_EQ(device, samplePayload(size_t(deviceBytes)));
   EXPECT_EQ(host, samplePayload(777));
   EXPECT_EQ(copies.size(), 3u);
+  // ... and through the staging buffer.
+  std::fill(device.begin(), device.end(), std::byte{0xff});
+  memory.bounce = staging.data();
+  std::vector<const std::byte *> sources;
+  auto copyIn = memory.toDevice;
+  memory.toDevice = [&](std::byte *to, const std::byte *from, int64_t bytes) {
+    sources.push_back(from);
+    copyIn(to, from, bytes);
+  };
+  readRankFile(dir + "/staged.bin", info, staged,
+               {{device.data(), deviceBytes}, {host.data(), 777}}, &memory);
+  EXPECT_EQ(device, samplePayload(size_t(deviceBytes)));
+  EXPECT_EQ(sources, std::vector<const std::byte *>(3, staging.data()));
+  memory.toDevice = copyIn;
+  memory.bounce = nullptr;
   // A corrupted byte in the last chunk is still the checksum error.
   {
     std::fstream file(dir + "/streamed.bin",

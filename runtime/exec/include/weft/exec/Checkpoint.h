@@ -69,6 +69,11 @@ struct DeviceMemory {
       toHost;
   std::function<void(std::byte *device, const std::byte *host, int64_t bytes)>
       toDevice;
+  /// kCheckpointChunkBytes of host memory the chunks pass through: the
+  /// backend's page-locked staging (device copies from pinned memory run at
+  /// the link's speed, pageable ones at a fraction); null: a buffer of the
+  /// reader's or writer's own.
+  std::byte *bounce = nullptr;
   bool holds(const std::byte *data) const {
     return data >= begin && data < end;
   }
