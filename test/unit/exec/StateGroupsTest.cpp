@@ -18,6 +18,7 @@
 
 using namespace weft;
 using exec::StateGroup;
+using plan::test::op;
 
 namespace {
 
@@ -99,14 +100,9 @@ TEST(StateGroups, MixedPrecisionCopyIsParamsAndMasterIsSeparate) {
   BufferRange copy = add("e", Region::Persistent, 256, 32, DType::BF16);
   BufferRange bucket = add("f", Region::Persistent, 320, 32, DType::BF16);
   add("g", Region::Persistent, 384, 4, DType::F32);
-  Instruction reduce;
-  reduce.opcode = Opcode::AllReduce;
-  reduce.reads = {bucket};
-  reduce.writes = {grad};
-  Instruction step;
-  step.opcode = Opcode::OptimizerStep;
-  step.reads = {master, grad, m, v};
-  step.writes = {master, m, v, copy};
+  Instruction reduce = op(Opcode::AllReduce, {bucket}, {grad}, "");
+  Instruction step =
+      op(Opcode::OptimizerStep, {master, grad, m, v}, {master, m, v, copy}, "");
   program.streams.push_back({"compute", {reduce, step}});
   std::vector<StateGroup> groups = exec::classifyStateGroups(bundle, program);
   EXPECT_EQ(groups,
@@ -132,21 +128,11 @@ TEST(StateGroups, FactsFollowCopiesAndReductionsToTheGradientSources) {
   BufferRange v = add(Region::Persistent, 192, 64);
   BufferRange local = add(Region::Arena, 0, 64);   // backward writes it
   BufferRange bucket = add(Region::Arena, 64, 64); // copy -> all_reduce
-  Instruction backward;
-  backward.opcode = Opcode::Kernel;
-  backward.writes = {local};
-  Instruction stage;
-  stage.opcode = Opcode::Copy;
-  stage.reads = {local};
-  stage.writes = {bucket};
-  Instruction reduce;
-  reduce.opcode = Opcode::AllReduce;
-  reduce.reads = {bucket};
-  reduce.writes = {grad};
-  Instruction step;
-  step.opcode = Opcode::OptimizerStep;
-  step.reads = {param, grad, m, v};
-  step.writes = {param, m, v};
+  Instruction backward = op(Opcode::Kernel, {}, {local}, "");
+  Instruction stage = op(Opcode::Copy, {local}, {bucket}, "");
+  Instruction reduce = op(Opcode::AllReduce, {bucket}, {grad}, "");
+  Instruction step =
+      op(Opcode::OptimizerStep, {param, grad, m, v}, {param, m, v}, "");
   program.streams.push_back({"compute", {backward, stage, reduce, step}});
   std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
   ASSERT_EQ(facts.size(), 6u);
@@ -178,17 +164,9 @@ TEST(StateGroups, AReduceScatterOfGradientsWritesGradients) {
   BufferRange grad = add(0, 128);  // the backward writes it
   BufferRange part = add(128, 64); // the reduce-scatter's output
   BufferRange other = add(192, 64);
-  Instruction backward;
-  backward.opcode = Opcode::Kernel;
-  backward.writes = {grad};
-  Instruction gradNorm;
-  gradNorm.opcode = Opcode::GradNorm;
-  gradNorm.reads = {grad};
-  gradNorm.writes = {other};
-  Instruction scatter;
-  scatter.opcode = Opcode::ReduceScatter;
-  scatter.reads = {grad};
-  scatter.writes = {part};
+  Instruction backward = op(Opcode::Kernel, {}, {grad}, "");
+  Instruction gradNorm = op(Opcode::GradNorm, {grad}, {other}, "");
+  Instruction scatter = op(Opcode::ReduceScatter, {grad}, {part}, "");
   program.streams.push_back({"compute", {backward, gradNorm, scatter}});
   std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
   ASSERT_EQ(facts.size(), 3u);
@@ -214,27 +192,12 @@ TEST(StateGroups, AnAddIntoTheShardMakesItsAddendAndItsSourceGradients) {
   };
   BufferRange microBatch = add(0, 128), staging = add(128, 64),
               shard = add(192, 64), norm = add(256, 4), input = add(260, 64);
-  Instruction backward;
-  backward.opcode = Opcode::Kernel;
-  backward.reads = {input};
-  backward.writes = {microBatch};
-  Instruction scatter;
-  scatter.opcode = Opcode::ReduceScatter;
-  scatter.reads = {microBatch};
-  scatter.writes = {staging};
-  Instruction accumulate;
-  accumulate.opcode = Opcode::Kernel;
-  accumulate.reads = {shard, staging};
-  accumulate.writes = {shard};
-  Instruction fromInput;
-  fromInput.opcode = Opcode::Kernel;
-  fromInput.reads = {shard, input};
-  fromInput.writes = {shard};
+  Instruction backward = op(Opcode::Kernel, {input}, {microBatch}, "");
+  Instruction scatter = op(Opcode::ReduceScatter, {microBatch}, {staging}, "");
+  Instruction accumulate = op(Opcode::Kernel, {shard, staging}, {shard}, "");
+  Instruction fromInput = op(Opcode::Kernel, {shard, input}, {shard}, "");
   fromInput.reads[1].bytes = 32; // not an element-wise addend of the shard
-  Instruction gradNorm;
-  gradNorm.opcode = Opcode::GradNorm;
-  gradNorm.reads = {shard};
-  gradNorm.writes = {norm};
+  Instruction gradNorm = op(Opcode::GradNorm, {shard}, {norm}, "");
   program.streams.push_back(
       {"compute", {backward, scatter, accumulate, fromInput, gradNorm}});
   std::vector<exec::BufferFacts> facts = exec::analyzeBuffers(bundle, program);
@@ -266,21 +229,12 @@ TEST(StateGroups, EveryMemberOfACollectiveCounts) {
   BufferRange shard = add(Region::Persistent, 64, 64); // 6
   BufferRange full0 = add(Region::Arena, 512, 128);    // 7
   BufferRange full1 = add(Region::Arena, 640, 128);    // 8
-  Instruction backward;
-  backward.opcode = Opcode::Kernel;
-  backward.writes = {act, grad};
-  Instruction gradNorm;
-  gradNorm.opcode = Opcode::GradNorm;
-  gradNorm.reads = {grad};
-  gradNorm.writes = {norm};
-  Instruction scatter;
-  scatter.opcode = Opcode::ReduceScatter;
-  scatter.reads = {act, grad};
-  scatter.writes = {part0, part1};
-  Instruction gather;
-  gather.opcode = Opcode::AllGather;
-  gather.reads = {other, shard};
-  gather.writes = {full0, full1};
+  Instruction backward = op(Opcode::Kernel, {}, {act, grad}, "");
+  Instruction gradNorm = op(Opcode::GradNorm, {grad}, {norm}, "");
+  Instruction scatter =
+      op(Opcode::ReduceScatter, {act, grad}, {part0, part1}, "");
+  Instruction gather =
+      op(Opcode::AllGather, {other, shard}, {full0, full1}, "");
   program.streams.push_back({"compute", {backward, gradNorm, scatter, gather}});
   Parameter w;
   w.name = "w";
