@@ -274,6 +274,11 @@ __device__ void stageRowsAsync(const Tile<E, D> &tile, const E *src,
 /// the 48 KB of static shared memory, i.e. up to head dim 64.
 template <int D> constexpr int kTileStages = D > 64 ? 1 : 2;
 
+/// The buffer iteration t's streamed tiles use: t % 2, or 0 with one stage.
+template <int Stages> __device__ constexpr int slotOf(std::int64_t t) {
+  return Stages == 2 ? int(t & 1) : 0;
+}
+
 /// Before iteration t's tiles are used: with one stage, issue them
 /// (`issue(t, slot)`) and wait; with two, issue iteration t + 1's into the
 /// other slot (consumed at t - 1) when there is one and wait for all but
@@ -285,7 +290,7 @@ __device__ inline void nextTiles(std::int64_t t, bool hasNext, Issue &&issue) {
     issue(t, 0);
     waitCopies<0>();
   } else if (hasNext) {
-    issue(t + 1, int((t + 1) & 1));
+    issue(t + 1, slotOf<Stages>(t + 1));
     waitCopies<1>();
   } else {
     waitCopies<0>();
@@ -442,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, ForwardTiling<D>::kMinBlocks)
   for (int64_t t = 0, k0 = 0; k0 < keyEnd; ++t, k0 += kKeys) {
     nextTiles<kStages>(t, k0 + kKeys < keyEnd, issue);
     __syncthreads(); // this iteration's tiles are in shared memory
-    const int slot = kStages == 2 ? int(t & 1) : 0;
+    const int slot = slotOf<kStages>(t);
     const Tile<E, D> ks{kData[slot]}, vs{vData[slot]};
     // Causal: a warp skips the tiles whose keys are all in its future (the
     // barriers stay, for the other warps).
@@ -525,6 +530,23 @@ __global__ void __launch_bounds__(kThreads, ForwardTiling<D>::kMinBlocks)
 
 //===--- Backward: dq and delta -------------------------------------------===//
 
+/// A backward kernel's shared tiles: two of kBlockRows rows, which the block
+/// stages and loads into its warps' fragments first and which then hold the
+/// streamed tile pair of slot 0, and with two stages the pair of `Rows` rows
+/// of slot 1.
+template <typename E, int D, int Rows> struct BackwardTiles {
+  static constexpr int kStride = Tile<E, D>::kStride;
+  /// Slot 1's tiles, or a placeholder of 16 bytes with one stage.
+  static constexpr int kNext = kTileStages<D> == 2 ? Rows * kStride : 8;
+  alignas(16) E a[kBlockRows * kStride];
+  alignas(16) E b[kBlockRows * kStride];
+  alignas(16) E aNext[kNext];
+  alignas(16) E bNext[kNext];
+  /// Slot `slot`'s two tiles.
+  __device__ Tile<E, D> first(int slot) { return {slot ? aNext : a}; }
+  __device__ Tile<E, D> second(int slot) { return {slot ? bNext : b}; }
+};
+
 /// Keys per tile of the dq kernel (scores and their gradient stay in
 /// registers).
 template <int D> struct BackwardTiling {
@@ -538,13 +560,8 @@ __global__ void __launch_bounds__(kThreads)
                      float *delta, bool vector) {
   constexpr int kKeys = BackwardTiling<D>::kTile;
   constexpr int kStages = kTileStages<D>;
-  constexpr int kStride = Tile<E, D>::kStride;
-  // The queries and output gradients, then key and value tiles (slot 0);
-  // slot 1's tiles where there are two stages.
-  __shared__ __align__(16) E aData[kBlockRows * kStride];
-  __shared__ __align__(16) E bData[kBlockRows * kStride];
-  __shared__ __align__(16) E kNext[kStages == 2 ? kKeys * kStride : 8];
-  __shared__ __align__(16) E vNext[kStages == 2 ? kKeys * kStride : 8];
+  // The queries and output gradients, then key and value tiles.
+  __shared__ BackwardTiles<E, D, kKeys> shared;
   __shared__ float rowDelta[kBlockRows];
   const BlockRows br = blockRows(d, d.heads);
   const int64_t g = br.head / d.groupSize();
@@ -572,7 +589,7 @@ __global__ void __launch_bounds__(kThreads)
         delta[d.statIndex(br.b, br.head, i)] = partial;
     }
   }
-  const Tile<E, D> as{aData}, bs{bData};
+  const Tile<E, D> as = shared.first(0), bs = shared.second(0);
   stageRows<E, D>(as, q, d, d.heads, br.b, br.head, br.first, kBlockRows,
                   vector);
   stageRows<E, D>(bs, dOut, d, d.heads, br.b, br.head, br.first, kBlockRows,
@@ -596,10 +613,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t warpLast = br.first + 16 * warp + 15;
   // From here the slots hold key and value tiles: key tile t in slot t % 2.
   auto issue = [&](std::int64_t t, int slot) {
-    stageRowsAsync<E, D>(Tile<E, D>{slot ? kNext : aData}, k, d, d.kvHeads,
-                         br.b, g, t * kKeys, kKeys, vector);
-    stageRowsAsync<E, D>(Tile<E, D>{slot ? vNext : bData}, v, d, d.kvHeads,
-                         br.b, g, t * kKeys, kKeys, vector);
+    stageRowsAsync<E, D>(shared.first(slot), k, d, d.kvHeads, br.b, g,
+                         t * kKeys, kKeys, vector);
+    stageRowsAsync<E, D>(shared.second(slot), v, d, d.kvHeads, br.b, g,
+                         t * kKeys, kKeys, vector);
     commitCopies();
   };
   __syncthreads(); // every warp has its query fragments: slot 0 is free
@@ -608,8 +625,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = 0, k0 = 0; k0 < keyEnd; ++t, k0 += kKeys) {
     nextTiles<kStages>(t, k0 + kKeys < keyEnd, issue);
     __syncthreads(); // this iteration's tiles are in shared memory
-    const bool second = kStages == 2 && (t & 1);
-    const Tile<E, D> ks{second ? kNext : aData}, vs{second ? vNext : bData};
+    const int slot = slotOf<kStages>(t);
+    const Tile<E, D> ks = shared.first(slot), vs = shared.second(slot);
     if (!(d.causal && k0 > warpLast)) {
       // S = Q K^T, dP = dO V^T; dS = P * (dP - delta) with
       // P = exp(S * scale - lse), 0 where not visible.
@@ -651,13 +668,8 @@ __global__ void __launch_bounds__(kThreads)
                    E *dv, bool vector) {
   constexpr int kQueries = BackwardTiling<D>::kTile;
   constexpr int kStages = kTileStages<D>;
-  constexpr int kStride = Tile<E, D>::kStride;
-  // The keys and values, then query and output-gradient tiles (slot 0);
-  // slot 1's tiles where there are two stages.
-  __shared__ __align__(16) E aData[kBlockRows * kStride];
-  __shared__ __align__(16) E bData[kBlockRows * kStride];
-  __shared__ __align__(16) E qNext[kStages == 2 ? kQueries * kStride : 8];
-  __shared__ __align__(16) E dyNext[kStages == 2 ? kQueries * kStride : 8];
+  // The keys and values, then query and output-gradient tiles.
+  __shared__ BackwardTiles<E, D, kQueries> shared;
   __shared__ float tileLse[kStages][kQueries], tileDelta[kStages][kQueries];
   const BlockRows br = blockRows(d, d.kvHeads);
   const int64_t g = br.head;
@@ -666,7 +678,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t key0 = br.first + 16 * warp + l.g, key1 = key0 + 8;
   const float scale = float(d.scale) * kLog2e;
 
-  const Tile<E, D> as{aData}, bs{bData};
+  const Tile<E, D> as = shared.first(0), bs = shared.second(0);
   stageRows<E, D>(as, k, d, d.kvHeads, br.b, g, br.first, kBlockRows, vector);
   stageRows<E, D>(bs, v, d, d.kvHeads, br.b, g, br.first, kBlockRows, vector);
   __syncthreads();
@@ -692,10 +704,10 @@ __global__ void __launch_bounds__(kThreads)
   };
   auto issue = [&](std::int64_t t, int slot) {
     const int64_t h = headOf(t), q0 = firstOf(t);
-    stageRowsAsync<E, D>(Tile<E, D>{slot ? qNext : aData}, q, d, d.heads, br.b,
-                         h, q0, kQueries, vector);
-    stageRowsAsync<E, D>(Tile<E, D>{slot ? dyNext : bData}, dOut, d, d.heads,
-                         br.b, h, q0, kQueries, vector);
+    stageRowsAsync<E, D>(shared.first(slot), q, d, d.heads, br.b, h, q0,
+                         kQueries, vector);
+    stageRowsAsync<E, D>(shared.second(slot), dOut, d, d.heads, br.b, h, q0,
+                         kQueries, vector);
     commitCopies();
     for (int e = threadIdx.x; e < kQueries; e += blockDim.x) {
       bool inRange = q0 + e < d.seq;
@@ -710,8 +722,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = 0; t < tiles; ++t) {
     nextTiles<kStages>(t, t + 1 < tiles, issue);
     __syncthreads(); // this iteration's tiles are in shared memory
-    const int slot = kStages == 2 ? int(t & 1) : 0;
-    const Tile<E, D> qs{slot ? qNext : aData}, dys{slot ? dyNext : bData};
+    const int slot = slotOf<kStages>(t);
+    const Tile<E, D> qs = shared.first(slot), dys = shared.second(slot);
     const float *rowLse = tileLse[slot], *rowDelta = tileDelta[slot];
     const int64_t q0 = firstOf(t);
     // Causal: a warp skips the tiles whose queries all precede its keys.
