@@ -260,8 +260,7 @@ int64_t tokenLimit(const plan::Bundle &bundle) {
       limit = limit > 0 ? std::min(limit, words) : words;
   };
   for (const plan::Kernel &kernel : bundle.kernels) {
-    std::string_view base =
-        std::string_view(kernel.name).substr(0, kernel.name.find('.'));
+    std::string_view base = plan::registryName(kernel.name);
     auto constant = [&](const char *name) -> int64_t {
       auto it = kernel.constants.find(name);
       return it == kernel.constants.end() ? 0 : it->second;
@@ -273,7 +272,9 @@ int64_t tokenLimit(const plan::Bundle &bundle) {
                            constant("vocab_start") + constant("vocab_local"));
     else if (base == "cross_entropy")
       bound(constant("valid") > 0 ? constant("valid") : constant("vocab"));
-    else if (base.substr(0, 19) == "cross_entropy_shard")
+    else if (base == "cross_entropy_shard_max" ||
+             base == "cross_entropy_shard_sums" ||
+             base == "cross_entropy_shard_finish")
       bound(constant("vocab"));
   }
   bound(shardRows);
