@@ -311,4 +311,9 @@ print(f"{layout}: bit-identical to {base} (losses, gradient norms"
 PY
     fail "$layout differs from $baseline"
 fi
+# Under TP the ids are bounded by the vocabulary shards together.
+case $layout in
+tp2) "$(dirname "$0")/out-of-vocabulary.sh" "$run" "$layout" "$ranks" ||
+       fail "out of vocabulary" ;;
+esac
 echo "PASS: compile-parallel $model $layout ($precision)"

@@ -58,21 +58,5 @@ for s in steps:
     assert s["issue_s"] + s["finish_s"] <= s["step_time_s"], s
 print("memory", planned, "bytes; MFU", [round(s["mfu"], 5) for s in steps])
 PY
-# A token file for another vocabulary: one line naming the file, the token
-# and the vocabulary, before any step (the embedding would read past its
-# table).
-python3 -c "
-import struct, sys
-tokens = [i % 200 for i in range(1000)]
-tokens[777] = 65000
-open('other-vocab.bin', 'wb').write(struct.pack('<%dH' % len(tokens), *tokens))
-" || fail "token file"
-timeout 120 mpirun --allow-run-as-root --oversubscribe -np 1 "$run" serial \
-  --data other-vocab.bin --steps 1 >vocab.out 2>vocab.err
-rc=$?
-cat vocab.err
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "out-of-vocabulary tokens: exit $rc"
-grep -q "other-vocab.bin: token 65000 at token index 777 is outside the model's vocabulary of" \
-  vocab.err || fail "no out-of-vocabulary message"
-[ "$(grep -c 'weft-run: error:' vocab.err)" -eq 1 ] || fail "not one error line"
+"$(dirname "$0")/out-of-vocabulary.sh" "$run" serial 1 || fail "out of vocabulary"
 echo "PASS: compile $model zero $zero"
