@@ -92,6 +92,16 @@ namespace {
 constexpr char kMagic[8] = {'W', 'E', 'F', 'T', 'C', 'K', 'P', 'T'};
 constexpr size_t kChunk = size_t(kCheckpointChunkBytes);
 
+/// The host buffer device pieces pass through: the backend's staging, else
+/// one chunk of `own`.
+std::byte *bounceBuffer(const DeviceMemory &device,
+                        std::vector<std::byte> &own) {
+  if (device.bounce)
+    return device.bounce;
+  own.resize(kChunk);
+  return own.data();
+}
+
 // Header fields (little-endian) at fixed offsets; bytes [124, 128) hold the
 // CRC-32C of bytes [0, 124).
 enum HeaderOffset : size_t {
@@ -176,14 +186,12 @@ RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
   };
   uint32_t crc = 0;
   off_t at = off_t(kRankHeaderBytes);
-  std::vector<std::byte> own; // device pieces pass through bounce
-  std::byte *bounce = device ? device->bounce : nullptr;
+  std::vector<std::byte> own;
+  std::byte *bounce = nullptr; // device pieces pass through it
   for (const auto &[piece, pieceBytes] : payload) {
     bool onDevice = device && device->holds(piece);
-    if (onDevice && !bounce) {
-      own.resize(kChunk);
-      bounce = own.data();
-    }
+    if (onDevice && !bounce)
+      bounce = bounceBuffer(*device, own);
     for (int64_t done = 0; done < pieceBytes;) {
       size_t n = size_t(std::min<int64_t>(int64_t(kChunk), pieceBytes - done));
       const std::byte *chunk = piece + done;
@@ -300,14 +308,12 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
   // counter-based generator, and it does not run on resume.
   uint32_t crc = 0;
   int64_t done = 0; // payload bytes read so far (file offset - header)
-  std::vector<std::byte> own; // device pieces pass through bounce
-  std::byte *bounce = device ? device->bounce : nullptr;
+  std::vector<std::byte> own;
+  std::byte *bounce = nullptr; // device pieces pass through it
   for (const auto &[piece, pieceBytes] : payload) {
     bool onDevice = device && device->holds(piece);
-    if (onDevice && !bounce) {
-      own.resize(kChunk);
-      bounce = own.data();
-    }
+    if (onDevice && !bounce)
+      bounce = bounceBuffer(*device, own);
     for (int64_t at = 0; at < pieceBytes;) {
       size_t n = size_t(std::min<int64_t>(int64_t(kChunk), pieceBytes - at));
       std::byte *chunk = onDevice ? bounce : piece + at;
