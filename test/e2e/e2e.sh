@@ -226,6 +226,39 @@ offload-zero1)
   [ -e moved/weights-6/rank-1.bin ] || fail "ZeRO-1 snapshot lacks rank 1"
   expect_error "unknown state group 'weights'" 2 bundle --data tokens.bin \
     --offload-between-steps weights ;;
+retention)
+  # --keep-checkpoints 2 --keep-weights 1 on DP 2: after 8 steps, saves at
+  # 2, 4, 6 and 8, only step-6 and step-8 and weights-8 are left, with the
+  # leftovers of earlier steps; a resume from them matches the straight run.
+  "$gen" mlp ddp 2 2 1 bundle || fail generator
+  common="bundle --data tokens.bin --seed 7"
+  mpi 2 "$run" $common --steps 8 --metrics full.jsonl || fail "full run"
+  mkdir -p ck/step-1.tmp ck/step-3 ck/step-20.tmp
+  mpi 2 "$run" $common --steps 6 --metrics a.jsonl --checkpoint-dir ck \
+    --checkpoint-every 2 --save-weights-every 2 --keep-checkpoints 2 \
+    --keep-weights 1 >a.txt || fail "first run exited $?"
+  grep -q "checkpoint removed ck/step-2 (retention)" a.txt \
+    || fail "no removal logged"
+  mpi 2 "$run" $common --steps 8 --metrics b.jsonl --checkpoint-dir ck \
+    --resume --checkpoint-every 2 --save-weights-every 2 \
+    --keep-checkpoints 2 --keep-weights 1 >b.txt || fail "resume exited $?"
+  grep -q "checkpoint loaded ck/step-6" b.txt || fail "did not load step 6"
+  [ "$(cd ck && echo *)" = "step-20.tmp step-6 step-8 weights-8" ] \
+    || fail "left in ck: $(cd ck && echo *)"
+  same_losses full.jsonl a.jsonl b.jsonl
+  expect_error "\-\-keep-checkpoints expects a whole number >= 1, got '0'" 2 \
+    $common --checkpoint-dir ck --keep-checkpoints 0
+  expect_error "\-\-keep-weights and --resume need --checkpoint-dir D" 2 \
+    $common --keep-weights 3
+  # The checkpoint records the data file: another one (the corpus's lines
+  # reversed: as long, other tokens) is refused unless asked for.
+  tac "$corpus" >other.txt && "$tokenize" other.txt other.bin >/dev/null \
+    || fail tokenizer
+  expect_error "ck/step-8/manifest.json: trained on a data file of" 2 bundle \
+    --data other.bin --steps 10 --checkpoint-dir ck --resume
+  mpi 2 "$run" bundle --data other.bin --steps 10 --checkpoint-dir ck \
+    --resume --resume-any-data --quiet || fail "--resume-any-data exited $?"
+  [ -e ck/step-10/COMPLETE ] || fail "no step-10 after --resume-any-data" ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"

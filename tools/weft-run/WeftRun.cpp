@@ -32,7 +32,9 @@ const char *const kUsage =
     "                [--no-graph] [--half-kernels]\n"
     "                [--cudnn-attention] [--gemm-autotune]\n"
     "                [--generated-kernels] [--kernel-cache DIR|off]\n"
-    "                [--checkpoint-dir D] [--checkpoint-every K] [--resume]\n"
+    "                [--checkpoint-dir D] [--checkpoint-every K]\n"
+    "                [--resume] [--resume-any-data]\n"
+    "                [--keep-checkpoints N] [--keep-weights N]\n"
     "                [--metrics out.jsonl] [--seed S] [--trace trace.json]\n"
     "                [--device-times]\n"
     "                [--watchdog-s SECONDS] [--quiet] [--unverified]\n"
@@ -72,6 +74,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h")
       return std::string();
+    if (arg == "--resume-any-data") {
+      cli.session.resumeAnyData = true;
+      continue;
+    }
     if (arg == "--resume") {
       cli.resume = true;
       continue;
@@ -125,7 +131,9 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
                                                 "--seed",
                                                 "--checkpoint-every",
                                                 "--watchdog-s",
-                                                "--save-weights-every"};
+                                                "--save-weights-every",
+                                                "--keep-checkpoints",
+                                                "--keep-weights"};
       if (std::find(std::begin(kValueFlags), std::end(kValueFlags), arg) ==
           std::end(kValueFlags))
         return "unknown option " + arg;
@@ -159,9 +167,13 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
                             : weft::exec::HostMemoryKind::Pageable;
       } else if (arg == "--steps" || arg == "--seed" ||
                  arg == "--checkpoint-every" || arg == "--watchdog-s" ||
-                 arg == "--save-weights-every") {
+                 arg == "--save-weights-every" || arg == "--keep-checkpoints" ||
+                 arg == "--keep-weights") {
         if (auto error = number(arg, value, x))
           return error;
+        if ((arg == "--keep-checkpoints" || arg == "--keep-weights") &&
+            (x < 1 || x != std::floor(x)))
+          return arg + " expects a whole number >= 1, got '" + value + "'";
         if (arg == "--steps")
           cli.steps = int64_t(x);
         else if (arg == "--seed")
@@ -170,6 +182,10 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
           cli.checkpointEvery = int64_t(x);
         else if (arg == "--save-weights-every")
           cli.saveWeightsEvery = int64_t(x);
+        else if (arg == "--keep-checkpoints")
+          cli.session.keepCheckpoints = int64_t(x);
+        else if (arg == "--keep-weights")
+          cli.session.keepWeights = int64_t(x);
         else
           cli.session.watchdogSeconds = x;
       }
@@ -183,10 +199,13 @@ std::optional<std::string> parse(int argc, char **argv, CliOptions &cli) {
     return "missing BUNDLE";
   if (cli.session.dataPath.empty())
     return "missing --data TOKENS";
-  if ((cli.checkpointEvery > 0 || cli.resume || cli.saveWeightsEvery > 0) &&
+  if ((cli.checkpointEvery > 0 || cli.resume || cli.saveWeightsEvery > 0 ||
+       cli.session.keepCheckpoints > 0 || cli.session.keepWeights > 0) &&
       cli.checkpointDir.empty())
-    return "--checkpoint-every, --save-weights-every and --resume need "
-           "--checkpoint-dir D";
+    return "--checkpoint-every, --save-weights-every, --keep-checkpoints, "
+           "--keep-weights and --resume need --checkpoint-dir D";
+  if (cli.session.resumeAnyData && !cli.resume)
+    return "--resume-any-data applies to --resume only";
   // Output files fail here, before any rank opens the bundle, not after
   // the steps they record.
   for (auto [flag, path] : {std::pair<const char *, const std::string *>{
@@ -293,6 +312,8 @@ void logCheckpoint(const char *verb, const weft::exec::CheckpointStats &stats) {
               "rank)\n",
               verb, stats.dir.c_str(), mb, stats.seconds,
               mb / 1e3 / std::max(stats.seconds, 1e-9));
+  for (const std::string &dir : stats.removed)
+    std::printf("checkpoint removed %s (retention)\n", dir.c_str());
   std::fflush(stdout);
 }
 
@@ -376,6 +397,10 @@ int run(const CliOptions &cli) {
         lastSaved = stats.step;
       if (log)
         logCheckpoint(weightsOnly ? "saved weights" : "saved", stats);
+      // Even under --quiet: old checkpoints pile up on the disk.
+      for (const std::string &problem : stats.notRemoved)
+        std::fprintf(stderr, "weft-run: warning: cannot remove %s\n",
+                     problem.c_str());
       return true;
     } catch (const weft::exec::Error &error) {
       if (rank == 0)

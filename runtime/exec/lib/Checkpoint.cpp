@@ -19,6 +19,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <filesystem>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,13 +143,13 @@ struct Fd {
   }
 };
 
+} // namespace
+
 std::string hex32(uint32_t value) {
   char text[9];
   std::snprintf(text, sizeof(text), "%08x", value);
   return text;
 }
-
-} // namespace
 
 RankFileResult writeRankFile(const std::string &path, const RankFileInfo &info,
                              const std::byte *payload) {
@@ -355,6 +356,9 @@ std::string manifestJson(const Manifest &m) {
   // snapshot says what it holds (absent means full).
   if (m.contents == CheckpointContents::Weights)
     json["contents"] = "weights";
+  if (m.data)
+    json["data"] = {{"tokens", m.data->tokens},
+                    {"fingerprint", hex32(m.data->fingerprint)}};
   if (m.lossScale)
     json["loss_scale"] = {{"scale", m.lossScale->scale},
                           {"good_steps", m.lossScale->goodSteps},
@@ -394,6 +398,17 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
                     ls.at("optimizer_steps").dump() + " of " +
                     std::to_string(m.step) + " steps)");
       m.lossScale = state;
+    }
+    if (json.contains("data")) {
+      const nlohmann::json &data = json.at("data");
+      std::string fingerprint = data.at("fingerprint").get<std::string>();
+      char *end = nullptr;
+      unsigned long value = std::strtoul(fingerprint.c_str(), &end, 16);
+      int64_t tokens = data.at("tokens").get<int64_t>();
+      if (fingerprint.size() != 8 || *end != '\0' || tokens < 0)
+        throw Error(path + ": 'data' must hold a token count >= 0 and an 8 "
+                           "hex digit fingerprint");
+      m.data = DataIdentity{tokens, uint32_t(value)};
     }
     m.worldSize = json.at("world_size").get<int32_t>();
     m.bundleHash = json.at("bundle_hash").get<std::string>();
@@ -446,30 +461,123 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
   return m;
 }
 
-std::optional<std::string> newestCheckpoint(const std::string &dir) {
+namespace {
+
+/// A directory entry of a checkpoint of `prefix` (`step-` or `weights-`):
+/// its step and the suffix after the digits ("" for the checkpoint itself,
+/// ".tmp", ".old", ".pruning"); nullopt for anything else.
+std::optional<std::pair<int64_t, std::string>>
+parseCheckpointEntry(const std::string &name, const std::string &prefix) {
+  if (name.rfind(prefix, 0) != 0)
+    return std::nullopt;
+  size_t digitsEnd = name.find_first_not_of("0123456789", prefix.size());
+  if (digitsEnd == std::string::npos)
+    digitsEnd = name.size();
+  size_t digits = digitsEnd - prefix.size();
+  if (digits == 0 || digits > 18) // 18 digits cannot overflow int64_t
+    return std::nullopt;
+  std::string suffix = name.substr(digitsEnd);
+  if (suffix != "" && suffix != ".tmp" && suffix != ".old" &&
+      suffix != ".pruning")
+    return std::nullopt;
+  return std::pair{std::stoll(name.substr(prefix.size(), digits)), suffix};
+}
+
+std::string checkpointPrefix(CheckpointContents contents) {
+  return contents == CheckpointContents::Weights ? "weights-" : "step-";
+}
+
+bool isCommitted(const std::string &stepDir) {
+  struct stat st {};
+  return ::stat((stepDir + "/COMPLETE").c_str(), &st) == 0;
+}
+
+/// The entries of `dir` that belong to checkpoints of `contents`.
+std::vector<std::pair<std::pair<int64_t, std::string>, std::string>>
+checkpointEntries(const std::string &dir, CheckpointContents contents) {
+  std::vector<std::pair<std::pair<int64_t, std::string>, std::string>> found;
   DIR *listing = ::opendir(dir.c_str());
   if (!listing)
-    return std::nullopt;
-  int64_t best = -1;
-  std::string bestName;
-  while (const dirent *entry = ::readdir(listing)) {
-    std::string name = entry->d_name;
-    if (name.rfind("step-", 0) != 0 || name.size() == 5 ||
-        name.find_first_not_of("0123456789", 5) != std::string::npos)
-      continue; // step-N.tmp and anything else is not a committed checkpoint
-    struct stat st {};
-    if (::stat((dir + "/" + name + "/COMPLETE").c_str(), &st) != 0)
-      continue;
-    int64_t step = std::stoll(name.substr(5));
-    if (step > best) {
-      best = step;
-      bestName = name;
-    }
-  }
+    return found;
+  const std::string prefix = checkpointPrefix(contents);
+  while (const dirent *entry = ::readdir(listing))
+    if (auto parsed = parseCheckpointEntry(entry->d_name, prefix))
+      found.push_back({*parsed, entry->d_name});
   ::closedir(listing);
-  if (best < 0)
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+} // namespace
+
+std::string checkpointName(CheckpointContents contents, int64_t step) {
+  return checkpointPrefix(contents) + std::to_string(step);
+}
+
+std::vector<std::pair<int64_t, std::string>>
+committedCheckpoints(const std::string &dir, CheckpointContents contents) {
+  std::vector<std::pair<int64_t, std::string>> committed;
+  for (const auto &[parsed, name] : checkpointEntries(dir, contents))
+    if (parsed.second.empty() && isCommitted(dir + "/" + name))
+      committed.push_back({parsed.first, dir + "/" + name});
+  return committed;
+}
+
+std::optional<std::string> newestCheckpoint(const std::string &dir) {
+  auto committed = committedCheckpoints(dir, CheckpointContents::Full);
+  if (committed.empty())
     return std::nullopt;
-  return dir + "/" + bestName;
+  return committed.back().second;
+}
+
+PruneResult pruneCheckpoints(const std::string &dir,
+                             CheckpointContents contents, int64_t savedStep,
+                             int64_t keep) {
+  namespace fs = std::filesystem;
+  PruneResult result;
+  if (keep < 1)
+    return result;
+  // The committed checkpoints up to the saved one, newest first: the first
+  // `keep` stay.
+  std::vector<int64_t> kept;
+  for (const auto &[step, path] : committedCheckpoints(dir, contents))
+    if (step <= savedStep)
+      kept.push_back(step);
+  std::reverse(kept.begin(), kept.end());
+  kept.resize(std::min(kept.size(), size_t(keep)));
+  auto remove = [&](const std::string &path) {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec)
+      result.failed.push_back(path + ": " + ec.message());
+    else
+      result.removed.push_back(path);
+  };
+  for (const auto &[parsed, name] : checkpointEntries(dir, contents)) {
+    const auto &[step, suffix] = parsed;
+    if (step > savedStep || std::count(kept.begin(), kept.end(), step))
+      continue;
+    const std::string path = dir + "/" + name;
+    if (!suffix.empty() || !isCommitted(path)) {
+      remove(path); // a leftover of an earlier step
+      continue;
+    }
+    // Out of the resume's sight first (one rename), then its files.
+    const std::string pruning = path + ".pruning";
+    std::error_code ec;
+    fs::remove_all(pruning, ec);
+    fs::rename(path, pruning, ec);
+    if (ec) {
+      result.failed.push_back(path + ": " + ec.message());
+      continue;
+    }
+    fs::remove_all(pruning, ec);
+    if (ec)
+      result.failed.push_back(pruning + ": " + ec.message());
+    else
+      result.removed.push_back(path);
+  }
+  return result;
 }
 
 Manifest loadManifest(const std::string &stepDir, const std::string &bundleHash,

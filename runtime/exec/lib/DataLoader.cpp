@@ -1,6 +1,7 @@
 //===- DataLoader.cpp - Memory-mapped token files -------------------------===//
 
 #include "weft/exec/DataLoader.h"
+#include "weft/exec/Checkpoint.h"
 #include "weft/exec/Error.h"
 
 #include <algorithm>
@@ -103,6 +104,18 @@ DataLoader::DataLoader(const std::string &path, int64_t seqLen,
                       " words (a file tokenized for another vocabulary?)");
     }
   }
+}
+
+uint32_t TokenFile::fingerprint() const {
+  constexpr int64_t kWindows = 64, kWindowTokens = 8192;
+  uint32_t crc = crc32c(&numTokens_, sizeof(numTokens_));
+  if (numTokens_ <= kWindows * kWindowTokens)
+    return crc32c(tokens_, size_t(numTokens_) * 2, crc);
+  for (int64_t w = 0; w < kWindows; ++w) {
+    int64_t first = w * (numTokens_ - kWindowTokens) / (kWindows - 1);
+    crc = crc32c(tokens_ + first, size_t(kWindowTokens) * 2, crc);
+  }
+  return crc;
 }
 
 int64_t DataLoader::sequenceOf(int64_t step, int64_t slot) const {

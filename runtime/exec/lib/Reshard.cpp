@@ -299,6 +299,7 @@ GlobalState readGlobalState(const Bundle &bundle, const std::string &bundleDir,
   state.step = manifest.step;
   state.dataSamples = manifest.step * bundle.training.globalBatch;
   state.lossScale = manifest.lossScale;
+  state.data = manifest.data;
   state.weightsOnly = manifest.contents == CheckpointContents::Weights;
   if (moments && state.weightsOnly)
     throw Error(stepDir + "/manifest.json: a weights snapshot (parameters "
@@ -575,6 +576,7 @@ ReshardStats reshardCheckpoint(const Bundle &from, const std::string &fromDir,
     Manifest manifest;
     manifest.step = state.step;
     manifest.lossScale = lossScale;
+    manifest.data = state.data;
     manifest.worldSize = int32_t(world);
     manifest.bundleHash = hash;
     std::vector<std::byte> payload;

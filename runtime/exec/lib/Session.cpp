@@ -453,6 +453,10 @@ void Session::validateLocally() {
 // Checkpoints
 //===----------------------------------------------------------------------===//
 
+DataIdentity Session::dataIdentity() const {
+  return {data_->file().size(), data_->file().fingerprint()};
+}
+
 void Session::resumeLocally() {
   // Read straight into the regions; nothing runs on them unless every rank's
   // checksum matched (the agreement in setUp).
@@ -492,6 +496,19 @@ CheckpointStats Session::readCheckpointLocally(const std::string &dir,
     throw Error(*stepDir + "/manifest.json: a weights snapshot (parameters "
                            "only) cannot resume training; load a step-<N> "
                            "checkpoint");
+  // The data position counts sequences of the file trained on: another file
+  // (or the same one grown) continues with other batches.
+  if (manifest.data && data_ && !options_.resumeAnyData &&
+      *manifest.data != dataIdentity()) {
+    DataIdentity current = dataIdentity();
+    throw Error(*stepDir + "/manifest.json: trained on a data file of " +
+                std::to_string(manifest.data->tokens) +
+                " tokens (fingerprint " + hex32(manifest.data->fingerprint) +
+                "), not " + options_.dataPath + " (" +
+                std::to_string(current.tokens) + " tokens, fingerprint " +
+                hex32(current.fingerprint) +
+                "): resume with the same data, or --resume-any-data");
+  }
   const plan::Program &program = *rankProgram_.program;
   RankFileInfo expected;
   expected.bundleHash = bundleHash_;
@@ -522,8 +539,12 @@ CheckpointStats Session::readCheckpointLocally(const std::string &dir,
     scaler_ = {bundle_.training.lossScale.initial, 0, manifest.step};
   }
   completedSteps_ = manifest.step;
-  return CheckpointStats{*stepDir, manifest.step, recorded.fileBytes,
-                         now() - start};
+  CheckpointStats stats;
+  stats.dir = *stepDir;
+  stats.step = manifest.step;
+  stats.bytes = recorded.fileBytes;
+  stats.seconds = now() - start;
+  return stats;
 }
 
 namespace {
@@ -580,8 +601,9 @@ CheckpointStats Session::saveCheckpoint(const std::string &dir) {
       persistentPieces(0, rankProgram_.program->persistentBytes);
   if (rankProgram_.program->hostBytes > 0)
     payload.push_back({host_, rankProgram_.program->hostBytes});
-  return commitCheckpoint(dir, "step-" + std::to_string(completedSteps_),
-                          payload, false);
+  return commitCheckpoint(
+      dir, checkpointName(CheckpointContents::Full, completedSteps_), payload,
+      false);
 }
 
 CheckpointStats Session::saveWeights(const std::string &dir) {
@@ -593,8 +615,9 @@ CheckpointStats Session::saveWeights(const std::string &dir) {
   backend_->synchronize();
   for (const ByteRange &range : weightsLayout_.hostRanges)
     payload.push_back({host_ + range.offset, range.bytes});
-  return commitCheckpoint(dir, "weights-" + std::to_string(completedSteps_),
-                          payload, true);
+  return commitCheckpoint(
+      dir, checkpointName(CheckpointContents::Weights, completedSteps_),
+      payload, true);
 }
 
 CheckpointStats Session::commitCheckpoint(const std::string &dir,
@@ -676,6 +699,8 @@ CheckpointStats Session::commitCheckpoint(const std::string &dir,
     manifest.bundleHash = bundleHash_;
     if (bundle_.training.lossScale.dynamic)
       manifest.lossScale = scaler_;
+    if (data_)
+      manifest.data = dataIdentity();
     for (int r = 0; r < worldSize_; ++r) {
       int64_t w = writerOf(r);
       manifest.files.push_back("rank-" + std::to_string(w) + ".bin");
@@ -703,7 +728,23 @@ CheckpointStats Session::commitCheckpoint(const std::string &dir,
     syncPath(final);
     fs::remove_all(old, ec);
   });
-  return {final, completedSteps_, result.fileBytes, now() - start};
+  CheckpointStats stats;
+  stats.dir = final;
+  stats.step = completedSteps_;
+  stats.bytes = result.fileBytes;
+  // Retention once the new checkpoint is committed; a checkpoint that cannot
+  // be removed is reported, not a failed save.
+  int64_t keep = weightsOnly ? options_.keepWeights : options_.keepCheckpoints;
+  if (rank_ == 0 && keep > 0) {
+    PruneResult pruned = pruneCheckpoints(
+        dir,
+        weightsOnly ? CheckpointContents::Weights : CheckpointContents::Full,
+        completedSteps_, keep);
+    stats.removed = std::move(pruned.removed);
+    stats.notRemoved = std::move(pruned.failed);
+  }
+  stats.seconds = now() - start;
+  return stats;
 }
 
 void Session::buildCommunicators() {

@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -281,6 +283,117 @@ TEST(Checkpoint, ManifestRoundTripsAndChecksBundleAndWorldSize) {
             0u);
 }
 
+TEST(Checkpoint, ManifestRecordsTheDataFile) {
+  std::string dir = freshDir("manifest-data");
+  std::string path = dir + "/manifest.json";
+  Manifest m;
+  m.step = 3;
+  m.worldSize = 1;
+  m.bundleHash = std::string(64, 'c');
+  m.files = {"rank-0.bin"};
+  m.results = {{1000, 1}};
+  writeText(path, manifestJson(m));
+  EXPECT_FALSE(loadManifest(dir, m.bundleHash, 1).data); // older manifests
+  m.data = DataIdentity{123456789012, 0x0badcafe};
+  std::string json = manifestJson(m);
+  EXPECT_NE(json.find("\"fingerprint\": \"0badcafe\""), std::string::npos);
+  writeText(path, json);
+  std::optional<DataIdentity> back = loadManifest(dir, m.bundleHash, 1).data;
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, *m.data);
+  for (const char *bad :
+       {"\"fingerprint\": \"xyz\"", "\"fingerprint\": \"1\""}) {
+    std::string edited = json;
+    edited.replace(edited.find("\"fingerprint\": \"0badcafe\""),
+                   std::strlen("\"fingerprint\": \"0badcafe\""), bad);
+    writeText(path, edited);
+    EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 1); }),
+              path + ": 'data' must hold a token count >= 0 and an 8 hex "
+                     "digit fingerprint");
+  }
+}
+
+TEST(Checkpoint, TokenFileFingerprintTellsFilesApart) {
+  std::string dir = freshDir("fingerprint");
+  // Longer than 64 windows of 8192 tokens, so the windows are sampled.
+  std::vector<uint16_t> ids(700000);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t((i * 37 + 5) % 50257);
+  auto fingerprintOf = [&](const std::vector<uint16_t> &tokens,
+                           const std::string &name) {
+    std::string file = dir + "/" + name;
+    writeLlmcTokens(file, tokens.data(), int64_t(tokens.size()));
+    return TokenFile(file).fingerprint();
+  };
+  uint32_t base = fingerprintOf(ids, "a.bin");
+  EXPECT_EQ(fingerprintOf(ids, "copy.bin"), base); // a copy, another name
+  // Raw uint16 (nanoGPT) holds the same tokens: the same fingerprint.
+  {
+    std::ofstream raw(dir + "/raw.bin", std::ios::binary);
+    raw.write(reinterpret_cast<const char *>(ids.data()),
+              std::streamsize(ids.size() * 2));
+  }
+  EXPECT_EQ(TokenFile(dir + "/raw.bin").fingerprint(), base);
+  std::vector<uint16_t> edited = ids;
+  edited[0] ^= 1; // the first window
+  EXPECT_NE(fingerprintOf(edited, "first.bin"), base);
+  edited = ids;
+  edited.back() ^= 1; // the last window
+  EXPECT_NE(fingerprintOf(edited, "last.bin"), base);
+  edited = ids;
+  edited.push_back(7); // grown: another count (and windows)
+  EXPECT_NE(fingerprintOf(edited, "grown.bin"), base);
+  std::vector<uint16_t> shorter(ids.begin(), ids.begin() + 1000);
+  uint32_t small = fingerprintOf(shorter, "short.bin"); // read whole
+  shorter[500] ^= 1;
+  EXPECT_NE(fingerprintOf(shorter, "short2.bin"), small);
+}
+
+TEST(Checkpoint, ResumeRefusesAnotherDataFile) {
+  weft::test::MlpConfig config;
+  config.microBatch = 2;
+  std::string bundleDir = freshDir("bundle");
+  plan::writeBundle(weft::test::buildMlpBundle(config), bundleDir);
+  std::string other = freshDir("other-tokens") + "/tokens.bin";
+  std::vector<uint16_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t((i * 41 + 3) % 256);
+  writeLlmcTokens(other, ids.data(), int64_t(ids.size()));
+  Options options;
+  options.bundleDir = bundleDir;
+  options.dataPath = test::testTokenFile();
+  options.seed = 5;
+  std::string ckpt = freshDir("data-ck");
+  auto session = Session::open(options, MPI_COMM_WORLD);
+  session->runStep();
+  session->saveCheckpoint(ckpt);
+  std::string manifestPath = ckpt + "/step-1/manifest.json";
+  Manifest manifest = parseManifest(manifestPath, readText(manifestPath));
+  ASSERT_TRUE(manifest.data);
+  EXPECT_EQ(manifest.data->tokens, 4096);
+  EXPECT_EQ(manifest.data->fingerprint,
+            TokenFile(options.dataPath).fingerprint());
+
+  Options resume = options;
+  resume.resumeDir = ckpt;
+  resume.dataPath = other;
+  std::string error = errorOf([&] { Session::open(resume, MPI_COMM_WORLD); });
+  EXPECT_EQ(error.rfind(ckpt + "/step-1/manifest.json: trained on a data file "
+                               "of 4096 tokens (fingerprint ",
+                        0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("), not " + other + " (4096 tokens, fingerprint "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("resume with the same data, or --resume-any-data"),
+            std::string::npos);
+  resume.resumeAnyData = true;
+  auto resumed = Session::open(resume, MPI_COMM_WORLD);
+  EXPECT_EQ(resumed->completedSteps(), 1);
+  EXPECT_TRUE(std::isfinite(resumed->runStep().loss));
+}
+
 TEST(Checkpoint, WeightsSnapshotReplicasShareTheirWritersFile) {
   // DP replicas of a ZeRO-0 snapshot list the DP-0 rank's file
   // (`written_by`); nothing else may share files.
@@ -332,6 +445,114 @@ TEST(Checkpoint, OnlyMarkedStepDirectoriesCount) {
   writeText(dir + "/step-40.tmp/COMPLETE", ""); // never committed
   // step-30 has no marker: a crash between its rename and its marker.
   EXPECT_EQ(newestCheckpoint(dir), dir + "/step-10"); // numeric order
+}
+
+TEST(Checkpoint, PruningKeepsTheNewestUpToTheSavedStep) {
+  std::string dir = freshDir("prune");
+  auto make = [&](const std::string &name, bool committed) {
+    fs::create_directories(dir + "/" + name);
+    writeText(dir + "/" + name + "/rank-0.bin", "payload");
+    if (committed)
+      writeText(dir + "/" + name + "/COMPLETE", name + "\n");
+  };
+  for (const char *name : {"step-2", "step-4", "step-6", "step-8", "step-12",
+                           "weights-4", "weights-8"})
+    make(name, true);
+  make("step-5", false);         // crashed between its rename and marker
+  make("step-3.tmp", false);     // an interrupted save
+  make("step-1.pruning", false); // an interrupted prune
+  make("step-9.tmp", false);     // a later step than the saved one
+  make("step-x", true);          // not a checkpoint name: never touched
+  make("step-1234567890123456789", true); // 19 digits: not parsed, kept
+  auto names = [&] {
+    std::vector<std::string> found;
+    for (const auto &entry : fs::directory_iterator(dir))
+      found.push_back(entry.path().filename().string());
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  EXPECT_EQ(committedCheckpoints(dir, CheckpointContents::Full).size(), 5u);
+  EXPECT_TRUE(pruneCheckpoints(dir, CheckpointContents::Full, 8, 0)
+                  .removed.empty()); // keep 0: retention off
+
+  // Saved step 8 (step-12 is another run's, later: not counted, not
+  // removed), keep 2: step-6 and step-8 stay.
+  PruneResult pruned = pruneCheckpoints(dir, CheckpointContents::Full, 8, 2);
+  EXPECT_TRUE(pruned.failed.empty());
+  std::vector<std::string> removed = pruned.removed;
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed,
+            (std::vector<std::string>{dir + "/step-1.pruning", dir + "/step-2",
+                                      dir + "/step-3.tmp", dir + "/step-4",
+                                      dir + "/step-5"}));
+  EXPECT_EQ(names(),
+            (std::vector<std::string>{"step-12", "step-1234567890123456789",
+                                      "step-6", "step-8", "step-9.tmp",
+                                      "step-x", "weights-4", "weights-8"}));
+  EXPECT_EQ(newestCheckpoint(dir), dir + "/step-12");
+  // Weights snapshots are counted apart from full checkpoints.
+  pruned = pruneCheckpoints(dir, CheckpointContents::Weights, 8, 1);
+  EXPECT_EQ(pruned.removed, (std::vector<std::string>{dir + "/weights-4"}));
+  EXPECT_TRUE(fs::exists(dir + "/weights-8/rank-0.bin"));
+  EXPECT_TRUE(fs::exists(dir + "/step-6/rank-0.bin"));
+
+  // What cannot be removed is reported, and nothing else is lost.
+  std::string locked = freshDir("prune-locked");
+  fs::create_directories(locked + "/step-2");
+  writeText(locked + "/step-2/COMPLETE", "");
+  fs::create_directories(locked + "/step-4");
+  writeText(locked + "/step-4/COMPLETE", "");
+  if (::geteuid() != 0) { // root ignores directory permissions
+    fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+    pruned = pruneCheckpoints(locked, CheckpointContents::Full, 4, 1);
+    fs::permissions(locked, fs::perms::owner_all);
+    ASSERT_EQ(pruned.failed.size(), 1u);
+    EXPECT_EQ(pruned.failed[0].rfind(locked + "/step-2: ", 0), 0u)
+        << pruned.failed[0];
+    EXPECT_EQ(newestCheckpoint(locked), locked + "/step-4");
+  }
+}
+
+TEST(Checkpoint, SessionRetentionKeepsTheNewestAndResumesFromThem) {
+  weft::test::MlpConfig config;
+  config.microBatch = 2;
+  std::string bundleDir = freshDir("bundle");
+  plan::writeBundle(weft::test::buildMlpBundle(config), bundleDir);
+  Options options;
+  options.bundleDir = bundleDir;
+  options.dataPath = test::testTokenFile();
+  options.seed = 5;
+  options.keepCheckpoints = 2;
+  options.keepWeights = 1;
+  std::string ckpt = freshDir("retention");
+  auto session = Session::open(options, MPI_COMM_WORLD);
+  std::vector<double> losses;
+  std::vector<std::string> removed;
+  for (int step = 1; step <= 5; ++step) {
+    losses.push_back(session->runStep().loss);
+    CheckpointStats full = session->saveCheckpoint(ckpt);
+    CheckpointStats weights = session->saveWeights(ckpt);
+    EXPECT_TRUE(full.notRemoved.empty() && weights.notRemoved.empty());
+    removed.insert(removed.end(), full.removed.begin(), full.removed.end());
+    removed.insert(removed.end(), weights.removed.begin(),
+                   weights.removed.end());
+  }
+  EXPECT_EQ(removed,
+            (std::vector<std::string>{ckpt + "/weights-1", ckpt + "/step-1",
+                                      ckpt + "/weights-2", ckpt + "/step-2",
+                                      ckpt + "/weights-3", ckpt + "/step-3",
+                                      ckpt + "/weights-4"}));
+  auto committed = committedCheckpoints(ckpt, CheckpointContents::Full);
+  ASSERT_EQ(committed.size(), 2u);
+  EXPECT_EQ(committed[0].first, 4);
+  EXPECT_EQ(committed[1].first, 5);
+  ASSERT_EQ(committedCheckpoints(ckpt, CheckpointContents::Weights).size(), 1u);
+  // The kept checkpoints resume as before retention.
+  Options resume = options;
+  resume.resumeDir = ckpt;
+  auto resumed = Session::open(resume, MPI_COMM_WORLD);
+  EXPECT_EQ(resumed->completedSteps(), 5);
+  EXPECT_EQ(resumed->runStep().loss, session->runStep().loss);
 }
 
 TEST(Checkpoint, StagedBackendTrainsAndCheckpointsAsTheCpuBackend) {

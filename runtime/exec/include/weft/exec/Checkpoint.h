@@ -28,6 +28,9 @@ namespace weft::exec {
 /// CRC-32C (Castagnoli) of `bytes`, continuing from `crc` (0 to start).
 uint32_t crc32c(const void *data, size_t bytes, uint32_t crc = 0);
 
+/// `value` as 8 lower-case hex digits (how checksums are written).
+std::string hex32(uint32_t value);
+
 /// Everything in a rank file's header except the checksums.
 struct RankFileInfo {
   std::string bundleHash; // 64 hex digits: the bundle's content hash
@@ -120,11 +123,26 @@ struct LossScaleState {
   }
 };
 
+/// The token file whose sample order a checkpoint's data position counts
+/// in (the order depends on the file's length; DataLoader.h): its token
+/// count and TokenFile::fingerprint().
+struct DataIdentity {
+  int64_t tokens = 0;
+  uint32_t fingerprint = 0;
+  bool operator==(const DataIdentity &other) const {
+    return tokens == other.tokens && fingerprint == other.fingerprint;
+  }
+  bool operator!=(const DataIdentity &other) const { return !(*this == other); }
+};
+
 /// A parsed manifest.json.
 struct Manifest {
   int64_t step = 0;
   /// Present when the plan scales the loss dynamically.
   std::optional<LossScaleState> lossScale;
+  /// The token file trained on (absent in manifests written before
+  /// 2026-12-02, or when rank 0 reads no data).
+  std::optional<DataIdentity> data;
   CheckpointContents contents = CheckpointContents::Full;
   int32_t worldSize = 0;
   std::string bundleHash;
@@ -143,6 +161,32 @@ Manifest parseManifest(const std::string &path, const std::string &text);
 /// holding COMPLETE); nullopt when there is none. Incomplete directories
 /// (`*.tmp`, no marker) are ignored.
 std::optional<std::string> newestCheckpoint(const std::string &dir);
+
+/// The directory name of a checkpoint of `contents` at `step`: `step-<N>`
+/// (full) or `weights-<N>`.
+std::string checkpointName(CheckpointContents contents, int64_t step);
+
+/// The committed checkpoints of `contents` in `dir` (`step-<N>` or
+/// `weights-<N>` holding COMPLETE) as (step, directory), by step.
+std::vector<std::pair<int64_t, std::string>>
+committedCheckpoints(const std::string &dir, CheckpointContents contents);
+
+/// What pruneCheckpoints removed, and what it could not ("path: reason").
+struct PruneResult {
+  std::vector<std::string> removed, failed;
+};
+
+/// Retention after the save of `savedStep`: keeps that checkpoint and the
+/// `keep` - 1 newest committed ones of the same contents before it, and
+/// removes the older ones and that kind's leftovers of earlier steps
+/// (`<name>.tmp`, `.old`, `.pruning`, a `<name>` without COMPLETE); later
+/// steps (another run's) are never touched. A committed checkpoint is first
+/// renamed to `<name>.pruning`, which no resume considers, so a crash midway
+/// leaves a leftover the next prune removes, never a checkpoint missing
+/// files. Only rank 0 calls it, after the commit; keep < 1 removes nothing.
+PruneResult pruneCheckpoints(const std::string &dir,
+                             CheckpointContents contents, int64_t savedStep,
+                             int64_t keep);
 
 /// The manifest of checkpoint directory `stepDir`, checked against this
 /// run: bundle hash and world size. Throws Error naming the file. (Callers

@@ -53,6 +53,9 @@ struct GlobalState {
   bool weightsOnly = false; // a weights snapshot: no master, no moments
   /// The dynamic loss scaler's state, when the checkpoint's plan has one.
   std::optional<LossScaleState> lossScale;
+  /// The token file trained on, when the manifest records it (carried to
+  /// the resharded checkpoint).
+  std::optional<DataIdentity> data;
   std::vector<GlobalTensor> tensors; // in bundle parameter order
 };
 

@@ -72,6 +72,16 @@ struct Options {
   /// Backends that can (CUDA): time cuBLASLt's candidate algorithms of every
   /// GEMM shape at load and keep the fastest (weft-run --gemm-autotune).
   bool gemmAutotune = false;
+  /// Checkpoint retention: after each save, rank 0 keeps the newest this
+  /// many full checkpoints (D/step-<N>) and weights snapshots (D/weights-<N>)
+  /// up to the one just saved and removes the older ones and their kind's
+  /// leftovers (pruneCheckpoints; weft-run --keep-checkpoints/--keep-weights).
+  /// 0: keep everything.
+  int64_t keepCheckpoints = 0, keepWeights = 0;
+  /// Resume even when the data file is not the one the checkpoint recorded
+  /// (weft-run --resume-any-data): the data position then counts sequences
+  /// of the new file, so the batches differ from an uninterrupted run's.
+  bool resumeAnyData = false;
 };
 
 /// One checkpoint saved or loaded by this rank.
@@ -80,6 +90,9 @@ struct CheckpointStats {
   int64_t step = 0;   // optimizer steps completed at the checkpoint
   int64_t bytes = 0;  // this rank's file
   double seconds = 0; // wall time on this rank, including the agreements
+  /// Rank 0, with retention: the checkpoints the save made obsolete and
+  /// removed, and those it could not remove ("path: reason").
+  std::vector<std::string> removed, notRemoved;
 };
 
 struct StepStats {
@@ -256,6 +269,8 @@ private:
   void setUp(MPI_Comm world);
   void validateLocally();
   void resumeLocally();
+  /// The token file this rank reads (data_ must be set).
+  DataIdentity dataIdentity() const;
   /// The persistent and host regions, allocated once (before a resume reads
   /// into them).
   void allocateStateRegions();
