@@ -408,9 +408,10 @@ std::string CostModel::check(const ParallelConfig &c) const {
   else if (spec.numHeads % c.tp != 0)
     why << "TP=" << c.tp << " does not divide " << spec.numHeads
         << " attention heads";
-  else if (spec.numKvHeads % c.tp != 0 && c.tp % spec.numKvHeads != 0)
-    why << "TP=" << c.tp << " and " << spec.numKvHeads
-        << " KV heads: neither divides the other";
+  else if (spec.numKvHeads % c.tp != 0)
+    // The lowering splits the KV heads over TP; it does not replicate them.
+    why << "TP=" << c.tp << " does not divide " << spec.numKvHeads
+        << " KV heads";
   else if (spec.ffnSize % c.tp != 0)
     why << "TP=" << c.tp << " does not divide the FFN size " << spec.ffnSize;
   else if (c.pp > spec.numLayers)
