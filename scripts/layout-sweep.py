@@ -11,13 +11,15 @@ micro-batch and accumulation, recompute, precision, optimizer offload, small
 buckets, GEMM epilogues and residual norms -- over the tiny models, trains
 each on the CPU backend (mpirun, one process per rank) and requires every
 step's loss and gradient norm to match the serial run of the same model,
-precision and global batch: relative 1e-5 / 1e-4 in fp32, 2e-3 / 5e-2 in
-bf16/fp16 (compile-parallel.sh's tolerances and their reasons), or in
-bf16/fp16 twice the serial run's own distance from the fp32 serial run at
-that step where that is more. Half the
+precision and global batch: relative 1e-5 / 1e-4 in fp32 (as in
+compile-parallel.sh); in bf16/fp16 2e-3 for the loss and 15% for the
+gradient norm (see mismatch()), or twice the serial run's own distance from
+the fp32 serial run at that step where that is more. Half the
 passing cases (--continue-fraction) are also trained half way with a
 checkpoint and continued: resumed under the same bundle (every step
-bit-identical to the straight run), or converted by weft-reshard to another
+bit-identical to the straight run; the resumed half sometimes on the
+cpu-staged backend and offloading random state groups between steps, which
+must not change a bit either), or converted by weft-reshard to another
 random layout of the same model and resumed there (the serial run's
 tolerance). A layout
 weftc refuses must say why in one `weftc: error:` line and exit non-zero
@@ -177,11 +179,14 @@ class Sweep:
     def mismatch(want, got, reference=None, first_step=1):
         """The first step where `got` leaves the serial run's tolerance.
         `reference`, for half precision: the fp32 serial run; a step may be
-        off the serial run by twice as much as the serial run is off it (at
-        a gradient spike of the tiny models half-precision rounding moves
-        the gradient norm by up to ~15%, in the serial run as much)."""
+        off the serial run by twice as much as the serial run is off it.
+        The gradient norm's base tolerance in half precision is 15%: at a
+        gradient spike of the tiny models the rounding is amplified (a TP 4
+        fp16 run was 8% off the serial one at its step 8 and 2e-4 at step 9,
+        while its fp32 twin matched the fp32 serial run to 1e-5 there); the
+        loss, and the fp32 cases, are what catch a wrong layout."""
         half = reference is not None
-        loss_tol, norm_tol = (2e-3, 5e-2) if half else (1e-5, 1e-4)
+        loss_tol, norm_tol = (2e-3, 0.15) if half else (1e-5, 1e-4)
         if len(got) != len(want):
             return f"{len(got)} steps, serial {len(want)}"
         for step, (x, y) in enumerate(zip(want, got), first_step):
@@ -215,17 +220,28 @@ class Sweep:
             return f"first {half_steps} steps exited {run.returncode}: " \
                    f"{run.stderr.strip()[-400:]}", "resume"
         if rng.random() < 0.5:
-            _, run, rest = self.train(name, ranks, None,
-                                      ["--checkpoint-dir", str(ck), "--resume"],
-                                      f"{name}-rest")
+            # The resumed half may run through the staged backend's copies
+            # and offload state groups between steps: neither changes a bit.
+            extra = ["--checkpoint-dir", str(ck), "--resume"]
+            if rng.random() < 0.5:
+                extra += ["--backend", "cpu-staged"]
+            if rng.random() < 0.4:
+                groups = [g for g in ("params", "master_params",
+                                      "optimizer_states", "gradients",
+                                      "activations", "other")
+                          if rng.random() < 0.5] or ["all"]
+                extra += ["--offload-between-steps", ",".join(groups),
+                          "--offload-to", rng.choice(["pinned", "pageable"])]
+            what = " ".join(["resume"] + extra[3:])
+            _, run, rest = self.train(name, ranks, None, extra, f"{name}-rest")
             if rest is None:
                 return f"resume exited {run.returncode}: " \
-                       f"{run.stderr.strip()[-400:]}", "resume"
+                       f"{run.stderr.strip()[-400:]}", what
             def key(metrics):
                 return [(m["step"], m["loss"], m["grad_norm"]) for m in metrics]
             if key(first + rest) != key(straight):
-                return "the resumed run differs from the straight one", "resume"
-            return None, "resume"
+                return "the resumed run differs from the straight one", what
+            return None, what
         # Another layout of the same model, precision and batch.
         for attempt in range(20):
             ranks_b, batch_b, precision_b, flags_b = draw(rng)

@@ -91,6 +91,29 @@ std::string readText(const std::string &path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+/// A 4096-token llm.c file of byte ids (i * mul + add) % 256.
+std::string tokenFile(const std::string &name, int mul, int add) {
+  std::string path = freshDir(name) + "/tokens.bin";
+  std::vector<uint16_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t((i * mul + add) % 256);
+  writeLlmcTokens(path, ids.data(), int64_t(ids.size()));
+  return path;
+}
+
+/// Options that train the MLP test bundle (micro-batch 2, written to a fresh
+/// directory) on `dataPath`, seed 5.
+Options mlpOptions(const std::string &dataPath) {
+  weft::test::MlpConfig config;
+  config.microBatch = 2;
+  Options options;
+  options.bundleDir = freshDir("bundle");
+  plan::writeBundle(weft::test::buildMlpBundle(config), options.bundleDir);
+  options.dataPath = dataPath;
+  options.seed = 5;
+  return options;
+}
+
 } // namespace
 
 TEST(Checkpoint, Crc32cMatchesTheStandardCheckValue) {
@@ -350,19 +373,8 @@ TEST(Checkpoint, TokenFileFingerprintTellsFilesApart) {
 }
 
 TEST(Checkpoint, ResumeRefusesAnotherDataFile) {
-  weft::test::MlpConfig config;
-  config.microBatch = 2;
-  std::string bundleDir = freshDir("bundle");
-  plan::writeBundle(weft::test::buildMlpBundle(config), bundleDir);
-  std::string other = freshDir("other-tokens") + "/tokens.bin";
-  std::vector<uint16_t> ids(4096);
-  for (size_t i = 0; i < ids.size(); ++i)
-    ids[i] = uint16_t((i * 41 + 3) % 256);
-  writeLlmcTokens(other, ids.data(), int64_t(ids.size()));
-  Options options;
-  options.bundleDir = bundleDir;
-  options.dataPath = test::testTokenFile();
-  options.seed = 5;
+  std::string other = tokenFile("other-tokens", 41, 3);
+  Options options = mlpOptions(test::testTokenFile());
   std::string ckpt = freshDir("data-ck");
   auto session = Session::open(options, MPI_COMM_WORLD);
   session->runStep();
@@ -514,14 +526,7 @@ TEST(Checkpoint, PruningKeepsTheNewestUpToTheSavedStep) {
 }
 
 TEST(Checkpoint, SessionRetentionKeepsTheNewestAndResumesFromThem) {
-  weft::test::MlpConfig config;
-  config.microBatch = 2;
-  std::string bundleDir = freshDir("bundle");
-  plan::writeBundle(weft::test::buildMlpBundle(config), bundleDir);
-  Options options;
-  options.bundleDir = bundleDir;
-  options.dataPath = test::testTokenFile();
-  options.seed = 5;
+  Options options = mlpOptions(test::testTokenFile());
   options.keepCheckpoints = 2;
   options.keepWeights = 1;
   std::string ckpt = freshDir("retention");
@@ -614,19 +619,7 @@ TEST(Checkpoint, StagedBackendTrainsAndCheckpointsAsTheCpuBackend) {
 }
 
 TEST(Checkpoint, SessionResumesBitIdentically) {
-  weft::test::MlpConfig config;
-  config.microBatch = 2;
-  std::string bundleDir = freshDir("bundle");
-  plan::writeBundle(weft::test::buildMlpBundle(config), bundleDir);
-  std::string tokens = freshDir("tokens") + "/tokens.bin";
-  std::vector<uint16_t> ids(4096);
-  for (size_t i = 0; i < ids.size(); ++i)
-    ids[i] = uint16_t((i * 37 + 5) % 256);
-  writeLlmcTokens(tokens, ids.data(), int64_t(ids.size()));
-  Options options;
-  options.bundleDir = bundleDir;
-  options.dataPath = tokens;
-  options.seed = 5;
+  Options options = mlpOptions(tokenFile("tokens", 37, 5));
   std::string ckpt = freshDir("ckpt");
 
   auto straight = Session::open(options, MPI_COMM_WORLD);
