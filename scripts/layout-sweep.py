@@ -20,12 +20,17 @@ checkpoint and continued: resumed under the same bundle (every step
 bit-identical to the straight run; the resumed half sometimes on the
 cpu-staged backend and offloading random state groups between steps, which
 must not change a bit either), or converted by weft-reshard to another
-random layout of the same model and resumed there (the serial run's
-tolerance). A layout
+random layout (and now and then precision) of the same model and resumed
+there (the serial run's tolerance). A quarter of the cases
+(--planner-fraction) leave some of DP, ZeRO, micro-batch, recompute and the
+schedule to the planner, whose choices must lower and train like any. A layout
 weftc refuses must say why in one `weftc: error:` line and exit non-zero
 (REFUSED, not a failure); a crash, a hang (timeout), a malformed refusal or a
-mismatch is a FAIL line with the command that reproduces it. Ends with `N
-passed, N refused, N failed` and exits 1 on any failure.
+mismatch is a FAIL line with the command that reproduces it. Ends with two
+`fidelity:` lines (over the compiled cases, the planner's step time against
+weft-inspect's simulation of the bundle and its peak memory against the
+plan's: median and worst relative error, reported, not judged) and `N
+passed, N refused, N failed`; exits 1 on any failure.
 
 Not a ctest (random, minutes long): run it after changes to the lowering,
 the schedule or the runtime (docs/benchmarks.md records runs).
@@ -34,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shlex
 import shutil
 import subprocess
@@ -66,6 +72,13 @@ GENERATED = {
         "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
         "tie_word_embeddings": False},
 }
+
+
+def parse_bytes(text):
+    """weft-inspect's sizes: '3.92 MiB', '161.12 KiB', '8 B'."""
+    number, unit = text.split()
+    return float(number) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20,
+                            "GiB": 1 << 30, "TiB": 1 << 40}[unit]
 
 
 def cluster_file(work, ranks):
@@ -122,12 +135,40 @@ def draw(rng):
     return dp * tp * pp, batch, precision, flags
 
 
+def leave_to_planner(rng, flags):
+    """`flags` without some of the dimensions `weftc compile` searches when
+    they are not given (DP, ZeRO, micro-batch, recompute, the schedule), so
+    that the planner's own choices are lowered and trained too."""
+    def value(flag):
+        return flags[flags.index(flag) + 1] if flag in flags else None
+    droppable = ["--dp", "--micro-batch", "--recompute"]
+    # Knobs that only apply to a ZeRO stage or a schedule keep theirs.
+    if not any(f in flags for f in ("--zero3-persist-threshold",
+                                    "--zero3-max-live-bytes",
+                                    "--prefetch-depth",
+                                    "--max-live-grad-bytes")):
+        droppable.append("--zero")
+    if value("--schedule") not in (None, "interleaved"):
+        droppable.append("--schedule")
+    dropped = {f for f in droppable if rng.random() < 0.5} or {"--dp"}
+    kept = []
+    i = 0
+    while i < len(flags):
+        if flags[i] in dropped:
+            i += 2
+            continue
+        kept.append(flags[i])
+        i += 1
+    return kept
+
+
 class Sweep:
     def __init__(self, args):
         self.args = args
         self.bin = Path(args.build).resolve() / "bin"
         self.work = Path(args.work)
         self.serial = {}  # (model, precision, batch) -> metrics
+        self.step_errors, self.memory_errors = [], []
 
     def compile(self, name, model, ranks, batch, precision, flags):
         cmd = [str(self.bin / "weftc"), "compile", "--model", model,
@@ -242,7 +283,12 @@ class Sweep:
             if key(first + rest) != key(straight):
                 return "the resumed run differs from the straight one", what
             return None, what
-        # Another layout of the same model, precision and batch.
+        # Another layout of the same model and batch; sometimes in another
+        # precision (the fp32 master weights carry over).
+        target_precision = precision
+        if rng.random() < 0.3:
+            target_precision = rng.choice(
+                [p for p in ("fp32", "bf16", "fp16") if p != precision])
         for attempt in range(20):
             ranks_b, batch_b, precision_b, flags_b = draw(rng)
             if batch_b != batch:
@@ -250,11 +296,11 @@ class Sweep:
             if "--loss-scale" in flags_b:  # drawn for fp16
                 at = flags_b.index("--loss-scale")
                 del flags_b[at:at + 2]
-            if precision == "fp16":
+            if target_precision == "fp16":
                 flags_b += ["--loss-scale", "1024"]
             target = f"{name}-to"
-            cmd, run = self.compile(target, model, ranks_b, batch, precision,
-                                    flags_b)
+            cmd, run = self.compile(target, model, ranks_b, batch,
+                                    target_precision, flags_b)
             if run.returncode == 0:
                 break
             if not self.refusal(run):
@@ -263,7 +309,7 @@ class Sweep:
                        f"{shlex.join(cmd)}", "reshard"
         else:
             return None, "reshard (no target layout compiled)"
-        what = f"reshard to {' '.join(flags_b)}"
+        what = f"reshard to {target_precision} {' '.join(flags_b)}"
         out = self.work / f"{target}.ck"
         cmd = [str(self.bin / "weft-reshard"), str(self.work / name),
                str(ck / f"step-{half_steps}"), str(self.work / target),
@@ -278,15 +324,54 @@ class Sweep:
         if rest is None:
             return f"resume after the reshard exited {run.returncode}: " \
                    f"{run.stderr.strip()[-400:]}", what
-        problem = self.mismatch(want[half_steps:], rest,
-                                self.reference(model, precision, batch),
-                                half_steps + 1)
+        # Judged against the serial run of the half precision involved, if
+        # any (the first half ran in one precision, the second in another).
+        judge = precision if precision != "fp32" else target_precision
+        problem = self.mismatch(
+            self.serial_run(model, judge, batch)[half_steps:], rest,
+            self.reference(model, judge, batch), half_steps + 1)
         if problem:
             return f"after the reshard: {problem}", what
         if not self.args.keep:
             shutil.rmtree(self.work / target, ignore_errors=True)
             shutil.rmtree(out, ignore_errors=True)
         return None, what
+
+    def fidelity(self, name, label):
+        """The planner's step time and peak memory against weft-inspect's
+        simulation and memory plan of the compiled bundle (reported, not
+        judged: the tiny models on cpu-sim clusters are latency-bound)."""
+        run = subprocess.run([str(self.bin / "weft-inspect"),
+                              str(self.work / name), "summary"],
+                             capture_output=True, text=True, timeout=120)
+        step = re.search(r"predicted step: ([\d.]+) ms.*simulated step "
+                         r"([\d.]+) ms", run.stdout)
+        if step:
+            planned, simulated = map(float, step.groups())
+            self.step_errors.append((planned / simulated - 1, label))
+        # The planner predicts the peak of the fullest stage: compared with
+        # the largest role's plan.
+        pairs = [(parse_bytes(planned), parse_bytes(predicted))
+                 for planned, predicted in re.findall(
+                     r"planned ([\d.]+ \w+) \(.*\), planner predicted "
+                     r"([\d.]+ \w+)", run.stdout)]
+        if pairs:
+            planned = max(p for p, _ in pairs)
+            predicted = max(q for _, q in pairs)
+            self.memory_errors.append((predicted / planned - 1, label))
+
+    def report_fidelity(self):
+        for what, errors in (("step time, planner / simulator",
+                              self.step_errors),
+                             ("peak memory, planner / plan (largest role)",
+                              self.memory_errors)):
+            if not errors:
+                continue
+            errors.sort(key=lambda e: abs(e[0]))
+            median = abs(errors[len(errors) // 2][0])
+            worst = errors[-1]
+            print(f"fidelity: {what}: {len(errors)} values, median |error| "
+                  f"{median:.1%}, worst {worst[0]:+.1%} ({worst[1]})")
 
     def reference(self, model, precision, batch):
         """The fp32 serial run a half-precision case's noise is judged by."""
@@ -297,6 +382,9 @@ class Sweep:
     def case(self, index, rng):
         model = rng.choice(MODELS)
         ranks, batch, precision, flags = draw(rng)
+        planned = rng.random() < self.args.planner_fraction
+        if planned:
+            flags = leave_to_planner(rng, flags)
         name = f"case-{index}"
         label = (f"{Path(model).stem} {precision} batch {batch} "
                  f"{' '.join(flags)}")
@@ -306,6 +394,15 @@ class Sweep:
                 return "REFUSED", f"{label}: {line}"
             return "FAIL", (f"{label}: weftc exited {run.returncode}: "
                             f"{run.stderr.strip()[-600:]}\n  {shlex.join(cmd)}")
+        if planned:  # what the planner chose, from the bundle's config
+            config = json.loads((self.work / name / "plan.json").read_text())
+            config = config["config"]
+            label += (f" (planned: dp {config['dp']} zero {config['zero']} "
+                      f"micro-batch {config['micro_batch']} x "
+                      f"{config['grad_accum']} recompute "
+                      f"{config['recompute']}"
+                      f"{' ' + config['schedule'] if 'schedule' in config else ''})")
+        self.fidelity(name, label)
         want = self.serial_run(model, precision, batch)
         try:
             train_cmd, run, got = self.train(name, ranks)
@@ -354,6 +451,7 @@ class Sweep:
             status, text = self.case(index, rng)
             counts[status] += 1
             print(f"{status}: [{index}] {text}", flush=True)
+        self.report_fidelity()
         print(f"seed {self.args.seed}, {time.time() - start:.0f} s: "
               f"{counts['PASS']} passed, {counts['REFUSED']} refused, "
               f"{counts['FAIL']} failed")
@@ -367,6 +465,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--work", default="/tmp/weft-sweep")
+    parser.add_argument("--planner-fraction", type=float, default=0.25,
+                        help="cases that leave some dimensions to the planner")
     parser.add_argument("--continue-fraction", type=float, default=0.5,
                         help="cases also trained half way, checkpointed and "
                              "resumed (same layout) or resharded (another)")
