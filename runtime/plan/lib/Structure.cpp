@@ -10,6 +10,7 @@
 #include "weft/plan/Epilogue.h"
 #include "weft/plan/Serialize.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -609,10 +610,17 @@ private:
   void checkParameter(const Parameter &param, const std::string &path) {
     if (param.name.empty())
       error(path + ".name", "must not be empty");
+    // Tensors of up to 2^48 elements: the products below cannot overflow.
+    constexpr int64_t kMaxElements = int64_t(1) << 48;
     int64_t elements = 1;
     for (size_t i = 0; i < param.shape.size(); ++i) {
       checkPositive(param.shape[i], at(path + ".shape", i));
-      elements *= std::max<int64_t>(param.shape[i], 1);
+      int64_t extent = std::max<int64_t>(param.shape[i], 1);
+      if (extent > kMaxElements / elements) {
+        error(at(path + ".shape", i), "the shape has more than 2^48 elements");
+        return;
+      }
+      elements *= extent;
     }
     if (param.init.kind != "normal" && param.init.kind != "zeros" &&
         param.init.kind != "ones")
@@ -620,6 +628,9 @@ private:
                                      "' (expected normal, zeros or ones)");
     if (param.init.std < 0)
       error(path + ".init.std", "must not be negative");
+    // The slices along each sharded dim, which must tile it: every element
+    // of the tensor is held somewhere (export and resharding read them all).
+    std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> slices;
     for (size_t i = 0; i < param.shards.size(); ++i) {
       const ShardSpec &shard = param.shards[i];
       std::string shardPath = at(path + ".shards", i);
@@ -651,6 +662,7 @@ private:
                                ") is outside dim " + str(shard.dim) +
                                " of extent " + str(extent));
         sliceElements = elements / std::max<int64_t>(extent, 1) * shard.length;
+        slices[shard.dim].push_back({shard.start, shard.start + shard.length});
       }
       if (shard.zeroShards <= 0) {
         error(shardPath + ".zero_shards", "must be positive");
@@ -674,6 +686,25 @@ private:
               "shard of " + str(bytes) + " bytes at offset " +
                   str(shard.offset) + " exceeds buffer " + str(buffer.id) +
                   " '" + buffer.name + "' of " + str(buffer.size) + " bytes");
+    }
+    bool whole = std::any_of(param.shards.begin(), param.shards.end(),
+                             [](const ShardSpec &s) { return s.dim == -1; });
+    for (auto &[dim, ranges] : slices) {
+      if (whole)
+        break;
+      std::sort(ranges.begin(), ranges.end());
+      int64_t covered = 0;
+      for (const auto &[begin, end] : ranges) {
+        if (begin > covered)
+          break;
+        covered = std::max(covered, end);
+      }
+      if (covered < param.shape[size_t(dim)])
+        error(path + ".shards",
+              "the slices along dim " + str(dim) + " cover [0, " +
+                  str(covered) + ") of extent " +
+                  str(param.shape[size_t(dim)]) +
+                  " (every element must be held by some shard)");
     }
   }
 

@@ -458,6 +458,33 @@ TEST_F(BundleIOTest, RejectsDanglingEvent) {
   }
 }
 
+TEST_F(BundleIOTest, RejectsShardsThatLeaveElementsUncovered) {
+  // Found by scripts/plan-mutate.py: a parameter's shape grown past its
+  // shards loaded and ran, and weft-export then died allocating it.
+  auto sliced = [](json &m, int64_t start, int64_t length) {
+    for (json &shard : m["parameters"][0]["shards"]) {
+      shard["dim"] = 0;
+      shard["start"] = start;
+      shard["length"] = length;
+    }
+  };
+  EXPECT_EQ(loadError([&](json &m) { sliced(m, 0, 8); }), "<loaded>");
+  EXPECT_EQ(loadError([&](json &m) { sliced(m, 0, 4); }),
+            dir("edited") + "/plan.json: parameters[0].shards: the slices "
+                            "along dim 0 cover [0, 4) of extent 8 (every "
+                            "element must be held by some shard)");
+  EXPECT_EQ(loadError([&](json &m) { sliced(m, 2, 6); }),
+            dir("edited") + "/plan.json: parameters[0].shards: the slices "
+                            "along dim 0 cover [0, 0) of extent 8 (every "
+                            "element must be held by some shard)");
+  EXPECT_EQ(
+      loadError([](json &m) {
+        m["parameters"][0]["shape"] = {int64_t(1) << 40, int64_t(1) << 40};
+      }),
+      dir("edited") + "/plan.json: parameters[0].shape[1]: the shape "
+                      "has more than 2^48 elements");
+}
+
 TEST_F(BundleIOTest, RejectsDanglingKernelAndRole) {
   EXPECT_EQ(loadError([](json &m) {
               m["programs"][0]["streams"][0]["instructions"][1]["kernel"] = 3;
