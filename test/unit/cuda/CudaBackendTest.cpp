@@ -546,6 +546,28 @@ TEST(CudaHost, LaunchLinesOfGeneratedSources) {
   };
   EXPECT_NE(error("int x;\n").find("kernels/k.cu: no '// weft-launch:'"),
             std::string::npos);
+  // Given the plan's kernel name, the entries must be that kernel's (found
+  // by scripts/plan-mutate.py: a kernel pointed at another's source).
+  EXPECT_EQ(parseLaunches(source, "k.cu", "x").size(), 2u);
+  std::string dotted = "// weft-launch: weft_bias_add_1_0 grid 1 block 1\n";
+  EXPECT_EQ(parseLaunches(dotted, "k.cu", "bias_add.1").size(), 1u);
+  for (const char *name : {"y", "x_0", "bias_add"}) {
+    bool isDotted = name == std::string("bias_add");
+    try {
+      parseLaunches(isDotted ? dotted : source, "kernels/k.cu", name);
+      ADD_FAILURE() << name << ": accepted";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find(isDotted
+                                               ? "kernels/k.cu:1: entry weft_"
+                                               : "kernels/k.cu:2: entry weft_"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(
+          std::string(e.what()).find("the plan names another kernel's source"),
+          std::string::npos)
+          << e.what();
+    }
+  }
   for (const char *bad :
        {"// weft-launch: e grid 0 block 1",
         "// weft-launch: e grid 1 block 2048", "// weft-launch: e grid 1",

@@ -1728,7 +1728,7 @@ void DeviceBackend::loadGenerated(const plan::Bundle &bundle,
     throw Error(where + ": the bundle has no generated source '" +
                 kernel.source + "'");
   auto module = std::make_unique<GeneratedModule>();
-  module->launches = parseLaunches(source->second, kernel.source);
+  module->launches = parseLaunches(source->second, kernel.source, kernel.name);
   std::string_view name = resolved.spec->name;
   if ((name == "cross_entropy" || name == "cross_entropy_shard_finish") &&
       resolved.constants.at("grad"))

@@ -669,7 +669,7 @@ bool hasGeneratedSource(const plan::Bundle &bundle,
   if (source == bundle.files.end())
     return false;
   try {
-    parseLaunches(source->second, kernel.source);
+    parseLaunches(source->second, kernel.source, kernel.name);
     return true;
   } catch (const Error &) {
     return false;

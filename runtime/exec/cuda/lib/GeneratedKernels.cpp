@@ -9,6 +9,7 @@
 
 #include <nvrtc.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -127,7 +128,12 @@ std::string compileWithNvrtc(std::string_view source, const std::string &path,
 } // namespace
 
 std::vector<GeneratedLaunch> parseLaunches(std::string_view source,
-                                           const std::string &path) {
+                                           const std::string &path,
+                                           std::string_view kernelName) {
+  std::string prefix = "weft_";
+  for (char c : kernelName)
+    prefix += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  prefix += '_';
   std::vector<GeneratedLaunch> launches;
   size_t lineNo = 0;
   for (size_t start = 0; start < source.size();) {
@@ -151,6 +157,16 @@ std::vector<GeneratedLaunch> parseLaunches(std::string_view source,
       throw Error(path + ":" + std::to_string(lineNo) +
                   ": malformed launch line (expected '// weft-launch: ENTRY "
                   "grid G block B', 1 <= B <= 1024)");
+    std::string_view entry = launch.entry;
+    if (!kernelName.empty() &&
+        (entry.substr(0, prefix.size()) != prefix ||
+         entry.size() == prefix.size() ||
+         entry.find_first_not_of("0123456789", prefix.size()) !=
+             std::string_view::npos))
+      throw Error(path + ":" + std::to_string(lineNo) + ": entry " +
+                  launch.entry + " is not one of kernel '" +
+                  std::string(kernelName) + "' (" + prefix +
+                  "N): the plan names another kernel's source");
     launches.push_back(std::move(launch));
   }
   if (launches.empty())

@@ -29,9 +29,14 @@ struct GeneratedLaunch {
 
 /// The `// weft-launch: <entry> grid <G> block <B>` lines of a generated
 /// source, in order. Throws Error naming `path` and the line when one is
-/// malformed or the source has none.
+/// malformed or the source has none, and, given the plan's `kernelName`,
+/// when an entry is not one of that kernel's (`weft_<name>_<phase>`, the
+/// name's other characters than letters and digits as '_'): a plan whose
+/// kernel names another kernel's source would launch it on the wrong
+/// operands.
 std::vector<GeneratedLaunch> parseLaunches(std::string_view source,
-                                           const std::string &path);
+                                           const std::string &path,
+                                           std::string_view kernelName = {});
 
 /// "major.minor" of the NVRTC library this process loaded.
 std::string nvrtcVersion();
