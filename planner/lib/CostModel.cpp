@@ -801,6 +801,41 @@ std::vector<double> layerVectors(const ModelSpec &spec, int64_t tp) {
   return vectors;
 }
 
+/// The matrices of one layer, rank-local under TP: q, k, v, the attention
+/// output, the MLP's up (and gate) and down projections.
+std::vector<double> layerMatrices(const ModelSpec &spec, int64_t tp) {
+  double h = double(spec.hiddenSize), d = double(spec.headDim);
+  double q = double(spec.numHeads) * d * h / double(tp);
+  double kv = double(spec.numKvHeads) * d * h / double(tp);
+  double mlp = double(spec.ffnSize) * h / double(tp);
+  std::vector<double> matrices = {q, kv, kv, q, mlp, mlp};
+  if (spec.gatedMlp)
+    matrices.push_back(mlp);
+  return matrices;
+}
+
+/// Collective calls of a rank's bucketed gradients as weft-schedule cuts
+/// them: buckets of whole slots, so a tensor larger than a bucket is a call
+/// of its own and the smaller ones share buckets of `bucket` elements;
+/// `layers` layers and the `extra` tensors (embedding, head, final norm).
+double bucketCalls(const ModelSpec &spec, int64_t tp, double layers,
+                   const std::vector<double> &extra, double bucket) {
+  double calls = 0, small = 0;
+  auto add = [&](double elements, double count) {
+    if (elements > bucket)
+      calls += count;
+    else
+      small += elements * count;
+  };
+  for (double m : layerMatrices(spec, tp))
+    add(m, layers);
+  for (double v : layerVectors(spec, tp))
+    add(v, layers);
+  for (double e : extra)
+    add(e, 1);
+  return std::max(1.0, calls + std::ceil(small / bucket));
+}
+
 /// ZeRO-3's gather units of one layer in the order a pass uses them: each
 /// unit's gather, the compute from its first use to the next unit's, and
 /// (backward) the reduce-scatter of its gradients after that compute.
@@ -1164,6 +1199,10 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
   double table = double(spec.vocabSize) * spec.hiddenSize / c.tp;
   double positions =
       spec.rotary ? 0.0 : double(spec.maxPositions) * spec.hiddenSize;
+  // weftc compile --bucket-bytes, else the lowering's default.
+  const double planBucketBytes = train.bucketBytes > 0
+                                     ? double(train.bucketBytes)
+                                     : consts.planBucketBytes;
   if (c.dp > 1 && c.zero < 3) {
     double gradBytes = rankParams * elem;
     // The compiled plan's calls: buckets of `bucket_bytes` (ZeRO-0
@@ -1172,17 +1211,26 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     // cuts where compute waits to bound the live gradients (the largest
     // plus three times the second largest): about every 1.25 x the second
     // largest, at least one per backward task.
-    double buckets =
-        std::max(1.0, std::ceil(gradBytes / consts.planBucketBytes));
+    std::vector<double> extra;
+    if (slowest == 0)
+      extra = {table, positions};
+    if (slowest == c.pp - 1) {
+      extra.push_back(double(spec.hiddenSize) * (spec.rmsNorm ? 1 : 2));
+      if (!spec.tiedHead || c.pp > 1)
+        extra.push_back(table);
+    }
+    auto callsOf = [&](double bucketBytes) {
+      return bucketCalls(spec, c.tp, layers, extra, bucketBytes / elem);
+    };
+    double buckets = callsOf(planBucketBytes);
     double calls = buckets;
     if (c.zero == 2) {
       bool endStage = slowest == 0 || slowest == c.pp - 1;
-      double gradBucket =
-          std::min(consts.planBucketBytes,
-                   1.25 * largestGradients(c, endStage).second * elem);
+      double gradBucket = std::min(
+          planBucketBytes, 1.25 * largestGradients(c, endStage).second * elem);
       double chunks =
           c.schedule == Schedule::Interleaved ? double(c.virtualStages) : 1.0;
-      calls = std::max(chunks, std::ceil(gradBytes / gradBucket));
+      calls = std::max(chunks, callsOf(gradBucket));
     }
     Collective reduce =
         c.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
@@ -1209,7 +1257,7 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
       double gather =
           inCalls(Collective::AllGather, rankParams * elem, buckets).total();
       double first = slowest == 0 ? (table + positions) * elem
-                                  : std::min(consts.planBucketBytes, gradBytes);
+                                  : std::min(planBucketBytes, gradBytes);
       double firstGather = inCalls(Collective::AllGather, first, 1).total();
       time.dpComm += std::max(firstGather, gather - forwardWindow);
     }
@@ -1324,8 +1372,11 @@ Estimate CostModel::evaluate(const ParallelConfig &c) const {
     time.optimizer = optimizerParams *
                      cpuAdamSecondsPerParam(hardware, consts,
                                             train.precision != Precision::FP32);
-    double adamBuckets = std::max(
-        1.0, std::ceil(optimizerParams * 4 / consts.offloadAdamBucketBytes));
+    double adamBuckets =
+        std::max(1.0, std::ceil(optimizerParams * 4 /
+                                (train.bucketBytes > 0
+                                     ? double(train.bucketBytes)
+                                     : consts.offloadAdamBucketBytes)));
     double adamWindow = time.optimizer * (adamBuckets - 1) / adamBuckets;
     time.offload = std::max(copy / buckets, copy - backwardLeft) +
                    std::max(copy / adamBuckets, copy - adamWindow);

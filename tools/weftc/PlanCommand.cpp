@@ -86,7 +86,8 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
       ds.precision,
       parseFlag("--attention", options.attention, parseAttention),
       options.gemmEpilogues,
-      options.residualNorms};
+      options.residualNorms,
+      options.bucketBytes};
   if (options.globalBatch && *options.globalBatch != ds.globalBatch)
     throw Error(*options.fromDeepSpeed + ": train_batch_size " +
                 std::to_string(ds.globalBatch) +
@@ -137,7 +138,8 @@ TrainingConfig trainingFrom(const PlanOptions &options) {
           parseFlag("--precision", options.precision, parsePrecision),
           parseFlag("--attention", options.attention, parseAttention),
           options.gemmEpilogues,
-          options.residualNorms};
+          options.residualNorms,
+          options.bucketBytes};
 }
 
 int planImpl(const ModelSpec &model, const PlanOptions &options) {

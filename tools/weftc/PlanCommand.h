@@ -39,6 +39,8 @@ struct PlanOptions {
   /// `--residual-norms`: residual adds run inside the norms next to them
   /// (TrainingConfig::residualNorms).
   bool residualNorms = false;
+  /// `weftc compile --bucket-bytes` (0: the default), costed as compiled.
+  int64_t bucketBytes = 0;
   std::optional<std::string> fromDeepSpeed;
   int top = 5;
   bool explain = false;

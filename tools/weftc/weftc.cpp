@@ -418,6 +418,7 @@ int collectPlanOptions(StringRef command, weft::PlanOptions &options) {
   options.allowTpAcrossNodes = planTpAcrossNodes;
   options.gemmEpilogues = gemmEpilogues;
   options.residualNorms = residualNorms;
+  options.bucketBytes = std::max<int64_t>(0, bucketBytes);
   for (auto [flag, value] :
        {std::pair{"--global-batch", options.globalBatch},
         std::pair{"--seq-len", options.seqLen}, std::pair{"--tp", options.tp},

@@ -519,7 +519,19 @@ TEST(Time, DataParallelTablesGradientsReduceLast) {
   ModelSpec model = gpt1p3b();
   Estimate estimate = CostModel(model, cluster, training, k).evaluate(c);
   double gradBytes = double(model.totalParams) * 2;
-  double calls = std::ceil(gradBytes / k.planBucketBytes);
+  // weft-schedule's buckets hold whole gradients: the two 2048 x 8192 MLP
+  // matrices of each layer (32 MiB) and the token table (200 MiB) are calls
+  // of their own, everything else (the 8 MiB attention matrices, vectors,
+  // the position table) shares 25 MiB buckets.
+  double h = double(model.hiddenSize);
+  double mlpBytes = 2 * (4 * h * h) * 2 * double(model.numLayers);
+  double tableBytes = double(model.vocabSize) * h * 2;
+  double calls =
+      2 * double(model.numLayers) + 1 +
+      std::ceil((gradBytes - mlpBytes - tableBytes) / k.planBucketBytes);
+  EXPECT_GT(4 * h * h * 2, k.planBucketBytes);
+  EXPECT_LT(h * h * 2, k.planBucketBytes);
+  EXPECT_LT(double(model.maxPositions) * h * 2, k.planBucketBytes);
   CommTime one = collectiveCost(Collective::AllReduce, cluster, k,
                                 spanOfGroup(cluster, 16, 1), gradBytes);
   double reduce = calls * one.latency + one.transfer;
@@ -528,6 +540,35 @@ TEST(Time, DataParallelTablesGradientsReduceLast) {
   EXPECT_GT(tables / gradBytes, 2 / calls); // more than a bucket or two
   EXPECT_NEAR(estimate.time.dpComm, reduce * tables / gradBytes,
               1e-9 * estimate.time.dpComm);
+}
+
+TEST(Time, BucketBytesOfTheCompiledPlanSetTheCalls) {
+  // weftc compile --bucket-bytes 4 MiB (TrainingConfig::bucketBytes): every
+  // layer matrix (8 and 32 MiB), the token table and the position table
+  // (8 MiB) are calls of their own, the vectors (1.2 MiB in all) share one
+  // bucket: 24 x 6 + 2 + 1 = 147 all-reduces, each paying the latency.
+  TrainingConfig training{256, 2048, Precision::BF16};
+  training.bucketBytes = 4 << 20;
+  Cluster cluster = clusterPreset("dgx-a100-80g:2");
+  CostConstants k;
+  ParallelConfig c = dataParallel(0, 16, 256);
+  c.microBatch = 16;
+  c.gradAccum = 1;
+  c.recompute = Recompute::None;
+  ModelSpec model = gpt1p3b();
+  Estimate small = CostModel(model, cluster, training, k).evaluate(c);
+  double gradBytes = double(model.totalParams) * 2;
+  CommTime one = collectiveCost(Collective::AllReduce, cluster, k,
+                                spanOfGroup(cluster, 16, 1), gradBytes);
+  double tables =
+      double(model.vocabSize + model.maxPositions) * model.hiddenSize * 2;
+  EXPECT_NEAR(small.time.dpComm,
+              (147 * one.latency + one.transfer) * tables / gradBytes,
+              1e-9 * small.time.dpComm);
+  // The default (25 MiB) makes fewer calls, so less is exposed.
+  training.bucketBytes = 0;
+  Estimate standard = CostModel(model, cluster, training, k).evaluate(c);
+  EXPECT_LT(standard.time.dpComm, small.time.dpComm);
 }
 
 TEST(Time, GemmEpiloguesRemoveTheKernelsTheyFold) {

@@ -66,6 +66,11 @@ struct TrainingConfig {
   /// the norm after it and the backward's in the norm backward before it,
   /// which stores no dx (`weftc compile --residual-norms`).
   bool residualNorms = false;
+  /// The compiled plan's ZeRO 0-2 bucket size in bytes (`weftc compile
+  /// --bucket-bytes`: DP gradient all-reduces and reduce-scatters, ZeRO-1/2
+  /// parameter all-gathers, offloaded AdamW buckets); 0: the default,
+  /// CostConstants::planBucketBytes.
+  int64_t bucketBytes = 0;
 };
 
 /// One fully specified plan. Invariants (checked by checkParallelConfig):
