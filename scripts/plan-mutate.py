@@ -84,18 +84,20 @@ def content_hash(manifest, directory):
     return digest.hexdigest()
 
 
-def numbers(node, path=()):
-    """(path, value) of every int or float leaf under `node`."""
-    if isinstance(node, bool):
-        return
-    if isinstance(node, (int, float)):
-        yield path, node
-    elif isinstance(node, dict):
+def leaves(node, want, path=()):
+    """(path, value) of every leaf under `node` that `want(value)` takes."""
+    if isinstance(node, dict):
         for key, value in node.items():
-            yield from numbers(value, path + (key,))
+            yield from leaves(value, want, path + (key,))
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from numbers(value, path + (index,))
+            yield from leaves(value, want, path + (index,))
+    elif want(node):
+        yield path, node
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def instruction_lists(manifest):
@@ -104,18 +106,6 @@ def instruction_lists(manifest):
         for s, stream in enumerate(program.get("streams", [])):
             if len(stream.get("instructions", [])) > 0:
                 yield ("programs", p, "streams", s, "instructions")
-
-
-def strings(node, path=()):
-    """(path, value) of every string leaf under `node`."""
-    if isinstance(node, str):
-        yield path, node
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            yield from strings(value, path + (key,))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from strings(value, path + (index,))
 
 
 def at(node, path):
@@ -147,7 +137,7 @@ def mutate(rng, manifest):
         # An enumerated string (opcode, dtype, region, reduce, ...) set to
         # another value the same key takes elsewhere in the plan.
         by_key = {}
-        for path, value in strings(manifest):
+        for path, value in leaves(manifest, lambda v: isinstance(v, str)):
             if path and path[0] in MUTABLE_ROOTS and \
                     isinstance(path[-1], str) and path[-1] != "name":
                 by_key.setdefault(path[-1], []).append((path, value))
@@ -159,9 +149,9 @@ def mutate(rng, manifest):
             new = rng.choice(sorted({x for _, x in choices[key]} - {value}))
             at(manifest, path[:-1])[path[-1]] = new
             return f"{'/'.join(map(str, path))}: {value!r} -> {new!r}"
-    leaves = [(p, v) for p, v in numbers(manifest)
-              if p and p[0] in MUTABLE_ROOTS]
-    path, value = rng.choice(leaves)
+    numbers = [(p, v) for p, v in leaves(manifest, is_number)
+               if p and p[0] in MUTABLE_ROOTS]
+    path, value = rng.choice(numbers)
     if isinstance(value, int):
         new = rng.choice([0, -1, value + 1, value - 1, value * 2,
                           1 << 40, rng.randrange(0, 2 * abs(value) + 2)])

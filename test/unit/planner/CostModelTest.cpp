@@ -504,41 +504,57 @@ TEST(Time, SequenceParallelShardsTheNormsAndResiduals) {
               1e-9 * compute);
 }
 
-TEST(Time, DataParallelTablesGradientsReduceLast) {
-  // ZeRO-0 on 16 GPUs with a backward long enough to hide the gradient
-  // all-reduces: what stays exposed is what the backward completes last,
-  // the token and position tables' gradients (the embedding's backward runs
-  // at the very end), not just one 25 MiB bucket.
+/// ZeRO-0 on 16 A100s (two DGX nodes), GPT 1.3B in bf16, batch 256 x 2048
+/// in micro-batches of 16, no recompute: a backward long enough to hide the
+/// gradient all-reduces.
+struct DataParallelCase {
   TrainingConfig training{256, 2048, Precision::BF16};
   Cluster cluster = clusterPreset("dgx-a100-80g:2");
   CostConstants k;
-  ParallelConfig c = dataParallel(0, 16, 256);
-  c.microBatch = 16;
-  c.gradAccum = 1;
-  c.recompute = Recompute::None;
   ModelSpec model = gpt1p3b();
-  Estimate estimate = CostModel(model, cluster, training, k).evaluate(c);
-  double gradBytes = double(model.totalParams) * 2;
+  ParallelConfig c = dataParallel(0, 16, 256);
+  DataParallelCase() {
+    c.microBatch = 16;
+    c.gradAccum = 1;
+    c.recompute = Recompute::None;
+  }
+  Estimate evaluate() const {
+    return CostModel(model, cluster, training, k).evaluate(c);
+  }
+  double gradBytes() const { return double(model.totalParams) * 2; }
+  /// The token and position tables' gradients, which the embedding's
+  /// backward completes last.
+  double tableBytes() const {
+    return double(model.vocabSize + model.maxPositions) * model.hiddenSize * 2;
+  }
+  /// What stays exposed of `calls` all-reduces of the whole gradient.
+  double exposed(double calls) const {
+    CommTime one = collectiveCost(Collective::AllReduce, cluster, k,
+                                  spanOfGroup(cluster, 16, 1), gradBytes());
+    return (calls * one.latency + one.transfer) * tableBytes() / gradBytes();
+  }
+};
+
+TEST(Time, DataParallelTablesGradientsReduceLast) {
+  // What stays exposed is what the backward completes last, the token and
+  // position tables' gradients, not just one 25 MiB bucket.
+  DataParallelCase dp;
   // weft-schedule's buckets hold whole gradients: the two 2048 x 8192 MLP
   // matrices of each layer (32 MiB) and the token table (200 MiB) are calls
   // of their own, everything else (the 8 MiB attention matrices, vectors,
   // the position table) shares 25 MiB buckets.
-  double h = double(model.hiddenSize);
-  double mlpBytes = 2 * (4 * h * h) * 2 * double(model.numLayers);
-  double tableBytes = double(model.vocabSize) * h * 2;
-  double calls =
-      2 * double(model.numLayers) + 1 +
-      std::ceil((gradBytes - mlpBytes - tableBytes) / k.planBucketBytes);
-  EXPECT_GT(4 * h * h * 2, k.planBucketBytes);
-  EXPECT_LT(h * h * 2, k.planBucketBytes);
-  EXPECT_LT(double(model.maxPositions) * h * 2, k.planBucketBytes);
-  CommTime one = collectiveCost(Collective::AllReduce, cluster, k,
-                                spanOfGroup(cluster, 16, 1), gradBytes);
-  double reduce = calls * one.latency + one.transfer;
-  double tables =
-      double(model.vocabSize + model.maxPositions) * model.hiddenSize * 2;
-  EXPECT_GT(tables / gradBytes, 2 / calls); // more than a bucket or two
-  EXPECT_NEAR(estimate.time.dpComm, reduce * tables / gradBytes,
+  double h = double(dp.model.hiddenSize);
+  double mlpBytes = 2 * (4 * h * h) * 2 * double(dp.model.numLayers);
+  double tokenTableBytes = double(dp.model.vocabSize) * h * 2;
+  double calls = 2 * double(dp.model.numLayers) + 1 +
+                 std::ceil((dp.gradBytes() - mlpBytes - tokenTableBytes) /
+                           dp.k.planBucketBytes);
+  EXPECT_GT(4 * h * h * 2, dp.k.planBucketBytes);
+  EXPECT_LT(h * h * 2, dp.k.planBucketBytes);
+  EXPECT_LT(double(dp.model.maxPositions) * h * 2, dp.k.planBucketBytes);
+  EXPECT_GT(dp.tableBytes() / dp.gradBytes(), 2 / calls); // over 2 buckets
+  Estimate estimate = dp.evaluate();
+  EXPECT_NEAR(estimate.time.dpComm, dp.exposed(calls),
               1e-9 * estimate.time.dpComm);
 }
 
@@ -547,28 +563,13 @@ TEST(Time, BucketBytesOfTheCompiledPlanSetTheCalls) {
   // layer matrix (8 and 32 MiB), the token table and the position table
   // (8 MiB) are calls of their own, the vectors (1.2 MiB in all) share one
   // bucket: 24 x 6 + 2 + 1 = 147 all-reduces, each paying the latency.
-  TrainingConfig training{256, 2048, Precision::BF16};
-  training.bucketBytes = 4 << 20;
-  Cluster cluster = clusterPreset("dgx-a100-80g:2");
-  CostConstants k;
-  ParallelConfig c = dataParallel(0, 16, 256);
-  c.microBatch = 16;
-  c.gradAccum = 1;
-  c.recompute = Recompute::None;
-  ModelSpec model = gpt1p3b();
-  Estimate small = CostModel(model, cluster, training, k).evaluate(c);
-  double gradBytes = double(model.totalParams) * 2;
-  CommTime one = collectiveCost(Collective::AllReduce, cluster, k,
-                                spanOfGroup(cluster, 16, 1), gradBytes);
-  double tables =
-      double(model.vocabSize + model.maxPositions) * model.hiddenSize * 2;
-  EXPECT_NEAR(small.time.dpComm,
-              (147 * one.latency + one.transfer) * tables / gradBytes,
-              1e-9 * small.time.dpComm);
+  DataParallelCase dp;
+  dp.training.bucketBytes = 4 << 20;
+  Estimate small = dp.evaluate();
+  EXPECT_NEAR(small.time.dpComm, dp.exposed(147), 1e-9 * small.time.dpComm);
   // The default (25 MiB) makes fewer calls, so less is exposed.
-  training.bucketBytes = 0;
-  Estimate standard = CostModel(model, cluster, training, k).evaluate(c);
-  EXPECT_LT(standard.time.dpComm, small.time.dpComm);
+  dp.training.bucketBytes = 0;
+  EXPECT_LT(dp.evaluate().time.dpComm, small.time.dpComm);
 }
 
 TEST(Time, GemmEpiloguesRemoveTheKernelsTheyFold) {
