@@ -246,7 +246,7 @@ class Sweep:
                         f"{x['grad_norm']})")
         return None
 
-    def continuation(self, index, rng, model, batch, precision, name, ranks,
+    def continuation(self, rng, model, batch, precision, name, ranks,
                      straight, want):
         """Half the steps under this layout with a checkpoint, then the rest
         resumed: under the same bundle (bit-identical to the straight run)
@@ -419,9 +419,8 @@ class Sweep:
                     for x, y in zip(want, got))
         then = ""
         if rng.random() < self.args.continue_fraction:
-            problem, then = self.continuation(index, rng, model, batch,
-                                              precision, name, ranks, got,
-                                              want)
+            problem, then = self.continuation(rng, model, batch, precision,
+                                              name, ranks, got, want)
             if problem:
                 return "FAIL", (f"{label}: {then}: {problem}\n  "
                                 f"{shlex.join(cmd)}")

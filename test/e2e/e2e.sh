@@ -250,6 +250,8 @@ retention)
     $common --checkpoint-dir ck --keep-checkpoints 0
   expect_error "\-\-keep-weights and --resume need --checkpoint-dir D" 2 \
     $common --keep-weights 3
+  expect_error "\-\-resume-any-data applies to --resume only" 2 $common \
+    --checkpoint-dir ck --resume-any-data
   # The checkpoint records the data file: another one (the corpus's lines
   # reversed: as long, other tokens) is refused unless asked for.
   tac "$corpus" >other.txt && "$tokenize" other.txt other.bin >/dev/null \

@@ -143,6 +143,15 @@ struct Fd {
   }
 };
 
+/// The value of exactly 8 hex digits (how checksums are written).
+std::optional<uint32_t> parseHex32(const std::string &text) {
+  char *end = nullptr;
+  unsigned long value = std::strtoul(text.c_str(), &end, 16);
+  if (text.size() != 8 || *end != '\0')
+    return std::nullopt;
+  return uint32_t(value);
+}
+
 } // namespace
 
 std::string hex32(uint32_t value) {
@@ -401,14 +410,13 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
     }
     if (json.contains("data")) {
       const nlohmann::json &data = json.at("data");
-      std::string fingerprint = data.at("fingerprint").get<std::string>();
-      char *end = nullptr;
-      unsigned long value = std::strtoul(fingerprint.c_str(), &end, 16);
+      std::optional<uint32_t> fingerprint =
+          parseHex32(data.at("fingerprint").get<std::string>());
       int64_t tokens = data.at("tokens").get<int64_t>();
-      if (fingerprint.size() != 8 || *end != '\0' || tokens < 0)
+      if (!fingerprint || tokens < 0)
         throw Error(path + ": 'data' must hold a token count >= 0 and an 8 "
                            "hex digit fingerprint");
-      m.data = DataIdentity{tokens, uint32_t(value)};
+      m.data = DataIdentity{tokens, *fingerprint};
     }
     m.worldSize = json.at("world_size").get<int32_t>();
     m.bundleHash = json.at("bundle_hash").get<std::string>();
@@ -424,14 +432,13 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
       if (name.empty() || name.find('/') != std::string::npos)
         throw Error(path + ": files[" + std::to_string(r) +
                     "].file must be a plain file name");
-      std::string crc = f.at("crc32c").get<std::string>();
-      char *end = nullptr;
-      unsigned long value = std::strtoul(crc.c_str(), &end, 16);
-      if (crc.size() != 8 || *end != '\0')
+      std::optional<uint32_t> crc =
+          parseHex32(f.at("crc32c").get<std::string>());
+      if (!crc)
         throw Error(path + ": files[" + std::to_string(r) +
                     "].crc32c must be 8 hex digits");
       m.files.push_back(name);
-      m.results.push_back({f.at("bytes").get<int64_t>(), uint32_t(value)});
+      m.results.push_back({f.at("bytes").get<int64_t>(), *crc});
       m.writers.push_back(f.contains("written_by")
                               ? f.at("written_by").get<int32_t>()
                               : int32_t(r));

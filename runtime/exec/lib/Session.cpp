@@ -498,17 +498,15 @@ CheckpointStats Session::readCheckpointLocally(const std::string &dir,
                            "checkpoint");
   // The data position counts sequences of the file trained on: another file
   // (or the same one grown) continues with other batches.
-  if (manifest.data && data_ && !options_.resumeAnyData &&
-      *manifest.data != dataIdentity()) {
-    DataIdentity current = dataIdentity();
-    throw Error(*stepDir + "/manifest.json: trained on a data file of " +
-                std::to_string(manifest.data->tokens) +
-                " tokens (fingerprint " + hex32(manifest.data->fingerprint) +
-                "), not " + options_.dataPath + " (" +
-                std::to_string(current.tokens) + " tokens, fingerprint " +
-                hex32(current.fingerprint) +
-                "): resume with the same data, or --resume-any-data");
-  }
+  if (manifest.data && data_ && !options_.resumeAnyData)
+    if (DataIdentity current = dataIdentity(); current != *manifest.data)
+      throw Error(*stepDir + "/manifest.json: trained on a data file of " +
+                  std::to_string(manifest.data->tokens) +
+                  " tokens (fingerprint " + hex32(manifest.data->fingerprint) +
+                  "), not " + options_.dataPath + " (" +
+                  std::to_string(current.tokens) + " tokens, fingerprint " +
+                  hex32(current.fingerprint) +
+                  "): resume with the same data, or --resume-any-data");
   const plan::Program &program = *rankProgram_.program;
   RankFileInfo expected;
   expected.bundleHash = bundleHash_;

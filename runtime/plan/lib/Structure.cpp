@@ -687,11 +687,11 @@ private:
                   str(shard.offset) + " exceeds buffer " + str(buffer.id) +
                   " '" + buffer.name + "' of " + str(buffer.size) + " bytes");
     }
-    bool whole = std::any_of(param.shards.begin(), param.shards.end(),
-                             [](const ShardSpec &s) { return s.dim == -1; });
+    // A shard of the whole tensor (dim -1) holds every element.
+    if (std::any_of(param.shards.begin(), param.shards.end(),
+                    [](const ShardSpec &s) { return s.dim == -1; }))
+      return;
     for (auto &[dim, ranges] : slices) {
-      if (whole)
-        break;
       std::sort(ranges.begin(), ranges.end());
       int64_t covered = 0;
       for (const auto &[begin, end] : ranges) {

@@ -299,6 +299,15 @@ TEST(Checkpoint, ManifestRoundTripsAndChecksBundleAndWorldSize) {
                    "dddddddddddd...");
   EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 4); }),
             path + ": written by 2 ranks but the MPI world has 4");
+  for (const char *crc : {"deadbee", "deadbeefa", "deadbeeg"}) {
+    Manifest bad = m;
+    std::string text = manifestJson(bad);
+    text.replace(text.find("\"deadbeef\""), 10, std::string("\"") + crc + "\"");
+    writeText(path, text);
+    EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 2); }),
+              path + ": files[0].crc32c must be 8 hex digits")
+        << crc;
+  }
   writeText(path, "{\"format\": \"weft-checkpoint\"");
   EXPECT_EQ(errorOf([&] {
               loadManifest(dir, m.bundleHash, 2);
