@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <dirent.h>
@@ -296,6 +297,11 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
       throw Error(path + ": " + field + " is " + found + " but expected " +
                   wanted);
   };
+  // The payload starts at kRankHeaderBytes; a header that says otherwise
+  // was not written by this format.
+  mismatch("header size",
+           std::to_string(get<uint32_t>(header, kOffHeaderBytes)),
+           std::to_string(kRankHeaderBytes));
   mismatch("bundle hash",
            std::string(reinterpret_cast<const char *>(header) + kOffHash, 64),
            expected.bundleHash);
@@ -344,6 +350,20 @@ void readRankFile(const std::string &path, const RankFileInfo &expected,
 // Manifest and directories
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// CRC-32C of a manifest's compact JSON (keys sorted) without its own
+/// `manifest_crc32c`: a changed value changes it, a reformatting does not.
+/// It covers what no rank file repeats (the loss-scale state, the data
+/// identity), so a damaged digit there is refused, not trained on.
+uint32_t manifestChecksum(nlohmann::json json) {
+  json.erase("manifest_crc32c");
+  std::string text = json.dump();
+  return crc32c(text.data(), text.size());
+}
+
+} // namespace
+
 std::string manifestJson(const Manifest &m) {
   nlohmann::json files = nlohmann::json::array();
   for (size_t r = 0; r < m.files.size(); ++r) {
@@ -372,98 +392,202 @@ std::string manifestJson(const Manifest &m) {
     json["loss_scale"] = {{"scale", m.lossScale->scale},
                           {"good_steps", m.lossScale->goodSteps},
                           {"optimizer_steps", m.lossScale->optimizerSteps}};
+  json["manifest_crc32c"] = hex32(manifestChecksum(json));
   return json.dump(2) + "\n";
 }
 
+namespace {
+
+/// Typed reads of a manifest's fields: a missing field, or one of another
+/// type, is one error naming it (`files[1].bytes must be an integer (found
+/// "5")`). Strict where the JSON library would convert (2.5 as a step, -1 as
+/// an unsigned).
+class ManifestFields {
+public:
+  explicit ManifestFields(const std::string &path) : path_(path) {}
+
+  [[noreturn]] void fail(const std::string &field,
+                         const std::string &reason) const {
+    throw Error(path_ + ": " + field + " " + reason);
+  }
+  const nlohmann::json &object(const nlohmann::json &value,
+                               const std::string &field) const {
+    if (!value.is_object())
+      fail(field, "must be an object" + found(value));
+    return value;
+  }
+  static const nlohmann::json *find(const nlohmann::json &object,
+                                    const char *key) {
+    auto it = object.find(key);
+    return it == object.end() ? nullptr : &*it;
+  }
+  const nlohmann::json &at(const nlohmann::json &object,
+                           const std::string &where, const char *key) const {
+    const nlohmann::json *value = find(object, key);
+    if (!value)
+      fail(name(where, key), "is missing");
+    return *value;
+  }
+  int64_t integer(const nlohmann::json &object, const std::string &where,
+                  const char *key, int64_t low = INT64_MIN,
+                  int64_t high = INT64_MAX) const {
+    const nlohmann::json &value = at(object, where, key);
+    bool fits = value.is_number_integer() &&
+                (!value.is_number_unsigned() ||
+                 value.get<uint64_t>() <= uint64_t(INT64_MAX));
+    if (!fits || value.get<int64_t>() < low || value.get<int64_t>() > high)
+      fail(name(where, key),
+           "must be an integer" + range(low, high) + found(value));
+    return value.get<int64_t>();
+  }
+  double number(const nlohmann::json &object, const std::string &where,
+                const char *key) const {
+    const nlohmann::json &value = at(object, where, key);
+    if (!value.is_number())
+      fail(name(where, key), "must be a number" + found(value));
+    return value.get<double>();
+  }
+  const std::string &string(const nlohmann::json &object,
+                            const std::string &where, const char *key) const {
+    const nlohmann::json &value = at(object, where, key);
+    if (!value.is_string())
+      fail(name(where, key), "must be a string" + found(value));
+    return value.get_ref<const std::string &>();
+  }
+  uint32_t hex32(const nlohmann::json &object, const std::string &where,
+                 const char *key) const {
+    const nlohmann::json &value = at(object, where, key);
+    std::optional<uint32_t> parsed =
+        value.is_string() ? parseHex32(value.get<std::string>()) : std::nullopt;
+    if (!parsed)
+      fail(name(where, key), "must be 8 hex digits" + found(value));
+    return *parsed;
+  }
+
+  static std::string name(const std::string &where, const char *key) {
+    return where.empty() ? std::string(key) : where + "." + key;
+  }
+
+private:
+  static std::string found(const nlohmann::json &value) {
+    std::string text = value.dump();
+    if (text.size() > 40)
+      text = text.substr(0, 37) + "...";
+    return " (found " + text + ")";
+  }
+  static std::string range(int64_t low, int64_t high) {
+    if (low == INT64_MIN && high == INT64_MAX)
+      return "";
+    if (high == INT64_MAX)
+      return " >= " + std::to_string(low);
+    return " in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
+  }
+  const std::string &path_;
+};
+
+} // namespace
+
 Manifest parseManifest(const std::string &path, const std::string &text) {
-  Manifest m;
+  nlohmann::json json;
   try {
-    nlohmann::json json = nlohmann::json::parse(text);
-    if (json.at("format") != "weft-checkpoint")
-      throw Error(path + ": not a weft checkpoint manifest");
-    if (json.at("version").get<uint32_t>() != kCheckpointVersion)
-      throw Error(path + ": checkpoint format version " +
-                  json.at("version").dump() + ", this weft-run reads version " +
-                  std::to_string(kCheckpointVersion));
-    m.step = json.at("step").get<int64_t>();
-    if (json.contains("contents")) {
-      std::string contents = json.at("contents").get<std::string>();
-      if (contents != "weights" && contents != "full")
-        throw Error(path + ": 'contents' must be full or weights, got '" +
-                    contents + "'");
-      m.contents = contents == "weights" ? CheckpointContents::Weights
-                                         : CheckpointContents::Full;
-    }
-    if (json.contains("loss_scale")) {
-      const nlohmann::json &ls = json.at("loss_scale");
-      LossScaleState state{ls.at("scale").get<double>(),
-                           ls.at("good_steps").get<int64_t>(),
-                           ls.at("optimizer_steps").get<int64_t>()};
-      if (!(state.scale > 0) || !std::isfinite(state.scale) ||
-          state.goodSteps < 0 || state.optimizerSteps < 0 ||
-          state.optimizerSteps > m.step)
-        throw Error(path + ": 'loss_scale' holds an impossible state (scale " +
-                    ls.at("scale").dump() + ", optimizer_steps " +
-                    ls.at("optimizer_steps").dump() + " of " +
-                    std::to_string(m.step) + " steps)");
-      m.lossScale = state;
-    }
-    if (json.contains("data")) {
-      const nlohmann::json &data = json.at("data");
-      std::optional<uint32_t> fingerprint =
-          parseHex32(data.at("fingerprint").get<std::string>());
-      int64_t tokens = data.at("tokens").get<int64_t>();
-      if (!fingerprint || tokens < 0)
-        throw Error(path + ": 'data' must hold a token count >= 0 and an 8 "
-                           "hex digit fingerprint");
-      m.data = DataIdentity{tokens, *fingerprint};
-    }
-    m.worldSize = json.at("world_size").get<int32_t>();
-    m.bundleHash = json.at("bundle_hash").get<std::string>();
-    const nlohmann::json &files = json.at("files");
-    if (!files.is_array() || files.size() != size_t(m.worldSize))
-      throw Error(path + ": 'files' must list one file per rank");
-    for (size_t r = 0; r < files.size(); ++r) {
-      const nlohmann::json &f = files[r];
-      if (f.at("rank").get<size_t>() != r)
-        throw Error(path + ": files[" + std::to_string(r) + "] is not rank " +
-                    std::to_string(r));
-      std::string name = f.at("file").get<std::string>();
-      if (name.empty() || name.find('/') != std::string::npos)
-        throw Error(path + ": files[" + std::to_string(r) +
-                    "].file must be a plain file name");
-      std::optional<uint32_t> crc =
-          parseHex32(f.at("crc32c").get<std::string>());
-      if (!crc)
-        throw Error(path + ": files[" + std::to_string(r) +
-                    "].crc32c must be 8 hex digits");
-      m.files.push_back(name);
-      m.results.push_back({f.at("bytes").get<int64_t>(), *crc});
-      m.writers.push_back(f.contains("written_by")
-                              ? f.at("written_by").get<int32_t>()
-                              : int32_t(r));
-    }
-    // A shared file is one its writer lists as its own, with the same
-    // size and checksum.
-    for (size_t r = 0; r < m.files.size(); ++r) {
-      int32_t w = m.writers[r];
-      if (size_t(w) == r)
-        continue;
-      std::string at = path + ": files[" + std::to_string(r) + "].written_by";
-      if (w < 0 || w >= m.worldSize ||
-          size_t(m.writers[size_t(w)]) != size_t(w))
-        throw Error(at + ": " + std::to_string(w) +
-                    " is not a rank that wrote its own file");
-      if (m.contents != CheckpointContents::Weights)
-        throw Error(at + ": only a weights snapshot shares rank files");
-      if (m.files[r] != m.files[size_t(w)] ||
-          m.results[r].fileBytes != m.results[size_t(w)].fileBytes ||
-          m.results[r].payloadCrc != m.results[size_t(w)].payloadCrc)
-        throw Error(at + ": file, bytes or crc32c differ from rank " +
-                    std::to_string(w) + "'s");
-    }
+    json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception &error) {
     throw Error(path + ": invalid manifest: " + error.what());
+  }
+  const ManifestFields fields(path);
+  if (!json.is_object() || !json.contains("format") ||
+      json.at("format") != "weft-checkpoint")
+    throw Error(path + ": not a weft checkpoint manifest");
+  if (fields.find(json, "manifest_crc32c")) {
+    uint32_t recorded = fields.hex32(json, "", "manifest_crc32c");
+    uint32_t computed = manifestChecksum(json);
+    if (computed != recorded)
+      throw Error(path + ": manifest checksum mismatch (computed " +
+                  weft::exec::hex32(computed) + ", recorded " +
+                  weft::exec::hex32(recorded) +
+                  "): the manifest was edited or corrupted");
+  }
+  Manifest m;
+  int64_t version = fields.integer(json, "", "version");
+  if (version != kCheckpointVersion)
+    throw Error(path + ": checkpoint format version " +
+                std::to_string(version) + ", this weft-run reads version " +
+                std::to_string(kCheckpointVersion));
+  m.step = fields.integer(json, "", "step", 0);
+  if (fields.find(json, "contents")) {
+    const std::string &contents = fields.string(json, "", "contents");
+    if (contents != "weights" && contents != "full")
+      throw Error(path + ": 'contents' must be full or weights, got '" +
+                  contents + "'");
+    m.contents = contents == "weights" ? CheckpointContents::Weights
+                                       : CheckpointContents::Full;
+  }
+  if (const nlohmann::json *ls = fields.find(json, "loss_scale")) {
+    fields.object(*ls, "loss_scale");
+    LossScaleState state{fields.number(*ls, "loss_scale", "scale"),
+                         fields.integer(*ls, "loss_scale", "good_steps"),
+                         fields.integer(*ls, "loss_scale", "optimizer_steps")};
+    if (!(state.scale > 0) || !std::isfinite(state.scale) ||
+        state.goodSteps < 0 || state.optimizerSteps < 0 ||
+        state.optimizerSteps > m.step)
+      throw Error(path + ": 'loss_scale' holds an impossible state (scale " +
+                  ls->at("scale").dump() + ", optimizer_steps " +
+                  ls->at("optimizer_steps").dump() + " of " +
+                  std::to_string(m.step) + " steps)");
+    m.lossScale = state;
+  }
+  if (const nlohmann::json *data = fields.find(json, "data")) {
+    fields.object(*data, "data");
+    const nlohmann::json *fingerprint = fields.find(*data, "fingerprint");
+    std::optional<uint32_t> parsed =
+        fingerprint && fingerprint->is_string()
+            ? parseHex32(fingerprint->get<std::string>())
+            : std::nullopt;
+    const nlohmann::json *tokens = fields.find(*data, "tokens");
+    if (!parsed || !tokens || !tokens->is_number_integer() ||
+        tokens->get<int64_t>() < 0)
+      throw Error(path + ": 'data' must hold a token count >= 0 and an 8 "
+                         "hex digit fingerprint");
+    m.data = DataIdentity{tokens->get<int64_t>(), *parsed};
+  }
+  m.worldSize = int32_t(fields.integer(json, "", "world_size", 1, INT32_MAX));
+  m.bundleHash = fields.string(json, "", "bundle_hash");
+  const nlohmann::json &files = fields.at(json, "", "files");
+  if (!files.is_array() || files.size() != size_t(m.worldSize))
+    throw Error(path + ": 'files' must list one file per rank");
+  for (size_t r = 0; r < files.size(); ++r) {
+    std::string where = "files[" + std::to_string(r) + "]";
+    const nlohmann::json &f = fields.object(files[r], where);
+    if (fields.integer(f, where, "rank") != int64_t(r))
+      throw Error(path + ": " + where + " is not rank " + std::to_string(r));
+    const std::string &name = fields.string(f, where, "file");
+    if (name.empty() || name.find('/') != std::string::npos)
+      throw Error(path + ": " + where + ".file must be a plain file name");
+    uint32_t crc = fields.hex32(f, where, "crc32c");
+    m.files.push_back(name);
+    m.results.push_back({fields.integer(f, where, "bytes", 0), crc});
+    m.writers.push_back(fields.find(f, "written_by")
+                            ? int32_t(fields.integer(f, where, "written_by",
+                                                     INT32_MIN, INT32_MAX))
+                            : int32_t(r));
+  }
+  // A shared file is one its writer lists as its own, with the same
+  // size and checksum.
+  for (size_t r = 0; r < m.files.size(); ++r) {
+    int32_t w = m.writers[r];
+    if (size_t(w) == r)
+      continue;
+    std::string at = path + ": files[" + std::to_string(r) + "].written_by";
+    if (w < 0 || w >= m.worldSize || size_t(m.writers[size_t(w)]) != size_t(w))
+      throw Error(at + ": " + std::to_string(w) +
+                  " is not a rank that wrote its own file");
+    if (m.contents != CheckpointContents::Weights)
+      throw Error(at + ": only a weights snapshot shares rank files");
+    if (m.files[r] != m.files[size_t(w)] ||
+        m.results[r].fileBytes != m.results[size_t(w)].fileBytes ||
+        m.results[r].payloadCrc != m.results[size_t(w)].payloadCrc)
+      throw Error(at + ": file, bytes or crc32c differ from rank " +
+                  std::to_string(w) + "'s");
   }
   return m;
 }
@@ -494,11 +618,6 @@ std::string checkpointPrefix(CheckpointContents contents) {
   return contents == CheckpointContents::Weights ? "weights-" : "step-";
 }
 
-bool isCommitted(const std::string &stepDir) {
-  struct stat st {};
-  return ::stat((stepDir + "/COMPLETE").c_str(), &st) == 0;
-}
-
 /// The entries of `dir` that belong to checkpoints of `contents`.
 std::vector<std::pair<std::pair<int64_t, std::string>, std::string>>
 checkpointEntries(const std::string &dir, CheckpointContents contents) {
@@ -517,6 +636,11 @@ checkpointEntries(const std::string &dir, CheckpointContents contents) {
 
 } // namespace
 
+bool isCommittedCheckpoint(const std::string &stepDir) {
+  struct stat st {};
+  return ::stat((stepDir + "/COMPLETE").c_str(), &st) == 0;
+}
+
 std::string checkpointName(CheckpointContents contents, int64_t step) {
   return checkpointPrefix(contents) + std::to_string(step);
 }
@@ -525,7 +649,7 @@ std::vector<std::pair<int64_t, std::string>>
 committedCheckpoints(const std::string &dir, CheckpointContents contents) {
   std::vector<std::pair<int64_t, std::string>> committed;
   for (const auto &[parsed, name] : checkpointEntries(dir, contents))
-    if (parsed.second.empty() && isCommitted(dir + "/" + name))
+    if (parsed.second.empty() && isCommittedCheckpoint(dir + "/" + name))
       committed.push_back({parsed.first, dir + "/" + name});
   return committed;
 }
@@ -565,7 +689,7 @@ PruneResult pruneCheckpoints(const std::string &dir,
     if (step > savedStep || std::count(kept.begin(), kept.end(), step))
       continue;
     const std::string path = dir + "/" + name;
-    if (!suffix.empty() || !isCommitted(path)) {
+    if (!suffix.empty() || !isCommittedCheckpoint(path)) {
       remove(path); // a leftover of an earlier step
       continue;
     }

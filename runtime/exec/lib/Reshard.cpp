@@ -294,6 +294,11 @@ GlobalState readGlobalState(const Bundle &bundle, const std::string &bundleDir,
   const std::string planPath = bundleDir + "/plan.json";
   std::string hash = plan::contentHash(bundle);
   int64_t world = bundle.mesh.worldSize();
+  // A directory without the marker is a save that did not finish (or a
+  // leftover): its files may be missing or half-written.
+  if (!isCommittedCheckpoint(stepDir))
+    throw Error(stepDir + ": not a committed checkpoint (no COMPLETE "
+                          "marker: its save did not finish)");
   Manifest manifest = loadManifest(stepDir, hash, int(world));
   GlobalState state;
   state.step = manifest.step;

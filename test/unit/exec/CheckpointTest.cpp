@@ -15,6 +15,7 @@
 #include "weft/plan/Serialize.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -80,6 +81,18 @@ struct WrittenFile {
     file.seekp(offset);
     file.put(char(c ^ 0x10));
   }
+  /// Flips a header bit and writes the header's checksum again, so the
+  /// change reaches the field checks behind it.
+  void flipResealed(int64_t offset) const {
+    flip(offset);
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    char header[kRankHeaderBytes];
+    file.read(header, kRankHeaderBytes);
+    uint32_t crc = crc32c(header, kRankHeaderBytes - 4);
+    file.seekp(kRankHeaderBytes - 4);
+    for (int i = 0; i < 4; ++i)
+      file.put(char(crc >> (8 * i)));
+  }
 };
 
 void writeText(const std::string &path, const std::string &text) {
@@ -89,6 +102,17 @@ void writeText(const std::string &path, const std::string &text) {
 std::string readText(const std::string &path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), {}};
+}
+
+/// `manifest` as a manifest written before manifests had their own
+/// checksum (what a test edits by hand to reach the field checks).
+std::string withoutManifestChecksum(std::string manifest) {
+  // Never the last key: its line ends with a comma.
+  size_t line = manifest.find("\n  \"manifest_crc32c\"");
+  EXPECT_NE(line, std::string::npos) << manifest;
+  if (line != std::string::npos)
+    manifest.erase(line, manifest.find('\n', line + 1) - line);
+  return manifest;
 }
 
 /// A 4096-token llm.c file of byte ids (i * mul + add) % 256.
@@ -265,6 +289,13 @@ TEST(Checkpoint, EveryHeaderFieldIsChecked) {
   wrong = file.info;
   wrong.step = 7;
   EXPECT_EQ(file.read(wrong), file.path + ": step is 6 but expected 7");
+  // The header-size field (offset 12) must say 128: the payload follows.
+  {
+    WrittenFile resized;
+    resized.flipResealed(12);
+    EXPECT_EQ(resized.read(resized.info),
+              resized.path + ": header size is 144 but expected 128");
+  }
   wrong = file.info;
   wrong.payloadBytes = 64;
   EXPECT_EQ(file.read(wrong),
@@ -300,19 +331,98 @@ TEST(Checkpoint, ManifestRoundTripsAndChecksBundleAndWorldSize) {
   EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 4); }),
             path + ": written by 2 ranks but the MPI world has 4");
   for (const char *crc : {"deadbee", "deadbeefa", "deadbeeg"}) {
-    Manifest bad = m;
-    std::string text = manifestJson(bad);
+    std::string text = withoutManifestChecksum(manifestJson(m));
     text.replace(text.find("\"deadbeef\""), 10, std::string("\"") + crc + "\"");
     writeText(path, text);
     EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 2); }),
-              path + ": files[0].crc32c must be 8 hex digits")
-        << crc;
+              path + ": files[0].crc32c must be 8 hex digits (found \"" + crc +
+                  "\")");
   }
   writeText(path, "{\"format\": \"weft-checkpoint\"");
   EXPECT_EQ(errorOf([&] {
               loadManifest(dir, m.bundleHash, 2);
             }).rfind(path + ": invalid manifest: ", 0),
             0u);
+}
+
+TEST(Checkpoint, ManifestChecksumCoversItsValues) {
+  std::string dir = freshDir("manifest-crc");
+  std::string path = dir + "/manifest.json";
+  Manifest m;
+  m.step = 3;
+  m.worldSize = 1;
+  m.bundleHash = std::string(64, 'c');
+  m.files = {"rank-0.bin"};
+  m.results = {{1000, 1}};
+  m.lossScale = LossScaleState{65536.0, 2, 3};
+  std::string json = manifestJson(m);
+  // A reformatting (another indent, other key order) keeps the checksum.
+  nlohmann::json parsed = nlohmann::json::parse(json);
+  writeText(path, parsed.dump());
+  EXPECT_EQ(loadManifest(dir, m.bundleHash, 1).lossScale->scale, 65536.0);
+  // A changed value the rank files do not repeat is refused.
+  std::string edited = json;
+  const std::string goodSteps = "\"good_steps\": 2";
+  edited.replace(edited.find(goodSteps), goodSteps.size(), "\"good_steps\": 1");
+  writeText(path, edited);
+  std::string error = errorOf([&] { loadManifest(dir, m.bundleHash, 1); });
+  EXPECT_EQ(error.rfind(path + ": manifest checksum mismatch (computed ", 0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("): the manifest was edited or corrupted"),
+            std::string::npos);
+  parsed["manifest_crc32c"] = "12345";
+  writeText(path, parsed.dump());
+  EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 1); }),
+            path + ": manifest_crc32c must be 8 hex digits (found \"12345\")");
+  // Manifests written before the checksum existed still load.
+  writeText(path, withoutManifestChecksum(edited));
+  EXPECT_EQ(loadManifest(dir, m.bundleHash, 1).lossScale->goodSteps, 1);
+}
+
+TEST(Checkpoint, ManifestFieldErrorsNameTheField) {
+  std::string dir = freshDir("manifest-fields");
+  std::string path = dir + "/manifest.json";
+  Manifest m;
+  m.step = 3;
+  m.worldSize = 2;
+  m.bundleHash = std::string(64, 'c');
+  m.files = {"rank-0.bin", "rank-1.bin"};
+  m.results = {{1000, 1}, {1000, 2}};
+  m.lossScale = LossScaleState{1024.0, 1, 3};
+  nlohmann::json good = nlohmann::json::parse(manifestJson(m));
+  good.erase("manifest_crc32c"); // edits by hand reach the field checks
+  auto errorWith = [&](const std::function<void(nlohmann::json &)> &edit) {
+    nlohmann::json edited = good;
+    edit(edited);
+    writeText(path, edited.dump(2));
+    return errorOf([&] { loadManifest(dir, m.bundleHash, 2); });
+  };
+  // Values the JSON library would convert are refused.
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["step"] = 2.5; }),
+            path + ": step must be an integer >= 0 (found 2.5)");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["step"] = -1; }),
+            path + ": step must be an integer >= 0 (found -1)");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["files"][1]["bytes"] = "5"; }),
+            path + ": files[1].bytes must be an integer >= 0 (found \"5\")");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j.erase("world_size"); }),
+            path + ": world_size is missing");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["world_size"] = 1ll << 40; }),
+            path + ": world_size must be an integer in [1, 2147483647] (found "
+                   "1099511627776)");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["loss_scale"] = 4; }),
+            path + ": loss_scale must be an object (found 4)");
+  EXPECT_EQ(
+      errorWith([](nlohmann::json &j) { j["loss_scale"]["scale"] = "big"; }),
+      path + ": loss_scale.scale must be a number (found \"big\")");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["files"][0] = nullptr; }),
+            path + ": files[0] must be an object (found null)");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["files"][0].erase("file"); }),
+            path + ": files[0].file is missing");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j = nlohmann::json::array(); }),
+            path + ": not a weft checkpoint manifest");
+  writeText(path, good.dump());
+  EXPECT_EQ(loadManifest(dir, m.bundleHash, 2).results[1].payloadCrc, 2u);
 }
 
 TEST(Checkpoint, ManifestRecordsTheDataFile) {
@@ -335,7 +445,7 @@ TEST(Checkpoint, ManifestRecordsTheDataFile) {
   EXPECT_EQ(*back, *m.data);
   for (const char *bad :
        {"\"fingerprint\": \"xyz\"", "\"fingerprint\": \"1\""}) {
-    std::string edited = json;
+    std::string edited = withoutManifestChecksum(json);
     edited.replace(edited.find("\"fingerprint\": \"0badcafe\""),
                    std::strlen("\"fingerprint\": \"0badcafe\""), bad);
     writeText(path, edited);

@@ -185,6 +185,15 @@ TEST(Reshard, AnotherModelAWeightsSnapshotAndAnExistingStepAreErrors) {
   });
   EXPECT_NE(message.find("already exists"), std::string::npos) << message;
   EXPECT_TRUE(fs::exists(out + "/step-1/COMPLETE"));
+
+  // A save that did not finish (no marker) is no checkpoint to convert or
+  // export, even when its files happen to be whole.
+  fs::remove(ckpt + "/weights-1/COMPLETE");
+  EXPECT_EQ(errorOf([&] {
+              readGlobalState(serial, serialDir, ckpt + "/weights-1", false);
+            }),
+            ckpt + "/weights-1: not a committed checkpoint (no COMPLETE "
+                   "marker: its save did not finish)");
 }
 
 namespace {

@@ -162,6 +162,10 @@ Manifest parseManifest(const std::string &path, const std::string &text);
 /// (`*.tmp`, no marker) are ignored.
 std::optional<std::string> newestCheckpoint(const std::string &dir);
 
+/// Whether checkpoint directory `stepDir` holds its COMPLETE marker (the
+/// save finished; only such a directory counts as a checkpoint).
+bool isCommittedCheckpoint(const std::string &stepDir);
+
 /// The directory name of a checkpoint of `contents` at `step`: `step-<N>`
 /// (full) or `weights-<N>`.
 std::string checkpointName(CheckpointContents contents, int64_t step);
