@@ -396,10 +396,16 @@ double CostModel::modelFlopsPerStep() const {
 std::string CostModel::check(const ParallelConfig &c) const {
   std::ostringstream why;
   int64_t world = hardware.worldSize();
-  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.microBatch < 1 || c.gradAccum < 1 ||
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.microBatch < 1 ||
       c.virtualStages < 1)
-    why << "TP, PP, DP, micro-batch, accumulation and virtual stages must be "
-           "positive";
+    why << "TP, PP, DP, micro-batch and virtual stages must be positive";
+  else if (c.gradAccum < 1 && c.microBatch * c.dp > train.globalBatch)
+    // A fixed micro-batch derives the accumulation from the global batch.
+    why << "micro-batch " << c.microBatch << " x DP " << c.dp << " = "
+        << c.microBatch * c.dp << " exceeds the global batch "
+        << train.globalBatch;
+  else if (c.gradAccum < 1)
+    why << "accumulation steps must be positive";
   else if (c.tp * c.pp * c.dp != world)
     why << "TP x PP x DP = " << c.tp * c.pp * c.dp << ", but the cluster has "
         << world << " GPUs";

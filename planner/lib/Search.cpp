@@ -353,14 +353,44 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
     if (fixed.tp || fixed.allowTpAcrossNodes || tp <= cluster.gpusPerNode)
       tps.push_back(tp);
 
+  // Why the loops below skipped a layout before costing it: the reason to
+  // give when no layout was even tried (fixed dimensions that cannot work).
+  // The reason of the latest check wins: its layout got furthest.
+  std::string lastSkipped;
+  int lastSkippedCheck = -1;
+  auto skip = [&](int check, const std::string &why) {
+    if (check >= lastSkippedCheck) {
+      lastSkipped = why;
+      lastSkippedCheck = check;
+    }
+    return true;
+  };
   for (int64_t tp : tps) {
-    if (world % tp != 0)
+    if (world % tp != 0 &&
+        skip(0, "TP=" + std::to_string(tp) + " does not divide the " +
+                    std::to_string(world) + " GPUs"))
       continue;
     for (int64_t pp : fixedOr<int64_t>(fixed.pp, divisorsOf(world / tp))) {
-      if ((world / tp) % pp != 0 || pp > spec.numLayers)
+      if ((world / tp) % pp != 0 &&
+          skip(1, "TP=" + std::to_string(tp) + " x PP=" + std::to_string(pp) +
+                      " does not divide the " + std::to_string(world) +
+                      " GPUs"))
+        continue;
+      if (pp > spec.numLayers &&
+          skip(2, "PP=" + std::to_string(pp) + " exceeds the " +
+                      std::to_string(spec.numLayers) + " layers"))
         continue;
       int64_t dp = world / (tp * pp);
-      if ((fixed.dp && *fixed.dp != dp) || training.globalBatch % dp != 0)
+      if (fixed.dp && *fixed.dp != dp &&
+          skip(3,
+               "DP=" + std::to_string(*fixed.dp) + ", but " +
+                   std::to_string(world) + " GPUs / (TP=" + std::to_string(tp) +
+                   " x PP=" + std::to_string(pp) + ") = " + std::to_string(dp)))
+        continue;
+      if (training.globalBatch % dp != 0 &&
+          skip(4, "DP=" + std::to_string(dp) +
+                      " does not divide the global batch " +
+                      std::to_string(training.globalBatch)))
         continue;
       std::vector<int64_t> microBatches;
       int64_t perReplica = training.globalBatch / dp;
@@ -368,6 +398,18 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
         if ((!fixed.microBatch || mb == *fixed.microBatch) &&
             (!fixed.gradAccum || perReplica / mb == *fixed.gradAccum))
           microBatches.push_back(mb);
+      if (microBatches.empty())
+        skip(5, "no micro-batch" +
+                    (fixed.microBatch ? " " + std::to_string(*fixed.microBatch)
+                                      : std::string()) +
+                    (fixed.gradAccum
+                         ? " with " + std::to_string(*fixed.gradAccum) +
+                               " accumulation steps"
+                         : std::string()) +
+                    " divides the per-replica batch " +
+                    std::to_string(perReplica) + " (global batch " +
+                    std::to_string(training.globalBatch) +
+                    " / DP=" + std::to_string(dp) + ")");
       // Without data parallelism every ZeRO stage is plain training.
       std::vector<int> zeros =
           fixedOr<int>(fixed.zero, dp == 1 ? std::vector<int>{0}
@@ -407,6 +449,8 @@ SearchResult search(const CostModel &model, const Constraints &fixed,
         << ", " << spec.numHeads << " heads, " << spec.numLayers << " layers";
     if (!lastInvalid.empty())
       why << ": " << lastInvalid;
+    else if (!lastSkipped.empty())
+      why << ": " << lastSkipped;
     throw Error(why.str());
   }
 

@@ -74,6 +74,22 @@ int exitCodeOf(const SearchResult &result) {
                                                               : kExitOk;
 }
 
+/// Batch and sequence length the model and the planner's arithmetic can
+/// take: a learned position table bounds the sequence, and tokens per step
+/// stay far from int64 overflow in the byte counts derived from them.
+void checkBatchShape(const ModelSpec &model, const TrainingConfig &training) {
+  constexpr int64_t kMaxTokensPerStep = int64_t(1) << 40;
+  if (!model.rotary && model.maxPositions > 0 &&
+      training.seqLen > model.maxPositions)
+    throw Error("--seq-len " + std::to_string(training.seqLen) +
+                " exceeds the model's " + std::to_string(model.maxPositions) +
+                " learned positions (n_positions)");
+  if (training.seqLen > kMaxTokensPerStep / training.globalBatch)
+    throw Error("--global-batch " + std::to_string(training.globalBatch) +
+                " x --seq-len " + std::to_string(training.seqLen) +
+                " is more than 2^40 tokens per step");
+}
+
 /// `--from-deepspeed`: evaluate the DeepSpeed configuration as fixed, then
 /// search freely and compare.
 int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
@@ -93,6 +109,7 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
                 std::to_string(ds.globalBatch) +
                 " differs from --global-batch " +
                 std::to_string(*options.globalBatch));
+  checkBatchShape(model, training);
   CostModel costModel(model, cluster, training);
   SearchResult given = search(costModel, ds.constraints);
   SearchOptions searchOptions;
@@ -132,21 +149,25 @@ int planFromDeepSpeed(const ModelSpec &model, const Cluster &cluster,
   return exitCodeOf(best);
 }
 
-TrainingConfig trainingFrom(const PlanOptions &options) {
-  return {required(options.globalBatch, "--global-batch"),
-          required(options.seqLen, "--seq-len"),
-          parseFlag("--precision", options.precision, parsePrecision),
-          parseFlag("--attention", options.attention, parseAttention),
-          options.gemmEpilogues,
-          options.residualNorms,
-          options.bucketBytes};
+TrainingConfig trainingFrom(const ModelSpec &model,
+                            const PlanOptions &options) {
+  TrainingConfig training{
+      required(options.globalBatch, "--global-batch"),
+      required(options.seqLen, "--seq-len"),
+      parseFlag("--precision", options.precision, parsePrecision),
+      parseFlag("--attention", options.attention, parseAttention),
+      options.gemmEpilogues,
+      options.residualNorms,
+      options.bucketBytes};
+  checkBatchShape(model, training);
+  return training;
 }
 
 int planImpl(const ModelSpec &model, const PlanOptions &options) {
   Cluster cluster = loadCluster(options.cluster);
   if (options.fromDeepSpeed)
     return planFromDeepSpeed(model, cluster, options);
-  CostModel costModel(model, cluster, trainingFrom(options));
+  CostModel costModel(model, cluster, trainingFrom(model, options));
   SearchOptions searchOptions;
   searchOptions.topK = options.top;
   SearchResult result =
@@ -166,7 +187,7 @@ int weft::selectPlan(const ModelSpec &model, const PlanOptions &options,
   try {
     Cluster cluster = loadCluster(options.cluster);
     clusterJson = toJson(cluster).dump();
-    CostModel costModel(model, cluster, trainingFrom(options));
+    CostModel costModel(model, cluster, trainingFrom(model, options));
     Constraints constraints = constraintsFrom(options);
     if (!constraints.offload)
       constraints.offload = Offload::None;

@@ -126,9 +126,22 @@ LogicalResult RoleScheduler::lowerPositionEmbedding(PositionEmbeddingOp op) {
 // Norms, attention, MLP, head
 //===----------------------------------------------------------------------===//
 
+/// Kernel constants are integers: a norm's epsilon travels in units of 1e-9
+/// (`eps_nano`), so a smaller one would round to 0 (or, past 2^63, wrap).
+static LogicalResult checkEpsilon(Operation *op, const APFloat &epsilon) {
+  double eps = epsilon.convertToDouble();
+  if (!(eps >= 0.5e-9 && eps <= 1.0))
+    return op->emitError("weft-schedule: norm epsilon ")
+           << eps
+           << " is outside [5e-10, 1] (kernels take it in units of 1e-9)";
+  return success();
+}
+
 // A norm's result and, when the op returns them, its row statistics (mean
 // and rstd, or rstd) bind to the forward's slices in order.
 LogicalResult RoleScheduler::lowerLayerNorm(LayerNormOp op) {
+  if (failed(checkEpsilon(op, op.getEpsilon())))
+    return failure();
   std::array<Slice, 3> slices =
       layerNormForward(op.getInput(), op.getWeight(), op.getBias(),
                        op.getEpsilon().convertToDouble());
@@ -138,6 +151,8 @@ LogicalResult RoleScheduler::lowerLayerNorm(LayerNormOp op) {
 }
 
 LogicalResult RoleScheduler::lowerRmsNorm(RMSNormOp op) {
+  if (failed(checkEpsilon(op, op.getEpsilon())))
+    return failure();
   std::array<Slice, 2> slices = rmsNormForward(
       op.getInput(), op.getWeight(), op.getEpsilon().convertToDouble());
   for (auto [value, slice] : llvm::zip(op->getResults(), slices))
@@ -202,11 +217,12 @@ RoleScheduler::rotaryTheta(Operation *op, bool causal,
                          "lowered yet");
   if (!ropeTheta)
     return 0;
-  // Kernel constants are integers (docs/runtime.md).
+  // Kernel constants are integers (docs/runtime.md); past 2^53 a double
+  // no longer holds every integer, and the cast below must not overflow.
   double theta = ropeTheta->convertToDouble();
-  if (theta < 1 || theta != std::floor(theta))
+  if (!(theta >= 1 && theta <= 0x1p53) || theta != std::floor(theta))
     return op->emitError("weft-schedule: rope_theta ")
-           << theta << " is not a positive integer";
+           << theta << " is not a positive integer of at most 2^53";
   return int64_t(theta);
 }
 
@@ -584,6 +600,8 @@ RoleScheduler::lowerPositionEmbeddingGrad(PositionEmbeddingGradOp op) {
 }
 
 LogicalResult RoleScheduler::lowerLayerNormGrad(LayerNormGradOp op) {
+  if (failed(checkEpsilon(op, op.getEpsilon())))
+    return failure();
   // The row statistics: the forward's (op state), else recomputed.
   Slice mean, rstd;
   if (ValueRange state = op.getState(); !state.empty()) {
@@ -608,6 +626,8 @@ LogicalResult RoleScheduler::lowerLayerNormGrad(LayerNormGradOp op) {
 }
 
 LogicalResult RoleScheduler::lowerRmsNormGrad(RMSNormGradOp op) {
+  if (failed(checkEpsilon(op, op.getEpsilon())))
+    return failure();
   // The row statistics, as for layer norms.
   Slice rstd = op.getState().empty()
                    ? rmsNormForward(op.getInput(), op.getWeight(),

@@ -13,6 +13,9 @@
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 initial-loss-scale=0' 2>&1 | FileCheck %s --check-prefix=INITIAL-SCALE
 // RUN: weftc import gpt2-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8 loss-scale-window=0' 2>&1 | FileCheck %s --check-prefix=SCALE-WINDOW
 // RUN: weftc import bert-tiny | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=BERT
+// RUN: weftc import llama-tiny | sed 's/epsilon = [^ ,}]*/epsilon = 1.000000e-30/' | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=EPSILON
+// RUN: weftc import llama-tiny | sed 's/rope_theta = 1.000000e+04/rope_theta = 1.000000e+30/' | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=THETA-HUGE
+// RUN: weftc import llama-tiny | sed 's/rope_theta = 1.000000e+04/rope_theta = 1.000050e+04/' | weft-opt --weft-lower --weft-autodiff | not weft-opt --weft-schedule='seq-len=8' 2>&1 | FileCheck %s --check-prefix=THETA-FRACTION
 
 // ZERO4: error: weft-schedule: unknown ZeRO stage 4
 // RECOMPUTE: error: weft-schedule: unknown recompute 'sometimes'
@@ -28,3 +31,8 @@
 // INITIAL-SCALE: error: weft-schedule: initial-loss-scale must be > 0, got 0
 // SCALE-WINDOW: error: weft-schedule: loss-scale-window must be >= 1, got 0
 // BERT: error: weft-schedule: token types and position offsets are not lowered yet
+// A theta past 2^53 overflowed the integer kernel constant (it read
+// -9223372036854775808 in the rotary kernel's verifier).
+// EPSILON: error: weft-schedule: norm epsilon 1.000000e-30 is outside [5e-10, 1] (kernels take it in units of 1e-9)
+// THETA-HUGE: error: weft-schedule: rope_theta 1.000000e+30 is not a positive integer of at most 2^53
+// THETA-FRACTION: error: weft-schedule: rope_theta 1.000050e+04 is not a positive integer of at most 2^53
