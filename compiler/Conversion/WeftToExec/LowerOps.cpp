@@ -377,22 +377,33 @@ static bool isTheLoss(Operation *user) {
 }
 
 bool RoleScheduler::onlyTheLossReads(Value logits) {
+  auto [cached, inserted] = onlyTheLossReadsCache.try_emplace(logits, true);
+  if (!inserted)
+    return cached->second;
+  // Only the model's functions restore; the module also holds the weftx
+  // programs scheduled so far, which grow with every micro-batch (walking
+  // them per micro-batch made the pass quadratic in the accumulation steps).
+  auto readElsewhere = [&](SaveOp save) {
+    for (auto function :
+         currentFunction->getParentOfType<ModuleOp>().getOps<func::FuncOp>())
+      if (function
+              .walk([&](RestoreOp restore) {
+                bool same = restore.getForward() == currentFunction.getName() &&
+                            restore.getSlot() == save.getSlot();
+                return same && !llvm::all_of(restore->getUsers(), isTheLoss)
+                           ? WalkResult::interrupt()
+                           : WalkResult::advance();
+              })
+              .wasInterrupted())
+        return true;
+    return false;
+  };
   for (Operation *user : logits.getUsers()) {
     if (isTheLoss(user))
       continue;
     auto save = dyn_cast<SaveOp>(user);
-    if (!save)
-      return false;
-    WalkResult read = currentFunction->getParentOfType<ModuleOp>().walk(
-        [&](RestoreOp restore) {
-          bool same = restore.getForward() == currentFunction.getName() &&
-                      restore.getSlot() == save.getSlot();
-          return same && !llvm::all_of(restore->getUsers(), isTheLoss)
-                     ? WalkResult::interrupt()
-                     : WalkResult::advance();
-        });
-    if (read.wasInterrupted())
-      return false;
+    if (!save || readElsewhere(save))
+      return onlyTheLossReadsCache[logits] = false;
   }
   return true;
 }

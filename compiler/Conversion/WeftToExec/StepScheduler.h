@@ -344,6 +344,8 @@ private:
   /// Whether only the fused loss (cross_entropy, its grad) reads `logits`,
   /// here or in a backward function that restores them.
   bool onlyTheLossReads(Value logits);
+  /// onlyTheLossReads by logits value: every micro-batch asks again.
+  llvm::DenseMap<Value, bool> onlyTheLossReadsCache;
   LogicalResult lowerLmHead(LMHeadOp op);
   LogicalResult lowerAddF(arith::AddFOp op);
   LogicalResult lowerBiasAdd(BiasAddOp op);

@@ -424,6 +424,14 @@ private:
     bool write;
     Loc loc;
   };
+  /// A buffer's accesses that may still race, by first byte: an access
+  /// looks only at those that can overlap it (begin within the longest
+  /// access of its end), not at every earlier one -- a step's batch buffer
+  /// read slice by slice by thousands of micro-batches made that quadratic.
+  struct AccessHistory {
+    std::multimap<int64_t, Access> byBegin;
+    int64_t longest = 0;
+  };
   struct Liveness {
     bool accessed = false;
     int64_t firstSeq = 0;
@@ -602,8 +610,10 @@ private:
     Access next{range.offset, range.offset + range.bytes,
                 loc.stream,   clock[loc.stream],
                 write,        loc};
-    std::vector<Access> &history = accesses[range.buffer];
-    for (const Access &prior : history) {
+    AccessHistory &history = accesses[range.buffer];
+    for (auto it = history.byBegin.lower_bound(next.begin - history.longest);
+         it != history.byBegin.end() && it->first < next.end; ++it) {
+      const Access &prior = it->second;
       bool ordered =
           prior.stream == next.stream || clock[prior.stream] >= prior.clock;
       if (ordered || !(prior.write || write) || prior.end <= next.begin ||
@@ -620,17 +630,18 @@ private:
     }
     // An earlier access covered and ordered before this one can no longer
     // race with anything this one does not race with: drop it.
-    history.erase(std::remove_if(history.begin(), history.end(),
-                                 [&](const Access &prior) {
-                                   bool ordered =
-                                       prior.stream == next.stream ||
-                                       clock[prior.stream] >= prior.clock;
-                                   return ordered && (write || !prior.write) &&
-                                          next.begin <= prior.begin &&
-                                          prior.end <= next.end;
-                                 }),
-                  history.end());
-    history.push_back(next);
+    for (auto it = history.byBegin.lower_bound(next.begin);
+         it != history.byBegin.end() && it->first < next.end;) {
+      const Access &prior = it->second;
+      bool ordered =
+          prior.stream == next.stream || clock[prior.stream] >= prior.clock;
+      if (ordered && (write || !prior.write) && prior.end <= next.end)
+        it = history.byBegin.erase(it);
+      else
+        ++it;
+    }
+    history.byBegin.emplace(next.begin, next);
+    history.longest = std::max(history.longest, next.end - next.begin);
 
     if (program.buffers[range.buffer].region != Region::Arena)
       return;
@@ -656,27 +667,67 @@ private:
     return true;
   }
 
+  /// Arena buffers sharing bytes must live one after the other. Checking
+  /// every overlapping pair is quadratic in the buffers one offset is
+  /// reused for (a step of thousands of micro-batches), so the buffers are
+  /// visited in the order they are first accessed, each checked against the
+  /// latest earlier buffer on each of its bytes only: "lives before" is
+  /// transitive (through a buffer that is accessed), so if every such
+  /// neighbour pair is ordered, every overlapping pair is, and a pair that
+  /// is not is a real overlap.
   void checkLiveOverlap() {
-    forEachOverlap(Region::Arena, [&](const Buffer &x, const Buffer &y) {
-      const Liveness &lx = liveness[x.id];
-      const Liveness &ly = liveness[y.id];
-      if (!lx.accessed || !ly.accessed || livesBefore(lx, ly) ||
-          livesBefore(ly, lx))
-        return;
-      bool xFirst = lx.firstSeq <= ly.firstSeq;
-      const Buffer &early = xFirst ? x : y;
-      const Buffer &late = xFirst ? y : x;
-      int64_t begin = std::max(x.offset, y.offset);
-      int64_t end = std::min(x.offset + x.size, y.offset + y.size);
-      report(CheckKind::Memory,
-             "arena " + bufferText(program, early.id) + " and " +
-                 bufferText(program, late.id) + " overlap in " +
-                 bytesText(begin, end) + " while both are live: '" + late.name +
-                 "' is first accessed at " +
-                 describe(program, liveness[late.id].first) +
-                 ", not after the last access of '" + early.name + "' at " +
-                 describe(program, liveness[early.id].last));
-    });
+    std::vector<const Buffer *> order;
+    for (const Buffer &buffer : program.buffers)
+      if (buffer.region == Region::Arena && buffer.size > 0 &&
+          liveness[buffer.id].accessed)
+        order.push_back(&buffer);
+    std::sort(order.begin(), order.end(),
+              [&](const Buffer *a, const Buffer *b) {
+                return std::tie(liveness[a->id].firstSeq, a->id) <
+                       std::tie(liveness[b->id].firstSeq, b->id);
+              });
+    // Arena bytes -> the buffer that last held them (-1: none yet), as
+    // disjoint segments keyed by their first byte.
+    struct Segment {
+      int64_t end, buffer;
+    };
+    std::map<int64_t, Segment> held{
+        {0, {std::numeric_limits<int64_t>::max(), -1}}};
+    auto split = [&](int64_t at) {
+      auto it = std::prev(held.upper_bound(at));
+      if (it->first != at) {
+        held[at] = {it->second.end, it->second.buffer};
+        it->second.end = at;
+      }
+    };
+    for (const Buffer *late : order) {
+      int64_t begin = late->offset, end = late->offset + late->size;
+      split(begin);
+      split(end);
+      std::vector<int64_t> earlier;
+      for (auto it = held.find(begin); it != held.end() && it->first < end;
+           it = held.erase(it))
+        if (it->second.buffer >= 0 &&
+            std::find(earlier.begin(), earlier.end(), it->second.buffer) ==
+                earlier.end())
+          earlier.push_back(it->second.buffer);
+      held[begin] = {end, late->id};
+      for (int64_t id : earlier) {
+        const Buffer &early = program.buffers[size_t(id)];
+        if (livesBefore(liveness[early.id], liveness[late->id]))
+          continue;
+        report(CheckKind::Memory,
+               "arena " + bufferText(program, early.id) + " and " +
+                   bufferText(program, late->id) + " overlap in " +
+                   bytesText(std::max(early.offset, begin),
+                             std::min(early.offset + early.size, end)) +
+                   " while both are live: '" + late->name +
+                   "' is first accessed at " +
+                   describe(program, liveness[late->id].first) +
+                   ", not after the last access of '" + early.name + "' at " +
+                   describe(program, liveness[early.id].last));
+      }
+    }
   }
 
   const Bundle &bundle;
@@ -688,7 +739,7 @@ private:
   std::vector<VectorClock> clocks; // per stream
   std::vector<VectorClock> eventClocks;
   std::vector<ByteMap> bytes;
-  std::vector<std::vector<Access>> accesses;
+  std::vector<AccessHistory> accesses;
   std::vector<Liveness> liveness;
   int64_t sequence = 0;
 };

@@ -276,6 +276,58 @@ TEST(Verifier, ReuseAfterLastUseIsAllowed) {
   EXPECT_TRUE(result.ok()) << allMessages(result);
 }
 
+/// Arena buffers 'mb0'..'mb7' at offset 0, one micro-batch each, loaded
+/// and read in turn on one stream (a step's activations reusing the same
+/// bytes), and a buffer 'wide' over all of them and 64 bytes more, used
+/// after them.
+Bundle reusedOffsetsBundle() {
+  Bundle bundle = baseBundle({1, 1, 1}, 1);
+  bundle.rankRoles = {0};
+  Program program;
+  program.arenaBytes = 128;
+  std::vector<Instruction> &compute =
+      program.streams.emplace_back(Stream{"compute", {}}).instructions;
+  for (int64_t i = 0; i < 8; ++i) {
+    std::string name = "mb" + std::to_string(i);
+    program.buffers.push_back(buffer(i, name, Region::Arena, 0, 64));
+    compute.push_back(op(Opcode::LoadBatch, {}, {{i, 0, 64}}, name));
+    compute.push_back(op(Opcode::Copy, {{i, 0, 64}}, {{i, 0, 64}}, name));
+  }
+  program.buffers.push_back(buffer(8, "wide", Region::Arena, 0, 128));
+  compute.push_back(op(Opcode::LoadBatch, {}, {{8, 0, 128}}, "wide"));
+  bundle.programs.push_back(program);
+  return bundle;
+}
+
+TEST(Verifier, ReusedOffsetsAreCheckedAgainstEveryEarlierBuffer) {
+  EXPECT_TRUE(verify(reusedOffsetsBundle()).ok())
+      << allMessages(verify(reusedOffsetsBundle()));
+  // 'mb2' read again after 'mb5' was loaded over it: the overlap is found
+  // first against its successor on those bytes, mb3.
+  Bundle late = reusedOffsetsBundle();
+  auto &compute = late.programs[0].streams[0].instructions;
+  compute.insert(compute.begin() + 11,
+                 op(Opcode::Copy, {{2, 0, 64}}, {{2, 0, 64}}, "late"));
+  EXPECT_EQ(messages(verify(late), CheckKind::Memory),
+            std::vector<std::string>{
+                "role 0 (rank 0): arena buffer 2 'mb2' and buffer 3 'mb3' "
+                "overlap in bytes [0, 64) while both are live: 'mb3' is first "
+                "accessed at stream 0 'compute' instruction 6 (mb3), not after "
+                "the last access of 'mb2' at stream 0 'compute' instruction 11 "
+                "(late)"})
+      << allMessages(verify(late));
+  // 'mb7' still read after 'wide' is loaded over it and its 64 free bytes.
+  Bundle wide = reusedOffsetsBundle();
+  wide.programs[0].streams[0].instructions.push_back(
+      op(Opcode::Copy, {{7, 0, 64}}, {{7, 0, 64}}, "after wide"));
+  std::vector<std::string> found = messages(verify(wide), CheckKind::Memory);
+  ASSERT_EQ(found.size(), 1u) << allMessages(verify(wide));
+  EXPECT_NE(found[0].find("buffer 7 'mb7' and buffer 8 'wide' overlap in bytes "
+                          "[0, 64)"),
+            std::string::npos)
+      << found[0];
+}
+
 TEST(Verifier, BufferOutsideItsRegion) {
   Bundle bundle = dataParallelBundle();
   bundle.programs[0].arenaBytes = 300;
