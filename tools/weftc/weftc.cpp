@@ -388,6 +388,13 @@ int runSummary(mlir::MLIRContext &context) {
   return 0;
 }
 
+/// `value` as a user wrote it: -5, 0.1, nan, inf.
+std::string numberText(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
 template <typename T> std::optional<T> optionalFlag(const cl::opt<T> &flag) {
   if (flag.getNumOccurrences() == 0)
     return std::nullopt;
@@ -568,6 +575,30 @@ int runCompile(mlir::MLIRContext &context) {
   std::string clusterJson;
   if (int status = weft::selectPlan(*spec, options, plan, clusterJson))
     return status;
+  // NaN and infinity would reach plan.json as null (JSON has neither), a
+  // bundle no tool loads; a negative rate, decay or clip means nothing.
+  for (auto [flag, value] :
+       {std::pair{"--lr", trainLr.getValue()},
+        std::pair{"--min-lr", trainMinLr.getNumOccurrences()
+                                  ? trainMinLr.getValue()
+                                  : trainLr / 10},
+        std::pair{"--weight-decay", trainWeightDecay.getValue()},
+        std::pair{"--grad-clip", trainGradClip.getValue()},
+        std::pair{"--loss-scale", trainLossScale.getValue()},
+        std::pair{"--initial-loss-scale", trainInitialLossScale.getValue()}})
+    if (!std::isfinite(value))
+      return fail(llvm::Twine("compile: ") + flag +
+                  " must be a finite number, got " + numberText(value));
+  for (auto [flag, value] :
+       {std::pair{"--lr", trainLr.getValue()},
+        std::pair{"--min-lr", trainMinLr.getValue()},
+        std::pair{"--weight-decay", trainWeightDecay.getValue()},
+        std::pair{"--grad-clip", trainGradClip.getValue()},
+        std::pair{"--warmup-steps", double(trainWarmup.getValue())},
+        std::pair{"--decay-steps", double(trainDecay.getValue())}})
+    if (value < 0)
+      return fail(llvm::Twine("compile: ") + flag + " must be >= 0, got " +
+                  numberText(value));
   if (trainLossScale < 0)
     return fail(llvm::formatv("compile: --loss-scale must be >= 0, got {0}",
                               trainLossScale.getValue())
