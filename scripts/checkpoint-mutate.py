@@ -55,6 +55,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutation import at, leaves, show  # noqa: E402
+import mutation  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 INPUTS = ROOT / "test/lit/weftc/Inputs"
 STEP = 2  # the damaged checkpoint's step; resume runs to 2 * STEP
@@ -116,36 +120,9 @@ def reseal_manifest(manifest):
     manifest["manifest_crc32c"] = f"{crc32c(text.encode()):08x}"
 
 
-def leaves(node, path=()):
-    """(path, value) of every leaf under `node`."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from leaves(value, path + (key,))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from leaves(value, path + (index,))
-    else:
-        yield path, node
-
-
-def at(node, path):
-    for key in path:
-        node = node[key]
-    return node
-
-
-def show(path):
-    return "/".join(map(str, path)) or "(root)"
-
-
 def new_number(rng, value):
-    if isinstance(value, int):
-        new = rng.choice([0, -1, value + 1, value - 1, value * 2, 1 << 40,
-                          rng.randrange(0, 2 * abs(value) + 2)])
-    else:
-        new = rng.choice([0.0, -1.0, value * 2, value / 2, 1e30, -value,
-                          float(int(value) + 1)])
-    return new if new != value else value + 1
+    return mutation.new_number(rng, value, [float(int(value) + 1)]
+                               if isinstance(value, float) else [])
 
 
 def new_string(rng, value, same_key):
@@ -176,8 +153,7 @@ def mutate_manifest(rng, text):
     items = [(p, v) for p, v in leaves(manifest) if p != ("manifest_crc32c",)
              or not reseal]
     if kind == "number":
-        numbers = [(p, v) for p, v in items
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        numbers = [(p, v) for p, v in items if mutation.is_number(v)]
         path, value = rng.choice(numbers)
         new = new_number(rng, value)
         at(manifest, path[:-1])[path[-1]] = new

@@ -45,6 +45,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutation import at, is_number, leaves, new_number, show  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 INPUTS = ROOT / "test/lit/weftc/Inputs"
 
@@ -97,43 +100,15 @@ ODD_VALUES = ["0", "-1", "1099511627776", "9223372036854775807", "abc", "",
               "1.5", "2x", "1e3"]
 
 
-def leaves(node, path=()):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from leaves(value, path + (key,))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from leaves(value, path + (index,))
-    else:
-        yield path, node
-
-
-def at(node, path):
-    for key in path:
-        node = node[key]
-    return node
-
-
-def show(path):
-    return "/".join(map(str, path)) or "(root)"
-
-
 def mutate_json(rng, document):
     """Changes one thing in `document` (a dict) in place; says what."""
     items = list(leaves(document))
     kind = rng.choice(["number", "number", "number", "string", "delete",
                        "add", "type"])
-    numbers = [(p, v) for p, v in items
-               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    numbers = [(p, v) for p, v in items if is_number(v)]
     if kind == "number" and numbers:
         path, value = rng.choice(numbers)
-        if isinstance(value, int):
-            new = rng.choice([0, -1, value + 1, value - 1, value * 2,
-                              1 << 40, rng.randrange(0, 2 * abs(value) + 2)])
-        else:
-            new = rng.choice([0.0, -1.0, value * 2, value / 2, 1e30, 1e-30,
-                              -value])
-        new = new if new != value else value + 1
+        new = new_number(rng, value, [1e-30])
         at(document, path[:-1])[path[-1]] = new
         return f"{show(path)}: {value} -> {new}"
     if kind == "string":

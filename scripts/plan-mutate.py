@@ -47,6 +47,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutation import at, is_number, leaves  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 INPUTS = ROOT / "test/lit/weftc/Inputs"
 
@@ -84,34 +87,12 @@ def content_hash(manifest, directory):
     return digest.hexdigest()
 
 
-def leaves(node, want, path=()):
-    """(path, value) of every leaf under `node` that `want(value)` takes."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from leaves(value, want, path + (key,))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from leaves(value, want, path + (index,))
-    elif want(node):
-        yield path, node
-
-
-def is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def instruction_lists(manifest):
     """Paths of every stream's instruction list."""
     for p, program in enumerate(manifest.get("programs", [])):
         for s, stream in enumerate(program.get("streams", [])):
             if len(stream.get("instructions", [])) > 0:
                 yield ("programs", p, "streams", s, "instructions")
-
-
-def at(node, path):
-    for key in path:
-        node = node[key]
-    return node
 
 
 def mutate(rng, manifest):
