@@ -44,10 +44,7 @@ an error -- is a FAIL line with the change, and the directory is kept with
 any failure. Not a ctest (random, minutes): run it after changes to the
 checkpoint format, resume, export or reshard.
 """
-import argparse
 import json
-import os
-import random
 import shutil
 import struct
 import subprocess
@@ -337,16 +334,9 @@ class Sweep:
             check=True, capture_output=True, text=True)
 
     def train(self, base, extra, timeout=120):
-        _, ranks, _, _ = BASES[base]
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
-               str(ranks), self.tool("weft-run"),
-               str(self.work / f"bundle-{base}"), "--data", str(self.tokens),
-               "--quiet", "--watchdog-s", "20"] + extra
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        return mutation.weft_run(self.bin, self.work / f"bundle-{base}",
+                                 self.tokens, BASES[base][1], extra, 20,
+                                 timeout)
 
     @staticmethod
     def steps(metrics):
@@ -397,11 +387,7 @@ class Sweep:
         return run, result, tool
 
     def prepare(self):
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        subprocess.run([self.tool("weft-make-tokens"),
-                        str(ROOT / "data/corpus.txt"), str(self.tokens)],
-                       check=True, capture_output=True)
+        mutation.fresh_work_dir(self.work, self.bin)
         for model in sorted({m for m, _, _, _ in BASES.values()}):
             self.compile(model, 1, "fp32", TARGET_FLAGS,
                          self.work / f"target-{model}")
@@ -495,34 +481,15 @@ class Sweep:
         self.prepare()
         print(f"prepared {len(BASES)} layouts in {time.time() - start:.0f} s",
               flush=True)
-        rng = random.Random(self.args.seed)
-        counts = {"REJECTED": 0, "SAME": 0, "CHANGED": 0, "FAIL": 0}
-        start = time.time()
-        for index in range(self.args.mutations):
-            status, text = self.one(index, rng)
-            counts[status] += 1
-            print(f"{status}: [{index}] {text}", flush=True)
-            if status != "FAIL" or not self.args.keep_failures:
-                shutil.rmtree(self.work / f"case-{index}",
-                              ignore_errors=True)
-        passed = counts["REJECTED"] + counts["SAME"] + counts["CHANGED"]
-        print(f"seed {self.args.seed}, {time.time() - start:.0f} s: "
-              f"{counts['REJECTED']} rejected, {counts['SAME']} same, "
-              f"{counts['CHANGED']} changed (resealed)")
-        print(f"{passed} passed, {counts['FAIL']} failed")
-        return 1 if counts["FAIL"] else 0
+        return mutation.run_cases(
+            self.args, self.one, lambda i: self.work / f"case-{i}",
+            {"REJECTED": "rejected", "SAME": "same",
+             "CHANGED": "changed (resealed)"})
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build",
-                        default=os.environ.get("WEFT_BUILD_DIR", "build"))
-    parser.add_argument("--mutations", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--work", default="/tmp/weft-ckpt-mutate")
-    parser.add_argument("--keep-failures", action="store_true")
-    sys.exit(Sweep(parser.parse_args()).main())
-
+    sys.exit(Sweep(mutation.parse_args(__doc__,
+                                       "/tmp/weft-ckpt-mutate")).main())
 
 if __name__ == "__main__":
     main()

@@ -34,19 +34,16 @@ every distinct rejection reason at the end, so vague ones can be read
 together. Ends with `N passed, N failed`; exits 1 on any failure. Not a
 ctest (random, minutes).
 """
-import argparse
 import json
-import os
-import random
 import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation import at, is_number, leaves, new_number, show  # noqa: E402
+import mutation  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 INPUTS = ROOT / "test/lit/weftc/Inputs"
@@ -177,15 +174,8 @@ class Sweep:
             return cmd, None
 
     def run(self, bundle, ranks):
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
-               str(ranks), str(self.bin / "weft-run"), str(bundle), "--data",
-               str(self.work / "tokens.bin"), "--steps", "2", "--quiet",
-               "--watchdog-s", "20"]
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=180)
-        except subprocess.TimeoutExpired:
-            return None
+        return mutation.weft_run(self.bin, bundle, self.work / "tokens.bin",
+                                 ranks, ["--steps", "2"], 20, 180)
 
     def one(self, index, rng):
         base = rng.choice(list(BASES))
@@ -268,12 +258,7 @@ class Sweep:
         return "CAUGHT", f"{what}: {errors[0][:200]}"
 
     def main(self):
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        subprocess.run([str(self.bin / "weft-make-tokens"),
-                        str(ROOT / "data/corpus.txt"),
-                        str(self.work / "tokens.bin")], check=True,
-                       capture_output=True)
+        mutation.fresh_work_dir(self.work, self.bin)
         for name, (model, cluster, flags) in BASES.items():  # valid bases
             if model.endswith(".json"):
                 model = str(INPUTS / model)
@@ -284,38 +269,19 @@ class Sweep:
             if result is None or result.returncode != 0:
                 sys.exit(f"base {name} does not compile: "
                          f"{result.stderr if result else 'hung'}")
-        rng = random.Random(self.args.seed)
-        counts = {k: 0 for k in ("REJECTED", "RAN", "VERIFIED", "CAUGHT",
-                                 "FAIL")}
-        start = time.time()
-        for index in range(self.args.mutations):
-            status, text = self.one(index, rng)
-            counts[status] += 1
-            print(f"{status}: [{index}] {text}", flush=True)
-            if status != "FAIL" or not self.args.keep_failures:
-                shutil.rmtree(self.work / f"case-{index}",
-                              ignore_errors=True)
-        print("distinct rejection reasons (numbers and paths masked):")
-        for reason, example in sorted(self.reasons.items()):
-            print(f"  {reason}    <- {example}")
-        passed = sum(v for k, v in counts.items() if k != "FAIL")
-        print(f"seed {self.args.seed}, {time.time() - start:.0f} s: " +
-              ", ".join(f"{v} {k.lower()}" for k, v in counts.items()
-                        if k != "FAIL"))
-        print(f"{passed} passed, {counts['FAIL']} failed")
-        return 1 if counts["FAIL"] else 0
+        def report():
+            print("distinct rejection reasons (numbers and paths masked):")
+            for reason, example in sorted(self.reasons.items()):
+                print(f"  {reason}    <- {example}")
+        return mutation.run_cases(
+            self.args, self.one, lambda i: self.work / f"case-{i}",
+            {"REJECTED": "rejected", "RAN": "ran", "VERIFIED": "verified",
+             "CAUGHT": "caught"}, report)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build",
-                        default=os.environ.get("WEFT_BUILD_DIR", "build"))
-    parser.add_argument("--mutations", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--work", default="/tmp/weft-compile-mutate")
-    parser.add_argument("--keep-failures", action="store_true")
-    sys.exit(Sweep(parser.parse_args()).main())
-
+    sys.exit(Sweep(mutation.parse_args(
+        __doc__, "/tmp/weft-compile-mutate")).main())
 
 if __name__ == "__main__":
     main()

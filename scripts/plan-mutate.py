@@ -34,21 +34,18 @@ failed` (passed: the three outcomes above); exits 1 on any failure. Not a
 ctest (random, minutes): run it after changes to the plan format, the
 verifier or the executor.
 """
-import argparse
 import copy
 import hashlib
 import json
-import os
-import random
 import shutil
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation import at, is_number, leaves  # noqa: E402
+import mutation  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 INPUTS = ROOT / "test/lit/weftc/Inputs"
@@ -170,15 +167,8 @@ class Mutator:
                 check=True, capture_output=True, text=True)
 
     def run(self, bundle, ranks):
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
-               str(ranks), str(self.bin / "weft-run"), str(bundle), "--data",
-               str(self.work / "tokens.bin"), "--steps", "2", "--quiet",
-               "--watchdog-s", "10"]
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=90)
-        except subprocess.TimeoutExpired:
-            return None
+        return mutation.weft_run(self.bin, bundle, self.work / "tokens.bin",
+                                 ranks, ["--steps", "2"], 10, 90)
 
     def one(self, index, rng):
         base = rng.choice(list(BASES))
@@ -226,12 +216,7 @@ class Mutator:
         return "CAUGHT", f"{what}: {errors[0][:200]}"
 
     def main(self):
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        subprocess.run([str(self.bin / "weft-make-tokens"),
-                        str(ROOT / "data/corpus.txt"),
-                        str(self.work / "tokens.bin")], check=True,
-                       capture_output=True)
+        mutation.fresh_work_dir(self.work, self.bin)
         self.build_bases()
         for name in BASES:  # the rehash reproduces weftc's hash
             base = self.work / f"base-{name}"
@@ -239,34 +224,14 @@ class Mutator:
             if content_hash(manifest, base) != manifest["content_hash"]:
                 sys.exit(f"content_hash of {base} not reproduced: "
                          "plan-format.md and this script disagree")
-        rng = random.Random(self.args.seed)
-        counts = {"REJECTED": 0, "RAN": 0, "CAUGHT": 0, "FAIL": 0}
-        start = time.time()
-        for index in range(self.args.mutations):
-            status, text = self.one(index, rng)
-            counts[status] += 1
-            print(f"{status}: [{index}] {text}", flush=True)
-            if status != "FAIL" or not self.args.keep_failures:
-                shutil.rmtree(self.work / f"mutant-{index}",
-                              ignore_errors=True)
-        passed = counts["REJECTED"] + counts["RAN"] + counts["CAUGHT"]
-        print(f"seed {self.args.seed}, {time.time() - start:.0f} s: "
-              f"{counts['REJECTED']} rejected, {counts['RAN']} ran, "
-              f"{counts['CAUGHT']} caught at run time")
-        print(f"{passed} passed, {counts['FAIL']} failed")
-        return 1 if counts["FAIL"] else 0
+        return mutation.run_cases(
+            self.args, self.one, lambda i: self.work / f"mutant-{i}",
+            {"REJECTED": "rejected", "RAN": "ran",
+             "CAUGHT": "caught at run time"})
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build",
-                        default=os.environ.get("WEFT_BUILD_DIR", "build"))
-    parser.add_argument("--mutations", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--work", default="/tmp/weft-mutate")
-    parser.add_argument("--keep-failures", action="store_true")
-    sys.exit(Mutator(parser.parse_args()).main())
-
+    sys.exit(Mutator(mutation.parse_args(__doc__, "/tmp/weft-mutate")).main())
 
 if __name__ == "__main__":
     main()

@@ -104,6 +104,20 @@ std::string readText(const std::string &path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+/// A full checkpoint's manifest of step 3 for `ranks` ranks: rank r's file
+/// rank-<r>.bin of 1000 bytes with checksum r + 1.
+Manifest sampleManifest(int32_t ranks) {
+  Manifest m;
+  m.step = 3;
+  m.worldSize = ranks;
+  m.bundleHash = std::string(64, 'c');
+  for (int32_t r = 0; r < ranks; ++r) {
+    m.files.push_back("rank-" + std::to_string(r) + ".bin");
+    m.results.push_back({1000, uint32_t(r + 1)});
+  }
+  return m;
+}
+
 /// `manifest` as a manifest written before manifests had their own
 /// checksum (what a test edits by hand to reach the field checks).
 std::string withoutManifestChecksum(std::string manifest) {
@@ -348,12 +362,7 @@ TEST(Checkpoint, ManifestRoundTripsAndChecksBundleAndWorldSize) {
 TEST(Checkpoint, ManifestChecksumCoversItsValues) {
   std::string dir = freshDir("manifest-crc");
   std::string path = dir + "/manifest.json";
-  Manifest m;
-  m.step = 3;
-  m.worldSize = 1;
-  m.bundleHash = std::string(64, 'c');
-  m.files = {"rank-0.bin"};
-  m.results = {{1000, 1}};
+  Manifest m = sampleManifest(1);
   m.lossScale = LossScaleState{65536.0, 2, 3};
   std::string json = manifestJson(m);
   // A reformatting (another indent, other key order) keeps the checksum.
@@ -383,12 +392,7 @@ TEST(Checkpoint, ManifestChecksumCoversItsValues) {
 TEST(Checkpoint, ManifestFieldErrorsNameTheField) {
   std::string dir = freshDir("manifest-fields");
   std::string path = dir + "/manifest.json";
-  Manifest m;
-  m.step = 3;
-  m.worldSize = 2;
-  m.bundleHash = std::string(64, 'c');
-  m.files = {"rank-0.bin", "rank-1.bin"};
-  m.results = {{1000, 1}, {1000, 2}};
+  Manifest m = sampleManifest(2);
   m.lossScale = LossScaleState{1024.0, 1, 3};
   nlohmann::json good = nlohmann::json::parse(manifestJson(m));
   good.erase("manifest_crc32c"); // edits by hand reach the field checks
@@ -428,12 +432,7 @@ TEST(Checkpoint, ManifestFieldErrorsNameTheField) {
 TEST(Checkpoint, ManifestRecordsTheDataFile) {
   std::string dir = freshDir("manifest-data");
   std::string path = dir + "/manifest.json";
-  Manifest m;
-  m.step = 3;
-  m.worldSize = 1;
-  m.bundleHash = std::string(64, 'c');
-  m.files = {"rank-0.bin"};
-  m.results = {{1000, 1}};
+  Manifest m = sampleManifest(1);
   writeText(path, manifestJson(m));
   EXPECT_FALSE(loadManifest(dir, m.bundleHash, 1).data); // older manifests
   m.data = DataIdentity{123456789012, 0x0badcafe};
