@@ -84,7 +84,8 @@ void checkBatchShape(const ModelSpec &model, const TrainingConfig &training) {
     throw Error("--seq-len " + std::to_string(training.seqLen) +
                 " exceeds the model's " + std::to_string(model.maxPositions) +
                 " learned positions (n_positions)");
-  if (training.seqLen > kMaxTokensPerStep / training.globalBatch)
+  if (training.globalBatch > 0 &&
+      training.seqLen > kMaxTokensPerStep / training.globalBatch)
     throw Error("--global-batch " + std::to_string(training.globalBatch) +
                 " x --seq-len " + std::to_string(training.seqLen) +
                 " is more than 2^40 tokens per step");
