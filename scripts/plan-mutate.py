@@ -15,7 +15,9 @@ region, reduction, ...) to another value its key takes in the plan, or an
 instruction of a stream deleted, duplicated or swapped with its
 neighbour -- writes the content hash again
 (so the change reaches the checks behind it), and runs
-`weft-inspect BUNDLE verify` and then `weft-run` for 2 steps. Every outcome
+`weft-inspect BUNDLE verify` (and, on a plan it verifies, `summary`,
+`timeline`, `memory --rank 0` and `state`, which must show it or say why
+in one line) and then `weft-run` for 2 steps. Every outcome
 must be one of:
 
   REJECTED  the loader or the verifier refuses it: one line naming
@@ -187,6 +189,24 @@ class Mutator:
         if verify.returncode not in (0, 1, 2):
             return "FAIL", f"{what}: weft-inspect verify exited " \
                            f"{verify.returncode}: {verify.stderr[-300:]}"
+        if verify.returncode == 0:
+            # What weft-inspect shows of a plan it verifies, it shows
+            # without crashing (or says why in one line).
+            for command in (["summary"], ["timeline"], ["memory", "--rank",
+                                                        "0"], ["state"]):
+                try:
+                    shown = subprocess.run(
+                        [str(self.bin / "weft-inspect"), str(target)] +
+                        command, capture_output=True, text=True, timeout=120)
+                except subprocess.TimeoutExpired:
+                    return "FAIL", f"{what}: weft-inspect {command[0]} hung"
+                lines = [l for l in shown.stderr.splitlines() if l.strip()]
+                if shown.returncode != 0 and (shown.returncode >= 128 or
+                                              shown.returncode < 0 or
+                                              len(lines) != 1):
+                    return "FAIL", f"{what}: weft-inspect {command[0]} " \
+                                   f"exited {shown.returncode}: " \
+                                   f"{shown.stderr.strip()[-300:]}"
         run = self.run(target, ranks)
         if run is None:
             return "FAIL", f"{what}: weft-run hung (90 s)"
