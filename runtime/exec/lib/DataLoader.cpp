@@ -29,6 +29,12 @@ TokenFile::TokenFile(const std::string &path) : path_(path) {
     ::close(fd);
     throw Error(path + ": cannot stat token file: " + errnoText());
   }
+  if (!S_ISREG(st.st_mode)) { // a directory, a pipe: nothing to map
+    ::close(fd);
+    throw Error(path + ": not a token file (" +
+                (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
+                ")");
+  }
   mapBytes_ = size_t(st.st_size);
   if (mapBytes_ > 0) {
     map_ = ::mmap(nullptr, mapBytes_, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -126,6 +127,19 @@ TEST(DataLoader, TokensOutsideTheVocabularyAreAnErrorNamingTheFirst) {
   }
   EXPECT_NO_THROW(DataLoader(path, 16, 4, 301));
   EXPECT_NO_THROW(DataLoader(path, 16, 4, 70000)); // past uint16: no check
+}
+
+TEST(DataLoader, ADirectoryIsNotATokenFile) {
+  std::string dir = tempPath("not-a-file");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  try {
+    TokenFile file(dir);
+    FAIL() << "expected an error";
+  } catch (const Error &error) {
+    EXPECT_EQ(std::string(error.what()),
+              dir + ": not a token file (a directory)");
+  }
+  ::rmdir(dir.c_str());
 }
 
 TEST(DataLoader, TruncatedLlmcFileIsRejected) {
