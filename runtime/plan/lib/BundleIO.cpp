@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace weft::plan;
@@ -72,6 +73,12 @@ void weft::plan::writeFileAtomic(const std::string &path,
 }
 
 std::optional<std::string> weft::plan::readFile(const std::string &path) {
+  // An ifstream opens a directory and reports a size near 2^63 for it.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    errno = EISDIR;
+    return std::nullopt;
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in)
     return std::nullopt;

@@ -264,6 +264,18 @@ TEST_F(BundleIOTest, RejectsMissingManifest) {
   }
 }
 
+TEST_F(BundleIOTest, RejectsADirectoryWhereTheManifestBelongs) {
+  // It failed allocating the "size" an ifstream reports for a directory.
+  std::filesystem::create_directories(dir("dir-manifest") + "/plan.json");
+  try {
+    loadBundle(dir("dir-manifest"));
+    FAIL();
+  } catch (const Error &error) {
+    EXPECT_EQ(std::string(error.what()),
+              dir("dir-manifest") + "/plan.json: cannot read: Is a directory");
+  }
+}
+
 TEST_F(BundleIOTest, RejectsWrongVersion) {
   EXPECT_EQ(loadError([](json &m) { m["format_version"] = 7; }),
             dir("edited") + "/plan.json: format_version: version 7 is not "
