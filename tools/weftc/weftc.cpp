@@ -388,6 +388,24 @@ int runSummary(mlir::MLIRContext &context) {
   return 0;
 }
 
+/// The option parser's error lines as one: each without its program-name
+/// prefix, joined by "; ".
+std::string oneLine(StringRef text) {
+  llvm::SmallVector<StringRef> lines;
+  text.split(lines, '\n', -1, /*KeepEmpty=*/false);
+  std::string joined;
+  for (StringRef line : lines) {
+    line = line.trim();
+    if (size_t colon = line.find(": ");
+        colon != StringRef::npos && !line.take_front(colon).contains(' '))
+      line = line.drop_front(colon + 2); // "weftc: " or "./bin/weftc: "
+    if (!joined.empty())
+      joined += "; ";
+    joined += line.str();
+  }
+  return joined;
+}
+
 /// `value` as a user wrote it: -5, 0.1, nan, inf.
 std::string numberText(double value) {
   std::ostringstream text;
@@ -772,6 +790,10 @@ int main(int argc, char **argv) {
   const cl::OptionCategory *shown[] = {&weftcCategory, &planCategory,
                                        &compileCategory};
   cl::HideUnrelatedOptions(shown);
+  // LLVM's parser reports an unknown argument in "weftc: ..." lines (with a
+  // "Did you mean" line): they become one `weftc: error:` line.
+  std::string parserText;
+  llvm::raw_string_ostream parserErrors(parserText);
   if (!cl::ParseCommandLineOptions(argc, argv,
                                    "weftc: the Weft compiler\n\n"
                                    "  weftc import <model> [-o out.mlir]\n"
@@ -782,8 +804,9 @@ int main(int argc, char **argv) {
                                    "  weftc compile --model M --cluster C "
                                    "--global-batch B --seq-len S -o DIR\n"
                                    "  weftc emit-bundle <exec.mlir> -o DIR\n",
-                                   &llvm::errs()))
-    return kExitBadInput;
+                                   &parserErrors))
+    // A bad flag value is printed by LLVM itself (one line), not here.
+    return parserText.empty() ? kExitBadInput : fail(oneLine(parserText));
   if (importCmd)
     return runImport(context);
   if (presetsCmd)
