@@ -344,33 +344,34 @@ private:
 
 enum class ByteState { Uninitialized, Written, Released };
 
-/// The state of every byte of one buffer as a map of disjoint segments
-/// covering [0, size).
-class ByteMap {
+/// A value for every byte of [0, size) as a map of disjoint segments keyed
+/// by their first byte: the state of a buffer's bytes, or which arena buffer
+/// last held them.
+template <typename Value> class SegmentMap {
 public:
   struct Segment {
     int64_t end;
-    ByteState state;
-    Loc loc; // the release, for Released
+    Value value;
   };
 
-  ByteMap(int64_t size, ByteState state) : size(size) {
-    segments[0] = {size, state, {}};
+  SegmentMap(int64_t size, Value value) : size(size) {
+    segments[0] = {size, value};
   }
 
-  void assign(int64_t begin, int64_t end, ByteState state, Loc loc) {
+  void assign(int64_t begin, int64_t end, Value value) {
     split(begin);
     split(end);
     segments.erase(segments.lower_bound(begin), segments.lower_bound(end));
-    segments[begin] = {end, state, loc};
+    segments[begin] = {end, value};
   }
 
-  /// The first segment in [begin, end) whose bytes are not Written.
-  std::optional<std::pair<int64_t, Segment>> firstUnwritten(int64_t begin,
-                                                            int64_t end) const {
+  /// The first segment meeting [begin, end) whose value `pred` takes.
+  template <typename Pred>
+  std::optional<std::pair<int64_t, Segment>> first(int64_t begin, int64_t end,
+                                                   Pred pred) const {
     auto it = std::prev(segments.upper_bound(begin));
     for (; it != segments.end() && it->first < end; ++it)
-      if (it->second.state != ByteState::Written)
+      if (pred(it->second.value))
         return *it;
     return std::nullopt;
   }
@@ -380,13 +381,19 @@ private:
     if (at >= size || segments.count(at))
       return;
     auto it = std::prev(segments.upper_bound(at));
-    segments[at] = {it->second.end, it->second.state, it->second.loc};
+    segments[at] = it->second;
     it->second.end = at;
   }
 
   int64_t size;
   std::map<int64_t, Segment> segments;
 };
+
+struct ByteInfo {
+  ByteState state;
+  Loc loc; // the release, for Released
+};
+using ByteMap = SegmentMap<ByteInfo>;
 
 using VectorClock = std::vector<int64_t>;
 
@@ -521,9 +528,10 @@ private:
     clocks.assign(numStreams, VectorClock(numStreams, 0));
     eventClocks.assign(program.numEvents, VectorClock());
     for (const Buffer &buffer : program.buffers) {
-      bytes.emplace_back(buffer.size, buffer.region != Region::Arena
-                                          ? ByteState::Written
-                                          : ByteState::Uninitialized);
+      bytes.emplace_back(buffer.size, ByteInfo{buffer.region != Region::Arena
+                                                   ? ByteState::Written
+                                                   : ByteState::Uninitialized,
+                                               {}});
       Liveness live;
       live.maxClock.assign(numStreams, 0);
       live.minVC.assign(numStreams, std::numeric_limits<int64_t>::max());
@@ -578,16 +586,17 @@ private:
     for (const BufferRange &range : inst.writes) {
       access(range, loc, /*write=*/true);
       bytes[range.buffer].assign(range.offset, range.offset + range.bytes,
-                                 inst.opcode == Opcode::Release
-                                     ? ByteState::Released
-                                     : ByteState::Written,
-                                 loc);
+                                 {inst.opcode == Opcode::Release
+                                      ? ByteState::Released
+                                      : ByteState::Written,
+                                  loc});
     }
   }
 
   void checkInitialized(const BufferRange &range, Loc loc) {
-    auto bad = bytes[range.buffer].firstUnwritten(range.offset,
-                                                  range.offset + range.bytes);
+    auto bad = bytes[range.buffer].first(
+        range.offset, range.offset + range.bytes,
+        [](const ByteInfo &info) { return info.state != ByteState::Written; });
     if (!bad)
       return;
     int64_t begin = std::max(bad->first, range.offset);
@@ -595,9 +604,9 @@ private:
     std::string what = describe(program, loc) + ": reads " +
                        bufferText(program, range.buffer) + " " +
                        bytesText(begin, end);
-    if (bad->second.state == ByteState::Released)
+    if (bad->second.value.state == ByteState::Released)
       report(CheckKind::Init, what + " after their release at " +
-                                  describe(program, bad->second.loc));
+                                  describe(program, bad->second.value.loc));
     else
       report(CheckKind::Init, what + " before they are written");
   }
@@ -686,32 +695,18 @@ private:
                 return std::tie(liveness[a->id].firstSeq, a->id) <
                        std::tie(liveness[b->id].firstSeq, b->id);
               });
-    // Arena bytes -> the buffer that last held them (-1: none yet), as
-    // disjoint segments keyed by their first byte.
-    struct Segment {
-      int64_t end, buffer;
-    };
-    std::map<int64_t, Segment> held{
-        {0, {std::numeric_limits<int64_t>::max(), -1}}};
-    auto split = [&](int64_t at) {
-      auto it = std::prev(held.upper_bound(at));
-      if (it->first != at) {
-        held[at] = {it->second.end, it->second.buffer};
-        it->second.end = at;
-      }
-    };
+    // Arena bytes -> the buffer that last held them (-1: none yet).
+    SegmentMap<int64_t> held(std::numeric_limits<int64_t>::max(), -1);
     for (const Buffer *late : order) {
       int64_t begin = late->offset, end = late->offset + late->size;
-      split(begin);
-      split(end);
       std::vector<int64_t> earlier;
-      for (auto it = held.find(begin); it != held.end() && it->first < end;
-           it = held.erase(it))
-        if (it->second.buffer >= 0 &&
-            std::find(earlier.begin(), earlier.end(), it->second.buffer) ==
-                earlier.end())
-          earlier.push_back(it->second.buffer);
-      held[begin] = {end, late->id};
+      held.first(begin, end, [&](int64_t buffer) {
+        if (buffer >= 0 &&
+            std::find(earlier.begin(), earlier.end(), buffer) == earlier.end())
+          earlier.push_back(buffer);
+        return false; // every segment
+      });
+      held.assign(begin, end, late->id);
       for (int64_t id : earlier) {
         const Buffer &early = program.buffers[size_t(id)];
         if (livesBefore(liveness[early.id], liveness[late->id]))
