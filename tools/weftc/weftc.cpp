@@ -593,13 +593,12 @@ int runCompile(mlir::MLIRContext &context) {
   std::string clusterJson;
   if (int status = weft::selectPlan(*spec, options, plan, clusterJson))
     return status;
+  const double minLr =
+      trainMinLr.getNumOccurrences() ? trainMinLr.getValue() : trainLr / 10;
   // NaN and infinity would reach plan.json as null (JSON has neither), a
   // bundle no tool loads; a negative rate, decay or clip means nothing.
   for (auto [flag, value] :
-       {std::pair{"--lr", trainLr.getValue()},
-        std::pair{"--min-lr", trainMinLr.getNumOccurrences()
-                                  ? trainMinLr.getValue()
-                                  : trainLr / 10},
+       {std::pair{"--lr", trainLr.getValue()}, std::pair{"--min-lr", minLr},
         std::pair{"--weight-decay", trainWeightDecay.getValue()},
         std::pair{"--grad-clip", trainGradClip.getValue()},
         std::pair{"--loss-scale", trainLossScale.getValue()},
@@ -608,8 +607,7 @@ int runCompile(mlir::MLIRContext &context) {
       return fail(llvm::Twine("compile: ") + flag +
                   " must be a finite number, got " + numberText(value));
   for (auto [flag, value] :
-       {std::pair{"--lr", trainLr.getValue()},
-        std::pair{"--min-lr", trainMinLr.getValue()},
+       {std::pair{"--lr", trainLr.getValue()}, std::pair{"--min-lr", minLr},
         std::pair{"--weight-decay", trainWeightDecay.getValue()},
         std::pair{"--grad-clip", trainGradClip.getValue()},
         std::pair{"--warmup-steps", double(trainWarmup.getValue())},
@@ -690,8 +688,7 @@ int runCompile(mlir::MLIRContext &context) {
   schedule.seqLen = *options.seqLen;
   schedule.family = spec->family;
   schedule.lr = trainLr;
-  schedule.minLr =
-      trainMinLr.getNumOccurrences() ? trainMinLr.getValue() : trainLr / 10;
+  schedule.minLr = minLr;
   schedule.warmupSteps = trainWarmup;
   schedule.decaySteps = trainDecay;
   schedule.weightDecay = trainWeightDecay;
