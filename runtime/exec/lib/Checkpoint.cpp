@@ -9,11 +9,13 @@
 
 #include "weft/exec/Checkpoint.h"
 #include "weft/exec/Error.h"
+#include "weft/plan/JsonReader.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -146,11 +148,11 @@ struct Fd {
 
 /// The value of exactly 8 hex digits (how checksums are written).
 std::optional<uint32_t> parseHex32(const std::string &text) {
-  char *end = nullptr;
-  unsigned long value = std::strtoul(text.c_str(), &end, 16);
-  if (text.size() != 8 || *end != '\0')
-    return std::nullopt;
-  return uint32_t(value);
+  if (text.size() != 8 ||
+      !std::all_of(text.begin(), text.end(),
+                   [](unsigned char c) { return std::isxdigit(c); }))
+    return std::nullopt; // strtoul alone would take " -123456"
+  return uint32_t(std::strtoul(text.c_str(), nullptr, 16));
 }
 
 } // namespace
@@ -398,178 +400,80 @@ std::string manifestJson(const Manifest &m) {
 
 namespace {
 
-/// Typed reads of a manifest's fields: a missing field, or one of another
-/// type, is one error naming it (`files[1].bytes must be an integer (found
-/// "5")`). Strict where the JSON library would convert (2.5 as a step, -1 as
-/// an unsigned).
-class ManifestFields {
-public:
-  explicit ManifestFields(const std::string &path) : path_(path) {}
+/// An 8-hex-digit checksum field of `reader`.
+uint32_t readHex32(plan::JsonReader &reader, const std::string &key) {
+  const std::string &text = reader.string(key);
+  std::optional<uint32_t> parsed = parseHex32(text);
+  if (!parsed)
+    reader.fail(key, "expected 8 hex digits" +
+                         plan::JsonReader::found(nlohmann::json(text)));
+  return *parsed;
+}
 
-  [[noreturn]] void fail(const std::string &field,
-                         const std::string &reason) const {
-    throw Error(path_ + ": " + field + " " + reason);
-  }
-  const nlohmann::json &object(const nlohmann::json &value,
-                               const std::string &field) const {
-    if (!value.is_object())
-      fail(field, "must be an object" + found(value));
-    return value;
-  }
-  static const nlohmann::json *find(const nlohmann::json &object,
-                                    const char *key) {
-    auto it = object.find(key);
-    return it == object.end() ? nullptr : &*it;
-  }
-  const nlohmann::json &at(const nlohmann::json &object,
-                           const std::string &where, const char *key) const {
-    const nlohmann::json *value = find(object, key);
-    if (!value)
-      fail(name(where, key), "is missing");
-    return *value;
-  }
-  int64_t integer(const nlohmann::json &object, const std::string &where,
-                  const char *key, int64_t low = INT64_MIN,
-                  int64_t high = INT64_MAX) const {
-    const nlohmann::json &value = at(object, where, key);
-    bool fits = value.is_number_integer() &&
-                (!value.is_number_unsigned() ||
-                 value.get<uint64_t>() <= uint64_t(INT64_MAX));
-    if (!fits || value.get<int64_t>() < low || value.get<int64_t>() > high)
-      fail(name(where, key),
-           "must be an integer" + range(low, high) + found(value));
-    return value.get<int64_t>();
-  }
-  double number(const nlohmann::json &object, const std::string &where,
-                const char *key) const {
-    const nlohmann::json &value = at(object, where, key);
-    if (!value.is_number())
-      fail(name(where, key), "must be a number" + found(value));
-    return value.get<double>();
-  }
-  const std::string &string(const nlohmann::json &object,
-                            const std::string &where, const char *key) const {
-    const nlohmann::json &value = at(object, where, key);
-    if (!value.is_string())
-      fail(name(where, key), "must be a string" + found(value));
-    return value.get_ref<const std::string &>();
-  }
-  uint32_t hex32(const nlohmann::json &object, const std::string &where,
-                 const char *key) const {
-    const nlohmann::json &value = at(object, where, key);
-    std::optional<uint32_t> parsed =
-        value.is_string() ? parseHex32(value.get<std::string>()) : std::nullopt;
-    if (!parsed)
-      fail(name(where, key), "must be 8 hex digits" + found(value));
-    return *parsed;
-  }
-
-  static std::string name(const std::string &where, const char *key) {
-    return where.empty() ? std::string(key) : where + "." + key;
-  }
-
-private:
-  static std::string found(const nlohmann::json &value) {
-    std::string text = value.dump();
-    if (text.size() > 40)
-      text = text.substr(0, 37) + "...";
-    return " (found " + text + ")";
-  }
-  static std::string range(int64_t low, int64_t high) {
-    if (low == INT64_MIN && high == INT64_MAX)
-      return "";
-    if (high == INT64_MAX)
-      return " >= " + std::to_string(low);
-    return " in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
-  }
-  const std::string &path_;
-};
-
-} // namespace
-
-Manifest parseManifest(const std::string &path, const std::string &text) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception &error) {
-    throw Error(path + ": invalid manifest: " + error.what());
-  }
-  const ManifestFields fields(path);
-  if (!json.is_object() || !json.contains("format") ||
-      json.at("format") != "weft-checkpoint")
-    throw Error(path + ": not a weft checkpoint manifest");
-  if (fields.find(json, "manifest_crc32c")) {
-    uint32_t recorded = fields.hex32(json, "", "manifest_crc32c");
+Manifest readManifest(const std::string &path, const nlohmann::json &json) {
+  // Fields this version does not know are ignored (no finish()): a newer
+  // writer may add some.
+  plan::JsonReader root(json, "", path);
+  if (root.find("manifest_crc32c")) {
+    uint32_t recorded = readHex32(root, "manifest_crc32c");
     uint32_t computed = manifestChecksum(json);
     if (computed != recorded)
       throw Error(path + ": manifest checksum mismatch (computed " +
-                  weft::exec::hex32(computed) + ", recorded " +
-                  weft::exec::hex32(recorded) +
+                  hex32(computed) + ", recorded " + hex32(recorded) +
                   "): the manifest was edited or corrupted");
   }
   Manifest m;
-  int64_t version = fields.integer(json, "", "version");
+  int64_t version = root.integer("version");
   if (version != kCheckpointVersion)
     throw Error(path + ": checkpoint format version " +
                 std::to_string(version) + ", this weft-run reads version " +
                 std::to_string(kCheckpointVersion));
-  m.step = fields.integer(json, "", "step", 0);
-  if (fields.find(json, "contents")) {
-    const std::string &contents = fields.string(json, "", "contents");
+  m.step = root.integer("step", 0);
+  if (root.find("contents")) {
+    const std::string &contents = root.string("contents");
     if (contents != "weights" && contents != "full")
-      throw Error(path + ": 'contents' must be full or weights, got '" +
-                  contents + "'");
+      root.fail("contents",
+                "expected full or weights (found \"" + contents + "\")");
     m.contents = contents == "weights" ? CheckpointContents::Weights
                                        : CheckpointContents::Full;
   }
-  if (const nlohmann::json *ls = fields.find(json, "loss_scale")) {
-    fields.object(*ls, "loss_scale");
-    LossScaleState state{fields.number(*ls, "loss_scale", "scale"),
-                         fields.integer(*ls, "loss_scale", "good_steps"),
-                         fields.integer(*ls, "loss_scale", "optimizer_steps")};
-    if (!(state.scale > 0) || !std::isfinite(state.scale) ||
-        state.goodSteps < 0 || state.optimizerSteps < 0 ||
-        state.optimizerSteps > m.step)
-      throw Error(path + ": 'loss_scale' holds an impossible state (scale " +
-                  ls->at("scale").dump() + ", optimizer_steps " +
-                  ls->at("optimizer_steps").dump() + " of " +
-                  std::to_string(m.step) + " steps)");
+  if (root.find("loss_scale")) {
+    plan::JsonReader ls = root.object("loss_scale");
+    LossScaleState state{ls.number("scale"), ls.integer("good_steps", 0),
+                         ls.integer("optimizer_steps", 0, m.step)};
+    if (!(state.scale > 0) || !std::isfinite(state.scale))
+      ls.fail("scale", "expected a finite number > 0" +
+                           plan::JsonReader::found(ls.field("scale")));
     m.lossScale = state;
   }
-  if (const nlohmann::json *data = fields.find(json, "data")) {
-    fields.object(*data, "data");
-    const nlohmann::json *fingerprint = fields.find(*data, "fingerprint");
-    std::optional<uint32_t> parsed =
-        fingerprint && fingerprint->is_string()
-            ? parseHex32(fingerprint->get<std::string>())
-            : std::nullopt;
-    const nlohmann::json *tokens = fields.find(*data, "tokens");
-    if (!parsed || !tokens || !tokens->is_number_integer() ||
-        tokens->get<int64_t>() < 0)
-      throw Error(path + ": 'data' must hold a token count >= 0 and an 8 "
-                         "hex digit fingerprint");
-    m.data = DataIdentity{tokens->get<int64_t>(), *parsed};
+  if (root.find("data")) {
+    plan::JsonReader data = root.object("data");
+    int64_t tokens = data.integer("tokens", 0);
+    m.data = DataIdentity{tokens, readHex32(data, "fingerprint")};
   }
-  m.worldSize = int32_t(fields.integer(json, "", "world_size", 1, INT32_MAX));
-  m.bundleHash = fields.string(json, "", "bundle_hash");
-  const nlohmann::json &files = fields.at(json, "", "files");
-  if (!files.is_array() || files.size() != size_t(m.worldSize))
-    throw Error(path + ": 'files' must list one file per rank");
+  m.worldSize = int32_t(root.integer("world_size", 1, INT32_MAX));
+  m.bundleHash = root.string("bundle_hash");
+  const nlohmann::json &files = root.array("files");
+  if (files.size() != size_t(m.worldSize))
+    root.fail("files", "lists " + std::to_string(files.size()) +
+                           " files, expected one per rank (" +
+                           std::to_string(m.worldSize) + ")");
   for (size_t r = 0; r < files.size(); ++r) {
-    std::string where = "files[" + std::to_string(r) + "]";
-    const nlohmann::json &f = fields.object(files[r], where);
-    if (fields.integer(f, where, "rank") != int64_t(r))
-      throw Error(path + ": " + where + " is not rank " + std::to_string(r));
-    const std::string &name = fields.string(f, where, "file");
+    plan::JsonReader f = root.element(files, "files", r);
+    if (f.integer("rank") != int64_t(r))
+      f.fail("rank", "expected " + std::to_string(r) + ", the entry's index" +
+                         plan::JsonReader::found(f.field("rank")));
+    const std::string &name = f.string("file");
     if (name.empty() || name.find('/') != std::string::npos)
-      throw Error(path + ": " + where + ".file must be a plain file name");
-    uint32_t crc = fields.hex32(f, where, "crc32c");
+      f.fail("file", "expected a plain file name" +
+                         plan::JsonReader::found(nlohmann::json(name)));
+    uint32_t crc = readHex32(f, "crc32c");
     m.files.push_back(name);
-    m.results.push_back({fields.integer(f, where, "bytes", 0), crc});
-    m.writers.push_back(fields.find(f, "written_by")
-                            ? int32_t(fields.integer(f, where, "written_by",
-                                                     INT32_MIN, INT32_MAX))
-                            : int32_t(r));
+    m.results.push_back({f.integer("bytes", 0), crc});
+    m.writers.push_back(
+        f.find("written_by")
+            ? int32_t(f.integer("written_by", 0, m.worldSize - 1))
+            : int32_t(r));
   }
   // A shared file is one its writer lists as its own, with the same
   // size and checksum.
@@ -578,7 +482,7 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
     if (size_t(w) == r)
       continue;
     std::string at = path + ": files[" + std::to_string(r) + "].written_by";
-    if (w < 0 || w >= m.worldSize || size_t(m.writers[size_t(w)]) != size_t(w))
+    if (size_t(m.writers[size_t(w)]) != size_t(w))
       throw Error(at + ": " + std::to_string(w) +
                   " is not a rank that wrote its own file");
     if (m.contents != CheckpointContents::Weights)
@@ -590,6 +494,25 @@ Manifest parseManifest(const std::string &path, const std::string &text) {
                   std::to_string(w) + "'s");
   }
   return m;
+}
+
+} // namespace
+
+Manifest parseManifest(const std::string &path, const std::string &text) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception &error) {
+    throw Error(path + ": invalid manifest: " + error.what());
+  }
+  if (!json.is_object() || !json.contains("format") ||
+      json.at("format") != "weft-checkpoint")
+    throw Error(path + ": not a weft checkpoint manifest");
+  try {
+    return readManifest(path, json);
+  } catch (const plan::Error &error) {
+    throw Error(error.what());
+  }
 }
 
 namespace {

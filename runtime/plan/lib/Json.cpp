@@ -1,13 +1,13 @@
 //===- Json.cpp - Bundle <-> manifest JSON --------------------------------===//
 //
-// The manifest is read through ObjectReader, which tracks the JSON path of
-// every field so each error names exactly what is wrong, and rejects fields it
-// did not consume (a misspelled or misplaced field is an error, not silently
-// ignored data).
+// The manifest is read through JsonReader, which names the JSON path of
+// every error and rejects fields it did not consume (a misspelled or
+// misplaced field is an error, not silently ignored data).
 //
 //===----------------------------------------------------------------------===//
 
 #include "weft/plan/Error.h"
+#include "weft/plan/JsonReader.h"
 #include "weft/plan/Serialize.h"
 
 #include <cstdio>
@@ -178,177 +178,7 @@ json parameterToJson(const Parameter &param) {
 // Reading
 //===----------------------------------------------------------------------===//
 
-std::string joinPath(const std::string &path, const std::string &key) {
-  return path.empty() ? key : path + "." + key;
-}
-
-std::string indexPath(const std::string &path, size_t index) {
-  return path + "[" + std::to_string(index) + "]";
-}
-
-/// Reads one JSON object field by field. Its path (for error messages) is
-/// only assembled on failure, from the chain of enclosing readers, which
-/// must outlive it; loading a large manifest builds no path strings.
-class ObjectReader {
-public:
-  ObjectReader(const json &value, std::string path, const std::string &file)
-      : value(value), rootPath(std::move(path)), file(file) {
-    checkObject();
-  }
-
-  /// The full JSON path of this object, e.g. "programs[1].streams[0]".
-  std::string where() const {
-    if (!parent)
-      return rootPath;
-    std::string out = joinPath(parent->where(), key);
-    return index == kNoIndex ? out : indexPath(out, index);
-  }
-
-  [[noreturn]] void fail(const std::string &key,
-                         const std::string &reason) const {
-    throw Error(file + ": " + joinPath(where(), key) + ": " + reason);
-  }
-
-  bool has(const std::string &key) const { return value.contains(key); }
-
-  const json &field(const std::string &key) {
-    auto it = value.find(key);
-    if (it == value.end())
-      fail(key, "missing field");
-    std::string_view name = it.key(); // stable: the object's own key
-    for (std::string_view seen : consumed)
-      if (seen == name)
-        return *it;
-    consumed.push_back(name);
-    return *it;
-  }
-
-  int64_t integer(const std::string &key) {
-    const json &item = field(key);
-    if (!item.is_number_integer())
-      fail(key, "expected an integer");
-    return item.get<int64_t>();
-  }
-  double number(const std::string &key) {
-    const json &item = field(key);
-    if (!item.is_number())
-      fail(key, "expected a number");
-    return item.get<double>();
-  }
-  bool boolean(const std::string &key) {
-    const json &item = field(key);
-    if (!item.is_boolean())
-      fail(key, "expected true or false");
-    return item.get<bool>();
-  }
-  std::string string(const std::string &key) {
-    const json &item = field(key);
-    if (!item.is_string())
-      fail(key, "expected a string");
-    return item.get<std::string>();
-  }
-  const json &array(const std::string &key) {
-    const json &item = field(key);
-    if (!item.is_array())
-      fail(key, "expected an array");
-    return item;
-  }
-  std::vector<int64_t> integers(const std::string &key) {
-    std::vector<int64_t> out;
-    const json &items = array(key);
-    out.reserve(items.size());
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_number_integer())
-        fail(indexPath(key, i), "expected an integer");
-      out.push_back(items[i].get<int64_t>());
-    }
-    return out;
-  }
-  /// An array of arrays of integers, e.g. the groups of a group family.
-  std::vector<std::vector<int64_t>> integerLists(const std::string &key) {
-    std::vector<std::vector<int64_t>> out;
-    const json &lists = array(key);
-    for (size_t i = 0; i < lists.size(); ++i) {
-      std::string listPath = indexPath(key, i);
-      if (!lists[i].is_array())
-        fail(listPath, "expected an array");
-      std::vector<int64_t> &list = out.emplace_back();
-      for (size_t j = 0; j < lists[i].size(); ++j) {
-        if (!lists[i][j].is_number_integer())
-          fail(indexPath(listPath, j), "expected an integer");
-        list.push_back(lists[i][j].get<int64_t>());
-      }
-    }
-    return out;
-  }
-  ObjectReader object(const std::string &key) {
-    return ObjectReader(field(key), this, key, kNoIndex);
-  }
-  /// Element `index` of the array field `key` (already read with array()).
-  ObjectReader element(const std::string &key, size_t index) {
-    return ObjectReader(value.at(key).at(index), this, key, index);
-  }
-  /// Element `index` of `items`, the array field `key` of this object.
-  ObjectReader element(const json &items, const std::string &key,
-                       size_t index) {
-    return ObjectReader(items[index], this, key, index);
-  }
-
-  template <typename Enum>
-  Enum enumeration(const std::string &key,
-                   std::optional<Enum> (*parse)(std::string_view),
-                   const char *what) {
-    const json &item = field(key);
-    if (!item.is_string())
-      fail(key, "expected a string");
-    const std::string &text = item.get_ref<const std::string &>();
-    std::optional<Enum> parsed = parse(text);
-    if (!parsed)
-      fail(key, "unknown " + std::string(what) + " '" + text + "'");
-    return *parsed;
-  }
-
-  /// Reject fields that were never read.
-  void finish(const std::string &context) const {
-    if (consumed.size() == value.size())
-      return;
-    for (const auto &item : value.items()) {
-      bool seen = false;
-      for (std::string_view name : consumed)
-        seen = seen || name == item.key();
-      if (!seen)
-        fail(item.key(), "unexpected field" + context);
-    }
-  }
-
-private:
-  static constexpr size_t kNoIndex = size_t(-1);
-
-  ObjectReader(const json &value, const ObjectReader *parent, std::string key,
-               size_t index)
-      : value(value), file(parent->file), parent(parent), key(std::move(key)),
-        index(index) {
-    checkObject();
-  }
-
-  void checkObject() const {
-    if (!value.is_object()) {
-      std::string path = where();
-      throw Error(file + ": " + (path.empty() ? "<root>" : path) +
-                  ": expected an object");
-    }
-  }
-
-  const json &value;
-  std::string rootPath; // the path of a reader without parent
-  const std::string &file;
-  const ObjectReader *parent = nullptr;
-  std::string key;
-  size_t index = kNoIndex;
-  std::vector<std::string_view> consumed;
-};
-
-std::vector<BufferRange> readRanges(ObjectReader &reader,
+std::vector<BufferRange> readRanges(JsonReader &reader,
                                     const std::string &key) {
   std::vector<BufferRange> ranges;
   if (!reader.has(key))
@@ -356,7 +186,7 @@ std::vector<BufferRange> readRanges(ObjectReader &reader,
   const json &items = reader.array(key);
   ranges.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    ObjectReader range = reader.element(items, key, i);
+    JsonReader range = reader.element(items, key, i);
     ranges.push_back({range.integer("buffer"), range.integer("offset"),
                       range.integer("bytes")});
     range.finish("");
@@ -364,7 +194,7 @@ std::vector<BufferRange> readRanges(ObjectReader &reader,
   return ranges;
 }
 
-Instruction readInstruction(ObjectReader &reader) {
+Instruction readInstruction(JsonReader &reader) {
   Instruction inst;
   inst.opcode = reader.enumeration("op", parseOpcode, "opcode");
   inst.reads = readRanges(reader, "reads");
@@ -458,7 +288,7 @@ struct StoredLayout {
 /// Read one stored program into the programs of the roles it lists
 /// (`programs[k]` for `roles[k]`); `listedAt` maps each role seen so far to
 /// the path that lists it.
-void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
+void readStoredProgram(JsonReader &reader, std::vector<int64_t> &roles,
                        std::vector<Program> &programs,
                        std::vector<std::vector<bool>> &perRole,
                        std::map<int64_t, std::string> &listedAt) {
@@ -466,13 +296,13 @@ void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
   if (roles.empty())
     reader.fail("roles", "must list at least one role");
   for (size_t k = 0; k < roles.size(); ++k) {
-    std::string key = indexPath("roles", k);
+    std::string key = JsonReader::indexPath("roles", k);
     int64_t role = roles[k];
     if (role < 0)
       reader.fail(key,
                   "role " + std::to_string(role) + " must not be negative");
     auto [it, inserted] =
-        listedAt.try_emplace(role, joinPath(reader.where(), key));
+        listedAt.try_emplace(role, JsonReader::joinPath(reader.where(), key));
     if (!inserted)
       reader.fail(key, "role " + std::to_string(role) +
                            " is listed twice (also at " + it->second + ")");
@@ -488,7 +318,7 @@ void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
   base.hostBytes = reader.integer("host_bytes");
   const json &buffers = reader.array("buffers");
   for (size_t i = 0; i < buffers.size(); ++i) {
-    ObjectReader item = reader.element(buffers, "buffers", i);
+    JsonReader item = reader.element(buffers, "buffers", i);
     Buffer buffer;
     buffer.id = item.integer("id");
     buffer.name = item.string("name");
@@ -505,7 +335,7 @@ void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
   const json &streams = reader.array("streams");
   perRole.assign(streams.size(), {});
   for (size_t s = 0; s < streams.size(); ++s) {
-    ObjectReader item = reader.element(streams, "streams", s);
+    JsonReader item = reader.element(streams, "streams", s);
     std::string name = item.string("name");
     const json &instructions = item.array("instructions");
     for (Program &program : programs) {
@@ -514,7 +344,7 @@ void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
     }
     perRole[s].assign(instructions.size(), false);
     for (size_t j = 0; j < instructions.size(); ++j) {
-      ObjectReader instReader = item.element(instructions, "instructions", j);
+      JsonReader instReader = item.element(instructions, "instructions", j);
       if (!instReader.has("per_role")) {
         Instruction inst = readInstruction(instReader);
         for (size_t k = 0; k + 1 < variants; ++k)
@@ -534,7 +364,7 @@ void readStoredProgram(ObjectReader &reader, std::vector<int64_t> &roles,
                             " variants but the program is stored for " +
                             std::to_string(variants) + " roles");
       for (size_t k = 0; k < variants; ++k) {
-        ObjectReader variant = instReader.element(list, "per_role", k);
+        JsonReader variant = instReader.element(list, "per_role", k);
         if (variant.has("per_role"))
           variant.fail("per_role", "nested per_role is not allowed");
         programs[k].streams[s].instructions.push_back(readInstruction(variant));
@@ -561,7 +391,7 @@ std::string manifestPath(const std::string &path, const StoredLayout &layout) {
     return path;
   size_t stored = layout.storedOf[role];
   std::string rest = path.substr(close + 1);
-  std::string out = indexPath("programs", stored);
+  std::string out = JsonReader::indexPath("programs", stored);
   // ".streams[s].instructions[i]" followed by the rest of the path.
   unsigned long s = 0, i = 0;
   int consumed = 0;
@@ -571,18 +401,18 @@ std::string manifestPath(const std::string &path, const StoredLayout &layout) {
     const auto &perRole = layout.perRole[stored];
     if (s < perRole.size() && i < perRole[s].size() && perRole[s][i])
       return out + rest.substr(0, consumed) +
-             indexPath(".per_role", layout.variantOf[role]) +
+             JsonReader::indexPath(".per_role", layout.variantOf[role]) +
              rest.substr(consumed);
   }
   return out + rest;
 }
 
-Parameter readParameter(ObjectReader &reader) {
+Parameter readParameter(JsonReader &reader) {
   Parameter param;
   param.name = reader.string("name");
   param.shape = reader.integers("shape");
   param.dtype = reader.enumeration("dtype", parseDType, "dtype");
-  ObjectReader init = reader.object("init");
+  JsonReader init = reader.object("init");
   param.init.kind = init.string("kind");
   param.init.std = init.number("std");
   init.finish("");
@@ -590,7 +420,7 @@ Parameter readParameter(ObjectReader &reader) {
   param.hfTransposed = reader.boolean("hf_transposed");
   const json &shards = reader.array("shards");
   for (size_t i = 0; i < shards.size(); ++i) {
-    ObjectReader item = reader.element("shards", i);
+    JsonReader item = reader.element("shards", i);
     ShardSpec shard;
     shard.role = item.integer("role");
     shard.buffer = item.integer("buffer");
@@ -677,7 +507,7 @@ json weft::plan::toJson(const Bundle &bundle) {
 Bundle weft::plan::fromJson(const json &manifest,
                             const std::map<std::string, std::string> &files,
                             const std::string &file) {
-  ObjectReader root(manifest, "", file);
+  JsonReader root(manifest, "", file);
   Bundle bundle;
   bundle.formatVersion = root.integer("format_version");
   if (bundle.formatVersion != kFormatVersion)
@@ -685,12 +515,12 @@ Bundle weft::plan::fromJson(const json &manifest,
   if (root.has("content_hash"))
     root.string("content_hash");
 
-  ObjectReader model = root.object("model");
+  JsonReader model = root.object("model");
   bundle.model.name = model.string("name");
   bundle.model.family = model.string("family");
   model.finish("");
 
-  ObjectReader training = root.object("training");
+  JsonReader training = root.object("training");
   TrainingInfo &info = bundle.training;
   info.globalBatch = training.integer("global_batch");
   info.seqLen = training.integer("seq_len");
@@ -707,7 +537,7 @@ Bundle weft::plan::fromJson(const json &manifest,
   info.beta2 = training.number("beta2");
   info.eps = training.number("eps");
   info.gradClip = training.number("grad_clip");
-  ObjectReader lossScale = training.object("loss_scale");
+  JsonReader lossScale = training.object("loss_scale");
   info.lossScale.dynamic = lossScale.boolean("dynamic");
   info.lossScale.initial = lossScale.number("initial");
   info.lossScale.growthInterval = lossScale.integer("growth_interval");
@@ -715,7 +545,7 @@ Bundle weft::plan::fromJson(const json &manifest,
   lossScale.finish("");
   training.finish("");
 
-  ObjectReader prediction = root.object("prediction");
+  JsonReader prediction = root.object("prediction");
   bundle.prediction.stepTimeS = prediction.number("step_time_s");
   bundle.prediction.peakMemoryBytes = prediction.integers("peak_memory_bytes");
   bundle.prediction.mfu = prediction.number("mfu");
@@ -723,9 +553,10 @@ Bundle weft::plan::fromJson(const json &manifest,
 
   bundle.config = root.field("config");
   if (!bundle.config.is_object())
-    root.fail("config", "expected an object");
+    root.fail("config",
+              "expected an object" + JsonReader::found(bundle.config));
 
-  ObjectReader mesh = root.object("mesh");
+  JsonReader mesh = root.object("mesh");
   bundle.mesh.dp = mesh.integer("dp");
   bundle.mesh.pp = mesh.integer("pp");
   bundle.mesh.tp = mesh.integer("tp");
@@ -733,7 +564,7 @@ Bundle weft::plan::fromJson(const json &manifest,
 
   const json &groups = root.array("groups");
   for (size_t i = 0; i < groups.size(); ++i) {
-    ObjectReader item = root.element("groups", i);
+    JsonReader item = root.element("groups", i);
     GroupFamily family;
     family.id = item.integer("id");
     family.kind = item.enumeration("kind", parseGroupKind, "group kind");
@@ -750,7 +581,7 @@ Bundle weft::plan::fromJson(const json &manifest,
   StoredLayout layout;
   layout.perRole.resize(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) {
-    ObjectReader item = root.element(programs, "programs", i);
+    JsonReader item = root.element(programs, "programs", i);
     readStoredProgram(item, storedRoles[i], storedPrograms[i],
                       layout.perRole[i], listedAt);
   }
@@ -775,12 +606,12 @@ Bundle weft::plan::fromJson(const json &manifest,
     }
   const json &parameters = root.array("parameters");
   for (size_t i = 0; i < parameters.size(); ++i) {
-    ObjectReader item = root.element("parameters", i);
+    JsonReader item = root.element("parameters", i);
     bundle.parameters.push_back(readParameter(item));
   }
   const json &kernels = root.array("kernels");
   for (size_t i = 0; i < kernels.size(); ++i) {
-    ObjectReader item = root.element("kernels", i);
+    JsonReader item = root.element("kernels", i);
     Kernel kernel;
     kernel.id = item.integer("id");
     kernel.name = item.string("name");
@@ -790,7 +621,8 @@ Bundle weft::plan::fromJson(const json &manifest,
       item.fail("constants", "expected an object");
     for (const auto &constant : constants.items()) {
       if (!constant.value().is_number_integer())
-        item.fail("constants." + constant.key(), "expected an integer");
+        item.fail("constants." + constant.key(),
+                  "expected an integer" + JsonReader::found(constant.value()));
       kernel.constants[constant.key()] = constant.value().get<int64_t>();
     }
     item.finish("");
@@ -798,16 +630,16 @@ Bundle weft::plan::fromJson(const json &manifest,
   }
   const json &fileList = root.array("files");
   for (size_t i = 0; i < fileList.size(); ++i) {
-    ObjectReader item = root.element("files", i);
+    JsonReader item = root.element("files", i);
     std::string path = item.string("path");
     int64_t size = item.integer("size");
     item.finish("");
     auto it = files.find(path);
     if (it == files.end())
-      root.fail(indexPath("files", i) + ".path",
+      root.fail(JsonReader::indexPath("files", i) + ".path",
                 "side file '" + path + "' was not provided");
     if (int64_t(it->second.size()) != size)
-      root.fail(indexPath("files", i) + ".size",
+      root.fail(JsonReader::indexPath("files", i) + ".size",
                 "manifest says " + std::to_string(size) + " bytes, file has " +
                     std::to_string(it->second.size()));
     bundle.files[path] = it->second;

@@ -344,13 +344,13 @@ TEST(Checkpoint, ManifestRoundTripsAndChecksBundleAndWorldSize) {
                    "dddddddddddd...");
   EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 4); }),
             path + ": written by 2 ranks but the MPI world has 4");
-  for (const char *crc : {"deadbee", "deadbeefa", "deadbeeg"}) {
+  for (const char *crc : {"deadbee", "deadbeefa", "deadbeeg", " -dead12"}) {
     std::string text = withoutManifestChecksum(manifestJson(m));
     text.replace(text.find("\"deadbeef\""), 10, std::string("\"") + crc + "\"");
     writeText(path, text);
     EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 2); }),
-              path + ": files[0].crc32c must be 8 hex digits (found \"" + crc +
-                  "\")");
+              path + ": files[0].crc32c: expected 8 hex digits (found \"" +
+                  crc + "\")");
   }
   writeText(path, "{\"format\": \"weft-checkpoint\"");
   EXPECT_EQ(errorOf([&] {
@@ -383,7 +383,8 @@ TEST(Checkpoint, ManifestChecksumCoversItsValues) {
   parsed["manifest_crc32c"] = "12345";
   writeText(path, parsed.dump());
   EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 1); }),
-            path + ": manifest_crc32c must be 8 hex digits (found \"12345\")");
+            path +
+                ": manifest_crc32c: expected 8 hex digits (found \"12345\")");
   // Manifests written before the checksum existed still load.
   writeText(path, withoutManifestChecksum(edited));
   EXPECT_EQ(loadManifest(dir, m.bundleHash, 1).lossScale->goodSteps, 1);
@@ -404,25 +405,41 @@ TEST(Checkpoint, ManifestFieldErrorsNameTheField) {
   };
   // Values the JSON library would convert are refused.
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j["step"] = 2.5; }),
-            path + ": step must be an integer >= 0 (found 2.5)");
+            path + ": step: expected an integer >= 0 (found 2.5)");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j["step"] = -1; }),
-            path + ": step must be an integer >= 0 (found -1)");
+            path + ": step: expected an integer >= 0 (found -1)");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j["files"][1]["bytes"] = "5"; }),
-            path + ": files[1].bytes must be an integer >= 0 (found \"5\")");
+            path + ": files[1].bytes: expected an integer >= 0 (found \"5\")");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j.erase("world_size"); }),
-            path + ": world_size is missing");
+            path + ": world_size: missing field");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j["world_size"] = 1ll << 40; }),
-            path + ": world_size must be an integer in [1, 2147483647] (found "
-                   "1099511627776)");
+            path +
+                ": world_size: expected an integer in [1, 2147483647] (found "
+                "1099511627776)");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j["loss_scale"] = 4; }),
-            path + ": loss_scale must be an object (found 4)");
+            path + ": loss_scale: expected an object (found 4)");
   EXPECT_EQ(
       errorWith([](nlohmann::json &j) { j["loss_scale"]["scale"] = "big"; }),
-      path + ": loss_scale.scale must be a number (found \"big\")");
+      path + ": loss_scale.scale: expected a number (found \"big\")");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j["files"][0] = nullptr; }),
-            path + ": files[0] must be an object (found null)");
+            path + ": files[0]: expected an object (found null)");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j["files"][0].erase("file"); }),
-            path + ": files[0].file is missing");
+            path + ": files[0].file: missing field");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) {
+              j["files"][1]["bytes"] = uint64_t(1) << 63;
+            }),
+            path + ": files[1].bytes: expected an integer >= 0 (found "
+                   "9223372036854775808)");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["files"][1]["rank"] = 0; }),
+            path + ": files[1].rank: expected 1, the entry's index (found 0)");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) {
+              j["loss_scale"]["optimizer_steps"] = 4;
+            }),
+            path + ": loss_scale.optimizer_steps: expected an integer in [0, "
+                   "3] (found 4)");
+  EXPECT_EQ(errorWith([](nlohmann::json &j) { j["loss_scale"]["scale"] = 0; }),
+            path + ": loss_scale.scale: expected a finite number > 0 (found "
+                   "0)");
   EXPECT_EQ(errorWith([](nlohmann::json &j) { j = nlohmann::json::array(); }),
             path + ": not a weft checkpoint manifest");
   writeText(path, good.dump());
@@ -442,15 +459,15 @@ TEST(Checkpoint, ManifestRecordsTheDataFile) {
   std::optional<DataIdentity> back = loadManifest(dir, m.bundleHash, 1).data;
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, *m.data);
-  for (const char *bad :
-       {"\"fingerprint\": \"xyz\"", "\"fingerprint\": \"1\""}) {
+  for (const char *bad : {"xyz", "1"}) {
     std::string edited = withoutManifestChecksum(json);
     edited.replace(edited.find("\"fingerprint\": \"0badcafe\""),
-                   std::strlen("\"fingerprint\": \"0badcafe\""), bad);
+                   std::strlen("\"fingerprint\": \"0badcafe\""),
+                   std::string("\"fingerprint\": \"") + bad + "\"");
     writeText(path, edited);
     EXPECT_EQ(errorOf([&] { loadManifest(dir, m.bundleHash, 1); }),
-              path + ": 'data' must hold a token count >= 0 and an 8 hex "
-                     "digit fingerprint");
+              path + ": data.fingerprint: expected 8 hex digits (found \"" +
+                  bad + "\")");
   }
 }
 
@@ -560,8 +577,8 @@ TEST(Checkpoint, WeightsSnapshotReplicasShareTheirWritersFile) {
                                      "that wrote its own file");
   Manifest outside = m;
   outside.writers = {0, 5};
-  EXPECT_EQ(errorWith(outside), path + ": files[1].written_by: 5 is not a "
-                                       "rank that wrote its own file");
+  EXPECT_EQ(errorWith(outside), path + ": files[1].written_by: expected an "
+                                       "integer in [0, 1] (found 5)");
 }
 
 TEST(Checkpoint, OnlyMarkedStepDirectoriesCount) {

@@ -387,10 +387,10 @@ TEST_F(BundleIOTest, RejectsVersion1Bundle) {
 TEST_F(BundleIOTest, RejectsGroupThatIsNotAnArray) {
   EXPECT_EQ(loadError([](json &m) { m["groups"][0]["groups"][0] = 0; }),
             dir("edited") + "/plan.json: groups[0].groups[0]: expected an "
-                            "array");
+                            "array (found 0)");
   EXPECT_EQ(loadError([](json &m) { m["groups"][0]["groups"][0][1] = "1"; }),
             dir("edited") + "/plan.json: groups[0].groups[0][1]: expected an "
-                            "integer");
+                            "integer (found \"1\")");
 }
 
 TEST_F(BundleIOTest, RejectsOverlappingGroupsOfAFamily) {
@@ -422,7 +422,8 @@ TEST_F(BundleIOTest, RejectsFieldForWrongOpcode) {
 
 TEST_F(BundleIOTest, RejectsWrongType) {
   EXPECT_EQ(loadError([](json &m) { m["mesh"]["dp"] = "two"; }),
-            dir("edited") + "/plan.json: mesh.dp: expected an integer");
+            dir("edited") +
+                "/plan.json: mesh.dp: expected an integer (found \"two\")");
 }
 
 TEST_F(BundleIOTest, RejectsDanglingBuffer) {
@@ -731,7 +732,7 @@ TEST_F(BundleIOTest, RejectsWrongNumberOfVariants) {
           },
           tensorParallelBundle()),
       dir("edited") + "/plan.json: programs[0].streams[0]."
-                      "instructions[1].per_role: expected an array");
+                      "instructions[1].per_role: expected an array (found {})");
 }
 
 TEST_F(BundleIOTest, RejectsNestedPerRole) {
