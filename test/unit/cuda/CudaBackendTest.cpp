@@ -1148,6 +1148,130 @@ TEST(CudaGpu, GemmEpiloguesMatchCpu) {
     }
 }
 
+/// A bf16 layer norm's forward and backward with their residual adds, as
+/// weft-fuse-residual-norms leaves them (fused) or not: the same buffers
+/// either way (the unfused backward's dx is the fused one's unused).
+struct ResidualNormProgram {
+  plan::Bundle bundle;
+  plan::Program program;
+  plan::BufferRange a, b, gamma, beta, sum, y, mean, rstd, dy, dx, addend, dSum,
+      dGamma, dBeta;
+  static constexpr int64_t kRows = 24, kWidth = 96;
+  explicit ResidualNormProgram(bool fused) {
+    program.streams.push_back({"compute", {}});
+    auto add = [&](const char *name, plan::Region region, int64_t elements,
+                   DType type) {
+      return appendBuffer(program, region, elements * plan::elementBytes(type),
+                          type, name);
+    };
+    const int64_t n = kRows * kWidth;
+    const plan::Region arena = plan::Region::Arena,
+                       persistent = plan::Region::Persistent;
+    a = add("a", arena, n, DType::BF16);
+    b = add("b", arena, n, DType::BF16);
+    gamma = add("gamma", persistent, kWidth, DType::BF16);
+    beta = add("beta", persistent, kWidth, DType::BF16);
+    sum = add("sum", arena, n, DType::BF16);
+    y = add("y", arena, n, DType::BF16);
+    mean = add("mean", arena, kRows, DType::F32);
+    rstd = add("rstd", arena, kRows, DType::F32);
+    dy = add("dy", arena, n, DType::BF16);
+    dx = add("dx", arena, n, DType::BF16);
+    addend = add("addend", arena, n, DType::BF16);
+    dSum = add("dSum", arena, n, DType::BF16);
+    dGamma = add("dGamma", persistent, kWidth, DType::BF16);
+    dBeta = add("dBeta", persistent, kWidth, DType::BF16);
+    std::map<std::string, int64_t> norm = {
+        {"rows", kRows}, {"width", kWidth}, {"bias", 1}, {"eps_nano", 10000}};
+    std::map<std::string, int64_t> back = {
+        {"rows", kRows}, {"width", kWidth}, {"bias", 1}};
+    if (fused) {
+      appendKernel(bundle, program, "residual_layer_norm_forward", norm,
+                   {a, b, gamma, beta}, {sum, y, mean, rstd});
+      appendKernel(bundle, program, "layer_norm_backward_add", back,
+                   {sum, gamma, mean, rstd, dy, addend}, {dSum, dGamma, dBeta});
+      return;
+    }
+    appendKernel(bundle, program, "residual_add", {{"n", n}}, {a, b}, {sum});
+    appendKernel(bundle, program, "layer_norm_forward", norm,
+                 {sum, gamma, beta}, {y, mean, rstd});
+    appendKernel(bundle, program, "layer_norm_backward", back,
+                 {sum, gamma, mean, rstd, dy}, {dx, dGamma, dBeta});
+    appendKernel(bundle, program, "residual_add", {{"n", n}}, {dx, addend},
+                 {dSum});
+  }
+};
+
+/// Runs ResidualNormProgram(fused) on a fresh backend from `make` (the same
+/// random bf16 bits in both regions) and requires the two programs' results
+/// to be equal bit for bit (dx aside).
+void expectFusedNormsEqualUnfused(
+    const std::function<std::unique_ptr<Backend>()> &make) {
+  std::map<bool, std::map<plan::Region, std::vector<std::byte>>> results;
+  for (bool fused : {false, true}) {
+    ResidualNormProgram p(fused);
+    std::unique_ptr<Backend> backend = make();
+    backend->prepare(p.bundle, p.program);
+    const std::pair<plan::Region, int64_t> regions[] = {
+        {plan::Region::Arena, p.program.arenaBytes},
+        {plan::Region::Persistent, p.program.persistentBytes}};
+    std::map<plan::Region, std::byte *> base;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(-2, 2);
+    for (auto [region, bytes] : regions) {
+      base[region] = backend->allocateRegion(region, bytes);
+      std::vector<std::byte> host(static_cast<size_t>(bytes));
+      for (size_t i = 0; i + 1 < host.size(); i += 2) {
+        kernels::BF16 v = kernels::floatToBf16(dist(rng));
+        std::memcpy(host.data() + i, &v, 2);
+      }
+      backend->copyToDevice(base[region], host.data(), bytes);
+    }
+    auto operands = [&](const std::vector<plan::BufferRange> &ranges) {
+      std::vector<Operand> ops;
+      for (const plan::BufferRange &r : ranges) {
+        const plan::Buffer &buf = p.program.buffers[size_t(r.buffer)];
+        ops.push_back(
+            {base[buf.region] + buf.offset + r.offset, r.bytes, buf.dtype});
+      }
+      return ops;
+    };
+    StepContext context;
+    for (const plan::Instruction &inst : p.program.streams[0].instructions)
+      backend->execute(inst, 0, operands(inst.reads), operands(inst.writes),
+                       context);
+    for (auto [region, bytes] : regions) {
+      std::vector<std::byte> &out = results[fused][region];
+      out.resize(static_cast<size_t>(bytes));
+      backend->copyToHost(out.data(), base[region], bytes);
+    }
+  }
+  ResidualNormProgram layout(false);
+  for (const plan::BufferRange &r :
+       {layout.sum, layout.y, layout.mean, layout.rstd, layout.dSum,
+        layout.dGamma, layout.dBeta}) {
+    const plan::Buffer &buf = layout.program.buffers[size_t(r.buffer)];
+    auto at = [&](bool fused) {
+      return results[fused][buf.region].data() + buf.offset;
+    };
+    EXPECT_EQ(std::memcmp(at(false), at(true), size_t(r.bytes)), 0)
+        << buf.name << " differs between the fused and unfused kernels";
+  }
+}
+
+TEST(CudaHost, FusedResidualNormsEqualTheUnfusedKernelsOnTheCpu) {
+  // The registry's promise, and the fixture CudaGpu's twin relies on.
+  expectFusedNormsEqualUnfused([] { return makeCpuBackend(); });
+}
+
+TEST(CudaGpu, WidenedResidualNormsEqualTheUnfusedKernels) {
+  SKIP_WITHOUT_DEVICE();
+  // On the fp32 path (no --half-kernels) a fused norm's 16-bit sum (and the
+  // backward's dx) is rounded before the norm (the add) uses it, as the CPU
+  // backend and the two unfused kernels do: the same bits.
+  expectFusedNormsEqualUnfused([] { return makeCudaBackend({}); });
+}
+
 TEST(CudaGpu, DecommitReturnsDeviceMemoryAndKeepsTheRest) {
   // Offload releases the chunks of a state group's range (device regions on
   // the driver's virtual memory management): the device memory in use drops,

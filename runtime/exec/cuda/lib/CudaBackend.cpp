@@ -1330,11 +1330,14 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
         : kind == GemmEpilogue::GeluBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
         : kind == GemmEpilogue::DGelu    ? CUBLASLT_EPILOGUE_DGELU
                                          : CUBLASLT_EPILOGUE_BGRADA;
+    // An attribute this cuBLASLt refuses is no error either: the plain
+    // gemm and the folded kernels run (the entry stays cached as not found).
+    bool accepted = true;
     auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void *value,
                    size_t bytes) {
-      check(
-          cublasLtMatmulDescSetAttribute(stored.desc, attribute, value, bytes),
-          "cublasLtMatmulDescSetAttribute", what);
+      accepted = accepted &&
+                 cublasLtMatmulDescSetAttribute(stored.desc, attribute, value,
+                                                bytes) == CUBLAS_STATUS_SUCCESS;
     };
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     const void *bias = reinterpret_cast<const void *>(uintptr_t(key.alignBias));
@@ -1346,6 +1349,8 @@ const GemmPlan *DeviceBackend::findGemmPlan(const GemmKey &key,
       set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
       set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof auxLd);
     }
+    if (!accepted)
+      return nullptr;
   }
   check(cublasLtMatrixLayoutCreate(&stored.a, type, key.transA ? key.k : key.m,
                                    key.transA ? key.m : key.k, key.lda),
@@ -1425,7 +1430,8 @@ void DeviceBackend::prepareEpilogue(const plan::Program &program,
                 " epilogue's operands are missing");
   if (usesAux(kind)) {
     int64_t act = -1;
-    int64_t id = gemm.epilogueKernels.back();
+    int64_t id =
+        gemm.epilogueKernels.empty() ? -1 : gemm.epilogueKernels.back();
     if (id >= 0 && size_t(id) < kernels_.size()) {
       const KernelConstants &c = kernels_[size_t(id)].constants;
       if (auto it = c.find("act"); it != c.end())
@@ -1463,6 +1469,38 @@ void DeviceBackend::prepareEpilogue(const plan::Program &program,
       (kind != GemmEpilogue::DGelu && !fits(bias, key.m)) ||
       (usesAux(kind) && (!fits(aux, key.m * key.n) || key.m % 8 != 0)))
     return;
+  // The packed layouts the folded kernels assume (checkStructure requires
+  // them of a loaded plan): D and aux with leading dimension m; the bias
+  // gradient's A untransposed, also m.
+  if (key.ldc != key.m ||
+      (kind == GemmEpilogue::BiasGrad && (key.transA || key.lda != key.m)))
+    return;
+  // Unfused, the gemm and each folded kernel write one after the other; one
+  // cuBLASLt call reads and writes at once, so its outputs must be clear of
+  // its inputs and of each other (the compiler folds only such operands).
+  auto overlaps = [&](const plan::BufferRange &x, const plan::BufferRange &y) {
+    PreparedGemm::Place px = place(x), py = place(y);
+    return px.region == py.region && px.offset < py.offset + y.bytes &&
+           py.offset < px.offset + x.bytes;
+  };
+  std::vector<plan::BufferRange> outputs = {output},
+                                 inputs = {gemm.reads[0], gemm.reads[1]};
+  if (kind == GemmEpilogue::GeluBias)
+    outputs.push_back(aux);
+  if (kind == GemmEpilogue::BiasGrad)
+    outputs.push_back(bias);
+  else if (kind != GemmEpilogue::DGelu)
+    inputs.push_back(bias);
+  if (kind == GemmEpilogue::DGelu)
+    inputs.push_back(aux);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (const plan::BufferRange &input : inputs)
+      if (overlaps(outputs[i], input))
+        return;
+    for (size_t j = 0; j < i; ++j)
+      if (overlaps(outputs[i], outputs[j]))
+        return;
+  }
   GemmKey fused = key;
   fused.epilogue = kind;
   if (kind != GemmEpilogue::DGelu)
@@ -1682,6 +1720,7 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
   call_.lossScale = lossScale_;
   call_.reads.clear();
   call_.writes.clear();
+  call_.writeStorage.clear();
   call_.readIndices.clear();
   float *scratch = scratchOf(stream);
   call_.scratch = scratch;
@@ -1705,8 +1744,12 @@ void DeviceBackend::runKernel(const Instruction &inst, int64_t stream,
         operand.dtype == DType::I32 ? operand.as<const int32_t>() : nullptr);
   }
   // Writes are widened too: gradient kernels accumulate into them.
-  for (const Operand &operand : writes)
+  for (const Operand &operand : writes) {
     call_.writes.push_back(widen(operand));
+    call_.writeStorage.push_back(isHalfFloat(operand.dtype)
+                                     ? storageOf(operand.dtype)
+                                     : FloatStorage::F32);
+  }
   if (kernel.generated)
     fail(launchGenerated(kernel, writes, s), "generated kernel launch");
   else
@@ -2039,11 +2082,17 @@ void DeviceBackend::beginCapture() {
   check(cudaStreamBeginCapture(streams_[0], cudaStreamCaptureModeThreadLocal),
         "cudaStreamBeginCapture", at);
   capturing_ = true;
-  // Fork: every other stream joins the capture through an event.
-  check(cudaEventRecord(forkEvent_, streams_[0]), "cudaEventRecord", at);
-  for (size_t s = 1; s < streams_.size(); ++s)
-    check(cudaStreamWaitEvent(streams_[s], forkEvent_, 0),
-          "cudaStreamWaitEvent", at);
+  // Fork: every other stream joins the capture through an event. A failure
+  // ends the capture, so that the next step runs (or fails) uncaptured.
+  try {
+    check(cudaEventRecord(forkEvent_, streams_[0]), "cudaEventRecord", at);
+    for (size_t s = 1; s < streams_.size(); ++s)
+      check(cudaStreamWaitEvent(streams_[s], forkEvent_, 0),
+            "cudaStreamWaitEvent", at);
+  } catch (...) {
+    discardGraph();
+    throw;
+  }
 }
 
 void DeviceBackend::endCapture() {

@@ -180,27 +180,74 @@ cudaError_t rmsNormBackwardHalf(const CudaHalfCall &k) {
 }
 
 // The fused norms (weft-fuse-residual-norms). The fp32 backward keeps the
-// two passes (then an add), as the plain one does.
+// two passes (then an add), as the plain one does. Where the sum is a
+// 16-bit operand the fp32 path widened, the CPU backend's KernelCall rounds
+// what the fused kernel keeps in registers (the forward's sum before the
+// norm, the backward's dx before the add): here the add, a rounding, then
+// the plain kernel.
+bool roundsTheSum(const CudaKernelCall &k) {
+  return k.writeStorage.size() > 0 && k.writeStorage[0] != FloatStorage::F32;
+}
+/// sum = a + b, rounded as stored: the norm's x.
+cudaError_t roundedResidualSum(const CudaKernelCall &k) {
+  int64_t n = k.c("rows") * k.c("width");
+  cudaError_t rc =
+      gpu::residualAdd(n, k.reads[0], k.reads[1], k.writes[0], k.stream);
+  return rc ? rc : roundToStorage(n, k.writes[0], k.writeStorage[0], k.stream);
+}
+/// sum = round(sum) + addend, sum holding dx.
+cudaError_t addToRoundedGradient(const CudaKernelCall &k, const float *addend) {
+  int64_t n = k.c("rows") * k.c("width");
+  cudaError_t rc = roundToStorage(n, k.writes[0], k.writeStorage[0], k.stream);
+  return rc ? rc
+            : gpu::residualAdd(n, k.writes[0], addend, k.writes[0], k.stream);
+}
 cudaError_t residualLayerNormForwardRun(const CudaKernelCall &k) {
   const float *beta = k.c("bias") ? k.reads[3] : nullptr;
+  if (roundsTheSum(k)) {
+    cudaError_t rc = roundedResidualSum(k);
+    return rc ? rc
+              : gpu::layerNormForward(k.c("rows"), k.c("width"), k.writes[0],
+                                      k.reads[2], beta, eps(k), k.writes[1],
+                                      k.writes[2], k.writes[3], k.stream);
+  }
   return gpu::residualLayerNormForward(k.c("rows"), k.c("width"), k.reads[0],
                                        k.reads[1], k.writes[0], k.reads[2],
                                        beta, eps(k), k.writes[1], k.writes[2],
                                        k.writes[3], k.stream);
 }
 cudaError_t residualRmsNormForwardRun(const CudaKernelCall &k) {
+  if (roundsTheSum(k)) {
+    cudaError_t rc = roundedResidualSum(k);
+    return rc ? rc
+              : gpu::rmsNormForward(k.c("rows"), k.c("width"), k.writes[0],
+                                    k.reads[2], eps(k), k.writes[1],
+                                    k.writes[2], k.stream);
+  }
   return gpu::residualRmsNormForward(
       k.c("rows"), k.c("width"), k.reads[0], k.reads[1], k.writes[0],
       k.reads[2], eps(k), k.writes[1], k.writes[2], k.stream);
 }
 cudaError_t layerNormBackwardAddRun(const CudaKernelCall &k) {
   float *dBeta = k.c("bias") ? k.writes[2] : nullptr;
+  if (roundsTheSum(k)) {
+    cudaError_t rc = gpu::layerNormBackward(
+        k.c("rows"), k.c("width"), k.reads[0], k.reads[1], k.reads[2],
+        k.reads[3], k.reads[4], k.writes[0], k.writes[1], dBeta, k.stream);
+    return rc ? rc : addToRoundedGradient(k, k.reads[5]);
+  }
   return gpu::layerNormBackwardAdd(k.c("rows"), k.c("width"), k.reads[0],
                                    k.reads[1], k.reads[2], k.reads[3],
                                    k.reads[4], k.reads[5], k.writes[0],
                                    k.writes[1], dBeta, k.stream, nullptr);
 }
 cudaError_t rmsNormBackwardAddRun(const CudaKernelCall &k) {
+  if (roundsTheSum(k)) {
+    cudaError_t rc = gpu::rmsNormBackward(k.c("rows"), k.c("width"), k.reads[0],
+                                          k.reads[1], k.reads[2], k.reads[3],
+                                          k.writes[0], k.writes[1], k.stream);
+    return rc ? rc : addToRoundedGradient(k, k.reads[4]);
+  }
   return gpu::rmsNormBackwardAdd(k.c("rows"), k.c("width"), k.reads[0],
                                  k.reads[1], k.reads[2], k.reads[3], k.reads[4],
                                  k.writes[0], k.writes[1], k.stream, nullptr);

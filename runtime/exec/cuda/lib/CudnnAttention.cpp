@@ -55,6 +55,10 @@ namespace fe = cudnn_frontend;
 
 namespace {
 
+/// The most device workspace a graph may take (it is per-stream scratch the
+/// planner does not see).
+constexpr int64_t kMaxWorkspaceBytes = int64_t(4) << 30;
+
 // Tensor uids: the variant pack maps them to the kernel's operands.
 enum Uid : int64_t { Q = 1, K, V, O, Stats, DO, DQ, DK, DV, SeqLenQ, SeqLenKV };
 
@@ -193,86 +197,92 @@ const CudnnAttentionGraph *CudnnAttention::prepare(bool backward, HalfType type,
   auto built = std::make_unique<CudnnAttentionGraph>();
   built->backward = backward;
   fe::graph::Graph &g = built->graph;
-  g.set_io_data_type(type == HalfType::BF16 ? fe::DataType_t::BFLOAT16
-                                            : fe::DataType_t::HALF)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto tensor = [&](const char *name, Uid uid, int64_t heads) {
-    auto [dim, stride] = bshd(d, heads);
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name(name)
-                        .set_uid(uid)
-                        .set_dim(dim)
-                        .set_stride(stride));
-  };
-  auto output = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t,
-                    Uid uid, int64_t heads) {
-    auto [dim, stride] = bshd(d, heads);
-    t->set_output(true).set_uid(uid).set_dim(dim).set_stride(stride);
-  };
-  std::vector<int64_t> statDim = {d.batch, d.heads, d.seq, 1},
-                       statStride = {d.heads * d.seq, d.seq, 1, 1};
-  auto q = tensor("q", Q, d.heads), k = tensor("k", K, d.kvHeads),
-       v = tensor("v", V, d.kvHeads);
-  float scale = float(d.scale);
-  if (!backward) {
-    auto options = fe::graph::SDPA_attributes()
-                       .set_name("attention_forward")
-                       .set_generate_stats(true)
-                       .set_causal_mask(d.causal)
-                       .set_attn_scale(scale);
-    auto [o, stats] = g.sdpa(q, k, v, options);
-    output(o, O, d.heads);
-    stats->set_output(true)
-        .set_uid(Stats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim(statDim)
-        .set_stride(statStride);
-  } else {
-    auto o = tensor("out", O, d.heads), dO = tensor("dOut", DO, d.heads);
-    auto stats = g.tensor(fe::graph::Tensor_attributes()
-                              .set_name("lse")
-                              .set_uid(Stats)
-                              .set_data_type(fe::DataType_t::FLOAT)
-                              .set_dim(statDim)
-                              .set_stride(statStride));
-    auto options = fe::graph::SDPA_backward_attributes()
-                       .set_name("attention_backward")
-                       .set_causal_mask(d.causal)
-                       .set_attn_scale(scale)
-                       .set_deterministic_algorithm(true);
-    if (needsOwnPaddingMask(d)) {
-      std::vector<int32_t> seqs(size_t(d.batch), int32_t(d.seq));
-      size_t bytes = seqs.size() * sizeof(int32_t);
-      cudaError_t rc =
-          cudaMalloc(reinterpret_cast<void **>(&built->seqLens), bytes);
-      if (rc == cudaSuccess)
-        rc = cudaMemcpy(built->seqLens, seqs.data(), bytes,
-                        cudaMemcpyHostToDevice);
-      if (rc != cudaSuccess) {
-        why = std::string("sequence lengths for the padding mask: ") +
-              cudaGetErrorString(rc);
-        return nullptr; // not cached: a device error, not cuDNN's refusal
-      }
-      auto lengths = [&](const char *name, Uid uid) {
-        return g.tensor(fe::graph::Tensor_attributes()
-                            .set_name(name)
-                            .set_uid(uid)
-                            .set_dim({d.batch, 1, 1, 1})
-                            .set_stride({1, 1, 1, 1})
-                            .set_data_type(fe::DataType_t::INT32));
-      };
-      options.set_padding_mask(true)
-          .set_seq_len_q(lengths("seq_len_q", SeqLenQ))
-          .set_seq_len_kv(lengths("seq_len_kv", SeqLenKV));
-    }
-    auto [dQ, dK, dV] = g.sdpa_backward(q, k, v, o, dO, stats, options);
-    output(dQ, DQ, d.heads);
-    output(dK, DK, d.kvHeads);
-    output(dV, DV, d.kvHeads);
-  }
+  // The frontend throws where it finds no implementation (and its dynamic
+  // loading where a symbol is missing): every throw is a refusal.
   std::string refusal;
   try {
+    g.set_io_data_type(type == HalfType::BF16 ? fe::DataType_t::BFLOAT16
+                                              : fe::DataType_t::HALF)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    auto tensor = [&](const char *name, Uid uid, int64_t heads) {
+      auto [dim, stride] = bshd(d, heads);
+      return g.tensor(fe::graph::Tensor_attributes()
+                          .set_name(name)
+                          .set_uid(uid)
+                          .set_dim(dim)
+                          .set_stride(stride));
+    };
+    auto output = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t,
+                      Uid uid, int64_t heads) {
+      auto [dim, stride] = bshd(d, heads);
+      t->set_output(true).set_uid(uid).set_dim(dim).set_stride(stride);
+    };
+    std::vector<int64_t> statDim = {d.batch, d.heads, d.seq, 1},
+                         statStride = {d.heads * d.seq, d.seq, 1, 1};
+    auto q = tensor("q", Q, d.heads), k = tensor("k", K, d.kvHeads),
+         v = tensor("v", V, d.kvHeads);
+    float scale = float(d.scale);
+    if (!backward) {
+      auto options = fe::graph::SDPA_attributes()
+                         .set_name("attention_forward")
+                         .set_generate_stats(true)
+                         .set_causal_mask(d.causal)
+                         .set_attn_scale(scale);
+      // The composite engines, as the backward's: left to itself the frontend
+      // picks the newer unified sdpa op for a non-causal forward (cuDNN >=
+      // 9.13.1), whose refusal of a shape would be cached as final.
+      options.set_implementation(fe::AttentionImplementation_t::COMPOSITE);
+      auto [o, stats] = g.sdpa(q, k, v, options);
+      output(o, O, d.heads);
+      stats->set_output(true)
+          .set_uid(Stats)
+          .set_data_type(fe::DataType_t::FLOAT)
+          .set_dim(statDim)
+          .set_stride(statStride);
+    } else {
+      auto o = tensor("out", O, d.heads), dO = tensor("dOut", DO, d.heads);
+      auto stats = g.tensor(fe::graph::Tensor_attributes()
+                                .set_name("lse")
+                                .set_uid(Stats)
+                                .set_data_type(fe::DataType_t::FLOAT)
+                                .set_dim(statDim)
+                                .set_stride(statStride));
+      auto options = fe::graph::SDPA_backward_attributes()
+                         .set_name("attention_backward")
+                         .set_causal_mask(d.causal)
+                         .set_attn_scale(scale)
+                         .set_deterministic_algorithm(true);
+      if (needsOwnPaddingMask(d)) {
+        std::vector<int32_t> seqs(size_t(d.batch), int32_t(d.seq));
+        size_t bytes = seqs.size() * sizeof(int32_t);
+        cudaError_t rc =
+            cudaMalloc(reinterpret_cast<void **>(&built->seqLens), bytes);
+        if (rc == cudaSuccess)
+          rc = cudaMemcpy(built->seqLens, seqs.data(), bytes,
+                          cudaMemcpyHostToDevice);
+        if (rc != cudaSuccess) {
+          why = std::string("sequence lengths for the padding mask: ") +
+                cudaGetErrorString(rc);
+          return nullptr; // not cached: a device error, not cuDNN's refusal
+        }
+        auto lengths = [&](const char *name, Uid uid) {
+          return g.tensor(fe::graph::Tensor_attributes()
+                              .set_name(name)
+                              .set_uid(uid)
+                              .set_dim({d.batch, 1, 1, 1})
+                              .set_stride({1, 1, 1, 1})
+                              .set_data_type(fe::DataType_t::INT32));
+        };
+        options.set_padding_mask(true)
+            .set_seq_len_q(lengths("seq_len_q", SeqLenQ))
+            .set_seq_len_kv(lengths("seq_len_kv", SeqLenKV));
+      }
+      auto [dQ, dK, dV] = g.sdpa_backward(q, k, v, o, dO, stats, options);
+      output(dQ, DQ, d.heads);
+      output(dK, DK, d.kvHeads);
+      output(dV, DV, d.kvHeads);
+    }
     fe::error_t status = g.build(impl_->handle, {fe::HeurMode_t::A});
     if (status.is_good())
       status = g.get_workspace_size(built->workspace);
@@ -281,6 +291,12 @@ const CudnnAttentionGraph *CudnnAttention::prepare(bool backward, HalfType type,
   } catch (const std::exception &e) {
     refusal = oneLine(e.what());
   }
+  // The deterministic backward's workspace on Hopper is quadratic in seq
+  // (b * h * seq^2 * 2 bytes before cuDNN 9.25), outside the planned arena.
+  if (refusal.empty() && built->workspace > kMaxWorkspaceBytes)
+    refusal = "its workspace would be " +
+              std::to_string(built->workspace >> 20) + " MiB, over the " +
+              std::to_string(kMaxWorkspaceBytes >> 20) + " MiB limit";
   if (!refusal.empty()) {
     why = impl_->refused[key] = refusal;
     return nullptr;

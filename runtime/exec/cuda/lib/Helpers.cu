@@ -39,6 +39,15 @@ __global__ void f32ToHalfKernel(int64_t n, const float *in, FloatStorage half,
     store(out, i, half, in[i]);
 }
 
+__global__ void roundKernel(int64_t n, float *x, FloatStorage half) {
+  int64_t i = index1d();
+  if (i < n) {
+    std::uint16_t bits;
+    store(&bits, 0, half, x[i]);
+    x[i] = load(&bits, 0, half);
+  }
+}
+
 template <typename T> __global__ void fillKernel(int64_t n, T *dst, T value) {
   int64_t i = index1d();
   if (i < n)
@@ -76,6 +85,14 @@ cudaError_t f32ToHalf(int64_t n, const float *in, FloatStorage half,
   if (n == 0)
     return cudaSuccess;
   f32ToHalfKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, in, half, out);
+  return cudaGetLastError();
+}
+
+cudaError_t roundToStorage(int64_t n, float *x, FloatStorage storage,
+                           cudaStream_t stream) {
+  if (n == 0 || storage == FloatStorage::F32)
+    return cudaSuccess;
+  roundKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, storage);
   return cudaGetLastError();
 }
 

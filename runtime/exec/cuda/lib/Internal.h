@@ -26,6 +26,10 @@ cudaError_t halfToF32(int64_t n, const std::uint16_t *in, FloatStorage half,
 /// out[i] = in[i] rounded to bf16 or f16 (`half`), nearest even.
 cudaError_t f32ToHalf(int64_t n, const float *in, FloatStorage half,
                       std::uint16_t *out, cudaStream_t stream);
+/// x[i] rounded to `storage` in place (kept fp32): what a 16-bit operand
+/// the fp32 path widened would hold; nothing for F32.
+cudaError_t roundToStorage(int64_t n, float *x, FloatStorage storage,
+                           cudaStream_t stream);
 /// n elements of `elementBytes` (1, 2, 4 or 8) bytes, each set to the low
 /// bytes of `pattern`.
 cudaError_t fillPattern(void *dst, int64_t n, int elementBytes,
@@ -63,6 +67,10 @@ struct CudaKernelCall {
   const KernelConstants *constants = nullptr;
   std::vector<float *> reads;
   std::vector<float *> writes;
+  /// How each write is stored in the plan (the fp32 path narrows it after
+  /// the launch): the fused norms round their intermediate sum as the CPU
+  /// backend does.
+  std::vector<FloatStorage> writeStorage;
   std::vector<const std::int32_t *> readIndices;
   float *scratch = nullptr; // scratchFloats(constants) device floats
   cudaStream_t stream = nullptr;

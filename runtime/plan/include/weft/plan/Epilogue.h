@@ -5,7 +5,8 @@
 // first (A, B[, C]; D), appends the epilogue's, and names the folded kernels
 // (Instruction::epilogueKernels). A backend without the epilogue (the CPU
 // backend; the CUDA backend where cuBLASLt refuses a shape) runs the plain
-// gemm and then these steps, which give the unfused plan's bits.
+// gemm and then these steps, which give the unfused plan's bits (cuBLASLt's
+// epilogue rounds once, from fp32: a rounding fewer per folded kernel).
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_PLAN_EPILOGUE_H

@@ -35,7 +35,11 @@ namespace weft::exec::cuda {
 
 /// Why cuDNN's fused attention cannot take these dims, or empty: head dims
 /// of 8..128 in steps of 8, query heads a multiple of the kv heads, rows at
-/// all. Host-only; cuDNN may still refuse a shape at prepare().
+/// all. Host-only; cuDNN may still refuse a shape at prepare(), and so may
+/// a graph whose workspace would pass 4 GiB (the deterministic backward's
+/// is quadratic in seq on Hopper). The CUDA backend offers cuDNN only the
+/// kernels its 16-bit tensor-core attention takes (head dims 16, 32, 64,
+/// 128): that kernel is the fallback for whatever cuDNN refuses.
 std::string cudnnAttentionUnsupported(const kernels::AttentionDims &dims);
 
 /// One built sdpa or sdpa_backward graph (opaque).
