@@ -27,6 +27,10 @@ headers) and this machine has no GPU:
         planner's prediction, and the GPU memory nvidia-smi saw against the
         plan.
       Exits 1 when an agreement fails or a run fails; prints a table last.
+      WEFT_E2E_DRY_RUN=1 rehearses it without a GPU: every weft-run on the
+      CPU backend with the CUDA-only flags dropped, the throughput rows on
+      gpt2-tiny-bf16 (`check --quick --tools build/bin`; ctest
+      e2e.gpu-e2e-dry-run), so a mistake in this script costs no device time.
 """
 import argparse
 import json
@@ -264,12 +268,43 @@ def mpirun(ranks):
     return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
 
 
+# The CUDA-only flags of weft-run, with whether each takes a value.
+CUDA_FLAGS = {"--no-graph": False, "--half-kernels": False, "--cudnn-attention": False,
+              "--gemm-autotune": False, "--generated-kernels": False,
+              "--kernel-cache": True, "--device-times": False}
+
+
+DRY_RUN = bool(os.environ.get("WEFT_E2E_DRY_RUN"))
+# What a dry run times in place of each throughput bundle.
+DRY_RUN_SPEED_BUNDLE = "gpt2-tiny-bf16"
+
+
+def on_the_cpu(extra):
+    """`extra` with the CUDA backend replaced by the CPU one and the
+    CUDA-only flags dropped: $WEFT_E2E_DRY_RUN's rehearsal of check on a
+    machine without a GPU (its loops, comparisons and output; the tiny
+    bundles' runs then agree trivially)."""
+    out, skip = [], False
+    for i, e in enumerate(extra):
+        if skip:
+            skip = False
+        elif e in CUDA_FLAGS:
+            skip = CUDA_FLAGS[e]
+        elif e == "cuda" and i > 0 and extra[i - 1] == "--backend":
+            out.append("cpu")
+        else:
+            out.append(e)
+    return out
+
+
 def weft_run(tools, bundle, tokens, steps, metrics, log, *extra, ranks=1):
     # The GEMM epilogues are the compiler's: their rows run the bundle's
     # twin compiled with them and the residual norms (stage()).
     if "--gemm-epilogues" in extra:
         extra = [e for e in extra if e != "--gemm-epilogues"]
         bundle += EPILOGUES
+    if DRY_RUN:
+        extra = on_the_cpu(list(extra))
     cmd = mpirun(ranks) + [os.path.join(tools, "weft-run"), bundle, "--data", tokens,
                            "--steps", str(steps), "--metrics", metrics] + list(extra)
     with open(log, "w") as out:
@@ -320,6 +355,9 @@ def check(args):
                 (args.quick and case["kind"] == "speed-full"):
             continue
         bundle = os.path.join(args.dir, name)
+        if DRY_RUN and kind == "speed":
+            # The throughput rows' code on a bundle the CPU steps quickly.
+            bundle = os.path.join(args.dir, DRY_RUN_SPEED_BUNDLE)
         log = lambda tag: (os.path.join(out, f"{name}.{tag}.jsonl"),
                            os.path.join(out, f"{name}.{tag}.log"))
         ranks = case.get("ranks", 1)
@@ -374,6 +412,8 @@ def check(args):
                                            *log(tag), *extra, ranks=ranks)
                 if runs[tag] is None:
                     print(f"FAIL {name} {tag}: {text}")
+                elif DRY_RUN and tag != "cpu":
+                    pass  # the CUDA backend's own lines: nothing to find
                 elif tag == "cuda-generated":
                     # "... run generated code: F modules from the bundle's
                     # fatbins, C compiled by NVRTC ..., H from the cache ..."
@@ -437,7 +477,7 @@ def check(args):
                     failed += 1
                     rows.append((f"{name} {tag}", "run failed", "", ""))
                     continue
-                if tag == "cuda-cudnn":
+                if tag == "cuda-cudnn" and not DRY_RUN:
                     print(f"{name} {tag}: {cudnn_line(text)}")
                     print(f"{name} {tag}: {autotune_line(text)}")
                 # weft-run's start line: the backend's workspace beside the plan.
