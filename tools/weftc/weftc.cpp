@@ -44,6 +44,38 @@ using llvm::StringRef;
 namespace {
 using weft::kExitBadInput;
 
+/// The first bad number a flag was given, as weftc's error line says it
+/// ("--tp: expected an integer, got 'abc'"): LLVM's own parsers print
+/// "weftc: for the --tp option: 'abc' value invalid for long argument!".
+std::string flagValueError;
+
+/// The parser of number flags: a value that is not one is recorded in
+/// flagValueError, not printed (main prints it as one `weftc: error:` line).
+template <typename T> class NumberParser : public cl::parser<T> {
+public:
+  using cl::parser<T>::parser;
+  bool parse(cl::Option &, StringRef name, StringRef arg, T &value) {
+    bool bad;
+    if constexpr (std::is_floating_point_v<T>) {
+      double parsed = 0;
+      bad = arg.trim().getAsDouble(parsed);
+      value = T(parsed);
+    } else {
+      bad = arg.trim().getAsInteger(0, value);
+    }
+    if (bad && flagValueError.empty())
+      flagValueError =
+          "--" + name.str() + ": expected " +
+          (std::is_floating_point_v<T> ? "a number" : "an integer") +
+          ", got '" + arg.str() + "'";
+    return bad;
+  }
+};
+template <typename T> using NumberFlag = cl::opt<T, false, NumberParser<T>>;
+/// A 64-bit integer flag (long long: LLVM's parser<long>, int64_t's, is
+/// final).
+using IntegerFlag = NumberFlag<long long>;
+
 cl::OptionCategory weftcCategory("weftc options");
 
 cl::SubCommand importCmd("import", "Import a Hugging Face config.json or "
@@ -74,32 +106,31 @@ cl::opt<std::string>
     planCluster("cluster", cl::desc("Cluster: JSON file or preset[:nodes]"),
                 cl::value_desc("cluster"), cl::sub(planCmd),
                 cl::sub(compileCmd), cl::cat(planCategory));
-cl::opt<int64_t> planGlobalBatch("global-batch",
-                                 cl::desc("Sequences per optimizer step"),
-                                 cl::sub(planCmd), cl::sub(compileCmd),
-                                 cl::cat(planCategory));
-cl::opt<int64_t> planSeqLen("seq-len", cl::desc("Tokens per sequence"),
+IntegerFlag planGlobalBatch("global-batch",
+                            cl::desc("Sequences per optimizer step"),
                             cl::sub(planCmd), cl::sub(compileCmd),
                             cl::cat(planCategory));
+IntegerFlag planSeqLen("seq-len", cl::desc("Tokens per sequence"),
+                       cl::sub(planCmd), cl::sub(compileCmd),
+                       cl::cat(planCategory));
 cl::opt<std::string> planPrecision("precision", cl::desc("bf16|fp16|fp32"),
                                    cl::init("bf16"), cl::sub(planCmd),
                                    cl::sub(compileCmd), cl::cat(planCategory));
-cl::opt<int64_t> planTp("tp", cl::desc("Fix the tensor-parallel degree"),
-                        cl::sub(planCmd), cl::sub(compileCmd),
-                        cl::cat(planCategory));
-cl::opt<int64_t> planPp("pp", cl::desc("Fix the pipeline-parallel degree"),
-                        cl::sub(planCmd), cl::sub(compileCmd),
-                        cl::cat(planCategory));
-cl::opt<int64_t> planDp("dp", cl::desc("Fix the data-parallel degree"),
-                        cl::sub(planCmd), cl::sub(compileCmd),
-                        cl::cat(planCategory));
-cl::opt<int64_t> planZero("zero", cl::desc("Fix the ZeRO stage (0-3)"),
-                          cl::sub(planCmd), cl::sub(compileCmd),
-                          cl::cat(planCategory));
-cl::opt<int64_t> planMicroBatch("micro-batch",
-                                cl::desc("Fix the micro-batch size"),
-                                cl::sub(planCmd), cl::sub(compileCmd),
-                                cl::cat(planCategory));
+IntegerFlag planTp("tp", cl::desc("Fix the tensor-parallel degree"),
+                   cl::sub(planCmd), cl::sub(compileCmd),
+                   cl::cat(planCategory));
+IntegerFlag planPp("pp", cl::desc("Fix the pipeline-parallel degree"),
+                   cl::sub(planCmd), cl::sub(compileCmd),
+                   cl::cat(planCategory));
+IntegerFlag planDp("dp", cl::desc("Fix the data-parallel degree"),
+                   cl::sub(planCmd), cl::sub(compileCmd),
+                   cl::cat(planCategory));
+IntegerFlag planZero("zero", cl::desc("Fix the ZeRO stage (0-3)"),
+                     cl::sub(planCmd), cl::sub(compileCmd),
+                     cl::cat(planCategory));
+IntegerFlag planMicroBatch("micro-batch", cl::desc("Fix the micro-batch size"),
+                           cl::sub(planCmd), cl::sub(compileCmd),
+                           cl::cat(planCategory));
 cl::opt<std::string>
     planRecompute("recompute", cl::desc("Fix recompute: none|selective|full"),
                   cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
@@ -107,10 +138,10 @@ cl::opt<std::string>
     planSchedule("schedule",
                  cl::desc("Fix the schedule: gpipe|1f1b|interleaved"),
                  cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
-cl::opt<int64_t> planVirtualStages(
+IntegerFlag planVirtualStages(
     "virtual-stages", cl::desc("Fix the model chunks per pipeline rank"),
     cl::sub(planCmd), cl::sub(compileCmd), cl::cat(planCategory));
-cl::opt<int64_t> planPrefetchDepth(
+IntegerFlag planPrefetchDepth(
     "prefetch-depth",
     cl::desc("Fix the ZeRO-3 prefetch depth: gather units issued ahead of "
              "compute (searched over 1, 2, 4)"),
@@ -152,8 +183,8 @@ cl::opt<std::string> planFromDeepSpeed(
     "from-deepspeed",
     cl::desc("Evaluate a DeepSpeed config and compare with Weft's best plan"),
     cl::value_desc("ds_config.json"), cl::sub(planCmd), cl::cat(planCategory));
-cl::opt<int> planTop("top", cl::desc("Plans to list (default 5)"), cl::init(5),
-                     cl::sub(planCmd), cl::cat(planCategory));
+NumberFlag<int> planTop("top", cl::desc("Plans to list (default 5)"),
+                        cl::init(5), cl::sub(planCmd), cl::cat(planCategory));
 cl::opt<bool> planExplain("explain",
                           cl::desc("Explain the winner, runner-ups and "
                                    "rejected regions"),
@@ -161,11 +192,10 @@ cl::opt<bool> planExplain("explain",
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::sub(importCmd), cl::cat(weftcCategory));
-cl::opt<int64_t> seqLen("seq-len",
-                        cl::desc("Sequence length for FLOP counts "
-                                 "(default: the model's maximum positions)"),
-                        cl::init(0), cl::sub(summaryCmd),
-                        cl::cat(weftcCategory));
+IntegerFlag seqLen("seq-len",
+                   cl::desc("Sequence length for FLOP counts "
+                            "(default: the model's maximum positions)"),
+                   cl::init(0), cl::sub(summaryCmd), cl::cat(weftcCategory));
 cl::opt<bool> jsonOutput("json", cl::desc("Print JSON for scripts"),
                          cl::sub(presetsCmd), cl::sub(summaryCmd),
                          cl::sub(planCmd), cl::cat(weftcCategory));
@@ -208,66 +238,65 @@ cl::opt<std::string> nvccPath(
     cl::value_desc("path"), cl::sub(compileCmd), cl::sub(emitBundleCmd),
     cl::cat(weftcCategory));
 
-cl::opt<int64_t> stepsPerPlan("steps-per-plan",
-                              cl::desc("Optimizer steps per replay (1)"),
-                              cl::init(1), cl::sub(compileCmd),
-                              cl::cat(compileCategory));
-cl::opt<int64_t> zero3PersistThreshold(
+IntegerFlag stepsPerPlan("steps-per-plan",
+                         cl::desc("Optimizer steps per replay (1)"),
+                         cl::init(1), cl::sub(compileCmd),
+                         cl::cat(compileCategory));
+IntegerFlag zero3PersistThreshold(
     "zero3-persist-threshold",
     cl::desc("ZeRO-3: parameters of at most this many elements stay whole "
              "on every DP rank, never gathered (-1: min(100000, largest "
              "parameter / 64); 0: none)"),
     cl::init(-1), cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<int64_t> zero3MaxLiveBytes(
+IntegerFlag zero3MaxLiveBytes(
     "zero3-max-live-bytes",
     cl::desc("ZeRO-3: bound on gathered-and-not-released parameter bytes "
              "(0: the largest gather plus prefetch depth + 1 times the second "
              "largest)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<int64_t> maxLiveGradBytes(
+IntegerFlag maxLiveGradBytes(
     "max-live-grad-bytes",
     cl::desc("ZeRO-2/3: bound on micro-batch gradient bytes not yet known "
              "reduce-scattered (0: the largest parameter gradient plus three "
              "times the second largest)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<int64_t> bucketBytes(
+IntegerFlag bucketBytes(
     "bucket-bytes",
     cl::desc("ZeRO 0-2: the bucket size in bytes of the DP gradient "
              "all-reduces and reduce-scatters, the parameter all-gathers and "
              "offloaded AdamW (0: 25 MiB)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<double> trainLr("lr", cl::desc("Peak learning rate (3e-4)"),
-                        cl::init(3e-4), cl::sub(compileCmd),
+NumberFlag<double> trainLr("lr", cl::desc("Peak learning rate (3e-4)"),
+                           cl::init(3e-4), cl::sub(compileCmd),
+                           cl::cat(compileCategory));
+NumberFlag<double> trainMinLr("min-lr", cl::desc("Final learning rate (lr/10)"),
+                              cl::sub(compileCmd), cl::cat(compileCategory));
+IntegerFlag trainWarmup("warmup-steps", cl::desc("Linear warmup steps (100)"),
+                        cl::init(100), cl::sub(compileCmd),
                         cl::cat(compileCategory));
-cl::opt<double> trainMinLr("min-lr", cl::desc("Final learning rate (lr/10)"),
-                           cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<int64_t> trainWarmup("warmup-steps",
-                             cl::desc("Linear warmup steps (100)"),
-                             cl::init(100), cl::sub(compileCmd),
-                             cl::cat(compileCategory));
-cl::opt<int64_t> trainDecay("decay-steps",
-                            cl::desc("Step at which cosine decay ends (10000)"),
-                            cl::init(10000), cl::sub(compileCmd),
-                            cl::cat(compileCategory));
-cl::opt<double> trainWeightDecay("weight-decay",
-                                 cl::desc("AdamW weight decay (0.1)"),
-                                 cl::init(0.1), cl::sub(compileCmd),
+IntegerFlag trainDecay("decay-steps",
+                       cl::desc("Step at which cosine decay ends (10000)"),
+                       cl::init(10000), cl::sub(compileCmd),
+                       cl::cat(compileCategory));
+NumberFlag<double> trainWeightDecay("weight-decay",
+                                    cl::desc("AdamW weight decay (0.1)"),
+                                    cl::init(0.1), cl::sub(compileCmd),
+                                    cl::cat(compileCategory));
+NumberFlag<double> trainGradClip("grad-clip",
+                                 cl::desc("Global gradient-norm clip, 0 = off "
+                                          "(1.0)"),
+                                 cl::init(1.0), cl::sub(compileCmd),
                                  cl::cat(compileCategory));
-cl::opt<double> trainGradClip("grad-clip",
-                              cl::desc("Global gradient-norm clip, 0 = off "
-                                       "(1.0)"),
-                              cl::init(1.0), cl::sub(compileCmd),
-                              cl::cat(compileCategory));
-cl::opt<double> trainLossScale(
+NumberFlag<double> trainLossScale(
     "loss-scale",
     cl::desc("Loss scale: 0 = dynamic for fp16 (from --initial-loss-scale), "
              "none for bf16 and fp32; > 0 = a static scale (0)"),
     cl::init(0), cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<double> trainInitialLossScale(
+NumberFlag<double> trainInitialLossScale(
     "initial-loss-scale",
     cl::desc("Dynamic loss scaling: the first step's scale (65536)"),
     cl::init(65536), cl::sub(compileCmd), cl::cat(compileCategory));
-cl::opt<int64_t> trainLossScaleWindow(
+IntegerFlag trainLossScaleWindow(
     "loss-scale-window",
     cl::desc("Dynamic loss scaling: applied steps before the scale doubles "
              "(1000)"),
@@ -413,7 +442,8 @@ std::string numberText(double value) {
   return text.str();
 }
 
-template <typename T> std::optional<T> optionalFlag(const cl::opt<T> &flag) {
+template <typename T, typename Parser>
+std::optional<T> optionalFlag(const cl::opt<T, false, Parser> &flag) {
   if (flag.getNumOccurrences() == 0)
     return std::nullopt;
   return flag.getValue();
@@ -631,8 +661,7 @@ int runCompile(mlir::MLIRContext &context) {
                     .str());
   // The ZeRO-3 knobs mean nothing to another plan: say so rather than
   // silently ignore them.
-  for (const cl::opt<int64_t> *knob :
-       {&zero3PersistThreshold, &zero3MaxLiveBytes})
+  for (const IntegerFlag *knob : {&zero3PersistThreshold, &zero3MaxLiveBytes})
     if (knob->getNumOccurrences() && plan.config.zero != 3)
       return fail(llvm::formatv("compile: --{0} applies to ZeRO-3 plans only "
                                 "(this plan uses ZeRO-{1})",
@@ -802,8 +831,9 @@ int main(int argc, char **argv) {
                                    "--global-batch B --seq-len S -o DIR\n"
                                    "  weftc emit-bundle <exec.mlir> -o DIR\n",
                                    &parserErrors))
-    // A bad flag value is printed by LLVM itself (one line), not here.
-    return parserText.empty() ? kExitBadInput : fail(oneLine(parserText));
+    return fail(!flagValueError.empty() ? flagValueError
+                : parserText.empty()    ? "cannot parse the command line"
+                                        : oneLine(parserText));
   if (importCmd)
     return runImport(context);
   if (presetsCmd)
