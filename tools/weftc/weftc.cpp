@@ -640,15 +640,12 @@ int runCompile(mlir::MLIRContext &context) {
        {std::pair{"--lr", trainLr.getValue()}, std::pair{"--min-lr", minLr},
         std::pair{"--weight-decay", trainWeightDecay.getValue()},
         std::pair{"--grad-clip", trainGradClip.getValue()},
+        std::pair{"--loss-scale", trainLossScale.getValue()},
         std::pair{"--warmup-steps", double(trainWarmup.getValue())},
         std::pair{"--decay-steps", double(trainDecay.getValue())}})
     if (value < 0)
       return fail(llvm::Twine("compile: ") + flag + " must be >= 0, got " +
                   numberText(value));
-  if (trainLossScale < 0)
-    return fail(llvm::formatv("compile: --loss-scale must be >= 0, got {0}",
-                              trainLossScale.getValue())
-                    .str());
   if (trainInitialLossScale <= 0)
     return fail(llvm::formatv("compile: --initial-loss-scale must be > 0, "
                               "got {0}",
