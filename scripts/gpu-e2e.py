@@ -349,10 +349,18 @@ def check(args):
     failed, rows = 0, []
     gpus = gpu_count()
     cluster = device_cluster()
+    # $WEFT_E2E_DEADLINE (seconds since the epoch; gpu-check.sh sets it from
+    # its budget): cases that would start after it are skipped, one line
+    # each, so the stages after this one still run.
+    deadline = float(os.environ.get("WEFT_E2E_DEADLINE", "inf"))
     for name, case in cases.items():
         kind = {"speed-full": "speed", "multi": "agree"}.get(case["kind"], case["kind"])
         if (args.only and kind != args.only) or \
                 (args.quick and case["kind"] == "speed-full"):
+            continue
+        if time.time() > deadline:
+            print(f"SKIP {name}: past the deadline of WEFT_E2E_DEADLINE (the device budget)")
+            rows.append((name, "skipped", "past the budget's deadline", ""))
             continue
         bundle = os.path.join(args.dir, name)
         if DRY_RUN and kind == "speed":

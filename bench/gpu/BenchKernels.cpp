@@ -16,7 +16,8 @@
 // --half-kernels (widen into fp32 scratch, the fp32 kernel, narrow) on the
 // same data, and the 16-bit kernels' speed is printed as a ratio to them.
 // Each figure is the median of 10 timed launches after 2 warm-up launches,
-// CUDA events around each, behind a 256 MB memset that evicts L2 (the
+// CUDA events around each, behind a 256 MB memset and a pass reading it
+// back, which evict L2 and leave it clean (the
 // hidden-width operands are about its 50 MB) and hides the launch latency.
 // Without a device it says so and exits 0 (nothing to measure).
 //
@@ -29,6 +30,7 @@
 #include "weft/kernels/Optimizer.h"
 
 #include "Internal.h" // the backend's AdamW and widening helpers
+#include "weft/exec/cuda/Workspace.h"
 
 #include <cuda_runtime_api.h>
 
@@ -39,6 +41,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -81,35 +84,52 @@ struct Result {
   double us = 0, bytes = 0, flops = 0;
 };
 
-/// The median time of one `launch` in microseconds. Before each sample a
-/// 256 MB memset runs on the stream: it evicts the operands from the 50 MB
-/// L2 (so a kernel that reads one buffer is not timed from cache on its
-/// second launch), and the GPU is still busy with it when the start event
-/// and the launch are queued behind it, so the host's launch latency (a few
-/// microseconds, which an event before a launch on an idle GPU counts) is
-/// not timed either.
-double timeLaunch(cudaStream_t stream,
-                  const std::function<cudaError_t()> &launch) {
+/// The median time of one `launch` in microseconds, or nullopt (the error
+/// in `error`) when a launch fails. Before each sample a 256 MB memset runs
+/// on the stream, then a pass that reads it back: they evict the operands
+/// from the 50 MB L2 (so a kernel that reads one buffer is not timed from
+/// cache on its second launch) and leave it clean (the timed kernel does
+/// not pay for the memset's write-backs), and the GPU is still busy with
+/// them when the start event and the launch are queued behind, so the
+/// host's launch latency (a few microseconds, which an event before a
+/// launch on an idle GPU counts) is not timed either.
+std::optional<double> timeLaunch(cudaStream_t stream,
+                                 const std::function<cudaError_t()> &launch,
+                                 std::string &error) {
   static Buffer flush(std::size_t(256) << 20);
+  static Buffer sum(weft::exec::cuda::kAccumulatorBytes);
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
-  for (int i = 0; i < 2; ++i)
-    check(launch(), "warm-up launch");
   std::vector<double> times;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 12 && error.empty(); ++i) {
     check(cudaMemsetAsync(flush.get(), i, flush.bytes(), stream),
           "cudaMemsetAsync");
+    check(weft::exec::cuda::sumSquaresAccumulate(
+              std::int64_t(flush.bytes() / 4), flush.get(),
+              weft::exec::cuda::FloatStorage::F32,
+              static_cast<double *>(sum.get()), stream),
+          "the L2 read pass");
     check(cudaEventRecord(start, stream), "cudaEventRecord");
-    check(launch(), "launch");
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    cudaError_t rc = launch();
+    if (rc == cudaSuccess)
+      rc = cudaEventRecord(stop, stream);
+    if (rc == cudaSuccess)
+      rc = cudaEventSynchronize(stop);
+    if (rc != cudaSuccess) {
+      error = cudaGetErrorString(rc);
+      (void)cudaGetLastError(); // a launch error that is not sticky
+      break;
+    }
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(double(ms) * 1e3);
+    if (i >= 2) // the first two launches warm up
+      times.push_back(double(ms) * 1e3);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  if (!error.empty())
+    return std::nullopt;
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -150,10 +170,53 @@ int main(int argc, char **argv) {
                      vocab = 50257, params = 124'439'808;
   const std::int64_t n = tokens * hidden, nf = tokens * ffn;
   const HalfType bf = HalfType::BF16;
+  // Each row is printed (and written to the JSON lines) as soon as it is
+  // measured, so that a run cut short keeps what it measured; a launch that
+  // fails is a row saying so, and the rows after it still run.
   std::vector<Result> results;
+  FILE *json = jsonPath ? std::fopen(jsonPath, "w") : nullptr;
+  double ceiling = 0; // GB/s, the first row's
+  int failures = 0;
   auto add = [&](std::string name, std::string shape, double bytes,
                  const std::function<cudaError_t()> &launch, double flops = 0) {
-    Result r{name, std::move(shape), timeLaunch(stream, launch), bytes, flops};
+    std::string error;
+    std::optional<double> us = timeLaunch(stream, launch, error);
+    if (!us) {
+      ++failures;
+      std::printf("%-36s %-18s failed: %s\n", name.c_str(), shape.c_str(),
+                  error.c_str());
+      if (json)
+        std::fprintf(json,
+                     "{\"kernel\": \"%s\", \"shape\": \"%s\", \"error\": "
+                     "\"%s\", \"gpu\": \"%s\"}\n",
+                     name.c_str(), shape.c_str(), error.c_str(), prop.name);
+      std::fflush(nullptr);
+      return;
+    }
+    Result r{name, std::move(shape), *us, bytes, flops};
+    if (results.empty()) {
+      ceiling = r.bytes / r.us * 1e-3;
+      std::printf("%s, %d SMs: device-to-device copy %.0f GB/s\n", prop.name,
+                  prop.multiProcessorCount, ceiling);
+      std::printf("%-36s %-18s %10s %9s %8s\n", "kernel (bf16)", "shape", "us",
+                  "GB/s", "of copy");
+    }
+    if (r.flops > 0) {
+      std::printf("%-36s %-18s %10.1f %9.1f TFLOP/s\n", r.name.c_str(),
+                  r.shape.c_str(), r.us, r.flops / r.us * 1e-6);
+    } else {
+      double gbs = r.bytes / r.us * 1e-3;
+      std::printf("%-36s %-18s %10.1f %9.0f %7.0f%%\n", r.name.c_str(),
+                  r.shape.c_str(), r.us, gbs, 100 * gbs / ceiling);
+    }
+    if (json)
+      std::fprintf(json,
+                   "{\"kernel\": \"%s\", \"shape\": \"%s\", \"us\": %.2f, "
+                   "\"bytes\": %.0f, \"flops\": %.0f, \"copy_gb_s\": %.1f, "
+                   "\"gpu\": \"%s\"}\n",
+                   r.name.c_str(), r.shape.c_str(), r.us, r.bytes, r.flops,
+                   ceiling, prop.name);
+    std::fflush(nullptr);
     results.push_back(r);
   };
   auto dims = [](std::int64_t a, std::int64_t b) {
@@ -236,6 +299,21 @@ int main(int argc, char **argv) {
               out.get(), mean.f32(), rstd.f32(), stream);
         });
     Buffer sum(n * 2);
+    // The two kernels the fused forward replaces (bytes as the fused one's:
+    // the sum's second read may come from L2).
+    add("residual_add + layer_norm_forward (two kernels)", dims(tokens, hidden),
+        4.0 * n * 2 + tokens * 8, [&] {
+          return inOrder({[&] {
+                            return gpu::halfResidualAdd(bf, n, x.get(), y.get(),
+                                                        sum.get(), stream);
+                          },
+                          [&] {
+                            return gpu::halfLayerNormForward(
+                                bf, tokens, hidden, sum.get(), gamma.get(),
+                                beta.get(), 1e-5f, out.get(), mean.f32(),
+                                rstd.f32(), stream);
+                          }});
+        });
     add("residual_add + layer_norm_forward (fused)", dims(tokens, hidden),
         4.0 * n * 2 + tokens * 8, [&] {
           return gpu::halfResidualLayerNormForward(
@@ -513,30 +591,6 @@ int main(int argc, char **argv) {
     }
   }
 
-  double ceiling = results[0].bytes / results[0].us * 1e-3; // GB/s
-  std::printf("%s, %d SMs: device-to-device copy %.0f GB/s\n", prop.name,
-              prop.multiProcessorCount, ceiling);
-  std::printf("%-36s %-18s %10s %9s %8s\n", "kernel (bf16)", "shape", "us",
-              "GB/s", "of copy");
-  FILE *json = jsonPath ? std::fopen(jsonPath, "w") : nullptr;
-  for (const Result &r : results) {
-    if (r.flops > 0) {
-      double tflops = r.flops / r.us * 1e-6;
-      std::printf("%-36s %-18s %10.1f %9.1f TFLOP/s\n", r.name.c_str(),
-                  r.shape.c_str(), r.us, tflops);
-    } else {
-      double gbs = r.bytes / r.us * 1e-3;
-      std::printf("%-36s %-18s %10.1f %9.0f %7.0f%%\n", r.name.c_str(),
-                  r.shape.c_str(), r.us, gbs, 100 * gbs / ceiling);
-    }
-    if (json)
-      std::fprintf(json,
-                   "{\"kernel\": \"%s\", \"shape\": \"%s\", \"us\": %.2f, "
-                   "\"bytes\": %.0f, \"flops\": %.0f, \"copy_gb_s\": %.1f, "
-                   "\"gpu\": \"%s\"}\n",
-                   r.name.c_str(), r.shape.c_str(), r.us, r.bytes, r.flops,
-                   ceiling, prop.name);
-  }
   if (json)
     std::fclose(json);
   // Each 16-bit kernel against its widening path, measured above.
@@ -564,5 +618,5 @@ int main(int argc, char **argv) {
         std::printf("%-36s %.2fx the two kernels' speed\n", fused.name.c_str(),
                     r.us / fused.us);
   }
-  return 0;
+  return failures ? 1 : 0;
 }

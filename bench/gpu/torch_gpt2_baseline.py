@@ -57,11 +57,24 @@ def run(size, batch, seq, vocab, steps, compiled, peak):
     model = GPT(layers, heads, h, vocab, seq).cuda()
     n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
-    step_model = torch.compile(model) if compiled else model
+    if compiled:
+        # Dynamo's automatic-dynamic state is per code object, shared by the
+        # sizes one process compiles: without a reset the second size would
+        # compile dynamic shapes (slower code, a weaker baseline).
+        torch._dynamo.reset()
+        step_model = torch.compile(model, dynamic=False)
+    else:
+        step_model = model
     data = torch.randint(0, vocab, (steps + 5, batch, seq + 1), device="cuda")
+    # Each step's tokens are copied into the same contiguous buffers (as a
+    # data loader's upload): views of `data` would change storage offset
+    # every step (a recompile under torch.compile) and be misaligned.
+    x = torch.empty(batch, seq, dtype=data.dtype, device="cuda")
+    y = torch.empty_like(x)
 
     def step(i):
-        x, y = data[i, :, :-1], data[i, :, 1:]
+        x.copy_(data[i, :, :-1])
+        y.copy_(data[i, :, 1:])
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_model(x, y)
         loss.backward()
@@ -98,7 +111,7 @@ def run(size, batch, seq, vocab, steps, compiled, peak):
            "mean_step_ms": round(sum(times) / len(times) * 1e3, 2),
            "warmup_s": round(warm_s, 1), "final_loss": round(loss.item(), 3)}
     assert math.isfinite(res["final_loss"]), "loss is not finite"
-    del model, opt, step_model, data
+    del model, opt, step_model, data, x, y
     torch.cuda.empty_cache()
     return res
 
@@ -113,7 +126,6 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     args = ap.parse_args()
     batches = dict(kv.split("=") for kv in args.batch.split(","))
-    torch.backends.cuda.matmul.allow_tf32 = True
     for size in args.sizes.split(","):
         for mode in args.modes.split(","):
             r = run(size, int(batches[size]), args.seq, args.vocab, args.steps,

@@ -1042,8 +1042,9 @@ void DeviceBackend::autotuneGemms() {
   size_t workspaceBytes = workspace ? size_t(options_.gemmWorkspaceBytes) : 0;
   // Scratch operands as large as the largest timed shape needs, allocated
   // for the timing only (cudaMalloc/cudaFree here, before the session
-  // allocates its regions), zeroed on the timing stream: values do not
-  // change a tensor-core GEMM's speed, but NaNs could.
+  // allocates its regions), filled with finite noise on the timing stream
+  // (zeros would run faster than data: less power, higher clocks; NaNs
+  // could run slower).
   struct Scratch {
     void *data = nullptr;
     size_t bytes = 0;
@@ -1055,7 +1056,7 @@ void DeviceBackend::autotuneGemms() {
       data = nullptr;
       bytes = 0;
       if (cudaMalloc(&data, want) != cudaSuccess ||
-          cudaMemsetAsync(data, 0, want, stream) != cudaSuccess) {
+          fillNoise(data, want, stream) != cudaSuccess) {
         cudaGetLastError(); // not sticky: clear it for the launches after
         cudaFree(data);
         data = nullptr;

@@ -48,6 +48,20 @@ __global__ void roundKernel(int64_t n, float *x, FloatStorage half) {
   }
 }
 
+__global__ void noiseKernel(int64_t words, std::uint16_t *dst) {
+  int64_t i = index1d();
+  if (i < words) {
+    // A 32-bit hash of the index: random sign and low mantissa bits, the
+    // exponent of 1.0 in f16 (2^-7 in bf16; as the high half of an f32 or
+    // f64 a small normal number).
+    std::uint32_t h = std::uint32_t(i) * 0x9e3779b1u;
+    h ^= h >> 15;
+    h *= 0x85ebca77u;
+    h ^= h >> 13;
+    dst[i] = std::uint16_t((h & 0x8000u) | 0x3c00u | (h & 0x03ffu));
+  }
+}
+
 template <typename T> __global__ void fillKernel(int64_t n, T *dst, T value) {
   int64_t i = index1d();
   if (i < n)
@@ -93,6 +107,15 @@ cudaError_t roundToStorage(int64_t n, float *x, FloatStorage storage,
   if (n == 0 || storage == FloatStorage::F32)
     return cudaSuccess;
   roundKernel<<<blocksFor(n), kBlock, 0, stream>>>(n, x, storage);
+  return cudaGetLastError();
+}
+
+cudaError_t fillNoise(void *dst, size_t bytes, cudaStream_t stream) {
+  int64_t words = int64_t(bytes / 2);
+  if (words == 0)
+    return cudaSuccess;
+  noiseKernel<<<blocksFor(words), kBlock, 0, stream>>>(
+      words, static_cast<std::uint16_t *>(dst));
   return cudaGetLastError();
 }
 

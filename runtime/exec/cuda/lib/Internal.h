@@ -30,6 +30,11 @@ cudaError_t f32ToHalf(int64_t n, const float *in, FloatStorage half,
 /// the fp32 path widened would hold; nothing for F32.
 cudaError_t roundToStorage(int64_t n, float *x, FloatStorage storage,
                            cudaStream_t stream);
+/// `bytes` of finite, non-zero pseudo-random values whatever the element
+/// type (f16, bf16, f32, f64): each 16-bit word a random sign and mantissa
+/// with a small exponent. For timing: zeros run faster than data (less
+/// power, higher clocks).
+cudaError_t fillNoise(void *dst, size_t bytes, cudaStream_t stream);
 /// n elements of `elementBytes` (1, 2, 4 or 8) bytes, each set to the low
 /// bytes of `pattern`.
 cudaError_t fillPattern(void *dst, int64_t n, int elementBytes,
