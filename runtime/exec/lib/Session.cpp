@@ -236,13 +236,33 @@ void Session::setUp(MPI_Comm world) {
   }
   agree(failure, world);
 
-  buildCommunicators();
+  // Every rank connects (collectives over the world: NCCL's unique id and
+  // splits, MPI's duplicates). A rank whose connection fails cannot agree
+  // with peers waiting inside them, so it ends the job with its message
+  // rather than leave them waiting.
+  try {
+    buildCommunicators();
+  } catch (const std::exception &error) {
+    std::fprintf(stderr,
+                 "weft-run: error: rank %d: %s (aborting the job: the other "
+                 "ranks wait in the communicators' creation)\n",
+                 rank_, error.what());
+    MPI_Abort(world, 1);
+  }
+  // What can fail on one rank alone (device memory, the parameters' upload,
+  // staging buffers) is agreed on as validation is, so that no rank starts
+  // step 1's collectives beside one that has given up.
   const plan::Program &program = *rankProgram_.program;
-  allocateStateRegions(); // resumeLocally() may hold the checkpoint already
-  arena_ = backend_->allocateRegion(plan::Region::Arena, program.arenaBytes);
-  if (!resumed_)
-    initializeParameters();
-  prepareInstructions();
+  try {
+    allocateStateRegions(); // resumeLocally() may hold the checkpoint already
+    arena_ = backend_->allocateRegion(plan::Region::Arena, program.arenaBytes);
+    if (!resumed_)
+      initializeParameters();
+    prepareInstructions();
+  } catch (const std::exception &error) {
+    failure = error.what();
+  }
+  agree(failure, world);
   layout_ = stateGroupLayout(bundle_, program);
   weightsLayout_ = weightsSnapshotLayout(bundle_, program);
 }
@@ -878,6 +898,31 @@ void Session::prepareInstructions() {
         prepared_[s][first].bucketEnd = last;
   }
   normSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
+  if (lossBuffer_ >= 0 &&
+      program.buffers[size_t(lossBuffer_)].region != plan::Region::Host) {
+    int64_t writerStream = -1, writer = -1;
+    bool oneStream = true;
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      for (size_t i = 0; i < program.streams[s].instructions.size(); ++i)
+        for (const plan::BufferRange &w :
+             program.streams[s].instructions[i].writes)
+          if (w.buffer == lossBuffer_) {
+            oneStream =
+                oneStream && (writerStream < 0 || writerStream == int64_t(s));
+            writerStream = int64_t(s);
+            writer = int64_t(i);
+          }
+    if (oneStream && writer >= 0) {
+      const Instruction &last =
+          program.streams[size_t(writerStream)].instructions[size_t(writer)];
+      if (!plan::isCollective(last.opcode) &&
+          !plan::isPointToPoint(last.opcode)) {
+        lossStream_ = writerStream;
+        lossWriter_ = writer;
+        lossHost_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
+      }
+    }
+  }
   // Checkpoints of device memory pass through page-locked staging.
   if (!backend_->hostAddressable())
     deviceMemory_.bounce = backend_->stagingBuffer(kCheckpointChunkBytes);
@@ -972,6 +1017,9 @@ void Session::issue(size_t s, size_t index, const StepContext &context) {
     return;
   }
   backend_->execute(inst, int64_t(s), p.reads, p.writes, context);
+  if (int64_t(s) == lossStream_ && int64_t(index) == lossWriter_)
+    backend_->copyToHostAsync(reinterpret_cast<std::byte *>(lossHost_),
+                              buffer(lossBuffer_).data, 4, int64_t(s));
 }
 
 void Session::readNormSum(const plan::BufferRange &range,
@@ -1059,9 +1107,33 @@ void Session::beginStep() {
   marking_ =
       options_.trace && options_.deviceTimes && backend_->timesInstructions() &&
       !(backend_->graphEnabled() && (backend_->hasGraph() || eagerSteps_ >= 1));
+  try {
+    issueStep();
+  } catch (...) {
+    abortStep();
+    throw;
+  }
+}
+
+void Session::abortStep() noexcept {
+  try {
+    backend_->abortCommunication();
+  } catch (...) {
+  }
+  if (openRange_) {
+    try {
+      backend_->popRange();
+    } catch (...) {
+    }
+    openRange_ = nullptr;
+  }
+}
+
+void Session::issueStep() {
   if (!backend_->hostAddressable())
     stageBatches(stepContext_);
   backend_->beginStep(stepContext_);
+  markOrigin_ = now();
   const plan::Program &program = *rankProgram_.program;
   if (backend_->graphEnabled() && backend_->hasGraph()) {
     // The captured step reads this step's tokens and scalars from the
@@ -1188,26 +1260,32 @@ StepStats Session::finishStep() {
     throw Error("rank " + std::to_string(rank_) +
                 ": finishStep() without beginStep()");
   requireResident("finish");
-  advance(true);
-  if (openRange_) {
-    backend_->popRange();
-    openRange_ = nullptr;
+  double issued = 0, synchronized = 0;
+  try {
+    advance(true);
+    if (openRange_) {
+      backend_->popRange();
+      openRange_ = nullptr;
+    }
+    issued = now();          // everything is enqueued (run, on the CPU)
+    backend_->synchronize(); // the device's work, and the clip sum's copy
+    synchronized = now();
+  } catch (...) {
+    abortStep();
+    throw;
   }
-  double issued = now();   // everything is enqueued (run, on the CPU)
-  backend_->synchronize(); // the device's work, and the clip sum's copy
-  double synchronized = now();
   stepInProgress_ = false;
   if (marking_ && marks_ > 0) {
     // The step's trace events from the device's clock: its marks' times
-    // after the step's start, placed at the step's host start.
+    // after the step's first mark, placed at the host time it was enqueued.
     std::vector<double> times = backend_->markTimes(marks_);
     if (int64_t(times.size()) == marks_)
       for (size_t k = stepTraceBegin_; k < trace_.size(); ++k) {
         auto [begin, end] = traceMarks_[k];
         if (begin < 0 || end < 0)
           continue;
-        trace_[k].beginS = stepStart_ - openTime_ + times[size_t(begin)];
-        trace_[k].endS = stepStart_ - openTime_ + times[size_t(end)];
+        trace_[k].beginS = markOrigin_ - openTime_ + times[size_t(begin)];
+        trace_[k].endS = markOrigin_ - openTime_ + times[size_t(end)];
       }
   }
   marking_ = false;
@@ -1217,7 +1295,10 @@ StepStats Session::finishStep() {
   double sums[2] = {0, 0}; // loss sum, ranks holding a loss
   if (lossBuffer_ >= 0) {
     float loss = 0;
-    readBuffer(lossBuffer_, 0, &loss, 4);
+    if (lossHost_)
+      loss = *lossHost_; // copied in stream order, complete at synchronize()
+    else
+      readBuffer(lossBuffer_, 0, &loss, 4);
     sums[0] = double(loss);
     sums[1] = 1;
   }
@@ -1245,6 +1326,9 @@ StepStats Session::finishStep() {
                 std::to_string(completedSteps_ + 1) +
                 ": ranks disagree on whether the gradients overflowed (the "
                 "plan's gradient-norm reduction does not cover every rank)");
+  // The step as the ranks that checked decided it (a rank whose program
+  // has no optimizer_step checks nothing): every rank's scaler moves alike.
+  skipped = anySkipped;
   ++completedSteps_;
   if (!skipped)
     ++scaler_.optimizerSteps;

@@ -195,9 +195,11 @@ TEST(CudaSessionGpu, DeviceTimesTraceEveryInstructionOnTheDevice) {
   auto plain = Runtime::open(bundle, options("cuda", false), MPI_COMM_WORLD);
   const int64_t steps = 3;
   for (int64_t step = 1; step <= steps; ++step) {
-    // Timing perturbs nothing.
+    // Timing perturbs nothing (up to the order of the embedding gradient's
+    // atomic adds, which two runs need not share).
     StepStats got = gpu->step(), want = plain->step();
-    EXPECT_EQ(got.loss, want.loss) << "step " << step;
+    EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss))
+        << "step " << step;
   }
   const Session &session = gpu->session();
   const plan::Program &program = *session.rankProgram().program;

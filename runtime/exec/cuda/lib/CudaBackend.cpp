@@ -428,10 +428,37 @@ private:
     throw Error(prefix() + (where.empty() ? "" : where + ": ") + call +
                 " failed: " + cublasName(rc));
   }
+  /// An instruction's name in errors: "stream 0 'compute' instruction 12
+  /// (fwd L0) gemm" for one of the prepared program's (an epilogue's steps,
+  /// made by the backend, say their stream, opcode and phase).
   std::string where(const Instruction &inst, int64_t stream) const {
-    return "stream " + std::to_string(stream) + " " +
-           std::string(plan::toString(inst.opcode)) +
+    std::string opcode(plan::toString(inst.opcode));
+    if (program_ && stream >= 0 && size_t(stream) < program_->streams.size()) {
+      const std::vector<Instruction> &insts =
+          program_->streams[size_t(stream)].instructions;
+      std::less<const Instruction *> before;
+      if (!insts.empty() && !before(&inst, insts.data()) &&
+          before(&inst, insts.data() + insts.size()))
+        return describeInstruction(*program_, size_t(stream),
+                                   size_t(&inst - insts.data())) +
+               " " + opcode;
+    }
+    return "stream " + std::to_string(stream) + " " + opcode +
            (inst.phase.empty() ? "" : " '" + inst.phase + "'");
+  }
+  /// An instruction whose name is built only when a check fails (checks
+  /// run on every instruction of an eager step).
+  struct At {
+    const Instruction &inst;
+    int64_t stream;
+  };
+  void check(cudaError_t rc, const char *call, const At &at) const {
+    if (rc != cudaSuccess)
+      check(rc, call, where(at.inst, at.stream));
+  }
+  void check(cublasStatus_t rc, const char *call, const At &at) const {
+    if (rc != CUBLAS_STATUS_SUCCESS)
+      check(rc, call, where(at.inst, at.stream));
   }
   cudaStream_t streamOf(int64_t stream) const {
     if (stream < 0 || size_t(stream) >= streams_.size())
@@ -531,6 +558,9 @@ private:
   std::vector<std::pair<Operand, float *>> widenedCopies_; // per kernel call
   bool vmmFallbackNoted_ = false;
   std::vector<cudaStream_t> streams_;
+  /// The program prepare() was given (the session's, which outlives the
+  /// backend's use of it): names its instructions in errors.
+  const plan::Program *program_ = nullptr;
   std::vector<cudaEvent_t> events_;     // plan events
   std::vector<cudaEvent_t> joinEvents_; // graph capture: per stream
   cudaEvent_t forkEvent_ = nullptr;     // graph capture and beginStep
@@ -892,6 +922,7 @@ void DeviceBackend::prepare(const plan::Bundle &bundle,
   if (prepared_)
     throw Error(prefix() + "the CUDA backend is prepared once per program");
   prepared_ = true;
+  program_ = &program;
   for (const plan::Stream &stream : program.streams)
     streamNames_.push_back(stream.name);
   // Dynamic loss scaling: the optimizer steps that read the gradients' sum
@@ -1609,7 +1640,7 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     if (reads[0].data != writes[0].data)
       check(cudaMemcpyAsync(writes[0].data, reads[0].data,
                             size_t(reads[0].bytes), cudaMemcpyDefault, s),
-            "cudaMemcpyAsync", where(inst, stream));
+            "cudaMemcpyAsync", At{inst, stream});
     return;
   case Opcode::Fill: {
     if (onHost(inst)) {
@@ -1620,7 +1651,7 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     uint64_t bits = fillBits(inst.dtype, inst.value);
     for (const Operand &out : writes)
       check(fillPattern(out.data, out.bytes / eb, eb, bits, s), "fill",
-            where(inst, stream));
+            At{inst, stream});
     return;
   }
   case Opcode::OptimizerStep:
@@ -1632,7 +1663,7 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
   case Opcode::GradNorm: {
     auto *acc = reinterpret_cast<double *>(
         workspacePiece(workspaceLayout_.accumulator, stream));
-    std::string at = where(inst, stream);
+    const At at{inst, stream};
     check(cudaMemsetAsync(acc, 0, sizeof(double), s), "cudaMemsetAsync", at);
     for (const Operand &grad : reads)
       check(sumSquaresAccumulate(grad.bytes / plan::elementBytes(inst.dtype),
@@ -1652,7 +1683,7 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
     for (const Operand &grad : writes)
       check(clipByNorm(grad.bytes / plan::elementBytes(inst.dtype), grad.data,
                        storageOf(inst.dtype), reads[0].as<float>(), maxNorm, s),
-            "clip", where(inst, stream));
+            "clip", At{inst, stream});
     return;
   }
   case Opcode::RecordEvent:
@@ -1909,7 +1940,7 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
     auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void *ptr) {
       check(cublasLtMatmulDescSetAttribute(plan.desc, attribute, &ptr,
                                            sizeof ptr),
-            "cublasLtMatmulDescSetAttribute", where(inst, stream));
+            "cublasLtMatmulDescSetAttribute", At{inst, stream});
     };
     if (*g.epilogue != GemmEpilogue::DGelu)
       set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, at(g.bias));
@@ -1931,7 +1962,7 @@ void DeviceBackend::runGemm(const Instruction &inst, int64_t stream,
                        reads[1].data, plan.b, beta, writes[0].data, plan.c, d,
                        plan.c, &plan.algo, workspace, plan.workspace,
                        streamOf(stream)),
-        "cublasLtMatmul", where(inst, stream));
+        "cublasLtMatmul", At{inst, stream});
 }
 
 void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
@@ -1941,7 +1972,7 @@ void DeviceBackend::runOptimizer(const Instruction &inst, int64_t stream,
   if (context.step != uploadedStep_ && !capturing_)
     beginStep(context);
   cudaStream_t s = streamOf(stream);
-  std::string at = where(inst, stream);
+  const At at{inst, stream};
   const Operand &grad = reads[1];
   // One pass: a 16-bit gradient is widened in registers and the weights'
   // low-precision copy (writes[3]) stored beside the update.
@@ -1994,7 +2025,7 @@ void DeviceBackend::runOnHost(const Instruction &inst, int64_t stream,
   // sees it; a captured graph sees each replay's beginStep() values.
   refreshHostContext(context);
   check(cudaLaunchHostFunc(streamOf(stream), runHostTask, task.get()),
-        "cudaLaunchHostFunc", where(inst, stream));
+        "cudaLaunchHostFunc", At{inst, stream});
 }
 
 //===--- Streams, events, steps and graphs -------------------------------===//

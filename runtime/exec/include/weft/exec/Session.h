@@ -280,6 +280,14 @@ private:
   CheckpointStats readCheckpointLocally(const std::string &dir,
                                         int *payloadTouched = nullptr);
   bool advance(bool untilDone);
+  /// After a failure inside a step: the backend's communication torn down
+  /// (CUDA: ncclCommAbort, so that no enqueued collective waits for a peer
+  /// forever and the peers' own watchdogs see it), the open range closed.
+  /// The step stays in progress: the session cannot run another.
+  void abortStep() noexcept;
+  /// beginStep()'s work once the step is in progress: stage the batches,
+  /// then replay, capture or run the step eagerly up to its first wait.
+  void issueStep();
   /// The runtime's private communicator (statistics, checkpoint agreement).
   MPI_Comm statsComm() const;
   void requireResident(const char *what) const;
@@ -329,6 +337,13 @@ private:
   std::vector<char> pending_;  // per stream: communication in flight
   std::vector<char> recorded_; // per event, this step
   int64_t lossBuffer_ = -1;
+  /// The loss's last writer (stream, index) and the staging float its value
+  /// is copied into right after it, so finishStep() reads it without
+  /// another synchronize and a blocking copy; -1 and null where the loss is
+  /// read with readBuffer() (written on several streams, last by a
+  /// communication, or none).
+  int64_t lossStream_ = -1, lossWriter_ = -1;
+  float *lossHost_ = nullptr;
   /// Staging: the gradients' global sum of squares the step's clip, or its
   /// first optimizer_step that reads it, read (valid after synchronize()).
   float *normSum_ = nullptr;
@@ -375,6 +390,9 @@ private:
   bool stepInProgress_ = false;
   StepContext stepContext_;
   double stepStart_ = 0;
+  /// Host time when the backend's beginStep() returned: where the device
+  /// times of the step's marks start (its first mark follows the staging).
+  double markOrigin_ = 0;
   std::string stateLost_; // why the state is unusable (a failed load)
 };
 
