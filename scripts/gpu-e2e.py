@@ -211,7 +211,7 @@ class GpuMemorySampler:
                 self.peak_mib = max(self.peak_mib, int(out.stdout.split()[0]))
             except Exception:
                 pass
-            self.stop.wait(0.2)
+            self.stop.wait(1.0)  # nvidia-smi takes driver locks: rarely
 
     def __enter__(self):
         self.thread.start()

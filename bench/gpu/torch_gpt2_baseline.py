@@ -4,7 +4,9 @@ bf16 autocast, fused AdamW, flash SDPA, tied LM head; eager and torch.compile.
 
 Reports tokens/s and MFU. Model FLOPs per token follow nanoGPT/PaLM:
 6 * N (parameters without the position table) + 12 * layers * hidden * seq,
-recompute not counted. Peak is the dense bf16 rate given by --peak-tflops
+recompute not counted (N includes biases and norms, which Weft's matmul-weight
+count leaves out: this MFU reads about 0.1% higher for the same step time; the
+tokens/s ratio does not depend on it). Peak is the dense bf16 rate given by --peak-tflops
 (989 for H100 SXM). Weft's CUDA backend is compared against this script's
 numbers taken in the same run on the same GPU.
 """
@@ -108,6 +110,10 @@ def run(size, batch, seq, vocab, steps, compiled, peak):
            # What the caching allocator held (closer to what nvidia-smi
            # shows for Weft, less the CUDA context).
            "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
+           # The device's memory in use after the steps, context and
+           # cuBLAS workspaces included: what nvidia-smi shows, as gpu-e2e.py
+           # samples it for Weft.
+           "device_used_gib": round((lambda f, t: (t - f) / 2**30)(*torch.cuda.mem_get_info()), 2),
            "mean_step_ms": round(sum(times) / len(times) * 1e3, 2),
            "warmup_s": round(warm_s, 1), "final_loss": round(loss.item(), 3)}
     assert math.isfinite(res["final_loss"]), "loss is not finite"
