@@ -307,10 +307,6 @@ def listing(directory):
                   for p in directory.rglob("*"))
 
 
-def error_lines(text, prefix):
-    return sorted({l for l in text.splitlines() if l.startswith(prefix)})
-
-
 class Sweep:
     def __init__(self, args):
         self.args = args
@@ -452,11 +448,10 @@ class Sweep:
                                          case)
         if run is None:
             return "FAIL", f"{what}: {tool} hung"
-        if run.returncode < 0 or run.returncode >= 128 or \
-                "Segmentation" in run.stderr or "signal" in run.stderr:
+        if mutation.crashed(run):
             return "FAIL", f"{what}: {tool} crashed (exit {run.returncode})" \
                            f": {run.stderr.strip()[-400:]}"
-        errors = error_lines(run.stderr, f"{tool}: error:")
+        errors = mutation.error_lines(run.stderr, f"{tool}: error:")
         if run.returncode != 0:
             if len(errors) != 1:
                 return "FAIL", f"{what}: exit {run.returncode} with " \

@@ -243,10 +243,8 @@ class Sweep:
         run = self.run(bundle, ranks)
         if run is None:
             return "FAIL", f"{what}: weft-run hung (180 s)"
-        errors = sorted({l for l in run.stderr.splitlines()
-                         if l.startswith("weft-run: error:")})
-        if run.returncode < 0 or run.returncode >= 128 or \
-                "Segmentation" in run.stderr or "signal" in run.stderr:
+        errors = mutation.error_lines(run.stderr, "weft-run: error:")
+        if mutation.crashed(run):
             return "FAIL", f"{what}: weft-run crashed (exit " \
                            f"{run.returncode}): {run.stderr.strip()[-400:]}"
         if run.returncode == 0:

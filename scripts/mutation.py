@@ -86,6 +86,19 @@ def run_cases(args, one, case_dir, outcomes, report=None):
     return 1 if counts["FAIL"] else 0
 
 
+def error_lines(text, prefix):
+    """The distinct lines of `text` that start with `prefix`, sorted (ranks
+    print the same agreed line each)."""
+    return sorted({l for l in text.splitlines() if l.startswith(prefix)})
+
+
+def crashed(run):
+    """Whether the finished process `run` died of a signal (directly, or
+    as mpirun reports it) rather than exiting with an error."""
+    return run.returncode < 0 or run.returncode >= 128 or \
+        "Segmentation" in run.stderr or "signal" in run.stderr
+
+
 def weft_run(bin_dir, bundle, tokens, ranks, extra, watchdog_s, timeout_s):
     """`weft-run BUNDLE --data TOKENS --quiet` under mpirun with `ranks`
     ranks and `extra` flags: the finished process, or None on a hang."""

@@ -145,10 +145,6 @@ def mutate(rng, manifest):
     return f"{'/'.join(map(str, path))}: {value} -> {new}"
 
 
-def error_lines(text, prefix):
-    return [l for l in text.splitlines() if l.startswith(prefix)]
-
-
 class Mutator:
     def __init__(self, args):
         self.args = args
@@ -210,9 +206,8 @@ class Mutator:
         run = self.run(target, ranks)
         if run is None:
             return "FAIL", f"{what}: weft-run hung (90 s)"
-        errors = error_lines(run.stderr, "weft-run: error:")
-        if run.returncode < 0 or run.returncode >= 128 or \
-                "Segmentation" in run.stderr or "signal" in run.stderr:
+        errors = mutation.error_lines(run.stderr, "weft-run: error:")
+        if mutation.crashed(run):
             return "FAIL", f"{what}: weft-run crashed (exit " \
                            f"{run.returncode}): {run.stderr.strip()[-400:]}"
         if verify.returncode != 0:
@@ -222,16 +217,16 @@ class Mutator:
                                f"({verify.stdout.strip()[:200]}" \
                                f"{verify.stderr.strip()[:200]}) but " \
                                f"weft-run ran it"
-            if len(set(errors)) != 1:
+            if len(errors) != 1:
                 return "FAIL", f"{what}: rejected, but weft-run printed " \
-                               f"{len(set(errors))} distinct error lines: " \
+                               f"{len(errors)} distinct error lines: " \
                                f"{run.stderr.strip()[-400:]}"
             return "REJECTED", f"{what}: {errors[0][:200]}"
         if run.returncode == 0:
             return "RAN", what
-        if len(set(errors)) != 1:
+        if len(errors) != 1:
             return "FAIL", f"{what}: verified, weft-run exited " \
-                           f"{run.returncode} with {len(set(errors))} " \
+                           f"{run.returncode} with {len(errors)} " \
                            f"distinct error lines: {run.stderr.strip()[-400:]}"
         return "CAUGHT", f"{what}: {errors[0][:200]}"
 
