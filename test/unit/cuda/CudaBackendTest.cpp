@@ -1148,6 +1148,23 @@ TEST(CudaGpu, GemmEpiloguesMatchCpu) {
     }
 }
 
+TEST(CudaGpu, EpilogueOperandsOverlappingTheOutputRunUnfused) {
+  SKIP_WITHOUT_DEVICE();
+  // One cuBLASLt call reads and writes at once: a DGELU epilogue whose
+  // pre-activation is the gemm's own output (a plan the compiler never
+  // folds) must run as the plain gemm and the kernel after it, whatever
+  // cuBLASLt would offer for the shape.
+  using Tail = LinearProgram::Tail;
+  LinearProgram linear(DType::BF16, DType::BF16, Tail::GeluBackward);
+  plan::Program fused = linear.fused(Tail::GeluBackward);
+  plan::Instruction &gemm = fused.streams[0].instructions[0];
+  ASSERT_EQ(gemm.epilogue, plan::GemmEpilogue::DGelu);
+  gemm.reads.back() = gemm.writes[0];
+  std::unique_ptr<CudaBackend> gpu = makeCudaBackend({});
+  gpu->prepare(linear.bundle, fused);
+  EXPECT_EQ(gpu->cublasEpilogues(), 0);
+}
+
 /// A bf16 layer norm's forward and backward with their residual adds, as
 /// weft-fuse-residual-norms leaves them (fused) or not: the same buffers
 /// either way (the unfused backward's dx is the fused one's unused).
