@@ -13,7 +13,9 @@ groups, parameters and training settings (to 0, -1, +-1, twice, a huge
 value or another number in range), an enumerated string (opcode, dtype,
 region, reduction, ...) to another value its key takes in the plan, or an
 instruction of a stream deleted, duplicated or swapped with its
-neighbour -- writes the content hash again
+neighbour, or a kernel's write set to the range of one of its reads or
+writes of the same size (in place where the kernel allows it) -- writes the
+content hash again
 (so the change reaches the checks behind it), and runs
 `weft-inspect BUNDLE verify` (and, on a plan it verifies, `summary`,
 `timeline`, `memory --rank 0` and `state`, which must show it or say why
@@ -94,8 +96,44 @@ def instruction_lists(manifest):
                 yield ("programs", p, "streams", s, "instructions")
 
 
+def kernel_launches(manifest):
+    """Every kernel instruction (per-role variants included), with a path."""
+    for path in instruction_lists(manifest):
+        for i, inst in enumerate(at(manifest, path)):
+            for j, variant in enumerate(inst.get("per_role", [inst])):
+                if variant.get("op") == "kernel":
+                    where = "/".join(map(str, path)) + f"[{i}]" + \
+                        (f"/per_role[{j}]" if "per_role" in inst else "")
+                    yield where, variant
+
+
+def alias(rng, manifest):
+    """One kernel write set to the range of one of its reads or of another
+    write of the same size: an in-place form the kernel may or may not
+    list. None when no launch has such a pair."""
+    pairs = []
+    for where, inst in kernel_launches(manifest):
+        writes = inst.get("writes", [])
+        for w, write in enumerate(writes):
+            for kind, ranges in (("reads", inst.get("reads", [])),
+                                 ("writes", writes)):
+                for r, other in enumerate(ranges):
+                    if (kind, r) != ("writes", w) and other != write and \
+                            other["bytes"] == write["bytes"]:
+                        pairs.append((where, inst, w, kind, r))
+    if not pairs:
+        return None
+    where, inst, w, kind, r = rng.choice(pairs)
+    inst["writes"][w] = dict(inst[kind][r])
+    return f"{where}: writes[{w}] over {kind}[{r}]"
+
+
 def mutate(rng, manifest):
     """Changes `manifest` in place; returns what was done."""
+    if rng.random() < 0.1:
+        done = alias(rng, manifest)
+        if done:
+            return done
     if rng.random() < 0.2:
         lists = list(instruction_lists(manifest))
         path = rng.choice(lists)

@@ -41,7 +41,7 @@ void copyIfDistinct(float *dst, const float *src, int64_t n) {
 
 KernelSignature biasAddSig(const KernelConstants &c) {
   int64_t n = get(c, "rows") * get(c, "width");
-  return {{f(n), f(get(c, "width"))}, {f(n)}};
+  return {{f(n), f(get(c, "width"))}, {f(n)}, {{0, 0}}};
 }
 void biasAddRun(const KernelCall &k) {
   copyIfDistinct(k.writes[0], k.reads[0], k.c("rows") * k.c("width"));
@@ -57,7 +57,7 @@ void biasGradRun(const KernelCall &k) {
 
 KernelSignature residualAddSig(const KernelConstants &c) {
   int64_t n = get(c, "n");
-  return {{f(n), f(n)}, {f(n)}};
+  return {{f(n), f(n)}, {f(n)}, {{0, 0}, {0, 1}}};
 }
 void residualAddRun(const KernelCall &k) {
   cpu::residualAdd(k.c("n"), k.reads[0], k.reads[1], k.writes[0]);
@@ -65,7 +65,7 @@ void residualAddRun(const KernelCall &k) {
 
 KernelSignature activationForwardSig(const KernelConstants &c) {
   activation(get(c, "act"));
-  return {{f(get(c, "n"))}, {f(get(c, "n"))}};
+  return {{f(get(c, "n"))}, {f(get(c, "n"))}, {{0, 0}}};
 }
 void activationForwardRun(const KernelCall &k) {
   cpu::activationForward(activation(k.c("act")), k.c("n"), k.reads[0],
@@ -75,7 +75,7 @@ void activationForwardRun(const KernelCall &k) {
 KernelSignature activationBackwardSig(const KernelConstants &c) {
   activation(get(c, "act"));
   int64_t n = get(c, "n");
-  return {{f(n), f(n)}, {f(n)}};
+  return {{f(n), f(n)}, {f(n)}, {{0, 0}, {0, 1}}};
 }
 void activationBackwardRun(const KernelCall &k) {
   cpu::activationBackward(activation(k.c("act")), k.c("n"), k.reads[0],
@@ -85,7 +85,7 @@ void activationBackwardRun(const KernelCall &k) {
 KernelSignature gatedForwardSig(const KernelConstants &c) {
   activation(get(c, "act"));
   int64_t n = get(c, "n");
-  return {{f(n), f(n)}, {f(n)}};
+  return {{f(n), f(n)}, {f(n)}, {{0, 0}, {0, 1}}};
 }
 void gatedForwardRun(const KernelCall &k) {
   cpu::gatedForward(activation(k.c("act")), k.c("n"), k.reads[0], k.reads[1],
@@ -95,7 +95,10 @@ void gatedForwardRun(const KernelCall &k) {
 KernelSignature gatedBackwardSig(const KernelConstants &c) {
   activation(get(c, "act"));
   int64_t n = get(c, "n");
-  return {{f(n), f(n), f(n)}, {f(n), f(n)}};
+  // Every element's three inputs are read before its two outputs are written.
+  return {{f(n), f(n), f(n)},
+          {f(n), f(n)},
+          {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}}};
 }
 void gatedBackwardRun(const KernelCall &k) {
   cpu::gatedBackward(activation(k.c("act")), k.c("n"), k.reads[0], k.reads[1],
@@ -107,7 +110,8 @@ void gatedBackwardRun(const KernelCall &k) {
 KernelSignature layerNormForwardSig(const KernelConstants &c) {
   int64_t rows = get(c, "rows"), width = get(c, "width");
   KernelSignature sig{{f(rows * width), f(width)},
-                      {f(rows * width), f(rows), f(rows)}};
+                      {f(rows * width), f(rows), f(rows)},
+                      {{0, 0}}};
   if (get(c, "bias"))
     sig.reads.push_back(f(width));
   return sig;
@@ -122,7 +126,8 @@ KernelSignature layerNormBackwardSig(const KernelConstants &c) {
   int64_t rows = get(c, "rows"), width = get(c, "width");
   KernelSignature sig{
       {f(rows * width), f(width), f(rows), f(rows), f(rows * width)},
-      {f(rows * width), f(width)}};
+      {f(rows * width), f(width)},
+      {{0, 0}, {0, 4}}}; // dx over x or dy: the row's sums come first
   if (get(c, "bias"))
     sig.writes.push_back(f(width));
   return sig;
@@ -136,7 +141,7 @@ void layerNormBackwardRun(const KernelCall &k) {
 
 KernelSignature rmsNormForwardSig(const KernelConstants &c) {
   int64_t rows = get(c, "rows"), width = get(c, "width");
-  return {{f(rows * width), f(width)}, {f(rows * width), f(rows)}};
+  return {{f(rows * width), f(width)}, {f(rows * width), f(rows)}, {{0, 0}}};
 }
 void rmsNormForwardRun(const KernelCall &k) {
   cpu::rmsNormForward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1], eps(k),
@@ -146,7 +151,8 @@ void rmsNormForwardRun(const KernelCall &k) {
 KernelSignature rmsNormBackwardSig(const KernelConstants &c) {
   int64_t rows = get(c, "rows"), width = get(c, "width");
   return {{f(rows * width), f(width), f(rows), f(rows * width)},
-          {f(rows * width), f(width)}};
+          {f(rows * width), f(width)},
+          {{0, 0}, {0, 3}}}; // dx over x or dy
 }
 void rmsNormBackwardRun(const KernelCall &k) {
   cpu::rmsNormBackward(k.c("rows"), k.c("width"), k.reads[0], k.reads[1],
@@ -164,10 +170,12 @@ void roundLikeWrite(const KernelCall &k, size_t index, float *x, int64_t n) {
       x[i] = round(x[i]);
 }
 
-/// a, b, then the norm's reads after x; sum, then the norm's writes.
+/// a, b, then the norm's reads after x; sum, then the norm's writes. The
+/// sum and the normalized row may each be written over a or b.
 KernelSignature withResidual(KernelSignature norm) {
   norm.reads.insert(norm.reads.begin(), norm.reads.front());
   norm.writes.insert(norm.writes.begin(), norm.writes.front());
+  norm.inPlace = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
   return norm;
 }
 /// sum = a + b, rounded as stored: the norm's x.
@@ -197,7 +205,9 @@ void residualRmsNormForwardRun(const KernelCall &k) {
                       k.writes[1], k.writes[2]);
 }
 
-/// The norm backward's reads and the addend; sum instead of dx.
+/// The norm backward's reads and the addend; sum instead of dx, in place
+/// as dx is (over x or dy) but never over the addend: a two-pass path writes
+/// dx into sum before it adds the addend.
 KernelSignature withAdd(KernelSignature norm) {
   norm.reads.push_back(norm.writes.front());
   return norm;
@@ -282,7 +292,7 @@ void vocabEmbeddingBackwardRun(const KernelCall &k) {
 
 KernelSignature positionEmbeddingForwardSig(const KernelConstants &c) {
   int64_t n = get(c, "batch") * get(c, "seq") * get(c, "hidden");
-  return {{f(n), f(get(c, "positions") * get(c, "hidden"))}, {f(n)}};
+  return {{f(n), f(get(c, "positions") * get(c, "hidden"))}, {f(n)}, {{0, 0}}};
 }
 void positionEmbeddingForwardRun(const KernelCall &k) {
   cpu::positionEmbeddingForward(k.c("batch"), k.c("seq"), k.c("hidden"), 0,
@@ -300,7 +310,7 @@ void positionEmbeddingBackwardRun(const KernelCall &k) {
 KernelSignature rotarySig(const KernelConstants &c) {
   int64_t n =
       get(c, "batch") * get(c, "seq") * get(c, "heads") * get(c, "head_dim");
-  return {{f(n)}, {f(n)}};
+  return {{f(n)}, {f(n)}, {{0, 0}}};
 }
 void rotaryForwardRun(const KernelCall &k) {
   cpu::rotaryForward(k.c("batch"), k.c("seq"), k.c("heads"), k.c("head_dim"), 0,
@@ -359,8 +369,10 @@ KernelSignature crossEntropySig(const KernelConstants &c) {
                 ") exceeds 'vocab' (" + std::to_string(get(c, "vocab")) + ")");
   int64_t rows = get(c, "rows");
   KernelSignature sig{{f(rows * get(c, "vocab")), idx(rows)}, {f(1)}};
-  if (get(c, "grad"))
+  if (get(c, "grad")) {
     sig.writes.push_back(f(rows * get(c, "vocab")));
+    sig.inPlace = {{1, 0}}; // the gradient over the logits
+  }
   return sig;
 }
 /// The loss kernels' tail: the loss divided by loss_div into writes[0]
@@ -429,8 +441,10 @@ KernelSignature crossEntropyShardFinishSig(const KernelConstants &c) {
   int64_t rows = get(c, "rows"), logits = rows * get(c, "vocab_local");
   KernelSignature sig{{f(logits), idx(rows), f(rows), f(rows), f(rows)},
                       {f(1)}};
-  if (get(c, "grad"))
+  if (get(c, "grad")) {
     sig.writes.push_back(f(logits));
+    sig.inPlace = {{1, 0}};
+  }
   return sig;
 }
 void crossEntropyShardFinishRun(const KernelCall &k) {

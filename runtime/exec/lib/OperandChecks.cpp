@@ -138,6 +138,59 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
   }
 }
 
+namespace {
+
+/// A kernel's writes may overlap its reads only as the in-place pairs of its
+/// signature (the very same range); writes never overlap each other. The
+/// verifier cannot tell (it knows no kernel), and what overlapping operands
+/// give differs between the CPU loops and the GPU's threads.
+void checkKernelAliasing(const plan::Program &program,
+                         const plan::Instruction &inst,
+                         const KernelSignature &sig, const std::string &what) {
+  auto overlap = [&](const plan::BufferRange &write, const std::string &wName,
+                     const plan::BufferRange &other, const std::string &oName) {
+    int64_t begin = std::max(write.offset, other.offset);
+    int64_t end =
+        std::min(write.offset + write.bytes, other.offset + other.bytes);
+    const plan::Buffer &buffer = program.buffers[size_t(write.buffer)];
+    return what + ": " + wName + " overlaps " + oName + " (bytes [" +
+           std::to_string(begin) + ", " + std::to_string(end) + ") of buffer " +
+           std::to_string(buffer.id) + " '" + buffer.name + "')";
+  };
+  for (size_t w = 0; w < inst.writes.size(); ++w) {
+    const plan::BufferRange &write = inst.writes[w];
+    std::string wName = "writes[" + std::to_string(w) + "]";
+    for (size_t r = 0; r < inst.reads.size(); ++r) {
+      if (!write.overlaps(inst.reads[r]))
+        continue;
+      bool allowed =
+          write == inst.reads[r] &&
+          std::find(sig.inPlace.begin(), sig.inPlace.end(),
+                    std::pair<size_t, size_t>(w, r)) != sig.inPlace.end();
+      if (allowed)
+        continue;
+      std::string reason = overlap(write, wName, inst.reads[r],
+                                   "reads[" + std::to_string(r) + "]");
+      std::string inPlace;
+      for (auto [pw, pr] : sig.inPlace)
+        if (pw == w)
+          inPlace += std::string(inPlace.empty() ? "" : ", ") + "reads[" +
+                     std::to_string(pr) + "]";
+      throw Error(reason + "; " + wName +
+                  (inPlace.empty()
+                       ? " may not overlap any read"
+                       : " may only be exactly the range of " + inPlace));
+    }
+    for (size_t other = 0; other < w; ++other)
+      if (write.overlaps(inst.writes[other]))
+        throw Error(overlap(write, wName, inst.writes[other],
+                            "writes[" + std::to_string(other) + "]") +
+                    "; a kernel's writes may not overlap");
+  }
+}
+
+} // namespace
+
 int64_t checkKernelOperands(const plan::Program &program,
                             const plan::Instruction &inst,
                             const KernelSpec &spec,
@@ -188,6 +241,7 @@ int64_t checkKernelOperands(const plan::Program &program,
     check(sig.reads[i], inst.reads[i], "reads[" + std::to_string(i) + "]");
   for (size_t i = 0; i < sig.writes.size(); ++i)
     check(sig.writes[i], inst.writes[i], "writes[" + std::to_string(i) + "]");
+  checkKernelAliasing(program, inst, sig, what);
   return widened;
 }
 

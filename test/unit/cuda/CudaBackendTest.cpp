@@ -28,6 +28,7 @@
 #include "weft/exec/cuda/Workspace.h"
 #include "weft/kernels/Activations.h"
 #include "weft/kernels/Common.h"
+#include "weft/kernels/KernelAbi.h"
 #include "weft/plan/Verifier.h"
 
 #include <gtest/gtest.h>
@@ -1287,6 +1288,209 @@ TEST(CudaGpu, WidenedResidualNormsEqualTheUnfusedKernels) {
   // backward's dx) is rounded before the norm (the add) uses it, as the CPU
   // backend and the two unfused kernels do: the same bits.
   expectFusedNormsEqualUnfused([] { return makeCudaBackend({}); });
+}
+
+/// Constants for each kernel whose signature lists in-place pairs: small
+/// shapes, `rows` (3) unlike every other size so that rows-sized operands
+/// (statistics) can be told apart; the norms also at a width past 1,024
+/// (block rather than warp rows on the GPU).
+std::vector<KernelConstants> inPlaceShapes(std::string_view kernel) {
+  const KernelConstants rows24{{"rows", 3}, {"width", 24}},
+      rowsWide{{"rows", 3}, {"width", 1100}};
+  auto norm =
+      [&](std::initializer_list<std::pair<const std::string, int64_t>> extra) {
+        std::vector<KernelConstants> shapes = {rows24, rowsWide};
+        for (KernelConstants &c : shapes)
+          c.insert(extra);
+        return shapes;
+      };
+  const std::map<std::string_view, std::vector<KernelConstants>> table = {
+      {"activation_backward", {{{"act", 2}, {"n", 72}}}},
+      {"activation_forward", {{{"act", 2}, {"n", 72}}}},
+      {"bias_add", {rows24}},
+      {"cross_entropy", {{{"rows", 3}, {"vocab", 24}}}},
+      {"cross_entropy_shard_finish",
+       {{{"rows", 3},
+         {"vocab", 40},
+         {"vocab_local", 24},
+         {"vocab_start", 24}}}},
+      {"gated_backward", {{{"act", 3}, {"n", 72}}}},
+      {"gated_forward", {{{"act", 3}, {"n", 72}}}},
+      {"layer_norm_backward", norm({{"bias", 1}})},
+      {"layer_norm_backward_add", norm({{"bias", 1}})},
+      {"layer_norm_forward", norm({{"bias", 1}})},
+      {"position_embedding_forward",
+       {{{"batch", 2}, {"seq", 4}, {"hidden", 24}, {"positions", 5}}}},
+      {"residual_add", {{{"n", 72}}}},
+      {"residual_layer_norm_forward", norm({{"bias", 1}})},
+      {"residual_rms_norm_forward", norm({})},
+      {"rms_norm_backward", norm({})},
+      {"rms_norm_backward_add", norm({})},
+      {"rms_norm_forward", norm({})},
+      {"rotary_backward",
+       {{{"batch", 2}, {"seq", 4}, {"heads", 2}, {"head_dim", 8}}}},
+      {"rotary_forward",
+       {{{"batch", 2}, {"seq", 4}, {"heads", 2}, {"head_dim", 8}}}},
+  };
+  auto it = table.find(kernel);
+  return it == table.end() ? std::vector<KernelConstants>{} : it->second;
+}
+
+/// For every in-place pair (write w, read r) of every registry kernel: one
+/// launch on distinct buffers and one with write w placed over read r, from
+/// the same random contents, on a fresh backend from `make`; every output
+/// must be the same bits. `half`: the 16-bit variant (tensors bf16, rows-sized
+/// statistics and the loss fp32), else all fp32. `requireHalfPath`: the CUDA
+/// backend must take its 16-bit kernels for each launch (--half-kernels).
+void expectInPlaceEqualsOutOfPlace(
+    const std::function<std::unique_ptr<Backend>()> &make, bool half,
+    bool requireHalfPath = false) {
+  int checked = 0, halfPaths = 0;
+  for (const KernelSpec &spec : kernelRegistry()) {
+    std::vector<KernelConstants> shapes = inPlaceShapes(spec.name);
+    for (const KernelConstants &given : shapes) {
+      KernelConstants c = resolveConstants(spec, given, "test");
+      KernelSignature sig = spec.signature(c);
+      for (auto [w, r] : sig.inPlace) {
+        SCOPED_TRACE(std::string(spec.name) + " writes[" + std::to_string(w) +
+                     "] over reads[" + std::to_string(r) + "], width " +
+                     std::to_string(c.count("width") ? c.at("width") : 0));
+        // One buffer per operand, reads then writes, in both programs.
+        auto typeOf = [&](const OperandSpec &operand) {
+          if (operand.isIndex)
+            return DType::I32;
+          bool statistic =
+              operand.elements == 1 ||
+              (c.count("rows") && operand.elements == c.at("rows"));
+          return half && !statistic ? DType::BF16 : DType::F32;
+        };
+        std::map<bool, std::vector<std::vector<std::byte>>> results;
+        for (bool aliased : {false, true}) {
+          plan::Bundle bundle;
+          plan::Program program;
+          program.streams.push_back({"compute", {}});
+          std::vector<plan::BufferRange> reads, writes;
+          for (const OperandSpec &operand : sig.reads)
+            reads.push_back(appendBuffer(
+                program, plan::Region::Arena,
+                operand.elements * plan::elementBytes(typeOf(operand)),
+                typeOf(operand)));
+          for (const OperandSpec &operand : sig.writes)
+            writes.push_back(appendBuffer(
+                program, plan::Region::Arena,
+                operand.elements * plan::elementBytes(typeOf(operand)),
+                typeOf(operand)));
+          ASSERT_EQ(program.buffers[size_t(reads[r].buffer)].dtype,
+                    program.buffers[size_t(writes[w].buffer)].dtype);
+          std::vector<plan::BufferRange> launchWrites = writes;
+          if (aliased)
+            launchWrites[w] = reads[r];
+          appendKernel(bundle, program, std::string(spec.name).c_str(), given,
+                       reads, launchWrites);
+          // The 16-bit variant is what the CUDA backend's 16-bit kernels
+          // take (checked here on the host too: the operand types are right).
+          if (half) {
+            std::vector<DType> rt, wt;
+            for (const plan::BufferRange &range : reads)
+              rt.push_back(program.buffers[size_t(range.buffer)].dtype);
+            for (const plan::BufferRange &range : launchWrites)
+              wt.push_back(program.buffers[size_t(range.buffer)].dtype);
+            EXPECT_TRUE(takesHalfOperands(spec.name, c, rt, wt) ||
+                        !requireHalfPath);
+            halfPaths += takesHalfOperands(spec.name, c, rt, wt);
+          }
+          std::unique_ptr<Backend> backend = make();
+          backend->prepare(bundle, program);
+          std::byte *base =
+              backend->allocateRegion(plan::Region::Arena, program.arenaBytes);
+          // The same contents for both programs: seeded by the buffer.
+          std::vector<std::byte> host(size_t(program.arenaBytes));
+          for (const plan::Buffer &buffer : program.buffers) {
+            std::mt19937 rng(unsigned(97 + buffer.id));
+            std::uniform_real_distribution<float> value(0.25f, 2.0f);
+            std::uniform_int_distribution<int32_t> target(
+                0, int32_t(c.count("vocab") ? c.at("vocab") - 1 : 0));
+            std::byte *at = host.data() + buffer.offset;
+            int64_t eb = plan::elementBytes(buffer.dtype);
+            for (int64_t i = 0; i < buffer.size / eb; ++i) {
+              if (buffer.dtype == DType::I32) {
+                int32_t t = target(rng);
+                std::memcpy(at + i * eb, &t, 4);
+              } else if (buffer.dtype == DType::BF16) {
+                kernels::BF16 v = kernels::floatToBf16(value(rng));
+                std::memcpy(at + i * eb, &v, 2);
+              } else {
+                float v = value(rng);
+                std::memcpy(at + i * eb, &v, 4);
+              }
+            }
+          }
+          backend->copyToDevice(base, host.data(), program.arenaBytes);
+          auto operands = [&](const std::vector<plan::BufferRange> &ranges) {
+            std::vector<Operand> ops;
+            for (const plan::BufferRange &range : ranges) {
+              const plan::Buffer &buf = program.buffers[size_t(range.buffer)];
+              ops.push_back(
+                  {base + buf.offset + range.offset, range.bytes, buf.dtype});
+            }
+            return ops;
+          };
+          StepContext context;
+          const plan::Instruction &inst = program.streams[0].instructions[0];
+          backend->execute(inst, 0, operands(inst.reads), operands(inst.writes),
+                           context);
+          backend->copyToHost(host.data(), base, program.arenaBytes);
+          // Each write's bytes, where this launch put them.
+          for (const plan::BufferRange &range : launchWrites) {
+            const std::byte *at =
+                host.data() + program.buffers[size_t(range.buffer)].offset;
+            results[aliased].emplace_back(at, at + range.bytes);
+          }
+        }
+        for (size_t k = 0; k < sig.writes.size(); ++k)
+          EXPECT_TRUE(results[false][k] == results[true][k])
+              << "writes[" << k << "] differs in place";
+        ++checked;
+      }
+    }
+  }
+  // Every kernel with in-place pairs has shapes here (a new pair is tested):
+  // its signature at some shape (each constant its default or 4).
+  for (const KernelSpec &spec : kernelRegistry()) {
+    KernelConstants some;
+    for (const kernels::ConstantAbi &constant : *spec.abi)
+      some[std::string(constant.name)] =
+          constant.defaultValue
+              ? *constant.defaultValue
+              : std::clamp<int64_t>(4, constant.min, constant.max);
+    if (!spec.signature(some).inPlace.empty()) {
+      EXPECT_FALSE(inPlaceShapes(spec.name).empty()) << spec.name;
+    }
+  }
+  EXPECT_GE(checked, 30);
+  if (half) { // both launches of every case
+    EXPECT_EQ(halfPaths, 2 * checked);
+  }
+}
+
+TEST(CudaHost, InPlaceKernelsEqualDistinctBuffersOnTheCpu) {
+  // The registry's in-place pairs (checkKernelOperands refuses every other
+  // overlap): fp32 operands alias directly, 16-bit ones share a widened copy.
+  expectInPlaceEqualsOutOfPlace([] { return makeCpuBackend(); }, false);
+  expectInPlaceEqualsOutOfPlace([] { return makeCpuBackend(); }, true);
+}
+
+TEST(CudaGpu, InPlaceKernelsEqualDistinctBuffers) {
+  SKIP_WITHOUT_DEVICE();
+  // The fp32 kernels, the widening path for 16-bit operands, and the 16-bit
+  // kernels (--half-kernels), each on the same pairs.
+  expectInPlaceEqualsOutOfPlace([] { return makeCudaBackend({}); }, false);
+  expectInPlaceEqualsOutOfPlace([] { return makeCudaBackend({}); }, true);
+  CudaBackendOptions halfKernels;
+  halfKernels.halfKernels = true;
+  expectInPlaceEqualsOutOfPlace([&] { return makeCudaBackend(halfKernels); },
+                                true,
+                                /*requireHalfPath=*/true);
 }
 
 TEST(CudaGpu, DecommitReturnsDeviceMemoryAndKeepsTheRest) {

@@ -265,10 +265,124 @@ TEST(KernelAbi, FusedNormsAreTheirTwoKernels) {
       for (size_t i = 1; i < apart.size(); ++i)
         EXPECT_EQ(fused[i], apart[i]) << "parameter gradient " << i;
       // The rounding matters: without it the bf16 sum differs.
-      if (round)
+      if (round) {
         EXPECT_NE(
             runKernel((norm + "_backward_add").c_str(), c, reads, nullptr)[0],
             want);
+      }
     }
   }
+}
+
+namespace {
+
+/// The message checkKernelOperands throws for `inst`, or "" when it accepts.
+std::string aliasingError(const plan::Program &program,
+                          const plan::Instruction &inst, const char *kernel,
+                          const exec::KernelConstants &given) {
+  const exec::KernelSpec *spec = exec::findKernel(kernel);
+  if (!spec)
+    return "no kernel";
+  try {
+    exec::checkKernelOperands(program, inst, *spec,
+                              exec::resolveConstants(*spec, given, "test"),
+                              "test");
+  } catch (const exec::Error &error) {
+    return error.what();
+  }
+  return "";
+}
+
+} // namespace
+
+// A kernel's writes may be exactly the range of one of the reads its
+// signature lists as in place; any other overlap is refused in one line
+// naming both operands and the bytes, because the CPU's loops and the GPU's
+// threads would compute different things from it.
+TEST(KernelAbi, WritesOverlapReadsOnlyInPlace) {
+  const int64_t n = 16;
+  plan::Program program;
+  program.buffers = {
+      {0, "x", plan::Region::Arena, 0, 4 * 2 * n, plan::DType::F32},
+      {1, "dy", plan::Region::Arena, 256, 4 * n, plan::DType::F32}};
+  plan::BufferRange x{0, 0, 4 * n}, dy{1, 0, 4 * n};
+  plan::Instruction inst;
+  inst.opcode = plan::Opcode::Kernel;
+  exec::KernelConstants act = {{"act", 1}, {"n", n}};
+
+  // activation_backward(x, dy) -> dx: dx over dy or over x is in place.
+  inst.reads = {x, dy};
+  inst.writes = {dy};
+  EXPECT_EQ(aliasingError(program, inst, "activation_backward", act), "");
+  inst.writes = {x};
+  EXPECT_EQ(aliasingError(program, inst, "activation_backward", act), "");
+  // Half a row off: partial overlap.
+  inst.writes = {{0, 4 * 4, 4 * n}};
+  EXPECT_EQ(aliasingError(program, inst, "activation_backward", act),
+            "test: writes[0] overlaps reads[0] (bytes [16, 64) of buffer 0 "
+            "'x'); writes[0] may only be exactly the range of reads[0], "
+            "reads[1]");
+  // The range just past x touches nothing.
+  inst.writes = {{0, 4 * n, 4 * n}};
+  EXPECT_EQ(aliasingError(program, inst, "activation_backward", act), "");
+
+  // bias_add(y, bias) -> y: in place over y only, not over the bias.
+  exec::KernelConstants bias = {{"rows", 1}, {"width", n}};
+  inst.reads = {x, dy};
+  inst.writes = {dy};
+  EXPECT_EQ(aliasingError(program, inst, "bias_add", bias),
+            "test: writes[0] overlaps reads[1] (bytes [0, 64) of buffer 1 "
+            "'dy'); writes[0] may only be exactly the range of reads[0]");
+
+  // The fused norm backward never writes its sum over the addend (a two-pass
+  // path writes dx there first); over dy it may.
+  const int64_t rows = 2, width = 8;
+  plan::Program norm;
+  auto add = [&](const char *name, int64_t elements) {
+    int64_t id = int64_t(norm.buffers.size());
+    norm.buffers.push_back({id, name, plan::Region::Arena, 256 * id,
+                            4 * elements, plan::DType::F32});
+    return plan::BufferRange{id, 0, 4 * elements};
+  };
+  plan::BufferRange nx = add("x", rows * width), gamma = add("gamma", width),
+                    rstd = add("rstd", rows), ndy = add("dy", rows * width),
+                    addend = add("addend", rows * width),
+                    dGamma = add("dGamma", width);
+  plan::Instruction back;
+  back.opcode = plan::Opcode::Kernel;
+  back.reads = {nx, gamma, rstd, ndy, addend};
+  exec::KernelConstants shape = {{"rows", rows}, {"width", width}};
+  back.writes = {ndy, dGamma};
+  EXPECT_EQ(aliasingError(norm, back, "rms_norm_backward_add", shape), "");
+  back.writes = {addend, dGamma};
+  EXPECT_EQ(aliasingError(norm, back, "rms_norm_backward_add", shape),
+            "test: writes[0] overlaps reads[4] (bytes [0, 64) of buffer 4 "
+            "'addend'); writes[0] may only be exactly the range of reads[0], "
+            "reads[3]");
+  // A parameter gradient is accumulated while gamma is still being read.
+  back.writes = {ndy, gamma};
+  EXPECT_EQ(aliasingError(norm, back, "rms_norm_backward_add", shape),
+            "test: writes[1] overlaps reads[1] (bytes [0, 32) of buffer 1 "
+            "'gamma'); writes[1] may not overlap any read");
+}
+
+TEST(KernelAbi, WritesNeverOverlapEachOther) {
+  const int64_t n = 16;
+  plan::Program program;
+  program.buffers = {
+      {0, "in", plan::Region::Arena, 0, 4 * 3 * n, plan::DType::F32},
+      {1, "out", plan::Region::Arena, 256, 4 * 2 * n, plan::DType::F32}};
+  plan::Instruction inst;
+  inst.opcode = plan::Opcode::Kernel;
+  inst.reads = {{0, 0, 4 * n}, {0, 4 * n, 4 * n}, {0, 8 * n, 4 * n}};
+  inst.writes = {{1, 0, 4 * n}, {1, 4 * n, 4 * n}};
+  exec::KernelConstants gated = {{"n", n}};
+  EXPECT_EQ(aliasingError(program, inst, "gated_backward", gated), "");
+  // Reading one range twice is fine.
+  inst.reads[2] = inst.reads[1];
+  EXPECT_EQ(aliasingError(program, inst, "gated_backward", gated), "");
+  inst.writes[1] = {1, 8, 4 * n};
+  EXPECT_EQ(aliasingError(program, inst, "gated_backward", gated),
+            "test: writes[1] overlaps writes[0] (bytes [8, 64) of buffer 1 "
+            "'out'); a kernel's writes may not overlap");
 }

@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace weft::kernels {
@@ -36,6 +37,12 @@ struct OperandSpec {
 struct KernelSignature {
   std::vector<OperandSpec> reads;
   std::vector<OperandSpec> writes;
+  /// (write, read) pairs the kernel computes in place: that write may be the
+  /// very range of that read and give what distinct buffers give, on every
+  /// backend and kernel path. Any other overlap of a write with a read or
+  /// another write is refused (checkKernelOperands): the CPU and GPU would
+  /// compute different things.
+  std::vector<std::pair<size_t, size_t>> inPlace = {};
 };
 
 /// Operands of one call, in fp32 (or i32 for index operands), in signature

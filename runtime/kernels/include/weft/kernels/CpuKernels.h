@@ -77,7 +77,9 @@ void layerNormBackward(int64_t rows, int64_t width, const T *x, const T *gamma,
                        T *dGamma, T *dBeta);
 /// layerNormBackward's parameter gradients, and instead of dx the residual
 /// add of it, sum = round(dx) + addend (dx not stored; `round`, nullable,
-/// gives dx as its storage would hold it). sum may be dy or addend.
+/// gives dx as its storage would hold it). sum may be dy here, and addend
+/// too, but the CUDA two-pass path writes dx into sum before it reads the
+/// addend, so plans may not (the registry's in-place pairs).
 template <typename T>
 void layerNormBackwardAdd(int64_t rows, int64_t width, const T *x,
                           const T *gamma, const T *mean, const T *rstd,

@@ -84,7 +84,8 @@ WEFT_HD inline void layerNormRowBackward(std::int64_t width, const T *x,
 
 /// layerNormRowBackward, then the residual add of its dx: sum = round(dx) +
 /// addend, `round` giving dx as its storage would hold it (a 16-bit
-/// rounding, or NoRounding), without storing dx. sum may be dy or addend.
+/// rounding, or NoRounding), without storing dx. sum may be dy or addend
+/// here (the CUDA two-pass path allows only dy).
 template <typename T, typename Round = NoRounding>
 WEFT_HD inline void layerNormRowBackwardAdd(std::int64_t width, const T *x,
                                             const T *gamma, T mean, T rstd,
@@ -142,7 +143,7 @@ WEFT_HD inline void rmsNormRowBackward(std::int64_t width, const T *x,
 }
 
 /// rmsNormRowBackward, then sum = round(dx) + addend (as
-/// layerNormRowBackwardAdd). sum may be dy or addend.
+/// layerNormRowBackwardAdd). sum may be dy or addend here (as there).
 template <typename T, typename Round = NoRounding>
 WEFT_HD inline void
 rmsNormRowBackwardAdd(std::int64_t width, const T *x, const T *gamma, T rstd,
