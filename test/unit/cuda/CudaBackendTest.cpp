@@ -1529,19 +1529,31 @@ TEST(CudaGpu, DecommitReturnsDeviceMemoryAndKeepsTheRest) {
   EXPECT_EQ(std::memcmp(back.data(), pattern.data(), back.size()), 0);
 }
 
+/// A CUDA backend of world size 1 connected to NCCL with one DP family
+/// (family 0, the rank alone) and a 4 KiB arena.
+struct WorldOfOne {
+  plan::Bundle bundle;
+  plan::Program program;
+  std::unique_ptr<CudaBackend> gpu;
+  std::byte *arena = nullptr;
+  WorldOfOne() {
+    bundle.groups.push_back({0, plan::GroupKind::DP, {{0}}});
+    program.arenaBytes = 4096;
+    program.streams.push_back({"comm", {}});
+    gpu = makeCudaBackend({});
+    gpu->prepare(bundle, program);
+    arena = gpu->allocateRegion(plan::Region::Arena, 4096);
+    gpu->connect(bundle, 0, 1, [](void *, size_t) {});
+  }
+};
+
 TEST(CudaGpu, NcclWorldSizeOne) {
   SKIP_WITHOUT_DEVICE();
   if (!builtWithNccl())
     GTEST_SKIP() << "built without NCCL";
-  plan::Bundle bundle;
-  bundle.groups.push_back({0, plan::GroupKind::DP, {{0}}});
-  plan::Program program;
-  program.arenaBytes = 4096;
-  program.streams.push_back({"comm", {}});
-  std::unique_ptr<CudaBackend> gpu = makeCudaBackend({});
-  gpu->prepare(bundle, program);
-  std::byte *arena = gpu->allocateRegion(plan::Region::Arena, 4096);
-  gpu->connect(bundle, 0, 1, [](void *, size_t) {});
+  WorldOfOne world;
+  CudaBackend *gpu = world.gpu.get();
+  std::byte *arena = world.arena;
   std::vector<float> in(256);
   for (size_t i = 0; i < in.size(); ++i)
     in[i] = float(i) * 0.5f - 3;
@@ -1609,6 +1621,42 @@ TEST(CudaGpu, NcclWorldSizeOne) {
               std::string::npos)
         << error.what();
   }
+}
+
+TEST(CudaGpu, AFailureInsideABucketLeavesNoNcclGroupOpen) {
+  SKIP_WITHOUT_DEVICE();
+  if (!builtWithNccl())
+    GTEST_SKIP() << "built without NCCL";
+  plan::Instruction inst;
+  inst.opcode = Opcode::AllReduce;
+  inst.group = 0;
+  inst.dtype = DType::F32;
+  inst.count = 256;
+  {
+    WorldOfOne failing;
+    Operand a{failing.arena, 1024, DType::F32},
+        b{failing.arena + 1024, 1024, DType::F32};
+    failing.gpu->beginBucket();
+    failing.gpu->communicate(inst, 0, {a}, {b}, "test");
+    plan::Instruction missing = inst;
+    missing.group = 5; // no communicator: throws inside the bucket
+    EXPECT_THROW(failing.gpu->communicate(missing, 0, {a}, {b}, "test"), Error);
+  }
+  // The abort ended the bucket's group: left open, it would hold this
+  // thread's next NCCL calls (a communicator's creation included) until an
+  // ncclGroupEnd that never comes.
+  WorldOfOne next;
+  std::vector<float> in(256);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = float(i) - 7;
+  next.gpu->copyToDevice(next.arena, reinterpret_cast<std::byte *>(in.data()),
+                         1024);
+  next.gpu->communicate(inst, 0, {{next.arena, 1024, DType::F32}},
+                        {{next.arena + 1024, 1024, DType::F32}}, "test");
+  std::vector<float> out(256);
+  next.gpu->copyToHost(reinterpret_cast<std::byte *>(out.data()),
+                       next.arena + 1024, 1024);
+  EXPECT_EQ(out, in);
 }
 
 void compareMlp(const std::string &variant, bool graph, bool autotune = false) {

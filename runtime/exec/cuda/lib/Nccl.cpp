@@ -135,7 +135,7 @@ public:
     // structural check), so their order inside the group does not matter.
     size_t members = operandMembers(inst, reads);
     if (members > 1)
-      check(ncclGroupStart(), "ncclGroupStart", where);
+      startGroup(where);
     for (size_t m = 0; m < members; ++m) {
       size_t count = size_t(operandMemberElements(inst, reads, writes, m));
       const char *call = "";
@@ -183,11 +183,12 @@ public:
       check(rc, call, where);
     }
     if (members > 1)
-      check(ncclGroupEnd(), "ncclGroupEnd", where);
+      endGroup(where);
   }
 
-  void groupStart() override { check(ncclGroupStart(), "ncclGroupStart", ""); }
-  void groupEnd() override { check(ncclGroupEnd(), "ncclGroupEnd", ""); }
+  void groupStart() override { startGroup(""); }
+  void groupEnd() override { endGroup(""); }
+  int openGroups() const override { return groupDepth_; }
 
   std::string asyncError() override {
     std::vector<ncclComm_t> all = channels();
@@ -208,12 +209,32 @@ public:
   }
 
   void abort() noexcept override {
-    for (ncclComm_t comm : channels())
-      ncclCommAbort(comm);
+    std::vector<ncclComm_t> all = channels();
+    if (world_)
+      all.push_back(world_);
+    // One at a time, an abort can wait on the device for an operation of a
+    // communicator not aborted yet (a peer gone mid-collective), and hang;
+    // NCCL 2.22 aborts the communicators of one group together. A failure
+    // inside a bucket (or a multi-member call) leaves its group open: the
+    // aborts join it and ending it runs them with what it holds (whose
+    // communicators are then flagged aborted, so nothing waits on a peer).
+    int version = 0;
+    bool together = ncclGetVersion(&version) == ncclSuccess && version >= 22200;
+    if (together) {
+      if (groupDepth_ == 0) {
+        ncclGroupStart();
+        ++groupDepth_;
+      }
+      for (ncclComm_t comm : all)
+        ncclCommAbort(comm);
+    }
+    for (; groupDepth_ > 0; --groupDepth_)
+      ncclGroupEnd();
+    if (!together)
+      for (ncclComm_t comm : all)
+        ncclCommAbort(comm);
     collective_.clear();
     p2p_.clear();
-    if (world_)
-      ncclCommAbort(world_);
     world_ = nullptr;
   }
 
@@ -259,6 +280,16 @@ private:
     fail(where, std::string(call) + " failed: " + detail);
   }
 
+  /// ncclGroupStart/End, counted: abort() ends a group a failure left open.
+  void startGroup(const std::string &where) {
+    check(ncclGroupStart(), "ncclGroupStart", where);
+    ++groupDepth_;
+  }
+  void endGroup(const std::string &where) {
+    --groupDepth_; // NCCL leaves the group even when its end fails
+    check(ncclGroupEnd(), "ncclGroupEnd", where);
+  }
+
   /// Every channel's communicator (not the world's).
   std::vector<ncclComm_t> channels() const {
     std::vector<ncclComm_t> out;
@@ -270,6 +301,7 @@ private:
   }
 
   int rank_ = 0;
+  int groupDepth_ = 0; // open ncclGroupStarts of this thread's calls here
   ncclComm_t world_ = nullptr;
   std::map<std::pair<int64_t, std::string>, ncclComm_t> collective_;
   std::map<std::string, ncclComm_t> p2p_;    // by plan stream name

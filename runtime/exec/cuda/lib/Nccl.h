@@ -38,10 +38,14 @@ public:
                      const std::string &where) = 0;
   virtual void groupStart() = 0;
   virtual void groupEnd() = 0;
+  /// Groups begun and not ended (a failure inside one leaves it open).
+  virtual int openGroups() const = 0;
   /// The first asynchronous error a communicator reports
   /// (ncclCommGetAsyncError: a failed peer or network), or empty.
   virtual std::string asyncError() = 0;
-  /// ncclCommAbort on every communicator; idempotent, never throws.
+  /// ncclCommAbort on every communicator, all in one NCCL group (NCCL >=
+  /// 2.22: no abort waits on another's communicator), ending the groups a
+  /// failure left open; idempotent, never throws.
   virtual void abort() noexcept = 0;
 };
 
