@@ -188,7 +188,6 @@ public:
 
   void groupStart() override { startGroup(""); }
   void groupEnd() override { endGroup(""); }
-  int openGroups() const override { return groupDepth_; }
 
   std::string asyncError() override {
     std::vector<ncclComm_t> all = channels();

@@ -38,8 +38,6 @@ public:
                      const std::string &where) = 0;
   virtual void groupStart() = 0;
   virtual void groupEnd() = 0;
-  /// Groups begun and not ended (a failure inside one leaves it open).
-  virtual int openGroups() const = 0;
   /// The first asynchronous error a communicator reports
   /// (ncclCommGetAsyncError: a failed peer or network), or empty.
   virtual std::string asyncError() = 0;
