@@ -196,6 +196,21 @@ plan::BufferRange appendBuffer(plan::Program &program, plan::Region region,
   return plan::BufferRange{b.id, 0, bytes};
 }
 
+/// The operands `ranges` name, for a backend whose region R starts at
+/// `base(R)`.
+template <typename Base>
+std::vector<Operand> operandsOf(const plan::Program &program,
+                                const std::vector<plan::BufferRange> &ranges,
+                                Base &&base) {
+  std::vector<Operand> ops;
+  for (const plan::BufferRange &range : ranges) {
+    const plan::Buffer &buffer = program.buffers[size_t(range.buffer)];
+    ops.push_back({base(buffer.region) + buffer.offset + range.offset,
+                   range.bytes, buffer.dtype});
+  }
+  return ops;
+}
+
 /// y = W x (m outputs, n tokens, k inputs) then, as a linear layer lowers,
 /// y += bias in place (Tail::Bias), then an MLP's act = gelu(y)
 /// (Tail::GeluForward); or, as the MLP's backward, dy = W x then
@@ -1010,12 +1025,7 @@ TEST(CudaGpu, CublasLtGemmMatchesCpu) {
     const plan::Instruction &inst = program.streams[0].instructions[0];
     auto operands = [&](std::byte *base,
                         const std::vector<plan::BufferRange> &rs) {
-      std::vector<Operand> ops;
-      for (const plan::BufferRange &r : rs) {
-        const plan::Buffer &b = program.buffers[size_t(r.buffer)];
-        ops.push_back({base + b.offset + r.offset, r.bytes, b.dtype});
-      }
-      return ops;
+      return operandsOf(program, rs, [&](plan::Region) { return base; });
     };
     StepContext context;
     cpu->execute(inst, 0, operands(cpuArena, inst.reads),
@@ -1106,13 +1116,8 @@ TEST(CudaGpu, GemmEpiloguesMatchCpu) {
       }
       auto operands = [&](std::map<plan::Region, std::byte *> &base,
                           const std::vector<plan::BufferRange> &ranges) {
-        std::vector<Operand> ops;
-        for (const plan::BufferRange &r : ranges) {
-          const plan::Buffer &b = program.buffers[size_t(r.buffer)];
-          ops.push_back(
-              {base[b.region] + b.offset + r.offset, r.bytes, b.dtype});
-        }
-        return ops;
+        return operandsOf(program, ranges,
+                          [&](plan::Region region) { return base[region]; });
       };
       StepContext context;
       for (const plan::Instruction &inst : program.streams[0].instructions)
@@ -1246,13 +1251,8 @@ void expectFusedNormsEqualUnfused(
       backend->copyToDevice(base[region], host.data(), bytes);
     }
     auto operands = [&](const std::vector<plan::BufferRange> &ranges) {
-      std::vector<Operand> ops;
-      for (const plan::BufferRange &r : ranges) {
-        const plan::Buffer &buf = p.program.buffers[size_t(r.buffer)];
-        ops.push_back(
-            {base[buf.region] + buf.offset + r.offset, r.bytes, buf.dtype});
-      }
-      return ops;
+      return operandsOf(p.program, ranges,
+                        [&](plan::Region region) { return base[region]; });
     };
     StepContext context;
     for (const plan::Instruction &inst : p.program.streams[0].instructions)
@@ -1427,13 +1427,8 @@ void expectInPlaceEqualsOutOfPlace(
           }
           backend->copyToDevice(base, host.data(), program.arenaBytes);
           auto operands = [&](const std::vector<plan::BufferRange> &ranges) {
-            std::vector<Operand> ops;
-            for (const plan::BufferRange &range : ranges) {
-              const plan::Buffer &buf = program.buffers[size_t(range.buffer)];
-              ops.push_back(
-                  {base + buf.offset + range.offset, range.bytes, buf.dtype});
-            }
-            return ops;
+            return operandsOf(program, ranges,
+                              [&](plan::Region) { return base; });
           };
           StepContext context;
           const plan::Instruction &inst = program.streams[0].instructions[0];
@@ -1806,14 +1801,9 @@ TEST(CudaGpu, HostRegionOffloadStepMatchesCpuBitForBit) {
                       int64_t(grad.size() * 4));
     auto operands = [&](const Regions &r,
                         const std::vector<plan::BufferRange> &ranges) {
-      std::vector<Operand> out;
-      for (const plan::BufferRange &range : ranges) {
-        const plan::Buffer &b = program.buffers[size_t(range.buffer)];
-        std::byte *base =
-            b.region == plan::Region::Host ? r.host : r.persistent;
-        out.push_back({base + b.offset + range.offset, range.bytes, b.dtype});
-      }
-      return out;
+      return operandsOf(program, ranges, [&](plan::Region region) {
+        return region == plan::Region::Host ? r.host : r.persistent;
+      });
     };
     StepContext context; // one object for the session, as Session keeps
     context.training = &bundle.training;
