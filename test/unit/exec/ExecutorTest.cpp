@@ -465,6 +465,28 @@ TEST(Executor, KernelOperandSizeMismatchIsRejectedAtOpen) {
       "'residual_add' operand reads[1] has 16 bytes, expected 32 (8 f32)");
 }
 
+TEST(Executor, KernelWriteOverlappingAReadIsRejectedAtOpen) {
+  // residual_add may write out over a or b exactly (in place), but not a
+  // range half over one of them: one line at open naming both operands.
+  OneRank r;
+  Kernel k;
+  k.id = 0;
+  k.name = "residual_add";
+  k.source = "kernels/residual_add.cu";
+  k.constants = {{"n", 4}};
+  r.bundle.kernels = {k};
+  r.bundle.files[k.source] = "//\n";
+  int64_t a = r.add(Region::Persistent, 8), b = r.add(Region::Persistent, 4);
+  Instruction &inst =
+      r.emit(Opcode::Kernel, {{a, 0, 16}, r.all(b)}, {{a, 8, 16}});
+  inst.kernel = 0;
+  EXPECT_EQ(openError(r),
+            "role 0 stream 0 'compute' instruction 0 (p0): kernel "
+            "'residual_add': writes[0] overlaps reads[0] (bytes [8, 16) of "
+            "buffer 0 'b0'); writes[0] may only be exactly the range of "
+            "reads[0], reads[1]");
+}
+
 TEST(Executor, OptimizerSumOfSquaresMustBeOneF32) {
   // reads[4] of an optimizer_step is the f32 sum of squares: two f16
   // elements are 4 bytes too (the plan format's check passes) but the
