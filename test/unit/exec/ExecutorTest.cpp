@@ -447,15 +447,20 @@ TEST(Executor, HostOperandsOutsideCopyFillAndHostAdamWAreRejected) {
   EXPECT_EQ(prepareError(fine), "no error");
 }
 
-TEST(Executor, KernelOperandSizeMismatchIsRejectedAtOpen) {
-  OneRank r;
+/// Kernel 0 of `rank`'s bundle: residual_add of n elements.
+static void addResidualAddKernel(OneRank &rank, int64_t n) {
   Kernel k;
   k.id = 0;
   k.name = "residual_add";
   k.source = "kernels/residual_add.cu";
-  k.constants = {{"n", 8}};
-  r.bundle.kernels = {k};
-  r.bundle.files[k.source] = "//\n";
+  k.constants = {{"n", n}};
+  rank.bundle.kernels = {k};
+  rank.bundle.files[k.source] = "//\n";
+}
+
+TEST(Executor, KernelOperandSizeMismatchIsRejectedAtOpen) {
+  OneRank r;
+  addResidualAddKernel(r, 8);
   int64_t a = r.add(Region::Persistent, 8), b = r.add(Region::Persistent, 4);
   Instruction &inst = r.emit(Opcode::Kernel, {r.all(a), r.all(b)}, {r.all(a)});
   inst.kernel = 0;
@@ -469,13 +474,7 @@ TEST(Executor, KernelWriteOverlappingAReadIsRejectedAtOpen) {
   // residual_add may write out over a or b exactly (in place), but not a
   // range half over one of them: one line at open naming both operands.
   OneRank r;
-  Kernel k;
-  k.id = 0;
-  k.name = "residual_add";
-  k.source = "kernels/residual_add.cu";
-  k.constants = {{"n", 4}};
-  r.bundle.kernels = {k};
-  r.bundle.files[k.source] = "//\n";
+  addResidualAddKernel(r, 4);
   int64_t a = r.add(Region::Persistent, 8), b = r.add(Region::Persistent, 4);
   Instruction &inst =
       r.emit(Opcode::Kernel, {{a, 0, 16}, r.all(b)}, {{a, 8, 16}});
