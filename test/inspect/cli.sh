@@ -127,8 +127,15 @@ PY
   fi
   ;;
 verify)
-  run 0 dp verify
+  run 0 dp-embedding verify
   has "ok: the plan verifies"
+  # What weft-run refuses when it prepares, verify refuses too.
+  run 1 dp verify
+  has "operands: role 0 stream 0 'compute' instruction 1 (fwd): kernel 'embed' is not in the runtime's kernel registry"
+  run 1 dp-embedding-small verify --json
+  json_ok 'assert [x["kind"] for x in d["diagnostics"]] == ["operands"] and x["message"].endswith("operand reads[1] has 256 bytes, expected 512 (128 f32)") if (x := d["diagnostics"][0]) else False'
+  run 1 dp-embedding-overlap verify
+  has "operands: role 0 stream 0 'compute' instruction 1 (fwd): kernel 'embedding_forward': writes[0] overlaps reads[1]"
   run 1 deadlock verify
   has "deadlock:"
   run 1 deadlock verify --json

@@ -16,6 +16,7 @@
 #include "weft/inspect/Fidelity.h"
 #include "weft/inspect/Report.h"
 #include "weft/inspect/State.h"
+#include "weft/inspect/Verify.h"
 #include "weft/plan/Error.h"
 #include "weft/plan/Serialize.h"
 
@@ -137,7 +138,7 @@ int run(const Options &options) {
   plan::Bundle bundle = plan::loadBundle(options.bundle);
   const std::string &command = options.command;
   if (command == "verify") {
-    json verdict = inspect::verifyJson(plan::verify(bundle));
+    json verdict = inspect::verifyJson(inspect::verifyBundle(bundle));
     emit(options, verdict, inspect::verifyText);
     return verdict["ok"].get<bool>() ? 0 : 1;
   }

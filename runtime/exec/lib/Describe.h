@@ -2,12 +2,12 @@
 #ifndef WEFT_EXEC_LIB_DESCRIBE_H
 #define WEFT_EXEC_LIB_DESCRIBE_H
 
-#include "weft/exec/Backend.h"
 #include "weft/plan/Bundle.h"
 #include "weft/plan/Epilogue.h"
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 namespace weft::exec {
 
@@ -59,14 +59,15 @@ prepareEpilogueSteps(const plan::Instruction &gemm, const std::string &where,
   return steps;
 }
 
-/// A step's operands, picked from the fused gemm's `reads` and `writes`
-/// into `stepReads` and `stepWrites` (cleared first; reused, so a step does
-/// not allocate once they have grown).
-inline void epilogueOperands(const plan::EpilogueStep &step,
-                             const std::vector<Operand> &reads,
-                             const std::vector<Operand> &writes,
-                             std::vector<Operand> &stepReads,
-                             std::vector<Operand> &stepWrites) {
+/// A step's operands (a backend's Operand type), picked from the fused
+/// gemm's `reads` and `writes` into `stepReads` and `stepWrites` (cleared
+/// first; reused, so a step does not allocate once they have grown).
+template <typename Operand>
+void epilogueOperands(const plan::EpilogueStep &step,
+                      const std::vector<Operand> &reads,
+                      const std::vector<Operand> &writes,
+                      std::vector<Operand> &stepReads,
+                      std::vector<Operand> &stepWrites) {
   auto pick = [&](const plan::GemmOperand &ref) -> const Operand & {
     return ref.write ? writes[ref.index] : reads[ref.index];
   };

@@ -1,6 +1,7 @@
 //===- OperandChecks.cpp - Backend-independent operand checks -------------===//
 #include "weft/exec/OperandChecks.h"
 
+#include "Describe.h"
 #include "weft/exec/Error.h"
 
 #include <algorithm>
@@ -243,6 +244,54 @@ int64_t checkKernelOperands(const plan::Program &program,
     check(sig.writes[i], inst.writes[i], "writes[" + std::to_string(i) + "]");
   checkKernelAliasing(program, inst, sig, what);
   return widened;
+}
+
+std::vector<std::string> operandProblems(const plan::Bundle &bundle,
+                                         const plan::Program &program) {
+  std::vector<std::string> problems;
+  std::vector<const KernelSpec *> specs(bundle.kernels.size(), nullptr);
+  std::vector<KernelConstants> constants(bundle.kernels.size());
+  for (size_t id = 0; id < bundle.kernels.size(); ++id) {
+    const plan::Kernel &kernel = bundle.kernels[id];
+    // Kernels the program never launches need not exist on a backend.
+    if (const KernelSpec *spec = findKernel(kernel.name)) {
+      try {
+        constants[id] = resolveConstants(*spec, kernel.constants,
+                                         "kernels[" + std::to_string(id) + "]");
+        specs[id] = spec;
+      } catch (const Error &error) {
+        problems.push_back(error.what());
+      }
+    }
+  }
+  auto check = [&](const plan::Instruction &inst, const std::string &where) {
+    try {
+      if (inst.opcode != Opcode::Kernel) {
+        checkOperands(program, inst, where, "CPU");
+        return;
+      }
+      const plan::Kernel &kernel = bundle.kernels[size_t(inst.kernel)];
+      std::string what = where + ": kernel '" + kernel.name + "'";
+      const KernelSpec *spec = specs[size_t(inst.kernel)];
+      if (!spec) {
+        if (!findKernel(kernel.name))
+          problems.push_back(what + " is not in the runtime's kernel registry");
+        return; // a bad constant, already reported
+      }
+      checkKernelOperands(program, inst, *spec, constants[size_t(inst.kernel)],
+                          what);
+    } catch (const Error &error) {
+      problems.push_back(error.what());
+    }
+  };
+  forEachInstruction(
+      program, "",
+      [&](const plan::Instruction &inst, size_t, const std::string &where) {
+        check(inst, where);
+        if (inst.epilogue != plan::GemmEpilogue::None)
+          prepareEpilogueSteps(inst, where, check);
+      });
+  return problems;
 }
 
 } // namespace weft::exec

@@ -579,9 +579,11 @@ private:
     std::vector<BufferRange> reads = inst.reads;
     if (inst.opcode == Opcode::Broadcast && isBroadcastRoot(inst))
       reads.push_back(inst.writes[0]);
-    for (const BufferRange &range : reads) {
-      checkInitialized(range, loc);
-      access(range, loc, /*write=*/false);
+    for (auto range = reads.begin(); range != reads.end(); ++range) {
+      // A range read twice (a gemm's A and B) is one uninitialized read.
+      if (std::find(reads.begin(), range, *range) == range)
+        checkInitialized(*range, loc);
+      access(*range, loc, /*write=*/false);
     }
     for (const BufferRange &range : inst.writes) {
       access(range, loc, /*write=*/true);
@@ -757,6 +759,8 @@ std::string_view weft::plan::toString(CheckKind kind) {
     return "race";
   case CheckKind::Memory:
     return "memory";
+  case CheckKind::Operands:
+    return "operands";
   }
   return "?";
 }

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -385,4 +386,62 @@ TEST(KernelAbi, WritesNeverOverlapEachOther) {
   EXPECT_EQ(aliasingError(program, inst, "gated_backward", gated),
             "test: writes[1] overlaps writes[0] (bytes [8, 64) of buffer 1 "
             "'out'); a kernel's writes may not overlap");
+}
+
+// What weft-inspect verify reports: every refused launch and bundle kernel
+// of a program, one message each, in the words a backend's prepare throws.
+TEST(KernelAbi, OperandProblemsListEveryRefusal) {
+  auto constant = [](std::string name,
+                     std::map<std::string, int64_t> constants) {
+    plan::Kernel kernel;
+    kernel.name = std::move(name);
+    kernel.constants = std::move(constants);
+    return kernel;
+  };
+  plan::Bundle bundle;
+  bundle.kernels = {constant("residual_add", {{"n", 16}}),
+                    constant("embed", {}),
+                    constant("bias_add", {{"rows", 1}, {"frob", 2}})};
+  for (size_t id = 0; id < bundle.kernels.size(); ++id)
+    bundle.kernels[id].id = int64_t(id);
+  plan::Program program;
+  program.role = 3;
+  program.buffers = {{0, "a", plan::Region::Arena, 0, 64, plan::DType::F32},
+                     {1, "b", plan::Region::Arena, 64, 128, plan::DType::F32},
+                     {2, "c", plan::Region::Arena, 192, 32, plan::DType::F32}};
+  plan::BufferRange a{0, 0, 64}, b{1, 0, 64}, c{2, 0, 32};
+  auto launch = [](int64_t id, std::vector<plan::BufferRange> reads,
+                   std::vector<plan::BufferRange> writes) {
+    plan::Instruction inst;
+    inst.opcode = plan::Opcode::Kernel;
+    inst.kernel = id;
+    inst.reads = std::move(reads);
+    inst.writes = std::move(writes);
+    inst.phase = "fwd";
+    return inst;
+  };
+  plan::Instruction gemm;
+  gemm.opcode = plan::Opcode::Gemm;
+  gemm.gemm = {false, false, 4, 4, 4, 4, 4, 4, 1.0, 0.0};
+  gemm.reads = {a, c};
+  gemm.writes = {b};
+  program.streams.push_back(
+      {"compute",
+       {launch(0, {a, b}, {a}), launch(0, {a, b}, {c}), launch(1, {a}, {b}),
+        launch(2, {a, b}, {a}), gemm, launch(0, {a, b}, {{1, 32, 64}})}});
+  EXPECT_EQ(
+      exec::operandProblems(bundle, program),
+      (std::vector<std::string>{
+          "kernels[2]: kernel 'bias_add' needs constant 'width'",
+          "role 3 stream 0 'compute' instruction 1 (fwd): kernel "
+          "'residual_add' operand writes[0] has 32 bytes, expected 64 (16 "
+          "f32)",
+          "role 3 stream 0 'compute' instruction 2 (fwd): kernel 'embed' is "
+          "not in the runtime's kernel registry",
+          "role 3 stream 0 'compute' instruction 4: gemm operand B has 32 "
+          "bytes, needs 64",
+          "role 3 stream 0 'compute' instruction 5 (fwd): kernel "
+          "'residual_add': writes[0] overlaps reads[1] (bytes [32, 64) of "
+          "buffer 1 'b'); writes[0] may only be exactly the range of "
+          "reads[0], reads[1]"}));
 }

@@ -191,6 +191,22 @@ TEST(Verifier, ReadBeforeWrite) {
       << allMessages(result);
 }
 
+TEST(Verifier, ARangeReadTwiceBeforeItsWriteIsOneDiagnostic) {
+  // The gemm (instruction 2) reads act as A and as B.
+  Bundle bundle = dataParallelBundle();
+  auto &insts = bundle.programs[0].streams[0].instructions;
+  ASSERT_EQ(insts[2].opcode, Opcode::Gemm);
+  ASSERT_EQ(insts[2].reads[0], insts[2].reads[1]);
+  insts.erase(insts.begin() + 1); // the kernel that writes act
+  VerifyResult result = verify(bundle);
+  EXPECT_EQ(messages(result, CheckKind::Init),
+            std::vector<std::string>{
+                "role 0 (ranks 0, 1): stream 0 'compute' instruction 1 (bwd): "
+                "reads buffer 2 'act' bytes [0, 256) before they are "
+                "written"})
+      << allMessages(result);
+}
+
 TEST(Verifier, PartialWriteLeavesBytesUninitialized) {
   Bundle bundle = dataParallelBundle();
   instruction(bundle, 0, 0, 0).writes[0] = {3, 0, 32};

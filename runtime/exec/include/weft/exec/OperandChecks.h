@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace weft::exec {
 
@@ -53,6 +54,19 @@ int64_t checkKernelOperands(const plan::Program &program,
                             const KernelSpec &spec,
                             const KernelConstants &constants,
                             const std::string &what);
+
+/// The checks above as a backend's prepare() makes them, over a whole
+/// program without running it: each bundle kernel's constants
+/// (resolveConstants), then every instruction and gemm epilogue step
+/// (checkKernelOperands for kernel launches, checkOperands with backend
+/// "CPU" otherwise), collecting one message per refused bundle kernel,
+/// instruction or step ("role R stream S 'name' instruction I (phase): ...",
+/// the names weft-run's refusal gives). A kernel missing from the registry
+/// is refused as both backends refuse it. For tools that vet a plan ahead
+/// of weft-run (weft-inspect verify); `program` must pass the plan
+/// verifier's structural checks (its references resolve).
+std::vector<std::string> operandProblems(const plan::Bundle &bundle,
+                                         const plan::Program &program);
 
 } // namespace weft::exec
 

@@ -25,6 +25,10 @@ enum class CheckKind {
   Init,     // read before write, read after release
   Race,     // unordered cross-stream accesses
   Memory,   // overlap of live buffers, buffer outside its region
+  /// Operands against the kernel signatures and opcode rules of the runtime
+  /// (exec::operandProblems): reported by weft-inspect verify, never by
+  /// verify() below, which knows no kernel signatures.
+  Operands,
 };
 
 std::string_view toString(CheckKind kind);

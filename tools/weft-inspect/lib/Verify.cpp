@@ -1,0 +1,25 @@
+//===- Verify.cpp - The plan verifier plus the runtime's operand checks ---===//
+#include "weft/inspect/Verify.h"
+
+#include "weft/exec/OperandChecks.h"
+
+#include <algorithm>
+
+namespace weft::inspect {
+
+plan::VerifyResult verifyBundle(const plan::Bundle &bundle) {
+  plan::VerifyResult result = plan::verify(bundle);
+  // The operand checks index buffers and kernels without bounds checks.
+  if (std::any_of(result.diagnostics.begin(), result.diagnostics.end(),
+                  [](const plan::Diagnostic &diagnostic) {
+                    return diagnostic.kind == plan::CheckKind::Structure;
+                  }))
+    return result;
+  for (const plan::Program &program : bundle.programs)
+    for (std::string &problem : exec::operandProblems(bundle, program))
+      result.diagnostics.push_back(
+          {plan::CheckKind::Operands, std::move(problem)});
+  return result;
+}
+
+} // namespace weft::inspect
