@@ -48,23 +48,17 @@ ExportStats exportSafetensors(const plan::Bundle &bundle,
     std::string where = bundleDir + "/plan.json: parameter '" + param.name;
     if (param.hfName.empty())
       throw Error(where + "': no Hugging Face name");
-    if (param.hfTransposed && param.shape.size() != 2)
-      throw Error(where + "': hf_transposed on a tensor of rank " +
-                  std::to_string(param.shape.size()));
   }
   GlobalState state = readGlobalState(bundle, bundleDir, stepDir, false);
   stats.step = state.step;
   std::vector<GlobalTensor> &tensors = state.tensors;
 
   // Safetensors: tensors in key order, contiguous; tied weights are one
-  // parameter in the plan, so each name appears once (transformers re-ties).
+  // parameter in the plan, so each name appears once (the loader checks;
+  // transformers re-ties).
   std::map<std::string, GlobalTensor *> byName;
   for (GlobalTensor &tensor : tensors)
-    if (!byName.emplace(tensor.param->hfName, &tensor).second)
-      throw Error(bundleDir +
-                  "/plan.json: two parameters share the Hugging "
-                  "Face name '" +
-                  tensor.param->hfName + "'");
+    byName.emplace(tensor.param->hfName, &tensor);
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = {{"format", "pt"}};
   int64_t offset = 0;

@@ -447,13 +447,6 @@ void Session::validateLocally() {
     data_ = std::make_unique<DataLoader>(options_.dataPath, t.seqLen,
                                          t.globalBatch, tokenLimit(bundle_));
 
-  for (const plan::Parameter &param : bundle_.parameters)
-    for (const plan::ShardSpec &shard : param.shards)
-      if (shard.role == rankProgram_.role && shard.zeroShards != 1 &&
-          shard.zeroShards != bundle_.mesh.dp)
-        throw Error(where + ": parameter '" + param.name + "' has " +
-                    std::to_string(shard.zeroShards) +
-                    " ZeRO shards; the runtime shards over 1 or dp ranks");
   for (const plan::Buffer &buffer : program.buffers)
     if (buffer.name == "loss") {
       if (buffer.dtype != DType::F32)

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 using namespace weft::plan;
 
@@ -36,6 +37,7 @@ public:
       checkProgram(bundle.programs[i], at("programs", i), i);
     for (size_t i = 0; i < bundle.parameters.size(); ++i)
       checkParameter(bundle.parameters[i], at("parameters", i));
+    checkParameterSet();
     for (size_t i = 0; i < bundle.kernels.size(); ++i)
       checkKernel(bundle.kernels[i], at("kernels", i), i);
     for (const auto &file : bundle.files)
@@ -664,8 +666,11 @@ private:
         sliceElements = elements / std::max<int64_t>(extent, 1) * shard.length;
         slices[shard.dim].push_back({shard.start, shard.start + shard.length});
       }
-      if (shard.zeroShards <= 0) {
-        error(shardPath + ".zero_shards", "must be positive");
+      if (shard.zeroShards != 1 && shard.zeroShards != bundle.mesh.dp) {
+        // The runtime shards a slice over the DP group or not at all.
+        error(shardPath + ".zero_shards", "must be 1 or mesh.dp " +
+                                              str(bundle.mesh.dp) + ", got " +
+                                              str(shard.zeroShards));
         continue;
       }
       if (shard.paddedElements < sliceElements ||
@@ -686,7 +691,14 @@ private:
               "shard of " + str(bytes) + " bytes at offset " +
                   str(shard.offset) + " exceeds buffer " + str(buffer.id) +
                   " '" + buffer.name + "' of " + str(buffer.size) + " bytes");
+      else
+        shardBytes.push_back({shard.role, shard.buffer, shard.offset,
+                              shard.offset + bytes, shardPath});
     }
+    if (param.hfTransposed && param.shape.size() != 2)
+      error(path + ".hf_transposed", "set on a tensor of rank " +
+                                         str(param.shape.size()) +
+                                         " (only matrices are transposed)");
     // A shard of the whole tensor (dim -1) holds every element.
     if (std::any_of(param.shards.begin(), param.shards.end(),
                     [](const ShardSpec &s) { return s.dim == -1; }))
@@ -705,6 +717,46 @@ private:
                   str(covered) + ") of extent " +
                   str(param.shape[size_t(dim)]) +
                   " (every element must be held by some shard)");
+    }
+  }
+
+  /// What no one parameter shows: names (checkpoints key tensors by name,
+  /// the safetensors export by Hugging Face name) and shard bytes (a step
+  /// writing one parameter's shard would change another's) are each
+  /// parameter's own.
+  void checkParameterSet() {
+    std::map<std::string, size_t> names, hfNames;
+    for (size_t i = 0; i < bundle.parameters.size(); ++i) {
+      const Parameter &param = bundle.parameters[i];
+      auto [name, fresh] = names.emplace(param.name, i);
+      if (!fresh && !param.name.empty())
+        error(at("parameters", i) + ".name",
+              "'" + param.name + "' is also parameters[" +
+                  str(int64_t(name->second)) + "]'s name");
+      if (param.hfName.empty())
+        continue;
+      auto [hfName, hfFresh] = hfNames.emplace(param.hfName, i);
+      if (!hfFresh)
+        error(at("parameters", i) + ".hf_name",
+              "'" + param.hfName + "' is also parameters[" +
+                  str(int64_t(hfName->second)) +
+                  "]'s (tied weights are one parameter)");
+    }
+    std::sort(shardBytes.begin(), shardBytes.end());
+    // The shard reaching furthest so far in the same buffer.
+    const ShardBytes *reach = nullptr;
+    for (const ShardBytes &cur : shardBytes) {
+      if (reach && cur.role == reach->role && cur.buffer == reach->buffer) {
+        if (cur.begin < reach->end)
+          error(cur.path + ".offset",
+                "bytes [" + str(cur.begin) + ", " + str(cur.end) +
+                    ") of buffer " + str(cur.buffer) + " in role " +
+                    str(cur.role) + " overlap " + reach->path + "'s [" +
+                    str(reach->begin) + ", " + str(reach->end) + ")");
+        if (cur.end <= reach->end)
+          continue;
+      }
+      reach = &cur;
     }
   }
 
@@ -754,6 +806,17 @@ private:
   }
 
   const Bundle &bundle;
+  /// The bytes each parameter shard holds, for checkParameterSet.
+  struct ShardBytes {
+    int64_t role, buffer, begin, end;
+    std::string path;
+    bool operator<(const ShardBytes &other) const {
+      return std::tie(role, buffer, begin, end, path) <
+             std::tie(other.role, other.buffer, other.begin, other.end,
+                      other.path);
+    }
+  };
+  std::vector<ShardBytes> shardBytes;
   std::vector<StructuralError> errors;
   std::map<std::pair<int64_t, int64_t>, int64_t> outsideFamily;
 };

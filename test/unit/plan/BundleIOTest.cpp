@@ -498,6 +498,58 @@ TEST_F(BundleIOTest, RejectsShardsThatLeaveElementsUncovered) {
                       "has more than 2^48 elements");
 }
 
+TEST_F(BundleIOTest, RejectsParametersSharingANameOrShardBytes) {
+  // Found by scripts/plan-mutate.py: each of these loaded and ran; the
+  // export refused a shared Hugging Face name only after training, and a
+  // shard moved over another parameter's made the two one tensor.
+  auto twin = [](json &m) {
+    json copy = m["parameters"][0];
+    copy["name"] = "h.0.mlp.v";
+    copy["hf_name"] = "transformer.h.0.mlp.c_proj.weight";
+    copy["shards"][0]["buffer"] = 1;
+    m["parameters"].push_back(copy);
+  };
+  std::string at = dir("edited") + "/plan.json: parameters[1]";
+  EXPECT_EQ(loadError(twin), "<loaded>");
+  EXPECT_EQ(loadError([&](json &m) {
+              twin(m);
+              m["parameters"][1]["name"] = "h.0.mlp.w";
+            }),
+            at + ".name: 'h.0.mlp.w' is also parameters[0]'s name");
+  EXPECT_EQ(loadError([&](json &m) {
+              twin(m);
+              m["parameters"][1]["hf_name"] = "transformer.h.0.mlp.c_fc.weight";
+            }),
+            at + ".hf_name: 'transformer.h.0.mlp.c_fc.weight' is also "
+                 "parameters[0]'s (tied weights are one parameter)");
+  EXPECT_EQ(loadError([&](json &m) {
+              twin(m);
+              m["parameters"][1]["shards"][0]["buffer"] = 0;
+              m["parameters"][1]["shards"][0]["zero_shards"] = 2;
+              m["parameters"][1]["shards"][0]["offset"] = 128;
+            }),
+            at + ".shards[0].offset: bytes [128, 256) of buffer 0 in role 0 "
+                 "overlap parameters[0].shards[0]'s [0, 256)");
+}
+
+TEST_F(BundleIOTest, RejectsShardingsTheRuntimeCannotHold) {
+  // Found by scripts/plan-mutate.py: a ZeRO shard count other than 1 or dp
+  // loaded and was refused only when weft-run opened the plan.
+  EXPECT_EQ(loadError([](json &m) {
+              m["parameters"][0]["shards"][0]["zero_shards"] = 2;
+            }),
+            "<loaded>");
+  EXPECT_EQ(loadError([](json &m) {
+              m["parameters"][0]["shards"][0]["zero_shards"] = 4;
+            }),
+            dir("edited") + "/plan.json: parameters[0].shards[0].zero_shards: "
+                            "must be 1 or mesh.dp 2, got 4");
+  EXPECT_EQ(loadError([](json &m) { m["parameters"][0]["shape"] = {64}; }),
+            dir("edited") + "/plan.json: parameters[0].hf_transposed: set on "
+                            "a tensor of rank 1 (only matrices are "
+                            "transposed)");
+}
+
 TEST_F(BundleIOTest, RejectsDanglingKernelAndRole) {
   EXPECT_EQ(loadError([](json &m) {
               m["programs"][0]["streams"][0]["instructions"][1]["kernel"] = 3;
