@@ -379,11 +379,7 @@ void CpuBackend::prepareKernel(const plan::Bundle &bundle,
 void CpuBackend::prepareOther(const plan::Program &program,
                               const Instruction &inst,
                               const std::string &where) {
-  // The dtype check comes first: checkOperands sizes ranges by the dtype.
   bool gemm = inst.opcode == Opcode::Gemm;
-  if (gemm && !isFloatStorage(inst.dtype) && inst.dtype != DType::F64)
-    throw Error(where + ": gemm of " + std::string(plan::toString(inst.dtype)) +
-                " is not supported (f32, bf16, f16, f64)");
   checkOperands(program, inst, where, "CPU");
   if (!gemm)
     return;

@@ -3,8 +3,10 @@
 
 #include "Describe.h"
 #include "weft/exec/Error.h"
+#include "weft/exec/KernelLaunches.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 namespace weft::exec {
@@ -58,6 +60,13 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                   std::to_string(range.bytes) + " bytes, needs " +
                   std::to_string(bytes));
   };
+  auto needExactBytes = [&](const plan::BufferRange &range, int64_t bytes,
+                            const std::string &name) {
+    if (range.bytes != bytes)
+      throw Error(where + ": " + op + " operand " + name + " has " +
+                  std::to_string(range.bytes) + " bytes, expected " +
+                  std::to_string(bytes));
+  };
   auto bufferDType = [&](const plan::BufferRange &range) {
     return program.buffers[size_t(range.buffer)].dtype;
   };
@@ -69,6 +78,11 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
   };
   switch (inst.opcode) {
   case Opcode::Gemm: {
+    // Both backends multiply these (the sizes below count in the dtype).
+    if (!isFloatStorage(inst.dtype) && inst.dtype != DType::F64)
+      throw Error(where + ": gemm of " +
+                  std::string(plan::toString(inst.dtype)) +
+                  " is not supported (f32, bf16, f16, f64)");
     const plan::GemmParams &g = inst.gemm;
     int64_t eb = plan::elementBytes(inst.dtype);
     needBytes(inst.reads[0],
@@ -79,7 +93,14 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
               matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb) *
                   eb,
               "B");
-    needBytes(inst.writes[0], matrixSpan(g.m, g.n, g.ldc) * eb, "C");
+    // C may span whole columns of ldc (rows past m left alone), so only
+    // its lower bound is known; it must not overwrite an input mid-product.
+    const plan::BufferRange &c = inst.writes[0];
+    needBytes(c, matrixSpan(g.m, g.n, g.ldc) * eb, "C");
+    for (size_t i = 0; i < 2; ++i)
+      if (c.overlaps(inst.reads[i]))
+        throw Error(where + ": gemm operand C overlaps " +
+                    (i == 0 ? "A" : "B") + " (the product reads them whole)");
     break;
   }
   case Opcode::Fill:
@@ -112,8 +133,9 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
       else if (dtype != DType::F32)
         throw Error(where + ": optimizer_step " + names[i] +
                     " must be f32 (master weights and moments)");
-      needBytes(inst.reads[i], inst.count * plan::elementBytes(dtype),
-                names[i]);
+      // Exactly count elements: the writes below are these ranges.
+      needExactBytes(inst.reads[i], inst.count * plan::elementBytes(dtype),
+                     names[i]);
     }
     if (!(inst.reads[0] == inst.writes[0]) ||
         !(inst.reads[2] == inst.writes[1]) ||
@@ -123,9 +145,10 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                           "reads[0], reads[2], reads[3])");
     if (inst.writes.size() == 4) {
       needFloat(bufferDType(inst.writes[3]), "parameter copy");
-      needBytes(inst.writes[3],
-                inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
-                "parameter copy");
+      needExactBytes(inst.writes[3],
+                     inst.count *
+                         plan::elementBytes(bufferDType(inst.writes[3])),
+                     "parameter copy");
     }
     if (plan::readsGradientNorm(inst)) {
       if (bufferDType(inst.reads[4]) != DType::F32)
@@ -246,24 +269,62 @@ int64_t checkKernelOperands(const plan::Program &program,
   return widened;
 }
 
+namespace {
+
+/// Each bundle kernel's constants resolved against its registry kernel
+/// (nullopt: not in the registry, or its constants refused with `problem`).
+std::optional<KernelConstants> constantsOf(const plan::Bundle &bundle,
+                                           size_t id, std::string *problem) {
+  const plan::Kernel &kernel = bundle.kernels[id];
+  const KernelSpec *spec = findKernel(kernel.name);
+  if (!spec)
+    return std::nullopt;
+  try {
+    return resolveConstants(*spec, kernel.constants,
+                            "kernels[" + std::to_string(id) + "]");
+  } catch (const Error &error) {
+    if (problem)
+      *problem = error.what();
+    return std::nullopt;
+  }
+}
+
+} // namespace
+
+std::vector<std::string> kernelProblems(const plan::Bundle &bundle) {
+  std::vector<std::string> problems;
+  for (size_t id = 0; id < bundle.kernels.size(); ++id) {
+    const plan::Kernel &kernel = bundle.kernels[id];
+    std::string problem;
+    if (!constantsOf(bundle, id, &problem) && !problem.empty())
+      problems.push_back(problem);
+    // A source with launch lines is a generated one, which the CUDA backend
+    // launches: they must be this kernel's entries.
+    auto source = bundle.files.find(kernel.source);
+    if (source == bundle.files.end() ||
+        source->second.find("// weft-launch:") == std::string::npos)
+      continue;
+    try {
+      parseLaunches(source->second, kernel.source, kernel.name);
+    } catch (const Error &error) {
+      problems.push_back("kernels[" + std::to_string(id) +
+                         "]: " + error.what());
+    }
+  }
+  return problems;
+}
+
 std::vector<std::string> operandProblems(const plan::Bundle &bundle,
                                          const plan::Program &program) {
   std::vector<std::string> problems;
   std::vector<const KernelSpec *> specs(bundle.kernels.size(), nullptr);
   std::vector<KernelConstants> constants(bundle.kernels.size());
-  for (size_t id = 0; id < bundle.kernels.size(); ++id) {
-    const plan::Kernel &kernel = bundle.kernels[id];
-    // Kernels the program never launches need not exist on a backend.
-    if (const KernelSpec *spec = findKernel(kernel.name)) {
-      try {
-        constants[id] = resolveConstants(*spec, kernel.constants,
-                                         "kernels[" + std::to_string(id) + "]");
-        specs[id] = spec;
-      } catch (const Error &error) {
-        problems.push_back(error.what());
-      }
+  for (size_t id = 0; id < bundle.kernels.size(); ++id)
+    if (std::optional<KernelConstants> resolved =
+            constantsOf(bundle, id, nullptr)) {
+      constants[id] = std::move(*resolved);
+      specs[id] = findKernel(bundle.kernels[id].name);
     }
-  }
   auto check = [&](const plan::Instruction &inst, const std::string &where) {
     try {
       if (inst.opcode != Opcode::Kernel) {
@@ -276,7 +337,7 @@ std::vector<std::string> operandProblems(const plan::Bundle &bundle,
       if (!spec) {
         if (!findKernel(kernel.name))
           problems.push_back(what + " is not in the runtime's kernel registry");
-        return; // a bad constant, already reported
+        return; // a bad constant: kernelProblems reports it
       }
       checkKernelOperands(program, inst, *spec, constants[size_t(inst.kernel)],
                           what);

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
                         "ELF") != 0)
         throw weft::exec::Error(kernel.source + ": the cubin is not an ELF");
       for (const auto &launch :
-           weft::exec::cuda::parseLaunches(source, kernel.source, kernel.name))
+           weft::exec::parseLaunches(source, kernel.source, kernel.name))
         // Symbol names are NUL-terminated in the ELF string table.
         if (cubin.find(launch.entry + std::string(1, '\0')) ==
             std::string::npos)

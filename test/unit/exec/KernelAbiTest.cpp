@@ -429,10 +429,12 @@ TEST(KernelAbi, OperandProblemsListEveryRefusal) {
       {"compute",
        {launch(0, {a, b}, {a}), launch(0, {a, b}, {c}), launch(1, {a}, {b}),
         launch(2, {a, b}, {a}), gemm, launch(0, {a, b}, {{1, 32, 64}})}});
+  EXPECT_EQ(exec::kernelProblems(bundle),
+            (std::vector<std::string>{
+                "kernels[2]: kernel 'bias_add' needs constant 'width'"}));
   EXPECT_EQ(
       exec::operandProblems(bundle, program),
       (std::vector<std::string>{
-          "kernels[2]: kernel 'bias_add' needs constant 'width'",
           "role 3 stream 0 'compute' instruction 1 (fwd): kernel "
           "'residual_add' operand writes[0] has 32 bytes, expected 64 (16 "
           "f32)",
@@ -444,4 +446,78 @@ TEST(KernelAbi, OperandProblemsListEveryRefusal) {
           "'residual_add': writes[0] overlaps reads[1] (bytes [32, 64) of "
           "buffer 1 'b'); writes[0] may only be exactly the range of "
           "reads[0], reads[1]"}));
+}
+
+TEST(KernelAbi, GemmResultAndOptimizerStateRangesAreChecked) {
+  // Found by scripts/plan-mutate.py: a gemm writing over its own input and
+  // an optimizer_step updating more bytes than its count both ran.
+  plan::Program program;
+  for (int64_t id = 0; id < 6; ++id)
+    program.buffers.push_back({id, "b" + std::to_string(id),
+                               plan::Region::Persistent, id * 256, 256,
+                               plan::DType::F32});
+  auto refusal = [&](const plan::Instruction &inst) -> std::string {
+    try {
+      exec::checkOperands(program, inst, "here", "CPU");
+    } catch (const exec::Error &error) {
+      return error.what();
+    }
+    return "<accepted>";
+  };
+  plan::Instruction gemm;
+  gemm.opcode = plan::Opcode::Gemm;
+  gemm.gemm = {false, false, 4, 4, 4, 4, 4, 4, 1.0, 0.0};
+  gemm.reads = {{0, 0, 64}, {1, 0, 64}};
+  gemm.writes = {{2, 0, 64}};
+  EXPECT_EQ(refusal(gemm), "<accepted>");
+  gemm.writes = {{2, 0, 256}}; // whole columns of a larger ldc are allowed
+  EXPECT_EQ(refusal(gemm), "<accepted>");
+  gemm.writes = {{1, 32, 64}};
+  EXPECT_EQ(refusal(gemm), "here: gemm operand C overlaps B (the product "
+                           "reads them whole)");
+  gemm.writes = {{0, 0, 64}};
+  EXPECT_EQ(refusal(gemm), "here: gemm operand C overlaps A (the product "
+                           "reads them whole)");
+  gemm.writes = {{2, 0, 64}};
+  gemm.dtype = plan::DType::I32; // was refused only when the CPU ran it
+  EXPECT_EQ(refusal(gemm),
+            "here: gemm of i32 is not supported (f32, bf16, f16, f64)");
+
+  plan::Instruction step;
+  step.opcode = plan::Opcode::OptimizerStep;
+  step.count = 16;
+  step.reads = {{0, 0, 64}, {1, 0, 64}, {2, 0, 64}, {3, 0, 64}};
+  step.writes = {step.reads[0], step.reads[2], step.reads[3], {4, 0, 64}};
+  EXPECT_EQ(refusal(step), "<accepted>");
+  step.reads[2] = step.writes[1] = {2, 0, 128};
+  EXPECT_EQ(refusal(step), "here: optimizer_step operand exp_avg has 128 "
+                           "bytes, expected 64");
+  step.reads[2] = step.writes[1] = {2, 0, 64};
+  step.writes[3] = {4, 0, 256};
+  EXPECT_EQ(refusal(step), "here: optimizer_step operand parameter copy has "
+                           "256 bytes, expected 64");
+}
+
+TEST(KernelAbi, KernelProblemsNameAGeneratedSourceOfAnotherKernel) {
+  // Found by scripts/plan-mutate.py: a kernel pointed at another kernel's
+  // generated source ran on the CPU (which reads no source); the CUDA
+  // backend's generated path would have launched it on the wrong operands.
+  plan::Bundle bundle;
+  plan::Kernel kernel;
+  kernel.name = "residual_add";
+  kernel.constants = {{"n", 16}};
+  kernel.source = "kernels/residual_add.cu";
+  bundle.kernels = {kernel};
+  bundle.files[kernel.source] =
+      "// weft-launch: weft_residual_add_0 grid 1 block 64\n";
+  EXPECT_EQ(exec::kernelProblems(bundle), std::vector<std::string>{});
+  bundle.files[kernel.source] = "// a hand-written stand-in\n";
+  EXPECT_EQ(exec::kernelProblems(bundle), std::vector<std::string>{});
+  bundle.files[kernel.source] =
+      "// weft-launch: weft_bias_add_0 grid 1 block 64\n";
+  EXPECT_EQ(exec::kernelProblems(bundle),
+            std::vector<std::string>{
+                "kernels[0]: kernels/residual_add.cu:1: entry weft_bias_add_0 "
+                "is not one of kernel 'residual_add' (weft_residual_add_N): "
+                "the plan names another kernel's source"});
 }

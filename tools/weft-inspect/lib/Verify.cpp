@@ -15,10 +15,14 @@ plan::VerifyResult verifyBundle(const plan::Bundle &bundle) {
                     return diagnostic.kind == plan::CheckKind::Structure;
                   }))
     return result;
-  for (const plan::Program &program : bundle.programs)
-    for (std::string &problem : exec::operandProblems(bundle, program))
+  auto report = [&](std::vector<std::string> problems) {
+    for (std::string &problem : problems)
       result.diagnostics.push_back(
           {plan::CheckKind::Operands, std::move(problem)});
+  };
+  report(exec::kernelProblems(bundle));
+  for (const plan::Program &program : bundle.programs)
+    report(exec::operandProblems(bundle, program));
   return result;
 }
 

@@ -56,17 +56,23 @@ int64_t checkKernelOperands(const plan::Program &program,
                             const std::string &what);
 
 /// The checks above as a backend's prepare() makes them, over a whole
-/// program without running it: each bundle kernel's constants
-/// (resolveConstants), then every instruction and gemm epilogue step
+/// program without running it: every instruction and gemm epilogue step
 /// (checkKernelOperands for kernel launches, checkOperands with backend
-/// "CPU" otherwise), collecting one message per refused bundle kernel,
-/// instruction or step ("role R stream S 'name' instruction I (phase): ...",
-/// the names weft-run's refusal gives). A kernel missing from the registry
-/// is refused as both backends refuse it. For tools that vet a plan ahead
-/// of weft-run (weft-inspect verify); `program` must pass the plan
-/// verifier's structural checks (its references resolve).
+/// "CPU" otherwise), collecting one message per refused instruction or step
+/// ("role R stream S 'name' instruction I (phase): ...", the names
+/// weft-run's refusal gives). A kernel missing from the registry is refused
+/// as both backends refuse it; a launch of a kernel whose constants are
+/// refused is left to kernelProblems. For tools that vet a plan ahead of
+/// weft-run (weft-inspect verify); `program` must pass the plan verifier's
+/// structural checks (its references resolve).
 std::vector<std::string> operandProblems(const plan::Bundle &bundle,
                                          const plan::Program &program);
+
+/// What a backend refuses of the bundle's kernels themselves, one message
+/// each ("kernels[i]: ..."): constants its registry kernel refuses
+/// (resolveConstants), and a generated source whose `// weft-launch:`
+/// entries are malformed or another kernel's (parseLaunches).
+std::vector<std::string> kernelProblems(const plan::Bundle &bundle);
 
 } // namespace weft::exec
 

@@ -14,9 +14,9 @@
 
 namespace weft::inspect {
 
-/// plan::verify, then (when the structure is sound) the operand checks
-/// every backend makes at prepare (exec::operandProblems) for every role,
-/// reported as CheckKind::Operands.
+/// plan::verify, then (when the structure is sound) the kernel and operand
+/// checks a backend makes at prepare (exec::kernelProblems, and
+/// exec::operandProblems for every role), reported as CheckKind::Operands.
 plan::VerifyResult verifyBundle(const plan::Bundle &bundle);
 
 } // namespace weft::inspect

@@ -9,10 +9,13 @@
 // which grid and block. docs/kernels.md ("Loading generated kernels").
 //
 // Everything here but the device loading is host-only: NVRTC needs no GPU.
+// The launch lines are parsed by weft/exec/KernelLaunches.h.
 //
 //===----------------------------------------------------------------------===//
 #ifndef WEFT_EXEC_CUDA_GENERATEDKERNELS_H
 #define WEFT_EXEC_CUDA_GENERATEDKERNELS_H
+
+#include "weft/exec/KernelLaunches.h"
 
 #include <cstdint>
 #include <string>
@@ -20,23 +23,6 @@
 #include <vector>
 
 namespace weft::exec::cuda {
-
-/// One `extern "C" __global__` entry of a generated kernel and its launch.
-struct GeneratedLaunch {
-  std::string entry;
-  int64_t grid = 0, block = 0;
-};
-
-/// The `// weft-launch: <entry> grid <G> block <B>` lines of a generated
-/// source, in order. Throws Error naming `path` and the line when one is
-/// malformed or the source has none, and, given the plan's `kernelName`,
-/// when an entry is not one of that kernel's (`weft_<name>_<phase>`, the
-/// name's other characters than letters and digits as '_'): a plan whose
-/// kernel names another kernel's source would launch it on the wrong
-/// operands.
-std::vector<GeneratedLaunch> parseLaunches(std::string_view source,
-                                           const std::string &path,
-                                           std::string_view kernelName = {});
 
 /// "major.minor" of the NVRTC library this process loaded.
 std::string nvrtcVersion();
