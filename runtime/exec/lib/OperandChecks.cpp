@@ -85,18 +85,27 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                   " is not supported (f32, bf16, f16, f64)");
     const plan::GemmParams &g = inst.gemm;
     int64_t eb = plan::elementBytes(inst.dtype);
-    needBytes(inst.reads[0],
-              matrixSpan(g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda) *
-                  eb,
-              "A");
-    needBytes(inst.reads[1],
-              matrixSpan(g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb) *
-                  eb,
-              "B");
-    // C may span whole columns of ldc (rows past m left alone), so only
-    // its lower bound is known; it must not overwrite an input mid-product.
+    // A matrix's range runs from its span to its whole columns of ld (rows
+    // past the matrix's own left alone). Past that the range claims bytes
+    // the product never touches: a C range would tell the verifier they are
+    // written, and either is the sign of a dimension that shrank.
+    auto needMatrix = [&](const plan::BufferRange &range, int64_t rows,
+                          int64_t cols, int64_t ld, const std::string &name) {
+      needBytes(range, matrixSpan(rows, cols, ld) * eb, name);
+      if (range.bytes > cols * ld * eb)
+        throw Error(where + ": gemm operand " + name + " has " +
+                    std::to_string(range.bytes) + " bytes, more than its " +
+                    std::to_string(cols) + " columns of ld " +
+                    std::to_string(ld) + " (" + std::to_string(cols * ld * eb) +
+                    " bytes)");
+    };
+    needMatrix(inst.reads[0], g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda,
+               "A");
+    needMatrix(inst.reads[1], g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb,
+               "B");
+    // C must not overwrite an input mid-product.
     const plan::BufferRange &c = inst.writes[0];
-    needBytes(c, matrixSpan(g.m, g.n, g.ldc) * eb, "C");
+    needMatrix(c, g.m, g.n, g.ldc, "C");
     for (size_t i = 0; i < 2; ++i)
       if (c.overlaps(inst.reads[i]))
         throw Error(where + ": gemm operand C overlaps " +
@@ -291,13 +300,10 @@ std::optional<KernelConstants> constantsOf(const plan::Bundle &bundle,
 
 } // namespace
 
-std::vector<std::string> kernelProblems(const plan::Bundle &bundle) {
+std::vector<std::string> generatedSourceProblems(const plan::Bundle &bundle) {
   std::vector<std::string> problems;
   for (size_t id = 0; id < bundle.kernels.size(); ++id) {
     const plan::Kernel &kernel = bundle.kernels[id];
-    std::string problem;
-    if (!constantsOf(bundle, id, &problem) && !problem.empty())
-      problems.push_back(problem);
     // A source with launch lines is a generated one, which the CUDA backend
     // launches: they must be this kernel's entries.
     auto source = bundle.files.find(kernel.source);
@@ -311,6 +317,18 @@ std::vector<std::string> kernelProblems(const plan::Bundle &bundle) {
                          "]: " + error.what());
     }
   }
+  return problems;
+}
+
+std::vector<std::string> kernelProblems(const plan::Bundle &bundle) {
+  std::vector<std::string> problems;
+  for (size_t id = 0; id < bundle.kernels.size(); ++id) {
+    std::string problem;
+    if (!constantsOf(bundle, id, &problem) && !problem.empty())
+      problems.push_back(problem);
+  }
+  std::vector<std::string> sources = generatedSourceProblems(bundle);
+  problems.insert(problems.end(), sources.begin(), sources.end());
   return problems;
 }
 

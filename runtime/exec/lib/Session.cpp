@@ -15,6 +15,7 @@
 #include "weft/exec/Checkpoint.h"
 #include "weft/exec/DataLoader.h"
 #include "weft/exec/Error.h"
+#include "weft/exec/OperandChecks.h"
 #include "weft/kernels/Common.h"
 #include "weft/plan/Error.h"
 #include "weft/plan/Serialize.h"
@@ -372,6 +373,9 @@ void Session::validateLocally() {
                 std::to_string(bundle_.mesh.pp) + " x tp " +
                 std::to_string(bundle_.mesh.tp) + ") but the MPI world has " +
                 std::to_string(worldSize_));
+  if (std::vector<std::string> sources = generatedSourceProblems(bundle_);
+      !sources.empty())
+    throw Error(where + ": " + sources.front());
   const plan::TrainingInfo &t = bundle_.training;
   if (t.stepsPerPlan != 1)
     throw Error(where + ": steps_per_plan " + std::to_string(t.stepsPerPlan) +

@@ -486,6 +486,28 @@ TEST(Executor, KernelWriteOverlappingAReadIsRejectedAtOpen) {
             "reads[0], reads[1]");
 }
 
+TEST(Executor, AGeneratedSourceOfAnotherKernelIsRejectedAtOpen) {
+  // The CPU backend reads no source, but a bundle whose kernel names
+  // another kernel's generated code is corrupt: it must not run here and
+  // fail (or run the wrong code) on the CUDA backend.
+  OneRank r;
+  addResidualAddKernel(r, 4);
+  int64_t a = r.add(Region::Persistent, 4), b = r.add(Region::Persistent, 4);
+  r.emit(Opcode::Kernel, {r.all(a), r.all(b)}, {r.all(a)}).kernel = 0;
+  r.bundle.files["kernels/residual_add.cu"] =
+      "// weft-launch: weft_residual_add_0 grid 1 block 4\n";
+  EXPECT_EQ(openError(r), "no error");
+  r.bundle.files["kernels/residual_add.cu"] =
+      "// weft-launch: weft_bias_add_0 grid 1 block 4\n";
+  std::string error = openError(r);
+  EXPECT_NE(error.find(": kernels[0]: kernels/residual_add.cu:1: entry "
+                       "weft_bias_add_0 is not one of kernel 'residual_add' "
+                       "(weft_residual_add_N): the plan names another "
+                       "kernel's source"),
+            std::string::npos)
+      << error;
+}
+
 TEST(Executor, OptimizerSumOfSquaresMustBeOneF32) {
   // reads[4] of an optimizer_step is the f32 sum of squares: two f16
   // elements are 4 bytes too (the plan format's check passes) but the

@@ -470,8 +470,17 @@ TEST(KernelAbi, GemmResultAndOptimizerStateRangesAreChecked) {
   gemm.reads = {{0, 0, 64}, {1, 0, 64}};
   gemm.writes = {{2, 0, 64}};
   EXPECT_EQ(refusal(gemm), "<accepted>");
-  gemm.writes = {{2, 0, 256}}; // whole columns of a larger ldc are allowed
+  gemm.gemm.ldc = 16; // whole columns of a larger ldc are allowed
+  gemm.writes = {{2, 0, 256}};
   EXPECT_EQ(refusal(gemm), "<accepted>");
+  gemm.gemm.ldc = 4; // but not bytes past them: n shrunk, say
+  EXPECT_EQ(refusal(gemm), "here: gemm operand C has 256 bytes, more than "
+                           "its 4 columns of ld 4 (64 bytes)");
+  gemm.writes = {{2, 0, 64}};
+  gemm.gemm.k = 3; // A's and B's ranges are bounded alike
+  EXPECT_EQ(refusal(gemm), "here: gemm operand A has 64 bytes, more than "
+                           "its 3 columns of ld 4 (48 bytes)");
+  gemm.gemm.k = 4;
   gemm.writes = {{1, 32, 64}};
   EXPECT_EQ(refusal(gemm), "here: gemm operand C overlaps B (the product "
                            "reads them whole)");

@@ -1232,9 +1232,11 @@ void DeviceBackend::prepareKernel(const plan::Bundle &bundle,
   std::string what = where + ": kernel '" + kernel.name + "'";
   if (!resolved.spec)
     throw Error(what + " is not in the kernel registry");
-  if (!resolved.entry && !hasGeneratedSource(bundle, kernel))
-    throw Error(where + ": " + cudaKernelMissing(kernel.name) +
-                ", and the bundle has no generated source for it");
+  if (!resolved.entry)
+    if (std::string problem = generatedSourceProblem(bundle, kernel);
+        !problem.empty())
+      throw Error(where + ": " + cudaKernelMissing(kernel.name) + ", and " +
+                  problem);
   int64_t widened = checkKernelOperands(program, inst, *resolved.spec,
                                         resolved.constants, what);
   if (resolved.generated) {

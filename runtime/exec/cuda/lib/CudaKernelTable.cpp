@@ -690,10 +690,11 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
       if (!spec)
         d.path = KernelPath::Missing;
       else if (!entry)
-        d.path =
-            hasGeneratedSource(bundle, bundle.kernels.at(size_t(inst.kernel)))
-                ? KernelPath::Generated
-                : KernelPath::Missing;
+        d.path = generatedSourceProblem(bundle,
+                                        bundle.kernels.at(size_t(inst.kernel)))
+                         .empty()
+                     ? KernelPath::Generated
+                     : KernelPath::Missing;
       else if (!sixteen)
         d.path = KernelPath::Fp32;
       else
@@ -710,16 +711,17 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
   return out;
 }
 
-bool hasGeneratedSource(const plan::Bundle &bundle,
-                        const plan::Kernel &kernel) {
+std::string generatedSourceProblem(const plan::Bundle &bundle,
+                                   const plan::Kernel &kernel) {
   auto source = bundle.files.find(kernel.source);
-  if (source == bundle.files.end())
-    return false;
+  if (kernel.source.empty() || source == bundle.files.end())
+    return "the bundle has no generated source for it";
   try {
     parseLaunches(source->second, kernel.source, kernel.name);
-    return true;
-  } catch (const Error &) {
-    return false;
+    return {};
+  } catch (const Error &error) {
+    return "its generated source cannot be launched: " +
+           std::string(error.what());
   }
 }
 

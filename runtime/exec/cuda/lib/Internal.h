@@ -130,9 +130,11 @@ halfPath(const CudaKernelEntry &entry, const KernelConstants &constants,
 std::vector<plan::DType>
 operandTypes(const plan::Program &program,
              const std::vector<plan::BufferRange> &ranges);
-/// Whether the bundle holds `kernel`'s generated source with launch lines
-/// (GeneratedKernels.h). Host-only.
-bool hasGeneratedSource(const plan::Bundle &bundle, const plan::Kernel &kernel);
+/// Why the bundle's generated source for `kernel` cannot be launched (none,
+/// or its launch lines are missing or another kernel's; KernelLaunches.h),
+/// or empty when it can. Host-only.
+std::string generatedSourceProblem(const plan::Bundle &bundle,
+                                   const plan::Kernel &kernel);
 
 /// The dims of an attention_forward/attention_backward kernel's constants.
 kernels::AttentionDims attentionDims(const KernelConstants &constants);

@@ -68,10 +68,16 @@ int64_t checkKernelOperands(const plan::Program &program,
 std::vector<std::string> operandProblems(const plan::Bundle &bundle,
                                          const plan::Program &program);
 
-/// What a backend refuses of the bundle's kernels themselves, one message
+/// Generated sources (those with `// weft-launch:` lines) whose entries are
+/// malformed or another kernel's (parseLaunches), one message each
+/// ("kernels[i]: ..."). A session refuses such a bundle at open on every
+/// backend, the CPU one too though it reads no source: the bundle is
+/// corrupt, and one plan must not run on one backend and not on another.
+std::vector<std::string> generatedSourceProblems(const plan::Bundle &bundle);
+
+/// What a session refuses of the bundle's kernels themselves, one message
 /// each ("kernels[i]: ..."): constants its registry kernel refuses
-/// (resolveConstants), and a generated source whose `// weft-launch:`
-/// entries are malformed or another kernel's (parseLaunches).
+/// (resolveConstants), and generatedSourceProblems.
 std::vector<std::string> kernelProblems(const plan::Bundle &bundle);
 
 } // namespace weft::exec
