@@ -228,6 +228,16 @@ private:
                         str(range.offset + range.bytes) + ") exceeds buffer " +
                         str(buffer.id) + " '" + buffer.name + "' of " +
                         str(buffer.size) + " bytes");
+    // Whole elements of the buffer's dtype: a range cut mid-element is
+    // misaligned on a GPU and half of a value on any backend.
+    int64_t element = elementBytes(buffer.dtype);
+    for (auto [field, value] :
+         {std::pair{".offset", range.offset}, {".bytes", range.bytes}})
+      if (value > 0 && value % element != 0)
+        error(path() + field, str(value) + " is not a multiple of " +
+                                  str(element) + " (buffer " + str(buffer.id) +
+                                  " '" + buffer.name + "' holds " +
+                                  std::string(toString(buffer.dtype)) + ")");
   }
 
   /// A gemm's epilogue: the kernels it folds, of the registry kinds it
@@ -624,6 +634,12 @@ private:
       }
       elements *= extent;
     }
+    // Trained weights are floats; the initializer and the Hugging Face
+    // export read them as such.
+    if (param.dtype != DType::F32 && param.dtype != DType::BF16 &&
+        param.dtype != DType::F16)
+      error(path + ".dtype", "a parameter is f32, bf16 or f16, got " +
+                                 std::string(toString(param.dtype)));
     if (param.init.kind != "normal" && param.init.kind != "zeros" &&
         param.init.kind != "ones")
       error(path + ".init.kind", "unknown init '" + param.init.kind +

@@ -550,6 +550,41 @@ TEST_F(BundleIOTest, RejectsShardingsTheRuntimeCannotHold) {
                             "transposed)");
 }
 
+TEST_F(BundleIOTest, RejectsRangesCutMidElementAndIntegerParameters) {
+  // Found by scripts/plan-mutate.py: each of these loaded and ran (a fill
+  // one byte off, a read from an odd offset, an i32 parameter).
+  std::string at =
+      dir("edited") + "/plan.json: programs[0].streams[0].instructions[1]";
+  auto cut = [](int64_t offset, int64_t fewer) {
+    return [=](json &m) {
+      json &range =
+          m["programs"][0]["streams"][0]["instructions"][1]["reads"][0];
+      range["offset"] = range["offset"].get<int64_t>() + offset;
+      range["bytes"] = range["bytes"].get<int64_t>() - fewer;
+    };
+  };
+  writeBundle(dataParallelBundle(), dir("probe"));
+  json manifest = json::parse(read(dir("probe") + "/plan.json"));
+  const json &range =
+      manifest["programs"][0]["streams"][0]["instructions"][1]["reads"][0];
+  const json &buffer =
+      manifest["programs"][0]["buffers"][range["buffer"].get<size_t>()];
+  ASSERT_EQ(buffer["dtype"], "f32");
+  std::string holds = " is not a multiple of 4 (buffer " +
+                      std::to_string(buffer["id"].get<int64_t>()) + " '" +
+                      buffer["name"].get<std::string>() + "' holds f32)";
+  EXPECT_EQ(loadError(cut(4, 4)), "<loaded>");
+  EXPECT_EQ(loadError(cut(2, 4)),
+            at + ".reads[0].offset: " +
+                std::to_string(range["offset"].get<int64_t>() + 2) + holds);
+  EXPECT_EQ(loadError(cut(0, 2)),
+            at + ".reads[0].bytes: " +
+                std::to_string(range["bytes"].get<int64_t>() - 2) + holds);
+  EXPECT_EQ(loadError([](json &m) { m["parameters"][0]["dtype"] = "i32"; }),
+            dir("edited") + "/plan.json: parameters[0].dtype: a parameter is "
+                            "f32, bf16 or f16, got i32");
+}
+
 TEST_F(BundleIOTest, RejectsDanglingKernelAndRole) {
   EXPECT_EQ(loadError([](json &m) {
               m["programs"][0]["streams"][0]["instructions"][1]["kernel"] = 3;
