@@ -363,7 +363,7 @@ private:
     if (hasMembers(inst.opcode) && inst.reads.size() != inst.writes.size())
       return; // reported with the operand counts
     if (hasMembers(inst.opcode) && inst.reads.size() > 1) {
-      checkMembers(inst, size, path);
+      checkMembers(inst, program, size, path);
       return;
     }
     int64_t bytes = inst.count * elementBytes(inst.dtype);
@@ -397,8 +397,8 @@ private:
   /// writes, otherwise reads), the other side holds what the opcode needs
   /// for that count, the members' counts sum to `count`, and the members are
   /// independent: no member writes bytes another member reads or writes.
-  void checkMembers(const Instruction &inst, int64_t size,
-                    const std::string &path) {
+  void checkMembers(const Instruction &inst, const Program &program,
+                    int64_t size, const std::string &path) {
     std::string op(toString(inst.opcode)), dtype(toString(inst.dtype));
     int64_t elementSize = elementBytes(inst.dtype);
     bool scatter = inst.opcode == Opcode::ReduceScatter;
@@ -416,10 +416,18 @@ private:
         continue;
       }
       if (base[i].bytes % elementSize != 0) {
-        error(at(path + baseKey, i) + ".bytes",
-              "member " + str(i) + " of " + op + " holds " +
-                  str(base[i].bytes) + " bytes, not a whole number of " +
-                  dtype + " elements");
+        // checkRange has said so when the buffer's elements are the same
+        // size as the collective's.
+        const BufferRange &range = base[i];
+        bool said =
+            range.buffer >= 0 &&
+            range.buffer < int64_t(program.buffers.size()) &&
+            elementBytes(program.buffers[range.buffer].dtype) == elementSize;
+        if (!said)
+          error(at(path + baseKey, i) + ".bytes",
+                "member " + str(i) + " of " + op + " holds " +
+                    str(base[i].bytes) + " bytes, not a whole number of " +
+                    dtype + " elements");
         whole = false;
         continue;
       }

@@ -629,20 +629,27 @@ TEST(Verifier, MemberBytesFollowTheOpcode) {
             std::vector<std::string>{
                 "programs[0].streams[0].instructions[2].writes[1].bytes: "
                 "member 1 of all_reduce (8 f32) needs 32 bytes, got 28"});
-  // The range check (whole elements of the buffer's dtype) and the
-  // member's (of the collective's dtype) both apply.
+  // Part of an element: said once per range when the buffer holds the
+  // collective's dtype, by the member rule when it holds another.
   std::vector<std::string> partElement = {
       "programs[0].streams[0].instructions[2].reads[1].bytes: 30 is not a "
       "multiple of 4 (buffer 8 'sum' holds f32)",
       "programs[0].streams[0].instructions[2].writes[1].bytes: 30 is not a "
-      "multiple of 4 (buffer 8 'sum' holds f32)",
-      "programs[0].streams[0].instructions[2].reads[1].bytes: member 1 of "
-      "all_reduce holds 30 bytes, not a whole number of f32 elements"};
+      "multiple of 4 (buffer 8 'sum' holds f32)"};
   EXPECT_EQ(memberErrors(2,
                          [](Instruction &sum) {
                            sum.reads[1].bytes = sum.writes[1].bytes = 30;
                          }),
             partElement);
+  EXPECT_EQ(memberErrors(2,
+                         [](Instruction &sum) {
+                           sum.dtype = DType::F64;
+                           sum.reads[1].bytes = sum.writes[1].bytes = 28;
+                         }),
+            std::vector<std::string>{
+                "programs[0].streams[0].instructions[2].reads[1].bytes: "
+                "member 1 of all_reduce holds 28 bytes, not a whole number "
+                "of f64 elements"});
 }
 
 TEST(Verifier, MemberCountsSumToCount) {
