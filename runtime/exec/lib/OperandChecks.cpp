@@ -53,19 +53,13 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                    const std::string &where, const std::string &backend) {
   checkHostOperands(program, inst, where);
   std::string op(plan::toString(inst.opcode));
+  // At least `bytes`, or with `exact` exactly them.
   auto needBytes = [&](const plan::BufferRange &range, int64_t bytes,
-                       const std::string &name) {
-    if (range.bytes < bytes)
+                       const std::string &name, bool exact = false) {
+    if (exact ? range.bytes != bytes : range.bytes < bytes)
       throw Error(where + ": " + op + " operand " + name + " has " +
-                  std::to_string(range.bytes) + " bytes, needs " +
-                  std::to_string(bytes));
-  };
-  auto needExactBytes = [&](const plan::BufferRange &range, int64_t bytes,
-                            const std::string &name) {
-    if (range.bytes != bytes)
-      throw Error(where + ": " + op + " operand " + name + " has " +
-                  std::to_string(range.bytes) + " bytes, expected " +
-                  std::to_string(bytes));
+                  std::to_string(range.bytes) + " bytes, " +
+                  (exact ? "expected " : "needs ") + std::to_string(bytes));
   };
   auto bufferDType = [&](const plan::BufferRange &range) {
     return program.buffers[size_t(range.buffer)].dtype;
@@ -143,8 +137,8 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
         throw Error(where + ": optimizer_step " + names[i] +
                     " must be f32 (master weights and moments)");
       // Exactly count elements: the writes below are these ranges.
-      needExactBytes(inst.reads[i], inst.count * plan::elementBytes(dtype),
-                     names[i]);
+      needBytes(inst.reads[i], inst.count * plan::elementBytes(dtype), names[i],
+                /*exact=*/true);
     }
     if (!(inst.reads[0] == inst.writes[0]) ||
         !(inst.reads[2] == inst.writes[1]) ||
@@ -154,10 +148,9 @@ void checkOperands(const plan::Program &program, const plan::Instruction &inst,
                           "reads[0], reads[2], reads[3])");
     if (inst.writes.size() == 4) {
       needFloat(bufferDType(inst.writes[3]), "parameter copy");
-      needExactBytes(inst.writes[3],
-                     inst.count *
-                         plan::elementBytes(bufferDType(inst.writes[3])),
-                     "parameter copy");
+      needBytes(inst.writes[3],
+                inst.count * plan::elementBytes(bufferDType(inst.writes[3])),
+                "parameter copy", /*exact=*/true);
     }
     if (plan::readsGradientNorm(inst)) {
       if (bufferDType(inst.reads[4]) != DType::F32)

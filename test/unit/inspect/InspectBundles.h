@@ -52,12 +52,11 @@ inline Bundle twoStreamBundle(bool ordered) {
   program.numEvents = ordered ? 1 : 0;
   program.persistentBytes = 256;
   program.arenaBytes = 256;
-  program.buffers = {buffer(0, "w", Region::Persistent, 0, 128),
-                     buffer(1, "v", Region::Persistent, 128, 64),
-                     buffer(2, "act", Region::Arena, 0, 128),
-                     buffer(3, "side.act", Region::Arena, 128, 64)};
-  for (Buffer &b : program.buffers) // byte counts, not whole f32s
-    b.dtype = DType::U8;
+  // u8: the kernels' ranges count bytes, not whole f32s.
+  program.buffers = {buffer(0, "w", Region::Persistent, 0, 128, DType::U8),
+                     buffer(1, "v", Region::Persistent, 128, 64, DType::U8),
+                     buffer(2, "act", Region::Arena, 0, 128, DType::U8),
+                     buffer(3, "side.act", Region::Arena, 128, 64, DType::U8)};
   program.streams.push_back(
       {"compute", {kernel(0, {{0, 0, 100}}, {{2, 0, 100}}, "fwd L0")}});
   program.streams.push_back(
@@ -82,13 +81,13 @@ inline Bundle slowRankBundle() {
   for (int64_t role = 0; role < 2; ++role) {
     Program program;
     program.role = role;
-    program.persistentBytes = 768;
+    program.persistentBytes = 512;
     program.arenaBytes = 256;
-    program.buffers = {buffer(0, "w", Region::Persistent, 0, 256),
+    // u8 where the kernel's ranges count bytes, not whole f32s.
+    program.buffers = {buffer(0, "w", Region::Persistent, 0, 256, DType::U8),
                        buffer(1, "w.grad", Region::Persistent, 256, 256),
-                       buffer(2, "act", Region::Persistent, 512, 256)};
-    program.buffers[0].dtype = program.buffers[2].dtype = DType::U8;
-    int64_t bytes = role == 0 ? 50 : 150; // of bytes, not whole f32s
+                       buffer(2, "act", Region::Arena, 0, 256, DType::U8)};
+    int64_t bytes = role == 0 ? 50 : 150;
     program.streams.push_back(
         {"compute",
          {kernel(0, {{0, 0, bytes}}, {{2, 0, bytes}}, "bwd"),

@@ -321,9 +321,8 @@ Bundle concurrentTransfers(const std::vector<int64_t> &families,
   for (int64_t s = 0; s < streams; ++s)
     program.buffers.push_back(buffer(streams + s, "in" + std::to_string(s),
                                      Region::Persistent,
-                                     128 * streams + 256 * s, 256));
-  for (int64_t s = 0; s < streams; ++s) // the delays count bytes
-    program.buffers[size_t(streams + s)].dtype = DType::U8;
+                                     128 * streams + 256 * s, 256,
+                                     DType::U8)); // the delays count bytes
   for (size_t s = 0; s < families.size(); ++s) {
     int64_t grads = int64_t(s), input = streams + int64_t(s);
     std::vector<Instruction> insts;

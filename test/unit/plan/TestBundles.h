@@ -55,13 +55,14 @@ inline Instruction event(Opcode opcode, int64_t id, std::string phase) {
 }
 
 inline Buffer buffer(int64_t id, std::string name, Region region,
-                     int64_t offset, int64_t size) {
+                     int64_t offset, int64_t size, DType dtype = DType::F32) {
   Buffer out;
   out.id = id;
   out.name = std::move(name);
   out.region = region;
   out.offset = offset;
   out.size = size;
+  out.dtype = dtype;
   out.alignment = 64;
   return out;
 }

@@ -714,7 +714,7 @@ std::vector<KernelDispatch> kernelDispatch(const plan::Bundle &bundle,
 std::string generatedSourceProblem(const plan::Bundle &bundle,
                                    const plan::Kernel &kernel) {
   auto source = bundle.files.find(kernel.source);
-  if (kernel.source.empty() || source == bundle.files.end())
+  if (source == bundle.files.end())
     return "the bundle has no generated source for it";
   try {
     parseLaunches(source->second, kernel.source, kernel.name);
