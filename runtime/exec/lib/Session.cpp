@@ -119,28 +119,6 @@ namespace {
 
 double now() { return MPI_Wtime(); }
 
-/// Whether `later` may be issued in one NCCL group with `earlier`: neither
-/// writes bytes the other reads or writes. NCCL does not order the
-/// operations of a group, so a reduce-scatter followed by an all-reduce of
-/// its output must not share one. Broadcast reads its own range on the root,
-/// which its write covers.
-bool independent(const Instruction &earlier, const Instruction &later) {
-  auto touches = [](const std::vector<plan::BufferRange> &ranges,
-                    const plan::BufferRange &range) {
-    for (const plan::BufferRange &other : ranges)
-      if (other.overlaps(range))
-        return true;
-    return false;
-  };
-  for (const plan::BufferRange &write : later.writes)
-    if (touches(earlier.reads, write) || touches(earlier.writes, write))
-      return false;
-  for (const plan::BufferRange &read : later.reads)
-    if (touches(earlier.writes, read))
-      return false;
-  return true;
-}
-
 } // namespace
 
 CommunicationChannels communicationChannels(const plan::Bundle &bundle) {
@@ -154,38 +132,6 @@ CommunicationChannels communicationChannels(const plan::Bundle &bundle) {
           channels.pointToPoint.insert(stream.name);
       }
   return channels;
-}
-
-std::vector<std::pair<size_t, size_t>>
-communicationBuckets(const plan::Stream &stream) {
-  std::vector<std::pair<size_t, size_t>> buckets;
-  const auto &insts = stream.instructions;
-  auto communicates = [&](size_t i) {
-    return plan::isCollective(insts[i].opcode) ||
-           plan::isPointToPoint(insts[i].opcode);
-  };
-  for (size_t i = 0; i < insts.size();) {
-    if (!communicates(i)) {
-      ++i;
-      continue;
-    }
-    // Extend the run while the next instruction communicates and is
-    // independent of every instruction already in it; one that is not
-    // starts the next run.
-    size_t j = i + 1;
-    while (j < insts.size() && communicates(j)) {
-      bool fits = true;
-      for (size_t k = i; k < j && fits; ++k)
-        fits = independent(insts[k], insts[j]);
-      if (!fits)
-        break;
-      ++j;
-    }
-    if (j - i >= 2)
-      buckets.emplace_back(i, j);
-    i = j;
-  }
-  return buckets;
 }
 
 /// The runtime's own communicator (statistics, checkpoint agreement); the
@@ -206,6 +152,7 @@ struct Session::Prepared {
   std::string where;                // communication: the instruction
   std::vector<std::byte *> staging; // load_batch, not host-addressable
   size_t bucketEnd = 0;             // > index: first of a bucket up to here
+  int64_t turn = -1; // communication: its place in the rank's order
 };
 
 //===----------------------------------------------------------------------===//
@@ -872,6 +819,15 @@ void Session::prepareInstructions() {
     return operand;
   };
   bool staged = !backend_->hostAddressable();
+  // Communication is issued in the plan's one order (plan::
+  // communicationOrder, every rank the same sequence restricted to its own
+  // operations), as NCCL asks of operations on different communicators. A
+  // plan whose operations never all meet (reachable --unverified only) keeps
+  // the streams' own order, and the watchdog names what waits.
+  std::vector<std::vector<plan::StreamPosition>> order =
+      plan::communicationOrder(bundle_);
+  const std::vector<plan::StreamPosition> *turns =
+      order.empty() ? nullptr : &order[size_t(rank_)];
   prepared_.resize(program.streams.size());
   for (size_t s = 0; s < program.streams.size(); ++s) {
     const plan::Stream &stream = program.streams[s];
@@ -891,9 +847,13 @@ void Session::prepareInstructions() {
       prepared_[s].push_back(std::move(p));
     }
     if (backend_->coalescesCommunication())
-      for (auto [first, last] : communicationBuckets(stream))
+      for (auto [first, last] : plan::communicationBuckets(program, s, turns))
         prepared_[s][first].bucketEnd = last;
   }
+  if (turns)
+    for (size_t k = 0; k < turns->size(); ++k)
+      prepared_[size_t((*turns)[k].stream)][size_t((*turns)[k].index)].turn =
+          int64_t(k);
   normSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
   if (lossBuffer_ >= 0 &&
       program.buffers[size_t(lossBuffer_)].region != plan::Region::Host) {
@@ -1051,6 +1011,10 @@ void Session::stalled(double waitedS) const {
                  " has not completed";
     else if (inst.opcode == Opcode::WaitEvent)
       message += "waits for event " + std::to_string(inst.event);
+    else if (prepared_[s][next_[s]].turn > nextTurn_)
+      message += "waits for communication " + std::to_string(nextTurn_) +
+                 " of the rank's order (it is " +
+                 std::to_string(prepared_[s][next_[s]].turn) + ")";
     else
       message += "blocked";
   }
@@ -1096,6 +1060,7 @@ void Session::beginStep() {
   stepContext_.optimizerStep = scaler_.optimizerSteps + 1;
   std::fill(next_.begin(), next_.end(), 0);
   std::fill(recorded_.begin(), recorded_.end(), 0);
+  nextTurn_ = 0;
   normRead_ = false;
   stepInProgress_ = true;
   stepStart_ = now();
@@ -1188,6 +1153,9 @@ bool Session::advance(bool untilDone) {
           if (inst.opcode == Opcode::WaitEvent &&
               !recorded_[size_t(inst.event)])
             break;
+          const Prepared &p = prepared_[s][next];
+          if (p.turn >= 0 && p.turn != nextTurn_)
+            break; // communication listed before it is not issued yet
           if (openRange_ ? *openRange_ != inst.phase : !inst.phase.empty()) {
             // One profiler range per run of a phase (NVTX on CUDA).
             if (openRange_)
@@ -1196,7 +1164,6 @@ bool Session::advance(bool untilDone) {
             if (openRange_)
               backend_->pushRange(inst.phase);
           }
-          const Prepared &p = prepared_[s][next];
           if (p.bucketEnd > next) {
             // A bucket of communication (a backend that coalesces it): all
             // issued together; its completion is ordered on the stream.
@@ -1209,6 +1176,8 @@ bool Session::advance(bool untilDone) {
               issue(s, i, context);
               pending_[s] = 0;
             }
+            if (p.turn >= 0)
+              nextTurn_ += int64_t(p.bucketEnd - next);
             backend_->endBucket();
             std::pair<int64_t, int64_t> marks = {begin, mark(s)};
             for (size_t i = next; i < p.bucketEnd; ++i)
@@ -1220,6 +1189,7 @@ bool Session::advance(bool untilDone) {
           issuedAt_[s] = options_.trace ? now() : 0;
           int64_t begin = mark(s);
           issue(s, next, context);
+          nextTurn_ += p.turn >= 0;
           issuedMarks_[s] = {begin, mark(s)};
           if (pending_[s]) {
             progressed = true;

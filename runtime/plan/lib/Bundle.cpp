@@ -226,3 +226,56 @@ int64_t weft::plan::groupIndexOf(const std::vector<int64_t> &group,
   auto it = std::find(group.begin(), group.end(), rank);
   return it == group.end() ? -1 : int64_t(it - group.begin());
 }
+
+/// Whether `later` may be issued in one NCCL group with `earlier`: neither
+/// writes bytes the other reads or writes. NCCL does not order the
+/// operations of a group, so a reduce-scatter followed by an all-reduce of
+/// its output must not share one. Broadcast reads its own range on the root,
+/// which its write covers.
+static bool independent(const Instruction &earlier, const Instruction &later) {
+  auto touches = [](const std::vector<BufferRange> &ranges,
+                    const BufferRange &range) {
+    for (const BufferRange &other : ranges)
+      if (other.overlaps(range))
+        return true;
+    return false;
+  };
+  for (const BufferRange &write : later.writes)
+    if (touches(earlier.reads, write) || touches(earlier.writes, write))
+      return false;
+  for (const BufferRange &read : later.reads)
+    if (touches(earlier.writes, read))
+      return false;
+  return true;
+}
+
+std::vector<std::pair<size_t, size_t>>
+weft::plan::communicationBuckets(const Stream &stream) {
+  std::vector<std::pair<size_t, size_t>> buckets;
+  const auto &insts = stream.instructions;
+  auto communicates = [&](size_t i) {
+    return isCollective(insts[i].opcode) || isPointToPoint(insts[i].opcode);
+  };
+  for (size_t i = 0; i < insts.size();) {
+    if (!communicates(i)) {
+      ++i;
+      continue;
+    }
+    // Extend the run while the next instruction communicates and is
+    // independent of every instruction already in it; one that is not
+    // starts the next run.
+    size_t j = i + 1;
+    while (j < insts.size() && communicates(j)) {
+      bool fits = true;
+      for (size_t k = i; k < j && fits; ++k)
+        fits = independent(insts[k], insts[j]);
+      if (!fits)
+        break;
+      ++j;
+    }
+    if (j - i >= 2)
+      buckets.emplace_back(i, j);
+    i = j;
+  }
+  return buckets;
+}

@@ -4,7 +4,10 @@
 //  - GlobalSimulator runs every stream of every rank with rendezvous
 //    semantics for collectives and send/recv (a conservative model: a plan
 //    that is deadlock-free here is deadlock-free with any buffering) and
-//    checks that matched operations agree.
+//    checks that matched operations agree. The order in which it completes
+//    the operations is the runtime's communication order
+//    (communicationOrder); checkLaunchOrder replays what each rank then
+//    submits and checks that no ranks can wait on each other in it.
 //  - LocalChecker runs each role's program once (the checks depend only on
 //    the program): it sequentializes the streams honoring events, tracks the
 //    happens-before order with vector clocks (one clock per stream, joined
@@ -33,11 +36,7 @@ std::string bytesText(int64_t begin, int64_t end) {
   return "bytes [" + str(begin) + ", " + str(end) + ")";
 }
 
-/// A stream position within one program.
-struct Loc {
-  int64_t stream = 0;
-  int64_t index = 0;
-};
+using Loc = StreamPosition;
 
 std::string describe(const Program &program, Loc loc) {
   const Stream &stream = program.streams[loc.stream];
@@ -91,14 +90,19 @@ std::string operationText(const Instruction &inst, bool members = false) {
 
 class GlobalSimulator {
 public:
-  GlobalSimulator(const Bundle &bundle, std::vector<Diagnostic> &diagnostics)
-      : bundle(bundle), diagnostics(diagnostics) {}
+  /// With `completions`, appends to [rank] each communication instruction of
+  /// the rank as its operation completes (all its ranks have arrived).
+  GlobalSimulator(const Bundle &bundle, std::vector<Diagnostic> &diagnostics,
+                  std::vector<std::vector<Loc>> *completions = nullptr)
+      : bundle(bundle), diagnostics(diagnostics), completions(completions) {}
 
   void run() {
     int64_t world = bundle.mesh.worldSize();
     for (const GroupFamily &family : bundle.groups)
       groupOfRank.push_back(groupIndexByRank(family, world));
     ranks.resize(world);
+    if (completions)
+      completions->assign(size_t(world), {});
     for (int64_t rank = 0; rank < world; ++rank) {
       RankState &state = ranks[rank];
       state.program = &bundle.programs[bundle.rankRoles[rank]];
@@ -185,6 +189,10 @@ private:
           return;
         }
         for (const Arrival &arrival : meeting.arrivals) {
+          if (completions)
+            (*completions)[size_t(arrival.rank)].push_back(
+                {arrival.stream,
+                 int64_t(ranks[arrival.rank].pc[arrival.stream])});
           ranks[arrival.rank].arrived[arrival.stream] = false;
           if (arrival.rank != rank || arrival.stream != stream) {
             ++ranks[arrival.rank].pc[arrival.stream];
@@ -328,6 +336,7 @@ private:
 
   const Bundle &bundle;
   std::vector<Diagnostic> &diagnostics;
+  std::vector<std::vector<Loc>> *completions;
   std::vector<RankState> ranks;
   std::deque<Arrival> ready;
   std::map<std::string, int64_t> channels;
@@ -337,6 +346,203 @@ private:
   std::map<Key, Rendezvous> rendezvous;
   bool fatal = false;
 };
+
+//===----------------------------------------------------------------------===//
+// Communication order over all ranks
+//===----------------------------------------------------------------------===//
+
+/// The union of the ranks' launch orders over the matched operations, and a
+/// cycle in it if there is one. In the worst case a GPU runs its launches
+/// one at a time in submission order, and a launch finishes once every rank
+/// it involves runs it: all finish exactly when this graph has no cycle.
+class LaunchOrderGraph {
+public:
+  LaunchOrderGraph(const Bundle &bundle) : bundle(bundle) {
+    for (const GroupFamily &family : bundle.groups)
+      groupOfRank.push_back(groupIndexByRank(family, bundle.mesh.worldSize()));
+  }
+
+  /// Rank `rank` issues its communication in the order of `issued` (every
+  /// instruction or just its communication), each run of `launches`
+  /// ([stream]: per instruction, the first instruction of its launch) at
+  /// once.
+  void addRank(int64_t rank, const std::vector<Loc> &issued,
+               const std::vector<std::vector<size_t>> &launches) {
+    const Program &program =
+        bundle.programs[size_t(bundle.rankRoles[size_t(rank)])];
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> count;
+    std::vector<std::pair<int64_t, Loc>> previous, current; // (node, where)
+    Loc launch{-1, -1};
+    for (Loc loc : issued) {
+      const Stream &stream = program.streams[size_t(loc.stream)];
+      const Instruction &inst = stream.instructions[size_t(loc.index)];
+      if (!isCollective(inst.opcode) && !isPointToPoint(inst.opcode))
+        continue;
+      // The operation's identity across ranks, as the matching check keys
+      // it: a collective by its concrete group, stream name and ordinal; a
+      // send or recv by source, destination, stream name and ordinal.
+      int64_t channel =
+          channels.emplace(stream.name, int64_t(channels.size())).first->second;
+      int64_t group = groupOfRank[size_t(inst.group)][size_t(rank)];
+      std::tuple<int64_t, int64_t, int64_t, int64_t> key;
+      if (isCollective(inst.opcode)) {
+        key = {inst.group, group, channel,
+               count[{inst.group, group, channel, -1}]++};
+      } else {
+        int64_t peer = bundle.groups[size_t(inst.group)]
+                           .groups[size_t(group)][size_t(inst.peer)];
+        bool sending = inst.opcode == Opcode::Send;
+        int64_t source = sending ? rank : peer;
+        int64_t destination = sending ? peer : rank;
+        key = {-1 - source, destination, channel,
+               count[{-1 - source, destination, channel, sending}]++};
+      }
+      auto [node, added] = nodes.emplace(key, int64_t(nodes.size()));
+      if (added)
+        edges.emplace_back();
+      Loc first{loc.stream,
+                int64_t(launches[size_t(loc.stream)][size_t(loc.index)])};
+      if (first.stream != launch.stream || first.index != launch.index) {
+        previous = std::move(current);
+        current.clear();
+        launch = first;
+      }
+      // Submitted after every operation of the previous launch.
+      for (auto [before, at] : previous)
+        edges[size_t(before)].emplace(node->second, Witness{rank, at, loc});
+      current.push_back({node->second, loc});
+    }
+  }
+
+  /// "" or a one-line description of a cycle.
+  std::string cycle() const {
+    // Kahn's algorithm; what it cannot reach lies on a cycle or behind one,
+    // and each such node has such a predecessor.
+    size_t n = edges.size();
+    std::vector<int64_t> indegree(n, 0);
+    std::vector<std::vector<std::pair<int64_t, const Witness *>>> into(n);
+    for (size_t a = 0; a < n; ++a)
+      for (const auto &[b, witness] : edges[a]) {
+        ++indegree[size_t(b)];
+        into[size_t(b)].push_back({int64_t(a), &witness});
+      }
+    std::vector<int64_t> ready;
+    for (size_t a = 0; a < n; ++a)
+      if (indegree[a] == 0)
+        ready.push_back(int64_t(a));
+    while (!ready.empty()) {
+      int64_t a = ready.back();
+      ready.pop_back();
+      for (const auto &[b, witness] : edges[size_t(a)])
+        if (--indegree[size_t(b)] == 0)
+          ready.push_back(b);
+    }
+    int64_t at = -1;
+    for (size_t a = 0; a < n && at < 0; ++a)
+      if (indegree[a] > 0)
+        at = int64_t(a);
+    if (at < 0)
+      return "";
+    // Walk predecessors until a node repeats: from there, a cycle
+    // (reversed).
+    std::vector<const Witness *> walk;
+    std::map<int64_t, size_t> seen;
+    while (!seen.count(at)) {
+      seen[at] = walk.size();
+      for (const auto &[from, witness] : into[size_t(at)])
+        if (indegree[size_t(from)] > 0) {
+          walk.push_back(witness);
+          at = from;
+          break;
+        }
+    }
+    std::vector<const Witness *> cycle(walk.begin() + long(seen[at]),
+                                       walk.end());
+    std::reverse(cycle.begin(), cycle.end());
+    const size_t kShown = 4;
+    std::string message = "communication order: " + str(int64_t(cycle.size())) +
+                          " operations are submitted in orders that can "
+                          "wait on each other: ";
+    for (size_t i = 0; i < cycle.size() && i < kShown; ++i) {
+      const Witness &w = *cycle[i];
+      const Program &program =
+          bundle.programs[size_t(bundle.rankRoles[size_t(w.rank)])];
+      message += (i ? "; " : "") + std::string("rank ") + str(w.rank) +
+                 " issues " + operationAt(program, w.before) + " before " +
+                 operationAt(program, w.after);
+    }
+    if (cycle.size() > kShown)
+      message += "; and " + str(int64_t(cycle.size() - kShown)) + " more";
+    return message;
+  }
+
+private:
+  /// Rank `rank` submits the operation at `before` ahead of the one at
+  /// `after` (positions in its role's program).
+  struct Witness {
+    int64_t rank;
+    Loc before, after;
+  };
+
+  static std::string operationAt(const Program &program, Loc loc) {
+    const Instruction &inst =
+        program.streams[size_t(loc.stream)].instructions[size_t(loc.index)];
+    return std::string(toString(inst.opcode)) + " at " + describe(program, loc);
+  }
+
+  const Bundle &bundle;
+  std::vector<std::vector<int64_t>> groupOfRank;
+  std::map<std::string, int64_t> channels;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> nodes;
+  /// [node]: successor -> the first rank seen submitting it after node.
+  std::vector<std::map<int64_t, Witness>> edges;
+};
+
+/// [stream][instruction]: the first instruction of its launch, by
+/// communicationBuckets(program, stream, order).
+std::vector<std::vector<size_t>> launchesOf(const Program &program,
+                                            const std::vector<Loc> *order) {
+  std::vector<std::vector<size_t>> launches;
+  for (size_t s = 0; s < program.streams.size(); ++s) {
+    std::vector<size_t> launch(program.streams[s].instructions.size());
+    for (size_t i = 0; i < launch.size(); ++i)
+      launch[i] = i;
+    for (auto [first, last] : communicationBuckets(program, s, order))
+      for (size_t i = first; i < last; ++i)
+        launch[i] = first;
+    launches.push_back(std::move(launch));
+  }
+  return launches;
+}
+
+/// What the runtime issues, checked (verify()'s Order kind): every rank's
+/// hostIssueOrder in `order` ([rank], communicationOrder's) issues its whole
+/// program, and the ranks' launches can all finish.
+void checkLaunchOrder(const Bundle &bundle,
+                      const std::vector<std::vector<Loc>> &order,
+                      std::vector<Diagnostic> &diagnostics) {
+  LaunchOrderGraph graph(bundle);
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    const Program &program = bundle.programs[size_t(bundle.rankRoles[rank])];
+    std::vector<Loc> issued = hostIssueOrder(program, &order[rank]);
+    size_t total = 0;
+    for (const Stream &stream : program.streams)
+      total += stream.instructions.size();
+    if (issued.size() < total) {
+      diagnostics.push_back(
+          {CheckKind::Order, "communication order: rank " + str(int64_t(rank)) +
+                                 " cannot issue its communication in the "
+                                 "order of the whole plan (" +
+                                 str(int64_t(issued.size())) + " of " +
+                                 str(int64_t(total)) +
+                                 " instructions issued)"});
+      return;
+    }
+    graph.addRank(int64_t(rank), issued, launchesOf(program, &order[rank]));
+  }
+  if (std::string cycle = graph.cycle(); !cycle.empty())
+    diagnostics.push_back({CheckKind::Order, cycle});
+}
 
 //===----------------------------------------------------------------------===//
 // Per-role checks: events, initialization, races, memory
@@ -539,29 +745,12 @@ private:
     }
     accesses.resize(program.buffers.size());
 
-    // Round-robin: each stream runs until it waits on an event that has not
-    // been recorded yet. Collectives do not block here (the global simulation
-    // checks them); any interleaving that honors events gives the same
+    // The streams in the order a host issues them (round-robin, honoring
+    // events). Collectives do not block here (the global simulation checks
+    // them); any interleaving that honors events gives the same
     // happens-before order.
-    std::vector<size_t> pc(numStreams, 0);
-    std::vector<bool> recorded(program.numEvents, false);
-    bool progress = true;
-    while (progress) {
-      progress = false;
-      for (size_t s = 0; s < numStreams; ++s) {
-        const auto &instructions = program.streams[s].instructions;
-        while (pc[s] < instructions.size()) {
-          const Instruction &inst = instructions[pc[s]];
-          if (inst.opcode == Opcode::WaitEvent && !recorded[inst.event])
-            break;
-          if (inst.opcode == Opcode::RecordEvent)
-            recorded[inst.event] = true;
-          execute(inst, {int64_t(s), int64_t(pc[s])});
-          ++pc[s];
-          progress = true;
-        }
-      }
-    }
+    for (Loc loc : hostIssueOrder(program))
+      execute(program.streams[loc.stream].instructions[loc.index], loc);
   }
 
   void execute(const Instruction &inst, Loc loc) {
@@ -759,6 +948,8 @@ std::string_view weft::plan::toString(CheckKind kind) {
     return "race";
   case CheckKind::Memory:
     return "memory";
+  case CheckKind::Order:
+    return "order";
   case CheckKind::Operands:
     return "operands";
   }
@@ -777,49 +968,142 @@ VerifyResult weft::plan::verify(const Bundle &bundle) {
         {CheckKind::Structure, error.path + ": " + error.reason});
   if (!result.ok())
     return result;
-  GlobalSimulator(bundle, result.diagnostics).run();
+  std::vector<std::vector<Loc>> order;
+  GlobalSimulator(bundle, result.diagnostics, &order).run();
+  if (result.ok())
+    checkLaunchOrder(bundle, order, result.diagnostics);
   for (size_t role = 0; role < bundle.programs.size(); ++role)
     LocalChecker(bundle, role, result.diagnostics).run();
   return result;
 }
 
-std::vector<std::vector<std::vector<int64_t>>>
-weft::plan::completedBefore(const Program &program) {
-  size_t streams = program.streams.size();
-  std::map<int64_t, int64_t> records;
+namespace {
+
+/// [stream][instruction]: the position of a communication instruction in
+/// `order`, -1 for every other instruction.
+std::vector<std::vector<int64_t>> positionsIn(const Program &program,
+                                              const std::vector<Loc> &order) {
+  std::vector<std::vector<int64_t>> position;
   for (const Stream &stream : program.streams)
-    for (const Instruction &inst : stream.instructions)
-      if (inst.opcode == Opcode::RecordEvent && ++records[inst.event] > 1)
-        return {}; // which record a wait means is not fixed
-  std::vector<std::vector<std::vector<int64_t>>> completed(streams);
-  std::vector<size_t> pc(streams, 0);
-  std::vector<std::vector<int64_t>> clock(streams,
-                                          std::vector<int64_t>(streams, 0));
-  std::map<int64_t, std::vector<int64_t>> recorded; // event -> snapshot
+    position.emplace_back(stream.instructions.size(), -1);
+  for (size_t k = 0; k < order.size(); ++k)
+    position[size_t(order[k].stream)][size_t(order[k].index)] = int64_t(k);
+  return position;
+}
+
+} // namespace
+
+std::vector<StreamPosition>
+weft::plan::hostIssueOrder(const Program &program,
+                           const std::vector<StreamPosition> *communication) {
+  std::vector<std::vector<int64_t>> position;
+  if (communication)
+    position = positionsIn(program, *communication);
+  int64_t nextCommunication = 0;
+  std::vector<StreamPosition> order;
+  std::vector<size_t> pc(program.streams.size(), 0);
+  std::vector<bool> recorded(size_t(std::max<int64_t>(program.numEvents, 0)));
   for (bool moved = true; moved;) {
     moved = false;
-    for (size_t s = 0; s < streams; ++s) {
+    for (size_t s = 0; s < program.streams.size(); ++s) {
       const std::vector<Instruction> &insts = program.streams[s].instructions;
-      completed[s].resize(insts.size());
       for (; pc[s] < insts.size(); ++pc[s], moved = true) {
         const Instruction &inst = insts[pc[s]];
-        if (inst.opcode == Opcode::WaitEvent) {
-          auto snapshot = recorded.find(inst.event);
-          if (snapshot == recorded.end())
-            break; // blocked until another stream records it
-          for (size_t t = 0; t < streams; ++t)
-            clock[s][t] = std::max(clock[s][t], snapshot->second[t]);
+        bool known = inst.event >= 0 && inst.event < int64_t(recorded.size());
+        if (inst.opcode == Opcode::WaitEvent &&
+            !(known && recorded[size_t(inst.event)]))
+          break; // until another stream records it
+        if (communication) {
+          int64_t at = position[s][pc[s]];
+          if (at >= 0 && at != nextCommunication)
+            break; // until the communication listed before it is issued
+          nextCommunication += at >= 0;
         }
-        // In order on its own stream: everything before has finished.
-        clock[s][s] = int64_t(pc[s]);
-        completed[s][pc[s]] = clock[s];
-        if (inst.opcode == Opcode::RecordEvent)
-          recorded[inst.event] = clock[s];
+        if (inst.opcode == Opcode::RecordEvent && known)
+          recorded[size_t(inst.event)] = true;
+        order.push_back({int64_t(s), int64_t(pc[s])});
       }
     }
   }
+  return order;
+}
+
+std::vector<std::vector<StreamPosition>>
+weft::plan::communicationOrder(const Bundle &bundle) {
+  std::vector<Diagnostic> diagnostics;
+  std::vector<std::vector<Loc>> order;
+  GlobalSimulator(bundle, diagnostics, &order).run();
+  if (!diagnostics.empty())
+    return {};
+  return order;
+}
+
+std::vector<std::pair<size_t, size_t>>
+weft::plan::communicationBuckets(const Program &program, size_t stream,
+                                 const std::vector<StreamPosition> *order) {
+  std::vector<std::pair<size_t, size_t>> buckets =
+      communicationBuckets(program.streams[stream]);
+  if (!order)
+    return buckets;
+  std::vector<int64_t> position(program.streams[stream].instructions.size(),
+                                -1);
+  for (size_t k = 0; k < order->size(); ++k)
+    if ((*order)[k].stream == int64_t(stream))
+      position[size_t((*order)[k].index)] = int64_t(k);
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (auto [first, last] : buckets)
+    for (size_t i = first; i < last;) {
+      size_t j = i + 1;
+      while (j < last && position[j] >= 0 && position[j] == position[j - 1] + 1)
+        ++j;
+      if (j - i >= 2 && position[i] >= 0)
+        runs.emplace_back(i, j);
+      i = j;
+    }
+  return runs;
+}
+
+std::string weft::plan::launchOrderCycle(
+    const Bundle &bundle,
+    const std::vector<std::vector<StreamPosition>> &issued,
+    const std::vector<std::vector<StreamPosition>> *order) {
+  LaunchOrderGraph graph(bundle);
+  for (size_t rank = 0; rank < issued.size(); ++rank)
+    graph.addRank(int64_t(rank), issued[rank],
+                  launchesOf(bundle.programs[size_t(bundle.rankRoles[rank])],
+                             order ? &(*order)[rank] : nullptr));
+  return graph.cycle();
+}
+
+std::vector<std::vector<std::vector<int64_t>>>
+weft::plan::completedBefore(const Program &program) {
+  size_t streams = program.streams.size(), instructions = 0;
+  std::map<int64_t, int64_t> records;
+  for (const Stream &stream : program.streams) {
+    instructions += stream.instructions.size();
+    for (const Instruction &inst : stream.instructions)
+      if (inst.opcode == Opcode::RecordEvent && ++records[inst.event] > 1)
+        return {}; // which record a wait means is not fixed
+  }
+  std::vector<StreamPosition> order = hostIssueOrder(program);
+  if (order.size() < instructions)
+    return {}; // a wait no record satisfies: no order is known
+  std::vector<std::vector<std::vector<int64_t>>> completed(streams);
   for (size_t s = 0; s < streams; ++s)
-    if (pc[s] < program.streams[s].instructions.size())
-      return {}; // a wait no record satisfies: no order is known
+    completed[s].resize(program.streams[s].instructions.size());
+  std::vector<std::vector<int64_t>> clock(streams,
+                                          std::vector<int64_t>(streams, 0));
+  std::map<int64_t, std::vector<int64_t>> recorded; // event -> snapshot
+  for (auto [s, index] : order) {
+    const Instruction &inst = program.streams[s].instructions[index];
+    if (inst.opcode == Opcode::WaitEvent)
+      for (size_t t = 0; t < streams; ++t)
+        clock[s][t] = std::max(clock[s][t], recorded[inst.event][t]);
+    // In order on its own stream: everything before has finished.
+    clock[s][s] = index;
+    completed[s][index] = clock[s];
+    if (inst.opcode == Opcode::RecordEvent)
+      recorded[inst.event] = clock[s];
+  }
   return completed;
 }

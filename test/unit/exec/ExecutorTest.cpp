@@ -1191,6 +1191,6 @@ TEST(Communication, BucketsSplitBeforeADependentInstruction) {
   // A member of a multi-member instruction counts as well.
   add(Opcode::AllReduce, {{10, 0, 8}, {9, 8, 8}}, {{10, 0, 8}, {9, 8, 8}});
   using Runs = std::vector<std::pair<size_t, size_t>>;
-  EXPECT_EQ(exec::communicationBuckets(stream),
+  EXPECT_EQ(plan::communicationBuckets(stream),
             (Runs{{1, 5}, {5, 7}, {10, 12}}));
 }

@@ -748,4 +748,91 @@ TEST(Verifier, MismatchedMemberSplit) {
                 "all_reduce of 12 f32 (max)"});
 }
 
+/// Two ranks, two streams each: a gradient all-reduce on 'grads' and a
+/// send/recv on 'p2p', independent of each other, with the streams in
+/// opposite program order on the two ranks. Issued stream by stream, rank 0
+/// submits the all-reduce first and rank 1 the recv first: a GPU that runs
+/// one launch at a time would have each rank wait in the operation the
+/// other has not reached.
+Bundle crossedStreamsBundle() {
+  Bundle bundle = baseBundle({1, 2, 1}, 2);
+  bundle.groups.push_back({0, GroupKind::PP, {{0, 1}}});
+  bundle.groups.push_back({1, GroupKind::DP, {{0, 1}}});
+  bundle.rankRoles = {0, 1};
+  for (int64_t role = 0; role < 2; ++role) {
+    Program program;
+    program.role = role;
+    program.arenaBytes = 64;
+    program.persistentBytes = 512;
+    program.buffers = {buffer(0, "w.grad", Region::Persistent, 0, 256),
+                       buffer(1, "act", Region::Persistent, 256, 256)};
+    const Program &p = program;
+    Stream grads{"grads",
+                 {comm(Opcode::AllReduce, 1, 64, {whole(p, 0)}, {whole(p, 0)},
+                       "grad sync")}};
+    Stream p2p{"p2p",
+               {role == 0
+                    ? comm(Opcode::Send, 0, 64, {whole(p, 1)}, {}, "fwd", 1)
+                    : comm(Opcode::Recv, 0, 64, {}, {whole(p, 1)}, "fwd", 0)}};
+    program.streams = role == 0 ? std::vector<Stream>{grads, p2p}
+                                : std::vector<Stream>{p2p, grads};
+    bundle.programs.push_back(program);
+  }
+  return bundle;
+}
+
+TEST(Verifier, CommunicationIsIssuedInOneOrderOnEveryRank) {
+  Bundle bundle = crossedStreamsBundle();
+  std::vector<std::vector<StreamPosition>> natural = {
+      hostIssueOrder(bundle.programs[0]), hostIssueOrder(bundle.programs[1])};
+  EXPECT_EQ(launchOrderCycle(bundle, natural, nullptr),
+            "communication order: 2 operations are submitted in orders that "
+            "can wait on each other: rank 0 issues all_reduce at stream 0 "
+            "'grads' instruction 0 (grad sync) before send at stream 1 'p2p' "
+            "instruction 0 (fwd); rank 1 issues recv at stream 0 'p2p' "
+            "instruction 0 (fwd) before all_reduce at stream 1 'grads' "
+            "instruction 0 (grad sync)");
+
+  // The runtime's order: the operations in the order they complete in the
+  // verifier's simulation, here the send/recv first on both ranks.
+  std::vector<std::vector<StreamPosition>> order = communicationOrder(bundle);
+  ASSERT_EQ(order.size(), 2u);
+  auto positions = [](const std::vector<StreamPosition> &list) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (StreamPosition at : list)
+      out.push_back({at.stream, at.index});
+    return out;
+  };
+  using Positions = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(positions(order[0]), (Positions{{1, 0}, {0, 0}}));
+  EXPECT_EQ(positions(order[1]), (Positions{{0, 0}, {1, 0}}));
+  std::vector<std::vector<StreamPosition>> issued = {
+      hostIssueOrder(bundle.programs[0], &order[0]),
+      hostIssueOrder(bundle.programs[1], &order[1])};
+  EXPECT_EQ(positions(issued[0]), (Positions{{1, 0}, {0, 0}}));
+  EXPECT_EQ(launchOrderCycle(bundle, issued, &order), "");
+  VerifyResult result = verify(bundle);
+  EXPECT_TRUE(result.ok()) << allMessages(result);
+
+  // A plan whose operations never all meet has no order.
+  instruction(bundle, 1, 0, 0).peer = 1; // rank 1 receives from itself
+  EXPECT_TRUE(communicationOrder(bundle).empty());
+}
+
+TEST(Verifier, BucketsAreCutWhereTheOrderSplitsThem) {
+  // A send after rank 0's all-reduce on its stream: one bucket of two,
+  // which rank 0 launches together only where its order lists them one
+  // after the other.
+  Bundle bundle = crossedStreamsBundle();
+  Program &program = bundle.programs[0];
+  program.streams[0].instructions.push_back(program.streams[1].instructions[0]);
+  EXPECT_EQ(communicationBuckets(program, 0, nullptr),
+            (std::vector<std::pair<size_t, size_t>>{{0, 2}}));
+  std::vector<StreamPosition> together = {{0, 0}, {0, 1}};
+  std::vector<StreamPosition> apart = {{0, 0}, {1, 0}, {0, 1}};
+  EXPECT_EQ(communicationBuckets(program, 0, &together),
+            (std::vector<std::pair<size_t, size_t>>{{0, 2}}));
+  EXPECT_TRUE(communicationBuckets(program, 0, &apart).empty());
+}
+
 } // namespace

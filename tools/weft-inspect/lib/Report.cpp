@@ -743,8 +743,8 @@ json verifyJson(const plan::VerifyResult &result) {
 
 std::string verifyText(const json &verdict) {
   if (verdict["ok"].get<bool>())
-    return "ok: the plan verifies (matching, deadlock, events, "
-           "initialization, races, memory, operands)\n";
+    return "ok: the plan verifies (matching, deadlock, communication order, "
+           "events, initialization, races, memory, operands)\n";
   std::ostringstream out;
   out << verdict["diagnostics"].size() << " diagnostic(s):\n";
   for (const json &diagnostic : verdict["diagnostics"])

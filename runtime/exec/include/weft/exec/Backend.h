@@ -341,17 +341,6 @@ public:
   virtual void popRange() {}
 };
 
-/// The buckets of `stream`: maximal runs of two or more consecutive
-/// communication instructions (collectives, send, recv), as [first, last)
-/// instruction indices, split before an instruction that is not independent
-/// of an earlier one of the run (its writes overlap the other's reads or
-/// writes, or its reads the other's writes; buffer id and byte range, every
-/// member), since a group does not order its operations. A backend that
-/// coalescesCommunication() receives each run between beginBucket() and
-/// endBucket().
-std::vector<std::pair<size_t, size_t>>
-communicationBuckets(const plan::Stream &stream);
-
 /// The channels a backend's communicators carry, from the whole bundle (so
 /// every rank derives the same lists, in the same order, and creates its
 /// communicators collectively in that order): each (group family, stream

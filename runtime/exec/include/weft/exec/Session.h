@@ -336,6 +336,7 @@ private:
   std::vector<size_t> next_;                    // per stream: next instruction
   std::vector<char> pending_;  // per stream: communication in flight
   std::vector<char> recorded_; // per event, this step
+  int64_t nextTurn_ = 0;       // communication issued this step
   int64_t lossBuffer_ = -1;
   /// The loss's last writer (stream, index) and the staging float its value
   /// is copied into right after it, so finishStep() reads it without

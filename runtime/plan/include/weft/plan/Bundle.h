@@ -353,6 +353,18 @@ struct Bundle {
 size_t memberCount(const Instruction &inst);
 int64_t memberElements(const Instruction &inst, size_t member);
 
+/// The buckets of `stream`: maximal runs of two or more consecutive
+/// communication instructions (collectives, send, recv), as [first, last)
+/// instruction indices, split before an instruction that is not independent
+/// of an earlier one of the run (its writes overlap the other's reads or
+/// writes, or its reads the other's writes; buffer id and byte range, every
+/// member), since a group does not order its operations. A runtime backend
+/// that coalesces communication (exec::Backend::coalescesCommunication)
+/// receives each run between beginBucket() and endBucket(); the verifier's
+/// communication order check takes each run as one launch.
+std::vector<std::pair<size_t, size_t>>
+communicationBuckets(const Stream &stream);
+
 /// The role id of `rank`; throws Error if the rank is out of range.
 int64_t rankToRole(const Bundle &bundle, int64_t rank);
 
