@@ -283,7 +283,8 @@ void writeTrace(const weft::exec::Session &session, const std::string &path) {
         program.streams[event.stream].instructions[event.instruction];
     nlohmann::json args = {{"instruction", event.instruction},
                            {"step", event.step},
-                           {"stream", program.streams[event.stream].name}};
+                           {"stream", program.streams[event.stream].name},
+                           {"issue", event.issue}};
     // Where the backend ran it elsewhere (inside a norm) or how (cuDNN).
     if (std::string_view note = session.backend().instructionNote(inst);
         !note.empty())

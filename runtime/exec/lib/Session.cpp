@@ -887,6 +887,9 @@ void Session::prepareInstructions() {
   next_.assign(program.streams.size(), 0);
   pending_.assign(program.streams.size(), 0);
   issuedAt_.assign(program.streams.size(), 0);
+  if (options_.trace)
+    for (const plan::Stream &stream : program.streams)
+      issuedAs_.emplace_back(stream.instructions.size(), -1);
   issuedMarks_.assign(program.streams.size(), {-1, -1});
   recorded_.assign(size_t(program.numEvents), 0);
 }
@@ -920,6 +923,8 @@ void Session::issue(size_t s, size_t index, const StepContext &context) {
   const Instruction &inst = program.streams[s].instructions[index];
   const Prepared &p = prepared_[s][index];
   const plan::TrainingInfo &t = bundle_.training;
+  if (options_.trace)
+    issuedAs_[s][index] = issuedThisStep_++;
   switch (inst.opcode) {
   case Opcode::RecordEvent:
     recorded_[size_t(inst.event)] = 1;
@@ -1037,7 +1042,8 @@ void Session::traceInstruction(size_t stream, size_t index, double issued,
   if (!options_.trace)
     return;
   trace_.push_back({int32_t(stream), int32_t(index), stepContext_.step,
-                    issued - openTime_, now() - openTime_});
+                    issued - openTime_, now() - openTime_,
+                    issuedAs_[stream][index]});
   traceMarks_.push_back(marks);
 }
 
@@ -1061,6 +1067,7 @@ void Session::beginStep() {
   std::fill(next_.begin(), next_.end(), 0);
   std::fill(recorded_.begin(), recorded_.end(), 0);
   nextTurn_ = 0;
+  issuedThisStep_ = 0;
   normRead_ = false;
   stepInProgress_ = true;
   stepStart_ = now();

@@ -1123,6 +1123,72 @@ TEST(CoalescedTwoRanks, MembersGiveTheBytesOfSingleCollectives) {
   }
 }
 
+// Two ranks whose streams hold an all-reduce ('grads') and a send/recv
+// ('p2p') in opposite program order. Issued stream by stream, rank 0 would
+// submit the all-reduce first and rank 1 the recv first (a cycle NCCL can
+// hang on, docs/plan-format.md "Verifier" item 3); in the plan's one order
+// both submit the send/recv first, and the trace's issue positions show it.
+TEST(OrderTwoRanks, CommunicationIsIssuedInThePlansOrder) {
+  int world = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world != 2)
+    GTEST_SKIP()
+        << "needs mpirun -np 2 (ctest WeftRuntimeTests.two-ranks-order)";
+  OneRank r;
+  r.bundle.mesh = {1, 2, 1};
+  r.bundle.rankRoles = {0, 1};
+  r.bundle.groups[0].groups = {{0, 1}};
+  r.bundle.groups.push_back({1, GroupKind::PP, {{0, 1}}});
+  r.bundle.prediction.peakMemoryBytes = {0, 0};
+  const int64_t n = 8;
+  int64_t grad = r.add(Region::Persistent, n, DType::F32, "w.grad"),
+          act = r.add(Region::Persistent, n, DType::F32, "act");
+  r.program.streams = {{"grads", {}}, {"p2p", {}}};
+  Instruction &sum = r.emit(Opcode::AllReduce, {r.all(grad)}, {r.all(grad)}, 0);
+  sum.group = 0;
+  sum.count = n;
+  sum.dtype = DType::F32;
+  Instruction &send = r.emit(Opcode::Send, {r.all(act)}, {}, 1);
+  send.group = 1;
+  send.peer = 1;
+  send.count = n;
+  send.dtype = DType::F32;
+  r.otherRoles.push_back([&](Program &program) {
+    Instruction &recv = program.streams[1].instructions[0];
+    recv.opcode = Opcode::Recv;
+    recv.peer = 0;
+    recv.writes = recv.reads;
+    recv.reads.clear();
+    std::swap(program.streams[0], program.streams[1]);
+  });
+  auto session = r.open();
+  std::vector<float> grads(n), acts(n);
+  for (int64_t i = 0; i < n; ++i) {
+    grads[size_t(i)] = float(10 * rank + i);
+    acts[size_t(i)] = rank == 0 ? float(100 + i) : -1.0f;
+  }
+  write(*session, grad, grads);
+  write(*session, act, acts);
+  session->runStep();
+
+  // Rank 0's stream 1 and rank 1's stream 0 hold the send/recv.
+  size_t p2pStream = rank == 0 ? 1 : 0;
+  int64_t p2pIssue = -1, sumIssue = -1;
+  for (const exec::TraceEvent &event : session->trace())
+    (size_t(event.stream) == p2pStream ? p2pIssue : sumIssue) = event.issue;
+  ASSERT_GE(p2pIssue, 0);
+  ASSERT_GE(sumIssue, 0);
+  EXPECT_LT(p2pIssue, sumIssue) << "rank " << rank;
+  std::vector<float> wantSum(n), wantAct(n);
+  for (int64_t i = 0; i < n; ++i) {
+    wantSum[size_t(i)] = float(10 + 2 * i);
+    wantAct[size_t(i)] = float(100 + i);
+  }
+  EXPECT_EQ(read<float>(*session, grad), wantSum);
+  EXPECT_EQ(read<float>(*session, act), wantAct);
+}
+
 TEST(Communication, ChannelsAreEachCollectiveStreamAndEachSendRecvStream) {
   // From every program of the bundle (a rank that takes no part in a
   // channel still creates its communicators in the same order): one per

@@ -153,6 +153,10 @@ struct TraceEvent {
   int64_t step = 0;
   double beginS = 0; // seconds since the session opened
   double endS = 0;
+  /// Its place among the instructions the host issued this step (0, 1, ...):
+  /// the submission order, communication in the plan's one order
+  /// (plan::communicationOrder).
+  int64_t issue = -1;
 };
 
 /// Learning rate of 1-based step `step`: linear warmup over warmup_steps to
@@ -364,6 +368,9 @@ private:
   double openTime_ = 0;
   std::vector<TraceEvent> trace_;
   std::vector<double> issuedAt_; // per stream: when the pending op began
+  /// With trace: [stream][instruction], its place in this step's issue order.
+  std::vector<std::vector<int64_t>> issuedAs_;
+  int64_t issuedThisStep_ = 0;
   /// Device timing (Options::deviceTimes): whether this step is marked, the
   /// marks enqueued so far, each trace event's (begin, end) marks (-1: host
   /// times), the marks of each stream's pending operation, and the first
