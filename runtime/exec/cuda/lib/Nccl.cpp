@@ -16,6 +16,7 @@
 #include "Nccl.h"
 #include "weft/exec/Error.h"
 
+#include <cstdlib>
 #include <map>
 #include <utility>
 
@@ -55,6 +56,17 @@ public:
 
   void init(const plan::Bundle &bundle, int worldSize,
             const std::function<void(void *, size_t)> &broadcastId) {
+    // Several communicators per device need one order of all their
+    // operations on every GPU, or kernels of two of them can wait on each
+    // other. The session issues every rank's communication in the plan's one
+    // order (plan::communicationOrder); NCCL >= 2.26 makes the kernels follow
+    // the host's order when NCCL_LAUNCH_ORDER_IMPLICIT is set (before 2.26
+    // the order had to be built from stream dependencies). A value already in
+    // the environment wins; one rank has no peer to wait for.
+    int version = 0;
+    if (worldSize > 1 && ncclGetVersion(&version) == ncclSuccess &&
+        version >= 22600)
+      ::setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
     ncclUniqueId id{};
     if (rank_ == 0)
       check(ncclGetUniqueId(&id), "ncclGetUniqueId", "opening");
