@@ -46,6 +46,11 @@ program)
   has "    0  compute      recv           32 x f32 from rank 0 (group 0 of family 0)  writes act[0:128]  ; fwd"
   run 0 zero3 program --rank 0 --stream allgather --json
   json_ok 'assert [i["op"] for i in d["instructions"]] == ["all_gather", "record_event"]'
+  # Issue order: a position per instruction, the communication's turns.
+  run 0 pp program --rank 1 --issue-order
+  has "     2      2  compute      send           32 x f32 to rank 0 (group 0 of family 0)  reads act.grad[0:128]  ; bwd  [communication 1]"
+  run 0 zero3 program --rank 0 --issue-order --json
+  json_ok 'assert [i["issue"] for i in d["instructions"]] == list(range(len(d["instructions"]))); t = [i["turn"] for i in d["instructions"] if "turn" in i]; assert t == list(range(len(t))) and t, t'
   run 2 zero3 program --rank 5
   grep -q "rank 5" err || fail "no rank in: $(cat err)"
   run 2 zero3 program --rank 0 --stream nope

@@ -1,7 +1,7 @@
 //===- main.cpp - weft-inspect: what every rank of a plan holds and does --===//
 //
 //   weft-inspect BUNDLE summary|timeline|verify [--cluster C] [--json]
-//   weft-inspect BUNDLE program --rank R [--stream S] [--json]
+//   weft-inspect BUNDLE program --rank R [--stream S] [--issue-order] [--json]
 //   weft-inspect BUNDLE memory --rank R [--cluster C] [--json]
 //   weft-inspect BUNDLE trace|html -o FILE [--cluster C] [--json]
 //   weft-inspect BUNDLE fidelity --measured TRACE [--step N] [--rank R]
@@ -34,7 +34,8 @@ namespace {
 
 const char *kUsage =
     "usage: weft-inspect BUNDLE summary [--cluster C] [--json]\n"
-    "       weft-inspect BUNDLE program --rank R [--stream S] [--json]\n"
+    "       weft-inspect BUNDLE program --rank R [--stream S] [--issue-order]\n"
+    "                    [--json]\n"
     "       weft-inspect BUNDLE memory --rank R [--cluster C] [--json]\n"
     "       weft-inspect BUNDLE timeline [--cluster C] [--json]\n"
     "       weft-inspect BUNDLE trace -o trace.json [--cluster C] [--json]\n"
@@ -50,7 +51,7 @@ const char *kUsage =
 
 struct Options {
   std::string bundle, command, other;
-  bool json = false;
+  bool json = false, issueOrder = false;
   std::optional<int64_t> rank, step;
   std::optional<std::string> stream, cluster, output, measured, writeCluster;
 };
@@ -77,6 +78,8 @@ Options parseArgs(const std::vector<std::string> &args) {
     };
     if (arg == "--json") {
       options.json = true;
+    } else if (arg == "--issue-order") {
+      options.issueOrder = true;
     } else if (arg == "--rank" || arg == "--step") {
       std::string text = value();
       size_t used = 0;
@@ -154,7 +157,8 @@ int run(const Options &options) {
   }
   if (command == "program") {
     emit(options,
-         inspect::programJson(bundle, requireRank(options), options.stream),
+         inspect::programJson(bundle, requireRank(options), options.stream,
+                              options.issueOrder),
          inspect::programText);
     return 0;
   }

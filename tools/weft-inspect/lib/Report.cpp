@@ -3,6 +3,7 @@
 #include "weft/inspect/Report.h"
 
 #include "weft/plan/Error.h"
+#include "weft/plan/Verifier.h"
 #include "weft/planner/Error.h"
 
 #include <algorithm>
@@ -404,25 +405,49 @@ static std::string operandText(const plan::Bundle &bundle,
 }
 
 json programJson(const plan::Bundle &bundle, int64_t rank,
-                 const std::optional<std::string> &stream) {
+                 const std::optional<std::string> &stream, bool issueOrder) {
   plan::RankProgram view = plan::expandRankProgram(bundle, rank);
   const plan::Program &program = *view.program;
   bool found = !stream;
+  for (const plan::Stream &current : program.streams)
+    found = found || current.name == *stream;
+  // The rank's communication order; none where the plan's operations never
+  // all meet (verify says why).
+  std::vector<std::vector<plan::StreamPosition>> orders =
+      plan::communicationOrder(bundle);
+  const std::vector<plan::StreamPosition> *order =
+      orders.empty() ? nullptr : &orders[size_t(rank)];
+  std::vector<std::vector<int64_t>> turn;
+  for (const plan::Stream &current : program.streams)
+    turn.emplace_back(current.instructions.size(), -1);
+  if (order)
+    for (size_t k = 0; k < order->size(); ++k)
+      turn[size_t((*order)[k].stream)][size_t((*order)[k].index)] = int64_t(k);
+  std::vector<plan::StreamPosition> listed;
+  if (issueOrder) {
+    listed = plan::hostIssueOrder(program, order);
+  } else {
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      for (size_t i = 0; i < program.streams[s].instructions.size(); ++i)
+        listed.push_back({int64_t(s), int64_t(i)});
+  }
   json instructions = json::array();
-  for (size_t s = 0; s < program.streams.size(); ++s) {
-    const plan::Stream &current = program.streams[s];
+  for (size_t k = 0; k < listed.size(); ++k) {
+    auto [s, i] = listed[k];
+    const plan::Stream &current = program.streams[size_t(s)];
     if (stream && current.name != *stream)
       continue;
-    found = true;
-    for (size_t i = 0; i < current.instructions.size(); ++i) {
-      const plan::Instruction &inst = current.instructions[i];
-      instructions.push_back(
-          {{"stream", current.name},
-           {"index", i},
-           {"op", plan::toString(inst.opcode)},
-           {"operands", operandText(bundle, program, inst, rank)},
-           {"phase", inst.phase}});
-    }
+    const plan::Instruction &inst = current.instructions[size_t(i)];
+    json entry = {{"stream", current.name},
+                  {"index", i},
+                  {"op", plan::toString(inst.opcode)},
+                  {"operands", operandText(bundle, program, inst, rank)},
+                  {"phase", inst.phase}};
+    if (turn[size_t(s)][size_t(i)] >= 0)
+      entry["turn"] = turn[size_t(s)][size_t(i)];
+    if (issueOrder)
+      entry["issue"] = k;
+    instructions.push_back(std::move(entry));
   }
   if (!found) {
     std::string names;
@@ -446,14 +471,22 @@ std::string programText(const json &p) {
   out << "rank " << p["rank"] << " (role " << p["role"] << ", dp "
       << coord["dp"] << " pp " << coord["pp"] << " tp " << coord["tp"]
       << "): " << p["instructions"].size() << " instructions\n";
+  auto right = [](int64_t value, size_t width) {
+    std::string text = std::to_string(value);
+    return std::string(text.size() < width ? width - text.size() : 0, ' ') +
+           text;
+  };
   for (const json &inst : p["instructions"]) {
-    std::string index = std::to_string(inst["index"].get<int64_t>());
-    out << std::string(index.size() < 5 ? 5 - index.size() : 0, ' ') << index
-        << "  " << padded(inst["stream"].get<std::string>(), 13)
+    if (inst.contains("issue"))
+      out << right(inst["issue"].get<int64_t>(), 6) << "  ";
+    out << right(inst["index"].get<int64_t>(), 5) << "  "
+        << padded(inst["stream"].get<std::string>(), 13)
         << padded(inst["op"].get<std::string>(), 15)
         << inst["operands"].get<std::string>();
     if (!inst["phase"].get<std::string>().empty())
       out << "  ; " << inst["phase"].get<std::string>();
+    if (inst.contains("turn"))
+      out << "  [communication " << inst["turn"].get<int64_t>() << "]";
     out << "\n";
   }
   return out.str();

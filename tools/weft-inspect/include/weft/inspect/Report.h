@@ -46,9 +46,15 @@ nlohmann::json summaryJson(const Inspection &inspection);
 std::string summaryText(const nlohmann::json &summary);
 
 /// `stream` limits the listing to one stream (by name); throws plan::Error
-/// for an unknown rank or stream.
+/// for an unknown rank or stream. Each communication instruction carries its
+/// `turn`, its place in the rank's communication order (plan::
+/// communicationOrder, what weft-run issues it in). With `issueOrder` the
+/// instructions are listed as weft-run issues them (plan::hostIssueOrder in
+/// that order), each with its `issue` position (weft-run --trace's
+/// args.issue).
 nlohmann::json programJson(const plan::Bundle &bundle, int64_t rank,
-                           const std::optional<std::string> &stream);
+                           const std::optional<std::string> &stream,
+                           bool issueOrder = false);
 std::string programText(const nlohmann::json &program);
 
 nlohmann::json memoryJson(const Inspection &inspection, int64_t rank);
