@@ -65,9 +65,11 @@ struct StreamPosition {
 /// program order, each advanced until a wait_event whose event no earlier
 /// instruction of the order recorded. With `communication` (one rank's list
 /// from communicationOrder), a communication instruction also waits until
-/// every instruction listed before it was issued: exec::Session's order on
-/// every backend (the CUDA backend's submission order). Shorter than the
-/// program when some wait is never satisfied.
+/// every instruction listed before it was issued: exec::Session's order
+/// where communication is enqueued, not waited for (the CUDA backend's
+/// submission order; on the CPU backend a stream stays on a send or receive
+/// until it completes, so only the communication keeps exactly this order).
+/// Shorter than the program when some wait is never satisfied.
 std::vector<StreamPosition>
 hostIssueOrder(const Program &program,
                const std::vector<StreamPosition> *communication = nullptr);
