@@ -21,6 +21,7 @@
 #include "Pipelines/LoweringPipeline.h"
 #include "PlanCommand.h"
 
+#include "Weft/Transforms/Passes.h"
 #include "WeftExec/IR/WeftExecOps.h"
 #include "WeftExec/Transforms/Passes.h"
 #include "weft/Target/EmitBundle.h"
@@ -682,6 +683,17 @@ int runCompile(mlir::MLIRContext &context) {
   if (bucketBytes < 0)
     return fail(llvm::formatv("compile: --bucket-bytes must be >= 0, got {0}",
                               bucketBytes.getValue())
+                    .str());
+  if (plan.config.gradAccum > mlir::weft::kMaxGradAccum)
+    return fail(llvm::formatv("compile: {0} accumulation steps (global batch "
+                              "{1} / (micro-batch {2} x DP {3})): a step "
+                              "unrolls at most {4} micro-batches; pass a "
+                              "larger --micro-batch",
+                              plan.config.gradAccum,
+                              plan.config.microBatch * plan.config.gradAccum *
+                                  plan.config.dp,
+                              plan.config.microBatch, plan.config.dp,
+                              mlir::weft::kMaxGradAccum)
                     .str());
   if (printModel) {
     (*module)->print(llvm::outs());

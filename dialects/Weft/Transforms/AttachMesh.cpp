@@ -111,6 +111,11 @@ LogicalResult AttachMeshPass::verifyOptions(ModuleOp module) {
     if (value < 0)
       return module.emitError()
              << "option '" << name << "' must not be negative, got " << value;
+  if (gradAccum > kMaxGradAccum)
+    return module.emitError()
+           << "option 'grad-accum' is " << static_cast<int64_t>(gradAccum)
+           << ": a step unrolls at most " << kMaxGradAccum
+           << " micro-batches (use larger micro-batches)";
   if (zero < 0 || zero > 3)
     return module.emitError() << "option 'zero' must be 0, 1, 2 or 3, got "
                               << static_cast<int64_t>(zero);

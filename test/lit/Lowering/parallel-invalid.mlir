@@ -18,6 +18,8 @@
 // INTERLEAVED-PP: schedule=interleaved needs pp >= 2, got 1
 // RUN: not weft-opt %t.gpt2 --weft-attach-mesh="pp=2 schedule=interleaved virtual-stages=2 grad-accum=3" 2>&1 | FileCheck %s --check-prefix=INTERLEAVED-GA
 // INTERLEAVED-GA: schedule=interleaved needs grad-accum (3) to be a multiple of pp (2)
+// RUN: not weft-opt %t.gpt2 --weft-attach-mesh="grad-accum=16385" 2>&1 | FileCheck %s --check-prefix=GA-LIMIT
+// GA-LIMIT: option 'grad-accum' is 16385: a step unrolls at most 16384 micro-batches (use larger micro-batches)
 // RUN: not weft-opt %t.gpt2 --weft-attach-mesh="pp=4" 2>&1 | FileCheck %s --check-prefix=TOO-MANY
 // TOO-MANY: pp * virtual-stages = 4 pipeline stages exceed the 3 blocks of the model
 // RUN: weftc import gpt2 | not weft-opt --weft-attach-mesh="pp=5 schedule=interleaved virtual-stages=2 grad-accum=5" 2>&1 | FileCheck %s --check-prefix=INTERLEAVED-SPLIT
