@@ -307,8 +307,11 @@ void Session::validateLocally() {
                 "cuda times them on the device)");
   try {
     bundle_ = plan::loadBundle(options_.bundleDir, &bundleHash_);
-    if (options_.verifyPlan)
-      plan::verify(bundle_).throwIfFailed();
+    if (options_.verifyPlan) {
+      plan::VerifyResult verified = plan::verify(bundle_);
+      verified.throwIfFailed();
+      communicationOrder_ = std::move(verified.communicationOrder);
+    }
   } catch (const plan::Error &error) {
     throw Error(error.what());
   }
@@ -821,13 +824,15 @@ void Session::prepareInstructions() {
   bool staged = !backend_->hostAddressable();
   // Communication is issued in the plan's one order (plan::
   // communicationOrder, every rank the same sequence restricted to its own
-  // operations), as NCCL asks of operations on different communicators. A
-  // plan whose operations never all meet (reachable --unverified only) keeps
-  // the streams' own order, and the watchdog names what waits.
-  std::vector<std::vector<plan::StreamPosition>> order =
-      plan::communicationOrder(bundle_);
+  // operations), as NCCL asks of operations on different communicators; the
+  // verifier computed it on the way. A plan whose operations never all meet
+  // (reachable --unverified only) keeps the streams' own order, and the
+  // watchdog names what waits.
+  if (!options_.verifyPlan)
+    communicationOrder_ = plan::communicationOrder(bundle_);
   const std::vector<plan::StreamPosition> *turns =
-      order.empty() ? nullptr : &order[size_t(rank_)];
+      communicationOrder_.empty() ? nullptr
+                                  : &communicationOrder_[size_t(rank_)];
   prepared_.resize(program.streams.size());
   for (size_t s = 0; s < program.streams.size(); ++s) {
     const plan::Stream &stream = program.streams[s];
@@ -850,10 +855,13 @@ void Session::prepareInstructions() {
       for (auto [first, last] : plan::communicationBuckets(program, s, turns))
         prepared_[s][first].bucketEnd = last;
   }
-  if (turns)
-    for (size_t k = 0; k < turns->size(); ++k)
-      prepared_[size_t((*turns)[k].stream)][size_t((*turns)[k].index)].turn =
-          int64_t(k);
+  if (turns) {
+    std::vector<std::vector<int64_t>> turn = plan::turnsOf(program, *turns);
+    for (size_t s = 0; s < program.streams.size(); ++s)
+      for (size_t i = 0; i < turn[s].size(); ++i)
+        prepared_[s][i].turn = turn[s][i];
+  }
+  communicationOrder_ = {}; // every rank's: needed only here
   normSum_ = reinterpret_cast<float *>(backend_->stagingBuffer(4));
   if (lossBuffer_ >= 0 &&
       program.buffers[size_t(lossBuffer_)].region != plan::Region::Host) {

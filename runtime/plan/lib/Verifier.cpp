@@ -970,35 +970,32 @@ VerifyResult weft::plan::verify(const Bundle &bundle) {
     return result;
   std::vector<std::vector<Loc>> order;
   GlobalSimulator(bundle, result.diagnostics, &order).run();
-  if (result.ok())
+  if (result.ok()) {
     checkLaunchOrder(bundle, order, result.diagnostics);
+    result.communicationOrder = std::move(order);
+  }
   for (size_t role = 0; role < bundle.programs.size(); ++role)
     LocalChecker(bundle, role, result.diagnostics).run();
   return result;
 }
 
-namespace {
-
-/// [stream][instruction]: the position of a communication instruction in
-/// `order`, -1 for every other instruction.
-std::vector<std::vector<int64_t>> positionsIn(const Program &program,
-                                              const std::vector<Loc> &order) {
-  std::vector<std::vector<int64_t>> position;
+std::vector<std::vector<int64_t>>
+weft::plan::turnsOf(const Program &program,
+                    const std::vector<StreamPosition> &order) {
+  std::vector<std::vector<int64_t>> turn;
   for (const Stream &stream : program.streams)
-    position.emplace_back(stream.instructions.size(), -1);
+    turn.emplace_back(stream.instructions.size(), -1);
   for (size_t k = 0; k < order.size(); ++k)
-    position[size_t(order[k].stream)][size_t(order[k].index)] = int64_t(k);
-  return position;
+    turn[size_t(order[k].stream)][size_t(order[k].index)] = int64_t(k);
+  return turn;
 }
-
-} // namespace
 
 std::vector<StreamPosition>
 weft::plan::hostIssueOrder(const Program &program,
                            const std::vector<StreamPosition> *communication) {
   std::vector<std::vector<int64_t>> position;
   if (communication)
-    position = positionsIn(program, *communication);
+    position = turnsOf(program, *communication);
   int64_t nextCommunication = 0;
   std::vector<StreamPosition> order;
   std::vector<size_t> pc(program.streams.size(), 0);

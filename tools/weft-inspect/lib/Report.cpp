@@ -417,12 +417,8 @@ json programJson(const plan::Bundle &bundle, int64_t rank,
       plan::communicationOrder(bundle);
   const std::vector<plan::StreamPosition> *order =
       orders.empty() ? nullptr : &orders[size_t(rank)];
-  std::vector<std::vector<int64_t>> turn;
-  for (const plan::Stream &current : program.streams)
-    turn.emplace_back(current.instructions.size(), -1);
-  if (order)
-    for (size_t k = 0; k < order->size(); ++k)
-      turn[size_t((*order)[k].stream)][size_t((*order)[k].index)] = int64_t(k);
+  std::vector<std::vector<int64_t>> turn = plan::turnsOf(
+      program, order ? *order : std::vector<plan::StreamPosition>{});
   std::vector<plan::StreamPosition> listed;
   if (issueOrder) {
     listed = plan::hostIssueOrder(program, order);

@@ -16,6 +16,7 @@
 #include "weft/exec/Checkpoint.h"
 #include "weft/exec/StateGroups.h"
 #include "weft/plan/Bundle.h"
+#include "weft/plan/Verifier.h"
 
 #include <mpi.h>
 
@@ -341,6 +342,9 @@ private:
   std::vector<char> pending_;  // per stream: communication in flight
   std::vector<char> recorded_; // per event, this step
   int64_t nextTurn_ = 0;       // communication issued this step
+  /// Every rank's plan::communicationOrder, from the verifier, until
+  /// prepareInstructions() has taken this rank's turns.
+  std::vector<std::vector<plan::StreamPosition>> communicationOrder_;
   int64_t lossBuffer_ = -1;
   /// The loss's last writer (stream, index) and the staging float its value
   /// is copied into right after it, so finishStep() reads it without

@@ -41,8 +41,17 @@ struct Diagnostic {
   std::string message; // one line, names rank/role, stream, instruction, phase
 };
 
+/// Instruction `index` of stream `stream` of a program.
+struct StreamPosition {
+  int64_t stream = 0;
+  int64_t index = 0;
+};
+
 struct VerifyResult {
   std::vector<Diagnostic> diagnostics;
+  /// communicationOrder(bundle), which verify() computes on the way: empty
+  /// when matching or deadlock failed (or structure).
+  std::vector<std::vector<StreamPosition>> communicationOrder;
 
   bool ok() const { return diagnostics.empty(); }
   /// Throw Error with the first diagnostic's message if there is one.
@@ -53,12 +62,6 @@ struct VerifyResult {
 /// assume valid references); otherwise every check runs and reports all it
 /// finds.
 VerifyResult verify(const Bundle &bundle);
-
-/// Instruction `index` of stream `stream` of a program.
-struct StreamPosition {
-  int64_t stream = 0;
-  int64_t index = 0;
-};
 
 /// The order in which a host that never waits for communication to finish
 /// issues `program`'s instructions: the streams visited round-robin in
@@ -86,6 +89,11 @@ hostIssueOrder(const Program &program,
 /// refuses for matching or deadlock).
 std::vector<std::vector<StreamPosition>>
 communicationOrder(const Bundle &bundle);
+
+/// [stream][instruction]: each instruction's place in `order` (one rank's
+/// communicationOrder list), -1 for the instructions it does not list.
+std::vector<std::vector<int64_t>>
+turnsOf(const Program &program, const std::vector<StreamPosition> &order);
 
 /// communicationBuckets(program.streams[stream]), each run cut where `order`
 /// (one rank's communicationOrder list; none: uncut) does not list its
