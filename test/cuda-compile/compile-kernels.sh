@@ -12,7 +12,8 @@
 # plan.json must have a generated source with CUDA entries in kernels/, and
 # every one must compile:
 #   MODE cuda: COMPILER is nvcc; device code for sm_80 and sm_90 (one nvcc
-#              per file, two at a time) plus the host side;
+#              per file, two at a time) plus the host side, without a
+#              register spilled to local memory (ptxas -warn-spills);
 #   MODE host: COMPILER is the host C++ compiler; each source as plain C++17
 #              (warnings are errors) into a shared object, whose host entry
 #              CHECKER (weft-kernel-check) runs against the runtime's
@@ -71,8 +72,12 @@ compile_one() {
   if [ "$mode" = cuda ]; then
     "$compiler" -std=c++17 -I "$include" \
       -gencode arch=compute_80,code=sm_80 \
-      -gencode arch=compute_90,code=sm_90 \
-      -c "$src" -o "$src.o" >"$log" 2>&1
+      -gencode arch=compute_90,code=sm_90 -Xptxas -warn-spills \
+      -c "$src" -o "$src.o" >"$log" 2>&1 &&
+      if grep -q 'spilled' "$log"; then
+        echo "error: ptxas spills registers: $(grep -m1 spilled "$log")" >>"$log"
+        false
+      fi
   else
     "$compiler" -x c++ -std=c++17 -O2 -Wall -Wextra -Werror -fPIC -shared \
       -I "$include" "$src" -o "$src.so" >"$log" 2>&1 &&

@@ -28,6 +28,7 @@
 #include "WarpEmulation.h"
 
 #include "../../../runtime/kernels/cuda/AttentionMma.cuh"
+#include "../../../runtime/kernels/cuda/AttentionTiled.cuh"
 #include "../../../runtime/kernels/cuda/HalfElementwise.cuh"
 
 namespace {
@@ -148,6 +149,77 @@ TEST(WarpEmulation, TensorCoreAttentionMatchesTheCpuKernels) {
   runShape<__nv_bfloat16, 128>({1, 40, 1, 1, 128, false, true});
   runShape<__nv_bfloat16, 64>({1, 256, 2, 1, 64, true, true});
   runShape<__half, 32>({1, 200, 2, 2, 32, true, false});
+}
+
+/// The fp32 tiled kernels (Attention.cu's path for head dims 16-128, on the
+/// widened rows of 16-bit models too) against the fp32 CPU kernels. Each
+/// row is split over Tiling<D>::kLanes threads that sum their products by
+/// shuffles, so every lane of a warp must reach each shuffle: the emulator
+/// deadlocks where a row's lanes, or a warp's rows, part ways before one.
+template <int D> void runTiledShape(const Shape &shape) {
+  namespace tiled = weft::kernels::gpu::tiled;
+  using Tiling = tiled::Tiling<D>;
+  SCOPED_TRACE("fp32 head dim " + std::to_string(D) + " seq " +
+               std::to_string(shape.seq) + " heads " +
+               std::to_string(shape.heads) + "/" +
+               std::to_string(shape.kvHeads) +
+               (shape.causal ? " causal" : " bidirectional"));
+  AttentionDims d = test::scaledAttentionDims(
+      shape.batch, shape.seq, shape.heads, shape.kvHeads, D, shape.causal);
+  const std::size_t nq = std::size_t(d.batch * d.seq * d.heads * D),
+                    nkv = std::size_t(d.batch * d.seq * d.kvHeads * D),
+                    ns = std::size_t(d.batch * d.heads * d.seq);
+  std::mt19937_64 rng(std::uint64_t(shape.seq * 977 + D));
+  auto make = [&](std::size_t n, double lo, double hi) {
+    std::vector<double> random = test::randomVector(rng, n, lo, hi);
+    return std::vector<float>(random.begin(), random.end());
+  };
+  const std::vector<float> q = make(nq, -2, 2), k = make(nkv, -2, 2),
+                           v = make(nkv, -1, 1), dOut = make(nq, -1, 1);
+  const test::AttentionReference e = test::cpuAttention(d, q, k, v, dOut);
+  // NaN-filled outputs: an element a kernel forgets to write fails.
+  std::vector<float> out(nq, NAN), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN),
+      lse(ns, NAN), delta(ns, NAN);
+  auto blocks = [&](std::int64_t heads) {
+    return unsigned(d.batch * heads *
+                    ((d.seq + Tiling::kRows - 1) / Tiling::kRows));
+  };
+  emulation::launch(blocks(d.heads), Tiling::kThreads, tiled::tiledForward<D>,
+                    d, q.data(), k.data(), v.data(), out.data(), lse.data());
+  emulation::launch(blocks(d.heads), Tiling::kThreads,
+                    tiled::tiledQueryBackward<D>, d, q.data(), k.data(),
+                    v.data(), static_cast<const float *>(out.data()),
+                    static_cast<const float *>(lse.data()), dOut.data(),
+                    dq.data(), delta.data());
+  emulation::launch(
+      blocks(d.kvHeads), Tiling::kThreads, tiled::tiledKeyBackward<D, false>, d,
+      q.data(), k.data(), v.data(), static_cast<const float *>(lse.data()),
+      static_cast<const float *>(delta.data()), dOut.data(), dv.data());
+  emulation::launch(
+      blocks(d.kvHeads), Tiling::kThreads, tiled::tiledKeyBackward<D, true>, d,
+      q.data(), k.data(), v.data(), static_cast<const float *>(lse.data()),
+      static_cast<const float *>(delta.data()), dOut.data(), dk.data());
+  // Both sides fp32, summed in other orders (CudaKernelsTest's tolerance).
+  constexpr double kTolerance = 1e-5;
+  EXPECT_LT(relativeError(out, e.out), kTolerance);
+  EXPECT_LT(relativeError(lse, e.lse), kTolerance);
+  EXPECT_LT(relativeError(dq, e.dq), kTolerance);
+  EXPECT_LT(relativeError(dk, e.dk), kTolerance);
+  EXPECT_LT(relativeError(dv, e.dv), kTolerance);
+}
+
+// Every head dim, both masks, GQA groups of 1-3 heads, sequences that end
+// inside a 64-row block and in the middle of a warp's rows (70: a block
+// whose second warp at head dim 128 holds rows 64-71, six of them past the
+// end), and several key tiles.
+TEST(WarpEmulation, TiledFp32AttentionMatchesTheCpuKernels) {
+  runTiledShape<16>({2, 33, 4, 2, 16, true, false});
+  runTiledShape<32>({1, 97, 3, 1, 32, false, false});
+  runTiledShape<32>({1, 97, 3, 1, 32, true, false});
+  runTiledShape<64>({1, 150, 4, 2, 64, true, false});
+  runTiledShape<64>({1, 100, 2, 2, 64, false, false});
+  runTiledShape<128>({1, 70, 2, 2, 128, true, false});
+  runTiledShape<128>({1, 45, 3, 1, 128, false, false});
 }
 
 } // namespace
