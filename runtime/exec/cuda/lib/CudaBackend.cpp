@@ -252,6 +252,12 @@ struct HostTask {
 void CUDART_CB runHostTask(void *data) {
   HostTask &task = *static_cast<HostTask *>(data);
   const Instruction &inst = *task.inst;
+  if (inst.opcode == Opcode::Copy) { // host to host
+    if (task.writes[0].data != task.reads[0].data)
+      std::memmove(task.writes[0].data, task.reads[0].data,
+                   size_t(task.reads[0].bytes));
+    return;
+  }
   if (inst.opcode == Opcode::Fill) {
     int64_t eb = plan::elementBytes(inst.dtype);
     uint64_t bits = fillBits(inst.dtype, inst.value);
@@ -764,6 +770,12 @@ int64_t DeviceBackend::decommit(std::byte *data, int64_t bytes) {
   VmmRegion *region = vmmRegionOf(data, bytes);
   if (!region)
     return 0;
+  // A captured step is dropped (the next step captures again): NCCL
+  // registers the buffers of collectives captured in a graph, which cuMem
+  // memory qualifies for, maps them on its peers and deregisters them only
+  // when the graph is destroyed, so a replay after the chunks were replaced
+  // would move data through the released memory.
+  dropGraph();
   int64_t released = region->decommit(data, bytes);
   inUse_ -= released;
   return released;
@@ -1561,15 +1573,20 @@ void DeviceBackend::prepareOther(const plan::Program &program,
       throw Error(where + ": " + why);
   checkOperands(program, inst, where, "CUDA");
   // checkOperands admits host operands only in copy, fill, and an
-  // optimizer_step or clip on host memory alone: all but copy run on the
-  // host.
+  // optimizer_step or clip on host memory alone: those run on the host, in
+  // stream order (cudaLaunchHostFunc), but a copy between the device and
+  // the host. A host-to-host cudaMemcpyAsync would run at issue, before
+  // what the stream still has to do to its source.
+  auto inHost = [&](const plan::BufferRange &range) {
+    return program.buffers[size_t(range.buffer)].region == plan::Region::Host;
+  };
   bool host = false;
   for (const plan::BufferRange &range : inst.writes)
-    host = host ||
-           program.buffers[size_t(range.buffer)].region == plan::Region::Host;
+    host = host || inHost(range);
   if (host &&
       (inst.opcode == Opcode::Fill || inst.opcode == Opcode::OptimizerStep ||
-       inst.opcode == Opcode::Clip)) {
+       inst.opcode == Opcode::Clip ||
+       (inst.opcode == Opcode::Copy && inHost(inst.reads[0])))) {
     if (inst.opcode == Opcode::Fill)
       for (const plan::BufferRange &range : inst.writes)
         if (program.buffers[size_t(range.buffer)].region != plan::Region::Host)
@@ -1637,6 +1654,10 @@ void DeviceBackend::execute(const Instruction &inst, int64_t stream,
       }
     return;
   case Opcode::Copy:
+    if (onHost(inst)) { // host to host
+      runOnHost(inst, stream, reads, writes, context);
+      return;
+    }
     // cudaMemcpyDefault: the host region is pinned memory, so the same call
     // moves device->device, device->host and host->device, in stream order.
     if (reads[0].data != writes[0].data)

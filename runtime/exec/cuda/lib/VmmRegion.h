@@ -4,8 +4,9 @@
 // A device region on the CUDA driver's virtual memory management API: the
 // address range is reserved once and backed by physical chunks, so offload
 // (docs/runtime.md, "Offload") can release the chunks a state group covers
-// and back them again later at the same addresses (captured CUDA graphs and
-// kernel arguments stay valid). A cudaMalloc allocation cannot be partly
+// and back them again later at the same addresses (kernel arguments stay
+// valid; the backend drops a captured step graph first, since NCCL may have
+// registered the old chunks for it). A cudaMalloc allocation cannot be partly
 // returned, which is why the backend prefers this where the device has it.
 //
 //===----------------------------------------------------------------------===//
