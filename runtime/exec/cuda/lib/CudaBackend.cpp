@@ -1589,7 +1589,7 @@ void DeviceBackend::prepareOther(const plan::Program &program,
        (inst.opcode == Opcode::Copy && inHost(inst.reads[0])))) {
     if (inst.opcode == Opcode::Fill)
       for (const plan::BufferRange &range : inst.writes)
-        if (program.buffers[size_t(range.buffer)].region != plan::Region::Host)
+        if (!inHost(range))
           throw Error(where + ": fill writes host and device buffers in one "
                               "instruction (not supported on CUDA)");
     hostInstructions_[&inst] =
